@@ -1,0 +1,91 @@
+//! Shared output helpers: byte sizes, one-line errors, tables.
+
+use comfy_table::{presets::UTF8_BORDERS_ONLY, ContentArrangement, Table};
+use std::io::IsTerminal;
+use std::process::ExitCode;
+
+/// Formats a byte count with a binary unit: `2 MiB`, `48 KiB`, `1.5 GiB`.
+pub fn bytes(n: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut value = n as f64;
+    let mut unit = 0;
+    while value >= 1024.0 && unit < UNITS.len() - 1 {
+        value /= 1024.0;
+        unit += 1;
+    }
+    if value.fract() == 0.0 {
+        format!("{value:.0} {}", UNITS[unit])
+    } else {
+        format!("{value:.1} {}", UNITS[unit])
+    }
+}
+
+/// An optional value, or a mark that it could not be read.
+pub fn or_unread<T: std::fmt::Display>(value: Option<T>) -> String {
+    value.map_or_else(|| "(not readable)".to_owned(), |v| v.to_string())
+}
+
+/// An error chain on one line: `outer: inner: innermost`.
+pub fn one_line(err: &anyhow::Error) -> String {
+    err.chain()
+        .map(|e| e.to_string())
+        .collect::<Vec<_>>()
+        .join(": ")
+        .replace('\n', " ")
+}
+
+/// Prints a clap error: help and version as clap renders them, anything else
+/// as one line on stderr with exit status 2.
+pub fn usage_error(err: clap::Error) -> ExitCode {
+    use clap::error::ErrorKind;
+    match err.kind() {
+        ErrorKind::DisplayHelp | ErrorKind::DisplayVersion => {
+            let _ = err.print();
+            ExitCode::SUCCESS
+        }
+        _ => {
+            let rendered = err.render().to_string();
+            let first = rendered
+                .lines()
+                .find(|l| !l.trim().is_empty())
+                .unwrap_or("invalid arguments")
+                .trim_start_matches("error: ");
+            eprintln!("pagewise: {first} (see 'pagewise --help')");
+            ExitCode::from(2)
+        }
+    }
+}
+
+/// A borderless table with the given header.
+pub fn table(header: &[&str]) -> Table {
+    let mut table = Table::new();
+    table
+        .load_preset(UTF8_BORDERS_ONLY)
+        .set_content_arrangement(ContentArrangement::Dynamic)
+        .set_header(header.iter().copied());
+    if !std::io::stdout().is_terminal() {
+        // Pipes and files get no terminal width; wrap at a readable one.
+        table.set_width(140);
+    }
+    table
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn byte_units() {
+        assert_eq!(bytes(0), "0 B");
+        assert_eq!(bytes(4096), "4 KiB");
+        assert_eq!(bytes(2 << 20), "2 MiB");
+        assert_eq!(bytes(1 << 30), "1 GiB");
+        assert_eq!(bytes(3 << 29), "1.5 GiB");
+    }
+
+    #[test]
+    fn error_chain_is_one_line() {
+        let err = anyhow::anyhow!("inner\nsecond").context("outer");
+        assert_eq!(one_line(&err), "outer: inner second");
+    }
+}

@@ -1,0 +1,41 @@
+//! The `pagewise` command: a thin layer that parses arguments, calls the
+//! `pagewise` library and prints tables or JSON.
+
+#![forbid(unsafe_code)]
+
+mod doctor;
+mod format;
+
+use clap::{Parser, Subcommand};
+use std::process::ExitCode;
+
+/// Make Linux programs fast on the memory path: page faults, TLB misses and copying.
+#[derive(Debug, Parser)]
+#[command(name = "pagewise", version, about, propagate_version = true)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// What this machine offers for memory-path performance, and what to change.
+    Doctor(doctor::DoctorArgs),
+}
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(err) => return format::usage_error(err),
+    };
+    let result = match cli.command {
+        Command::Doctor(args) => doctor::run(&args),
+    };
+    match result {
+        Ok(code) => code,
+        Err(err) => {
+            eprintln!("pagewise: {}", format::one_line(&err));
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,19 @@
+//! pagewise: make Linux programs fast on the memory path — page faults, TLB
+//! misses and byte copying.
+//!
+//! The crate is organised by capability:
+//!
+//! - [`probe`]: what this machine offers (page sizes, pools, THP modes, kernel
+//!   features, perf access, CPU, glibc) and what to change; behind `pagewise doctor`.
+//! - [`sys`]: the only layer with raw system calls and `unsafe`; everything
+//!   else is safe Rust built on it.
+//!
+//! Errors carry the failing system call and errno, and say what to do.
+
+#![warn(missing_docs)]
+// `unsafe` lives only in `sys`; the compiler enforces it for every other module.
+#![deny(unsafe_code)]
+
+pub mod probe;
+#[allow(unsafe_code)]
+pub mod sys;

@@ -1,0 +1,177 @@
+//! Turns a [`MachineReport`] into advice: one line per limitation, with the
+//! exact command that lifts it where one exists.
+
+use super::{MachineReport, ProbeStatus};
+use serde::Serialize;
+
+/// One finding that limits a pagewise capability.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Advice {
+    /// The capability it limits: `regions`, `huge-text`, `stat`, `buffer`, `queue`.
+    pub capability: &'static str,
+    /// What is wrong, in one line.
+    pub finding: String,
+    /// The exact command that fixes it, when there is one.
+    pub fix: Option<String>,
+}
+
+fn push(out: &mut Vec<Advice>, capability: &'static str, finding: String, fix: Option<String>) {
+    out.push(Advice {
+        capability,
+        finding,
+        fix,
+    });
+}
+
+const TWO_MIB: u64 = 2 << 20;
+const ONE_GIB: u64 = 1 << 30;
+
+/// Computes the advice for a report. Pure; order is most important first.
+pub fn advise(report: &MachineReport) -> Vec<Advice> {
+    let mut out = Vec::new();
+    let thp = &report.thp;
+
+    if thp.enabled.as_deref() == Some("never") {
+        push(
+            &mut out,
+            "regions",
+            "transparent huge pages are off (enabled = never): regions, buffers and huge text fall back to 4 KiB pages unless a hugetlb pool has room".into(),
+            Some("echo madvise > /sys/kernel/mm/transparent_hugepage/enabled".into()),
+        );
+    } else if thp.defrag.as_deref() == Some("never") {
+        push(
+            &mut out,
+            "regions",
+            "THP defrag is never: MADV_HUGEPAGE regions get 4 KiB pages whenever memory is fragmented".into(),
+            Some("echo defer+madvise > /sys/kernel/mm/transparent_hugepage/defrag".into()),
+        );
+    }
+    if thp.disabled_for_process == Some(true) {
+        push(
+            &mut out,
+            "regions",
+            "THP is disabled for this process (PR_SET_THP_DISABLE, inherited from its parent): huge pages only from hugetlb".into(),
+            None,
+        );
+    }
+
+    if let Some(pool) = report.hugetlb.iter().find(|p| p.page_size_bytes == TWO_MIB) {
+        match (pool.total, pool.available()) {
+            (Some(0), _) => push(
+                &mut out,
+                "regions",
+                "no 2 MiB hugetlb pages are reserved: regions and huge text use THP, which the kernel may not grant".into(),
+                Some("sysctl vm.nr_hugepages=512".into()),
+            ),
+            (Some(total), Some(0)) => push(
+                &mut out,
+                "regions",
+                format!("all {total} reserved 2 MiB hugetlb pages are in use"),
+                Some(format!("sysctl vm.nr_hugepages={}", total + 512)),
+            ),
+            _ => {}
+        }
+    }
+    if let Some(pool) = report.hugetlb.iter().find(|p| p.page_size_bytes == ONE_GIB) {
+        if pool.total == Some(0) {
+            push(
+                &mut out,
+                "regions",
+                "no 1 GiB hugetlb pages are reserved: regions of 1 GiB and more use 2 MiB pages (at boot: hugepagesz=1G hugepages=N)".into(),
+                Some("echo 2 > /sys/kernel/mm/hugepages/hugepages-1048576kB/nr_hugepages".into()),
+            );
+        }
+    }
+
+    if report.features.madv_populate_write.status == ProbeStatus::Unavailable {
+        push(
+            &mut out,
+            "regions",
+            "MADV_POPULATE_WRITE is missing (kernel before 5.14): eager regions populate with a slower touch loop".into(),
+            None,
+        );
+    }
+    if report.features.vma_anon_name.status == ProbeStatus::Unavailable {
+        push(
+            &mut out,
+            "huge-text",
+            "anonymous VMA names are missing (CONFIG_ANON_VMA_NAME): moved text shows as plain anonymous memory in /proc/PID/maps".into(),
+            None,
+        );
+    }
+
+    match &report.perf.tracefs {
+        None => push(
+            &mut out,
+            "stat",
+            "tracefs is not mounted: stat cannot classify faults by kind or count mmap/munmap calls".into(),
+            Some("mount -t tracefs nodev /sys/kernel/tracing".into()),
+        ),
+        Some(_) => {
+            let blocked = report
+                .perf
+                .tracepoints
+                .iter()
+                .any(|t| t.result.status == ProbeStatus::Unavailable || t.result.status == ProbeStatus::NotTried);
+            if blocked && !report.root {
+                push(
+                    &mut out,
+                    "stat",
+                    "tracepoints cannot be opened without privilege: run stat as root, or allow it".into(),
+                    Some("sysctl kernel.perf_event_paranoid=-1".into()),
+                );
+            }
+        }
+    }
+    if let Some(level) = report.perf.paranoid {
+        let software_blocked = report
+            .perf
+            .software
+            .iter()
+            .any(|s| s.result.status == ProbeStatus::Unavailable);
+        if level > 2 || (software_blocked && !report.root) {
+            push(
+                &mut out,
+                "stat",
+                format!("perf_event_paranoid is {level}: software events such as page-faults cannot be counted"),
+                Some("sysctl kernel.perf_event_paranoid=2".into()),
+            );
+        }
+    }
+    let hardware = &report.perf.hardware;
+    if !hardware.is_empty()
+        && hardware
+            .iter()
+            .all(|h| h.result.status != ProbeStatus::Works)
+    {
+        push(
+            &mut out,
+            "stat",
+            "no hardware counters (cycles, TLB misses) here: stat reports faults, time and sampled footprints, not TLB misses; a VM needs its hypervisor to expose the PMU".into(),
+            None,
+        );
+    }
+
+    if report.limits.overcommit_memory == Some(2) {
+        push(
+            &mut out,
+            "buffer",
+            "overcommit_memory is 2 (strict): reserving address space for large buffers and queues may fail".into(),
+            Some("sysctl vm.overcommit_memory=0".into()),
+        );
+    }
+    if let Some(soft) = report.limits.memlock_soft_bytes {
+        if !report.root && soft < 64 << 20 {
+            push(
+                &mut out,
+                "regions",
+                format!(
+                    "RLIMIT_MEMLOCK is {} KiB: locked regions larger than that fail",
+                    soft >> 10
+                ),
+                Some("ulimit -l unlimited".into()),
+            );
+        }
+    }
+    out
+}

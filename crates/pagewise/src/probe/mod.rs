@@ -1,0 +1,563 @@
+//! What this machine offers for memory-path performance.
+//!
+//! [`MachineReport::probe`] reads `/proc` and `/sys`, asks the CPU, glibc and the
+//! kernel, and tries each feature on a scratch mapping. It changes no system
+//! setting. [`MachineReport::from_files`] does only the file part, against any
+//! root folder, which is how the parsers are tested against fixtures.
+//!
+//! Cost: a few hundred file reads, a handful of 4 KiB–2 MiB scratch mappings
+//! (one hugetlb page per size when a pool has one free), a dozen
+//! `perf_event_open` calls and one run of `ld.so --list-tunables`: tens of
+//! milliseconds.
+
+mod advice;
+mod features;
+pub mod parse;
+mod source;
+
+pub use advice::{advise, Advice};
+pub use source::{NotRead, SysRoot};
+
+use crate::sys;
+use serde::Serialize;
+
+/// The JSON schema name of a [`MachineReport`].
+pub const DOCTOR_SCHEMA: &str = "pagewise.doctor/1";
+
+/// Outcome of trying one feature.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ProbeStatus {
+    /// Tried, and it works.
+    Works,
+    /// Tried, and this kernel, machine or privilege level does not offer it.
+    Unavailable,
+    /// Tried, and it failed in an unexpected way (see the detail).
+    Failed,
+    /// Not tried: a prerequisite is missing (see the detail).
+    NotTried,
+}
+
+/// A probe's status with a human-readable detail.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ProbeResult {
+    /// Whether the feature works.
+    pub status: ProbeStatus,
+    /// What was tried and what happened.
+    pub detail: String,
+}
+
+impl ProbeResult {
+    fn new(status: ProbeStatus, detail: impl Into<String>) -> Self {
+        ProbeResult {
+            status,
+            detail: detail.into(),
+        }
+    }
+    /// The feature works.
+    pub fn works(detail: impl Into<String>) -> Self {
+        Self::new(ProbeStatus::Works, detail)
+    }
+    /// The feature is not offered here.
+    pub fn unavailable(detail: impl Into<String>) -> Self {
+        Self::new(ProbeStatus::Unavailable, detail)
+    }
+    /// The probe failed unexpectedly.
+    pub fn failed(detail: impl Into<String>) -> Self {
+        Self::new(ProbeStatus::Failed, detail)
+    }
+    /// The probe could not be attempted.
+    pub fn not_tried(detail: impl Into<String>) -> Self {
+        Self::new(ProbeStatus::NotTried, detail)
+    }
+    /// Whether the status is [`ProbeStatus::Works`].
+    pub fn is_working(&self) -> bool {
+        self.status == ProbeStatus::Works
+    }
+}
+
+/// A probe with the name of what it tried.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct NamedProbe {
+    /// Event or feature name, for example `dTLB-load-misses`.
+    pub name: String,
+    /// What happened.
+    #[serde(flatten)]
+    pub result: ProbeResult,
+}
+
+/// The running kernel.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Kernel {
+    /// `uname -r`, from `/proc/sys/kernel/osrelease`.
+    pub release: Option<String>,
+}
+
+/// One hugetlb pool (one page size).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct HugetlbPool {
+    /// Page size in bytes.
+    pub page_size_bytes: u64,
+    /// `nr_hugepages`: pages in the pool.
+    pub total: Option<u64>,
+    /// `free_hugepages`: pages not in use (reserved ones included).
+    pub free: Option<u64>,
+    /// `resv_hugepages`: free pages promised to existing mappings.
+    pub reserved: Option<u64>,
+    /// `surplus_hugepages`: pages above `nr_hugepages` from overcommit.
+    pub surplus: Option<u64>,
+}
+
+impl HugetlbPool {
+    /// Pages that a new mapping could still reserve: free minus reserved.
+    pub fn available(&self) -> Option<u64> {
+        Some(self.free?.saturating_sub(self.reserved.unwrap_or(0)))
+    }
+}
+
+/// One multi-size THP setting.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct MthpSize {
+    /// Folio size in bytes.
+    pub size_bytes: u64,
+    /// `always`, `inherit`, `madvise` or `never`.
+    pub enabled: Option<String>,
+}
+
+/// Transparent huge page settings.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Thp {
+    /// `/sys/kernel/mm/transparent_hugepage/enabled`: `always`, `madvise` or `never`.
+    pub enabled: Option<String>,
+    /// `defrag`: how hard a fault tries to find a huge page.
+    pub defrag: Option<String>,
+    /// `shmem_enabled`: THP for tmpfs and shared memory.
+    pub shmem_enabled: Option<String>,
+    /// `khugepaged/max_ptes_none`: empty 4 KiB slots khugepaged fills to collapse.
+    pub khugepaged_max_ptes_none: Option<u64>,
+    /// `hpage_pmd_size`: the PMD-level huge page size.
+    pub pmd_size_bytes: Option<u64>,
+    /// Per-size (mTHP) settings; sizes whose mode is not `never` are in use.
+    pub sizes: Vec<MthpSize>,
+    /// THP disabled for this process by `PR_SET_THP_DISABLE` (inherited from the parent).
+    pub disabled_for_process: Option<bool>,
+}
+
+/// Kernel features, each tried for real.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Features {
+    /// `MADV_POPULATE_WRITE` (5.14+).
+    pub madv_populate_write: ProbeResult,
+    /// `MADV_COLLAPSE` (6.1+).
+    pub madv_collapse: ProbeResult,
+    /// `PAGEMAP_SCAN` ioctl (6.7+).
+    pub pagemap_scan: ProbeResult,
+    /// `PR_SET_VMA_ANON_NAME` (5.17+, `CONFIG_ANON_VMA_NAME`).
+    pub vma_anon_name: ProbeResult,
+    /// `MAP_HUGETLB` for each hugetlb page size.
+    pub map_hugetlb: Vec<SizedProbe>,
+}
+
+/// A probe for one page size.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct SizedProbe {
+    /// Page size in bytes.
+    pub page_size_bytes: u64,
+    /// What happened.
+    #[serde(flatten)]
+    pub result: ProbeResult,
+}
+
+/// Access to performance counters and tracepoints.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Perf {
+    /// `/proc/sys/kernel/perf_event_paranoid`.
+    pub paranoid: Option<i64>,
+    /// Where tracefs is mounted, if it is.
+    pub tracefs: Option<String>,
+    /// Hardware events: cycles, instructions, dTLB and iTLB misses.
+    pub hardware: Vec<NamedProbe>,
+    /// Software events: page faults, task clock.
+    pub software: Vec<NamedProbe>,
+    /// Tracepoints: `exceptions:page_fault_user`, `syscalls:sys_enter_mmap`.
+    pub tracepoints: Vec<NamedProbe>,
+}
+
+/// One cache level.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Cache {
+    /// 1, 2, 3…
+    pub level: u32,
+    /// `Data`, `Instruction` or `Unified`.
+    pub kind: String,
+    /// Size in bytes.
+    pub size_bytes: u64,
+}
+
+/// The processor.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Cpu {
+    /// `model name` from `/proc/cpuinfo`.
+    pub model: Option<String>,
+    /// Logical CPUs online.
+    pub online_cpus: usize,
+    /// AVX2.
+    pub avx2: bool,
+    /// AVX-512 Foundation.
+    pub avx512f: bool,
+    /// AVX-512 Byte/Word.
+    pub avx512bw: bool,
+    /// Enhanced `rep movsb`.
+    pub erms: bool,
+    /// Fast short `rep movsb`.
+    pub fsrm: bool,
+    /// 1 GiB pages.
+    pub pdpe1gb: bool,
+    /// Cache levels of CPU 0.
+    pub caches: Vec<Cache>,
+    /// NUMA node numbers.
+    pub numa_nodes: Vec<u32>,
+}
+
+/// The C library.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Glibc {
+    /// glibc version, or `None` when not linked against glibc.
+    pub version: Option<String>,
+    /// `glibc.malloc.mmap_threshold` tunable; 0 means unset, that is dynamic.
+    pub mmap_threshold_tunable: Option<u64>,
+    /// What the mmap threshold is in effect, in words.
+    pub mmap_threshold_effective: Option<String>,
+    /// `glibc.malloc.trim_threshold` tunable; 0 means unset (dynamic).
+    pub trim_threshold_tunable: Option<u64>,
+    /// `glibc.cpu.x86_non_temporal_threshold`: copies above it use non-temporal stores.
+    pub non_temporal_threshold_bytes: Option<u64>,
+    /// `glibc.cpu.x86_rep_movsb_threshold`: copies above it use `rep movsb`.
+    pub rep_movsb_threshold_bytes: Option<u64>,
+    /// `glibc.cpu.x86_rep_stosb_threshold`: fills above it use `rep stosb`.
+    pub rep_stosb_threshold_bytes: Option<u64>,
+}
+
+/// Process limits and VM policy.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Limits {
+    /// `RLIMIT_MEMLOCK` soft limit in bytes; `None` with `memlock_unlimited`.
+    pub memlock_soft_bytes: Option<u64>,
+    /// Whether the soft memlock limit is unlimited.
+    pub memlock_unlimited: Option<bool>,
+    /// `/proc/sys/vm/overcommit_memory`: 0 heuristic, 1 always, 2 strict.
+    pub overcommit_memory: Option<i64>,
+}
+
+/// Everything `pagewise doctor` reports.
+#[derive(Debug, Clone, Serialize)]
+pub struct MachineReport {
+    /// Always [`DOCTOR_SCHEMA`].
+    pub schema: &'static str,
+    /// Whether the probe ran as root (some files and probes need it).
+    pub root: bool,
+    /// The kernel.
+    pub kernel: Kernel,
+    /// hugetlb pools, one per page size.
+    pub hugetlb: Vec<HugetlbPool>,
+    /// THP settings.
+    pub thp: Thp,
+    /// Kernel features, tried for real.
+    pub features: Features,
+    /// perf access.
+    pub perf: Perf,
+    /// The CPU.
+    pub cpu: Cpu,
+    /// glibc.
+    pub glibc: Glibc,
+    /// Limits and VM policy.
+    pub limits: Limits,
+    /// What to change, one line each, most important first.
+    pub advice: Vec<Advice>,
+    /// Files and folders that could not be read, and why.
+    pub not_read: Vec<NotRead>,
+}
+
+const HUGEPAGES: &str = "/sys/kernel/mm/hugepages";
+const THP: &str = "/sys/kernel/mm/transparent_hugepage";
+
+fn not_probed() -> ProbeResult {
+    ProbeResult::not_tried("live probes were not run")
+}
+
+impl MachineReport {
+    /// Probes the live machine: files, CPU, glibc, and every kernel feature.
+    pub fn probe() -> MachineReport {
+        let root = SysRoot::live();
+        let mut report = Self::read_files(&root);
+        report.root = sys::libc_info::is_root();
+        report.probe_live(&root);
+        report.not_read = root.not_read();
+        report.advice = advise(&report);
+        report
+    }
+
+    /// Reads only the `/proc` and `/sys` files below `root`; live probes are
+    /// marked as not tried. Used with fixture trees in tests.
+    pub fn from_files(root: &SysRoot) -> MachineReport {
+        let mut report = Self::read_files(root);
+        report.not_read = root.not_read();
+        report.advice = advise(&report);
+        report
+    }
+
+    fn read_files(root: &SysRoot) -> MachineReport {
+        let hugetlb = read_hugetlb(root);
+        let perf = Perf {
+            paranoid: root.read_i64("/proc/sys/kernel/perf_event_paranoid"),
+            tracefs: root
+                .read("/proc/mounts")
+                .and_then(|m| parse::tracefs_mount(&m)),
+            hardware: vec![],
+            software: vec![],
+            tracepoints: vec![],
+        };
+        MachineReport {
+            schema: DOCTOR_SCHEMA,
+            root: false,
+            kernel: Kernel {
+                release: root.read("/proc/sys/kernel/osrelease"),
+            },
+            hugetlb,
+            thp: read_thp(root),
+            features: Features {
+                madv_populate_write: not_probed(),
+                madv_collapse: not_probed(),
+                pagemap_scan: not_probed(),
+                vma_anon_name: not_probed(),
+                map_hugetlb: vec![],
+            },
+            perf,
+            cpu: read_cpu(root),
+            glibc: Glibc::default(),
+            limits: Limits {
+                overcommit_memory: root.read_i64("/proc/sys/vm/overcommit_memory"),
+                ..Limits::default()
+            },
+            advice: vec![],
+            not_read: vec![],
+        }
+    }
+
+    fn probe_live(&mut self, root: &SysRoot) {
+        self.features = Features {
+            madv_populate_write: features::populate_write(),
+            madv_collapse: features::collapse(),
+            pagemap_scan: features::pagemap_scan(),
+            vma_anon_name: features::vma_anon_name(),
+            map_hugetlb: self
+                .hugetlb
+                .iter()
+                .map(|pool| SizedProbe {
+                    page_size_bytes: pool.page_size_bytes,
+                    result: features::map_hugetlb(pool.page_size_bytes as usize, pool.available()),
+                })
+                .collect(),
+        };
+        self.perf.hardware = features::hardware_counters();
+        self.perf.software = features::software_counters();
+        self.perf.tracepoints = ["exceptions:page_fault_user", "syscalls:sys_enter_mmap"]
+            .iter()
+            .map(|name| {
+                features::tracepoint(
+                    name,
+                    tracepoint_id(root, self.perf.tracefs.as_deref(), name),
+                )
+            })
+            .collect();
+        self.thp.disabled_for_process = sys::prctl::thp_disabled().ok();
+        let f = sys::cpu::cpu_features();
+        self.cpu.avx2 = f.avx2;
+        self.cpu.avx512f = f.avx512f;
+        self.cpu.avx512bw = f.avx512bw;
+        self.cpu.erms = f.erms;
+        self.cpu.fsrm = f.fsrm;
+        self.cpu.pdpe1gb = f.pdpe1gb;
+        self.glibc = read_glibc(root);
+        match sys::libc_info::memlock_limit() {
+            Ok(limit) => {
+                self.limits.memlock_soft_bytes = limit.soft;
+                self.limits.memlock_unlimited = Some(limit.soft.is_none());
+            }
+            Err(e) => root.note("RLIMIT_MEMLOCK", e.to_string()),
+        }
+    }
+}
+
+fn read_hugetlb(root: &SysRoot) -> Vec<HugetlbPool> {
+    let Some(entries) = root.list(HUGEPAGES) else {
+        return vec![];
+    };
+    let mut pools: Vec<HugetlbPool> = entries
+        .iter()
+        .filter_map(|name| {
+            let size = parse::hugepages_dir_bytes(name)?;
+            let dir = format!("{HUGEPAGES}/{name}");
+            Some(HugetlbPool {
+                page_size_bytes: size,
+                total: root.read_u64(&format!("{dir}/nr_hugepages")),
+                free: root.read_u64(&format!("{dir}/free_hugepages")),
+                reserved: root.read_u64(&format!("{dir}/resv_hugepages")),
+                surplus: root.read_u64(&format!("{dir}/surplus_hugepages")),
+            })
+        })
+        .collect();
+    pools.sort_by_key(|p| p.page_size_bytes);
+    pools
+}
+
+fn read_thp(root: &SysRoot) -> Thp {
+    let mode = |file: &str| {
+        let path = format!("{THP}/{file}");
+        let text = root.read(&path)?;
+        let mode = parse::bracketed_mode(&text);
+        if mode.is_none() {
+            root.note(&path, format!("no [selected] mode in {text:?}"));
+        }
+        mode
+    };
+    let mut sizes = root
+        .list(THP)
+        .unwrap_or_default()
+        .iter()
+        .filter_map(|name| {
+            let size = parse::hugepages_dir_bytes(name)?;
+            // Some sizes exist only for shmem or statistics and have no `enabled` switch.
+            if !root.exists(&format!("{THP}/{name}/enabled")) {
+                return None;
+            }
+            Some(MthpSize {
+                size_bytes: size,
+                enabled: mode(&format!("{name}/enabled")),
+            })
+        })
+        .collect::<Vec<_>>();
+    sizes.sort_by_key(|s| s.size_bytes);
+    Thp {
+        enabled: mode("enabled"),
+        defrag: mode("defrag"),
+        shmem_enabled: mode("shmem_enabled"),
+        khugepaged_max_ptes_none: root.read_u64(&format!("{THP}/khugepaged/max_ptes_none")),
+        pmd_size_bytes: root.read_u64(&format!("{THP}/hpage_pmd_size")),
+        sizes,
+        disabled_for_process: None,
+    }
+}
+
+fn read_cpu(root: &SysRoot) -> Cpu {
+    const CACHE: &str = "/sys/devices/system/cpu/cpu0/cache";
+    let caches = root
+        .list(CACHE)
+        .unwrap_or_default()
+        .iter()
+        .filter(|name| name.starts_with("index"))
+        .filter_map(|name| {
+            let dir = format!("{CACHE}/{name}");
+            let size_path = format!("{dir}/size");
+            let size_text = root.read(&size_path)?;
+            let Some(size_bytes) = parse::cache_size_bytes(&size_text) else {
+                root.note(&size_path, format!("not a size: {size_text:?}"));
+                return None;
+            };
+            Some(Cache {
+                level: root.read_u64(&format!("{dir}/level"))? as u32,
+                kind: root.read(&format!("{dir}/type"))?,
+                size_bytes,
+            })
+        })
+        .collect();
+    Cpu {
+        model: root
+            .read("/proc/cpuinfo")
+            .and_then(|t| parse::cpu_model(&t)),
+        online_cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
+        caches,
+        numa_nodes: root
+            .list("/sys/devices/system/node")
+            .map(|e| parse::numa_nodes(&e))
+            .unwrap_or_default(),
+        ..Cpu::default()
+    }
+}
+
+fn tracepoint_id(root: &SysRoot, tracefs: Option<&str>, name: &str) -> Result<u64, String> {
+    let tracefs = tracefs.ok_or_else(|| "tracefs is not mounted".to_owned())?;
+    let (group, event) = name.split_once(':').unwrap_or(("", name));
+    let path = format!("{tracefs}/events/{group}/{event}/id");
+    match std::fs::read_to_string(&path) {
+        Ok(text) => text
+            .trim()
+            .parse()
+            .map_err(|_| format!("{path} holds no number")),
+        Err(e) => {
+            let reason = format!("cannot read {path}: {e}");
+            root.note(&path, e.to_string());
+            Err(reason)
+        }
+    }
+}
+
+/// Finds the dynamic loader this process runs under (from `/proc/self/maps`).
+fn dynamic_loader() -> Option<String> {
+    let maps = std::fs::read_to_string("/proc/self/maps").ok()?;
+    maps.lines()
+        .filter_map(|l| l.split_whitespace().nth(5))
+        .find(|path| path.contains("/ld-linux") || path.contains("/ld-2."))
+        .map(str::to_owned)
+}
+
+fn read_glibc(root: &SysRoot) -> Glibc {
+    let mut glibc = Glibc {
+        version: sys::libc_info::glibc_version(),
+        ..Glibc::default()
+    };
+    let Some(loader) = dynamic_loader() else {
+        root.note("ld.so", "no dynamic loader in /proc/self/maps".to_owned());
+        return glibc;
+    };
+    let output = match std::process::Command::new(&loader)
+        .arg("--list-tunables")
+        .output()
+    {
+        Ok(out) if out.status.success() => String::from_utf8_lossy(&out.stdout).into_owned(),
+        Ok(out) => {
+            root.note(
+                &loader,
+                format!("--list-tunables exited with {}", out.status),
+            );
+            return glibc;
+        }
+        Err(e) => {
+            root.note(&loader, e.to_string());
+            return glibc;
+        }
+    };
+    let tunables = parse::tunables(&output);
+    let get = |name: &str| {
+        tunables
+            .iter()
+            .find(|t| t.name == name)
+            .and_then(|t| t.value)
+    };
+    glibc.mmap_threshold_tunable = get("glibc.malloc.mmap_threshold");
+    glibc.trim_threshold_tunable = get("glibc.malloc.trim_threshold");
+    glibc.non_temporal_threshold_bytes = get("glibc.cpu.x86_non_temporal_threshold");
+    glibc.rep_movsb_threshold_bytes = get("glibc.cpu.x86_rep_movsb_threshold");
+    glibc.rep_stosb_threshold_bytes = get("glibc.cpu.x86_rep_stosb_threshold");
+    glibc.mmap_threshold_effective = glibc.mmap_threshold_tunable.map(|t| {
+        if t == 0 {
+            "dynamic: starts at 128 KiB and rises with freed blocks up to 32 MiB".to_owned()
+        } else {
+            format!("fixed at {t} bytes by GLIBC_TUNABLES (no adaptation)")
+        }
+    });
+    glibc
+}
+
+#[cfg(test)]
+mod tests;

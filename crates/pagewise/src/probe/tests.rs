@@ -1,0 +1,279 @@
+//! Fixture tests: fake `/proc` and `/sys` trees, including missing and unreadable files.
+
+use super::*;
+use std::fs;
+use std::path::Path;
+
+fn write(root: &Path, path: &str, text: &str) {
+    let full = root.join(path.trim_start_matches('/'));
+    fs::create_dir_all(full.parent().unwrap()).unwrap();
+    fs::write(full, text).unwrap();
+}
+
+/// A tree like this development VM: 2 MiB and 1 GiB pools, THP madvise.
+fn typical_tree() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let r = dir.path();
+    write(r, "/proc/sys/kernel/osrelease", "6.18.44-test\n");
+    for (size, total, free, resv, surplus) in [
+        ("2048kB", "16", "10", "4", "0"),
+        ("1048576kB", "0", "0", "0", "0"),
+    ] {
+        let d = format!("/sys/kernel/mm/hugepages/hugepages-{size}");
+        write(r, &format!("{d}/nr_hugepages"), total);
+        write(r, &format!("{d}/free_hugepages"), free);
+        write(r, &format!("{d}/resv_hugepages"), resv);
+        write(r, &format!("{d}/surplus_hugepages"), surplus);
+    }
+    let t = "/sys/kernel/mm/transparent_hugepage";
+    write(r, &format!("{t}/enabled"), "always [madvise] never\n");
+    write(
+        r,
+        &format!("{t}/defrag"),
+        "always defer defer+madvise [madvise] never\n",
+    );
+    write(
+        r,
+        &format!("{t}/shmem_enabled"),
+        "always within_size advise [never] deny force\n",
+    );
+    write(r, &format!("{t}/khugepaged/max_ptes_none"), "511\n");
+    write(r, &format!("{t}/hpage_pmd_size"), "2097152\n");
+    write(
+        r,
+        &format!("{t}/hugepages-2048kB/enabled"),
+        "always [inherit] madvise never\n",
+    );
+    write(
+        r,
+        &format!("{t}/hugepages-64kB/enabled"),
+        "always inherit madvise [never]\n",
+    );
+    write(r, "/proc/sys/kernel/perf_event_paranoid", "2\n");
+    write(
+        r,
+        "/proc/mounts",
+        "proc /proc proc rw 0 0\ntracefs /sys/kernel/tracing tracefs rw 0 0\n",
+    );
+    write(
+        r,
+        "/proc/cpuinfo",
+        "processor\t: 0\nmodel name\t: Test CPU @ 2.0GHz\n",
+    );
+    let c = "/sys/devices/system/cpu/cpu0/cache";
+    for (i, level, kind, size) in [
+        (0, "1", "Data", "48K"),
+        (1, "1", "Instruction", "32K"),
+        (2, "2", "Unified", "2048K"),
+        (3, "3", "Unified", "107520K"),
+    ] {
+        write(r, &format!("{c}/index{i}/level"), level);
+        write(r, &format!("{c}/index{i}/type"), kind);
+        write(r, &format!("{c}/index{i}/size"), size);
+    }
+    write(r, "/sys/devices/system/node/node0/cpulist", "0-1");
+    write(r, "/sys/devices/system/node/online", "0");
+    write(r, "/proc/sys/vm/overcommit_memory", "0\n");
+    dir
+}
+
+#[test]
+fn reads_a_typical_tree() {
+    let dir = typical_tree();
+    let report = MachineReport::from_files(&SysRoot::at(dir.path()));
+    assert_eq!(report.schema, "pagewise.doctor/1");
+    assert_eq!(report.kernel.release.as_deref(), Some("6.18.44-test"));
+    assert_eq!(report.hugetlb.len(), 2);
+    let two = &report.hugetlb[0];
+    assert_eq!(two.page_size_bytes, 2 << 20);
+    assert_eq!(
+        (two.total, two.free, two.reserved, two.surplus),
+        (Some(16), Some(10), Some(4), Some(0))
+    );
+    assert_eq!(two.available(), Some(6));
+    assert_eq!(report.hugetlb[1].page_size_bytes, 1 << 30);
+    assert_eq!(report.thp.enabled.as_deref(), Some("madvise"));
+    assert_eq!(report.thp.defrag.as_deref(), Some("madvise"));
+    assert_eq!(report.thp.shmem_enabled.as_deref(), Some("never"));
+    assert_eq!(report.thp.khugepaged_max_ptes_none, Some(511));
+    assert_eq!(report.thp.pmd_size_bytes, Some(2 << 20));
+    assert_eq!(
+        report.thp.sizes,
+        vec![
+            MthpSize {
+                size_bytes: 64 << 10,
+                enabled: Some("never".into())
+            },
+            MthpSize {
+                size_bytes: 2 << 20,
+                enabled: Some("inherit".into())
+            },
+        ]
+    );
+    assert_eq!(report.perf.paranoid, Some(2));
+    assert_eq!(report.perf.tracefs.as_deref(), Some("/sys/kernel/tracing"));
+    assert_eq!(report.cpu.model.as_deref(), Some("Test CPU @ 2.0GHz"));
+    assert_eq!(report.cpu.caches.len(), 4);
+    assert_eq!(
+        report.cpu.caches[3],
+        Cache {
+            level: 3,
+            kind: "Unified".into(),
+            size_bytes: 107520 << 10
+        }
+    );
+    assert_eq!(report.cpu.numa_nodes, vec![0]);
+    assert_eq!(report.limits.overcommit_memory, Some(0));
+    assert!(report.not_read.is_empty(), "{:?}", report.not_read);
+    assert_eq!(
+        report.features.madv_populate_write.status,
+        ProbeStatus::NotTried
+    );
+}
+
+#[test]
+fn advice_for_an_empty_pool_names_the_sysctl() {
+    let dir = typical_tree();
+    write(
+        dir.path(),
+        "/sys/kernel/mm/hugepages/hugepages-2048kB/nr_hugepages",
+        "0",
+    );
+    let report = MachineReport::from_files(&SysRoot::at(dir.path()));
+    let fixes: Vec<_> = report
+        .advice
+        .iter()
+        .filter_map(|a| a.fix.as_deref())
+        .collect();
+    assert!(fixes.contains(&"sysctl vm.nr_hugepages=512"), "{fixes:?}");
+    assert!(fixes
+        .iter()
+        .any(|f| f.contains("hugepages-1048576kB/nr_hugepages")));
+}
+
+#[test]
+fn advice_for_a_full_pool_grows_it() {
+    let dir = typical_tree();
+    write(
+        dir.path(),
+        "/sys/kernel/mm/hugepages/hugepages-2048kB/free_hugepages",
+        "4",
+    );
+    let report = MachineReport::from_files(&SysRoot::at(dir.path()));
+    let fixes: Vec<_> = report
+        .advice
+        .iter()
+        .filter_map(|a| a.fix.as_deref())
+        .collect();
+    assert!(fixes.contains(&"sysctl vm.nr_hugepages=528"), "{fixes:?}");
+}
+
+#[test]
+fn thp_never_and_no_tracefs_are_advised() {
+    let dir = typical_tree();
+    write(
+        dir.path(),
+        "/sys/kernel/mm/transparent_hugepage/enabled",
+        "always madvise [never]",
+    );
+    write(dir.path(), "/proc/mounts", "proc /proc proc rw 0 0\n");
+    write(dir.path(), "/proc/sys/vm/overcommit_memory", "2");
+    let report = MachineReport::from_files(&SysRoot::at(dir.path()));
+    assert_eq!(report.thp.enabled.as_deref(), Some("never"));
+    assert_eq!(report.perf.tracefs, None);
+    let fixes: Vec<_> = report
+        .advice
+        .iter()
+        .filter_map(|a| a.fix.as_deref())
+        .collect();
+    assert!(fixes.contains(&"echo madvise > /sys/kernel/mm/transparent_hugepage/enabled"));
+    assert!(fixes.contains(&"mount -t tracefs nodev /sys/kernel/tracing"));
+    assert!(fixes.contains(&"sysctl vm.overcommit_memory=0"));
+}
+
+#[test]
+fn missing_files_are_reported_not_guessed() {
+    let dir = typical_tree();
+    fs::remove_dir_all(dir.path().join("sys/kernel/mm/transparent_hugepage")).unwrap();
+    fs::remove_file(
+        dir.path()
+            .join("sys/kernel/mm/hugepages/hugepages-2048kB/resv_hugepages"),
+    )
+    .unwrap();
+    let report = MachineReport::from_files(&SysRoot::at(dir.path()));
+    assert_eq!(report.thp.enabled, None);
+    assert!(report.thp.sizes.is_empty());
+    assert_eq!(report.hugetlb[0].reserved, None);
+    let missing: Vec<_> = report
+        .not_read
+        .iter()
+        .map(|n| (n.path.as_str(), n.reason.as_str()))
+        .collect();
+    assert!(
+        missing.contains(&("/sys/kernel/mm/transparent_hugepage/enabled", "missing")),
+        "{missing:?}"
+    );
+    assert!(missing.contains(&(
+        "/sys/kernel/mm/hugepages/hugepages-2048kB/resv_hugepages",
+        "missing"
+    )));
+}
+
+#[test]
+fn unreadable_files_are_reported_not_guessed() {
+    // A folder where a file should be fails to read for root too (EISDIR).
+    let dir = typical_tree();
+    let paranoid = dir.path().join("proc/sys/kernel/perf_event_paranoid");
+    fs::remove_file(&paranoid).unwrap();
+    fs::create_dir(&paranoid).unwrap();
+    let report = MachineReport::from_files(&SysRoot::at(dir.path()));
+    assert_eq!(report.perf.paranoid, None);
+    let entry = report
+        .not_read
+        .iter()
+        .find(|n| n.path == "/proc/sys/kernel/perf_event_paranoid")
+        .expect("recorded");
+    assert_ne!(entry.reason, "missing");
+}
+
+#[test]
+fn garbage_values_are_reported() {
+    let dir = typical_tree();
+    write(
+        dir.path(),
+        "/sys/kernel/mm/transparent_hugepage/enabled",
+        "always madvise never",
+    );
+    write(
+        dir.path(),
+        "/sys/kernel/mm/hugepages/hugepages-2048kB/nr_hugepages",
+        "lots",
+    );
+    let report = MachineReport::from_files(&SysRoot::at(dir.path()));
+    assert_eq!(report.thp.enabled, None);
+    assert_eq!(report.hugetlb[0].total, None);
+    assert!(report
+        .not_read
+        .iter()
+        .any(|n| n.reason.contains("no [selected] mode")));
+    assert!(report
+        .not_read
+        .iter()
+        .any(|n| n.reason.contains("not a number")));
+}
+
+#[test]
+fn live_probe_reads_this_machine() {
+    let report = MachineReport::probe();
+    assert!(report.kernel.release.is_some());
+    assert!(report.cpu.online_cpus >= 1);
+    assert!(!report.cpu.caches.is_empty());
+    // Every probe ran: none is left as "live probes were not run".
+    assert_ne!(
+        report.features.madv_populate_write.status,
+        ProbeStatus::NotTried
+    );
+    assert_eq!(report.perf.hardware.len(), 4);
+    assert_eq!(report.perf.software.len(), 4);
+    assert_eq!(report.features.map_hugetlb.len(), report.hugetlb.len());
+}

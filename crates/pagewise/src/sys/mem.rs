@@ -1,0 +1,410 @@
+//! Anonymous memory mappings: `mmap`, `munmap`, `madvise`, `mlock`, `mbind`.
+//!
+//! [`AnonMapping`] owns a range of address space and unmaps it on drop. Its
+//! contents are reachable only through `&self`/`&mut self` slices, so ordinary
+//! borrow rules keep access sound. A [`Populator`] is a second handle to the
+//! same range that can only ask the kernel to fault pages in; it never reads or
+//! writes the bytes, so it may run on another thread while the owner writes.
+
+use super::{SysError, SysResult};
+use std::ptr::NonNull;
+use std::sync::Arc;
+
+/// `MADV_POPULATE_WRITE` (Linux 5.14).
+const MADV_POPULATE_WRITE: libc::c_int = 23;
+/// `MADV_POPULATE_READ` (Linux 5.14).
+const MADV_POPULATE_READ: libc::c_int = 22;
+/// `MADV_COLLAPSE` (Linux 6.1).
+const MADV_COLLAPSE: libc::c_int = 25;
+/// Shift of the page-size field in `mmap` flags for `MAP_HUGETLB`.
+const MAP_HUGE_SHIFT: u32 = 26;
+
+/// How to map anonymous memory.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct MapOptions {
+    /// Back the mapping with hugetlb pages of this size (bytes, a power of two),
+    /// or ordinary pages when `None`.
+    pub hugetlb_page_size: Option<usize>,
+    /// `MAP_NORESERVE`: do not reserve hugetlb pages or swap up front. With
+    /// hugetlb this turns an empty pool into a SIGBUS on touch, so pagewise only
+    /// uses it to probe whether a page size exists.
+    pub no_reserve: bool,
+    /// `MAP_POPULATE`: fault everything in during `mmap` (best effort).
+    pub populate: bool,
+}
+
+/// Non-destructive `madvise` advice: none of these change the bytes a process
+/// reads back, so they are safe on memory that others are using.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Advice {
+    /// `MADV_HUGEPAGE`: eligible for transparent huge pages.
+    HugePage,
+    /// `MADV_NOHUGEPAGE`: never use transparent huge pages here.
+    NoHugePage,
+    /// `MADV_POPULATE_WRITE`: fault in writable pages now (reports errors).
+    PopulateWrite,
+    /// `MADV_POPULATE_READ`: fault in readable pages now.
+    PopulateRead,
+    /// `MADV_COLLAPSE`: collapse into transparent huge pages synchronously.
+    Collapse,
+    /// `MADV_DONTFORK`: children do not inherit the range.
+    DontFork,
+    /// `MADV_WIPEONFORK`: children see the range zero-filled.
+    WipeOnFork,
+    /// `MADV_WILLNEED`: read ahead.
+    WillNeed,
+    /// `MADV_SEQUENTIAL`: aggressive read-ahead, early reclaim.
+    Sequential,
+}
+
+impl Advice {
+    fn raw(self) -> libc::c_int {
+        match self {
+            Advice::HugePage => libc::MADV_HUGEPAGE,
+            Advice::NoHugePage => libc::MADV_NOHUGEPAGE,
+            Advice::PopulateWrite => MADV_POPULATE_WRITE,
+            Advice::PopulateRead => MADV_POPULATE_READ,
+            Advice::Collapse => MADV_COLLAPSE,
+            Advice::DontFork => libc::MADV_DONTFORK,
+            Advice::WipeOnFork => libc::MADV_WIPEONFORK,
+            Advice::WillNeed => libc::MADV_WILLNEED,
+            Advice::Sequential => libc::MADV_SEQUENTIAL,
+        }
+    }
+
+    fn call_name(self) -> &'static str {
+        match self {
+            Advice::HugePage => "madvise(MADV_HUGEPAGE)",
+            Advice::NoHugePage => "madvise(MADV_NOHUGEPAGE)",
+            Advice::PopulateWrite => "madvise(MADV_POPULATE_WRITE)",
+            Advice::PopulateRead => "madvise(MADV_POPULATE_READ)",
+            Advice::Collapse => "madvise(MADV_COLLAPSE)",
+            Advice::DontFork => "madvise(MADV_DONTFORK)",
+            Advice::WipeOnFork => "madvise(MADV_WIPEONFORK)",
+            Advice::WillNeed => "madvise(MADV_WILLNEED)",
+            Advice::Sequential => "madvise(MADV_SEQUENTIAL)",
+        }
+    }
+}
+
+/// Destructive advice: the pages' contents are dropped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Discard {
+    /// `MADV_DONTNEED`: free now; the next touch reads zeros.
+    DontNeed,
+    /// `MADV_FREE`: free lazily under memory pressure; contents undefined until written.
+    Free,
+}
+
+/// The owned address range; unmapped when the last handle goes.
+#[derive(Debug)]
+struct RawRange {
+    addr: NonNull<u8>,
+    len: usize,
+}
+
+// SAFETY: RawRange is only an address and a length; all access to the bytes goes through
+// AnonMapping's borrow-checked slices, and the kernel calls made through shared handles
+// (madvise populate/advice, munmap on last drop) are thread-safe.
+unsafe impl Send for RawRange {}
+// SAFETY: see Send above; &RawRange exposes no byte access.
+unsafe impl Sync for RawRange {}
+
+impl RawRange {
+    fn madvise(
+        &self,
+        offset: usize,
+        len: usize,
+        advice: libc::c_int,
+        call: &'static str,
+    ) -> SysResult<()> {
+        check_subrange(self.len, offset, len, call)?;
+        if len == 0 {
+            return Ok(());
+        }
+        // SAFETY: [addr+offset, +len) lies inside a mapping this process owns (checked above),
+        // and callers only pass advice that the type system allows on this handle.
+        let rc = unsafe { libc::madvise(self.addr.as_ptr().add(offset).cast(), len, advice) };
+        if rc != 0 {
+            return Err(SysError::last(call));
+        }
+        Ok(())
+    }
+}
+
+impl Drop for RawRange {
+    fn drop(&mut self) {
+        // SAFETY: the range was returned by mmap and nothing refers to it any more
+        // (this is the last handle).
+        unsafe {
+            libc::munmap(self.addr.as_ptr().cast(), self.len);
+        }
+    }
+}
+
+fn check_subrange(total: usize, offset: usize, len: usize, call: &'static str) -> SysResult<()> {
+    match offset.checked_add(len) {
+        Some(end) if end <= total => Ok(()),
+        _ => Err(SysError {
+            call,
+            source: std::io::Error::from_raw_os_error(libc::ERANGE),
+        }),
+    }
+}
+
+/// An anonymous private mapping, readable and writable, unmapped on drop.
+#[derive(Debug)]
+pub struct AnonMapping {
+    range: Arc<RawRange>,
+}
+
+impl AnonMapping {
+    /// Maps `len` bytes (`len` > 0; rounded up by the kernel to the page size in use).
+    ///
+    /// Costs one `mmap`; with `populate` also the faults for every page.
+    pub fn map(len: usize, options: MapOptions) -> SysResult<Self> {
+        if len == 0 {
+            return Err(SysError {
+                call: "mmap",
+                source: std::io::Error::from_raw_os_error(libc::EINVAL),
+            });
+        }
+        let mut flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS;
+        if let Some(page) = options.hugetlb_page_size {
+            if !page.is_power_of_two() {
+                return Err(SysError {
+                    call: "mmap(MAP_HUGETLB)",
+                    source: std::io::Error::from_raw_os_error(libc::EINVAL),
+                });
+            }
+            flags |= libc::MAP_HUGETLB | ((page.trailing_zeros() as libc::c_int) << MAP_HUGE_SHIFT);
+        }
+        if options.no_reserve {
+            flags |= libc::MAP_NORESERVE;
+        }
+        if options.populate {
+            flags |= libc::MAP_POPULATE;
+        }
+        // SAFETY: a fresh anonymous mapping at a kernel-chosen address cannot alias anything.
+        let addr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                flags,
+                -1,
+                0,
+            )
+        };
+        if addr == libc::MAP_FAILED {
+            return Err(SysError::last(if options.hugetlb_page_size.is_some() {
+                "mmap(MAP_HUGETLB)"
+            } else {
+                "mmap"
+            }));
+        }
+        let addr = NonNull::new(addr.cast::<u8>()).ok_or_else(|| SysError {
+            call: "mmap",
+            source: std::io::Error::from_raw_os_error(libc::ENOMEM),
+        })?;
+        Ok(AnonMapping {
+            range: Arc::new(RawRange { addr, len }),
+        })
+    }
+
+    /// Start address of the mapping.
+    pub fn addr(&self) -> usize {
+        self.range.addr.as_ptr() as usize
+    }
+
+    /// Length in bytes.
+    pub fn len(&self) -> usize {
+        self.range.len
+    }
+
+    /// Whether the mapping is empty (never true: zero-length maps are refused).
+    pub fn is_empty(&self) -> bool {
+        self.range.len == 0
+    }
+
+    /// The bytes, read-only.
+    pub fn as_slice(&self) -> &[u8] {
+        // SAFETY: the range is mapped readable for as long as `self.range` lives, and `&self`
+        // excludes any `&mut` view handed out by this owner.
+        unsafe { std::slice::from_raw_parts(self.range.addr.as_ptr(), self.range.len) }
+    }
+
+    /// The bytes, writable.
+    pub fn as_mut_slice(&mut self) -> &mut [u8] {
+        // SAFETY: the range is mapped writable; `&mut self` makes this the only view, and
+        // Populator handles never access the bytes.
+        unsafe { std::slice::from_raw_parts_mut(self.range.addr.as_ptr(), self.range.len) }
+    }
+
+    /// Applies non-destructive advice to `[offset, offset+len)`. One `madvise`.
+    pub fn advise(&self, offset: usize, len: usize, advice: Advice) -> SysResult<()> {
+        self.range
+            .madvise(offset, len, advice.raw(), advice.call_name())
+    }
+
+    /// Drops the contents of `[offset, offset+len)`; needs `&mut` because it changes
+    /// what later reads return. One `madvise`.
+    pub fn discard(&mut self, offset: usize, len: usize, how: Discard) -> SysResult<()> {
+        let (raw, name) = match how {
+            Discard::DontNeed => (libc::MADV_DONTNEED, "madvise(MADV_DONTNEED)"),
+            Discard::Free => (libc::MADV_FREE, "madvise(MADV_FREE)"),
+        };
+        self.range.madvise(offset, len, raw, name)
+    }
+
+    /// Locks the whole mapping in memory (`mlock`), faulting it in.
+    pub fn lock(&self) -> SysResult<()> {
+        // SAFETY: the range is a live mapping owned by this process.
+        let rc = unsafe { libc::mlock(self.range.addr.as_ptr().cast(), self.range.len) };
+        if rc != 0 {
+            return Err(SysError::last("mlock"));
+        }
+        Ok(())
+    }
+
+    /// Binds the mapping's future pages to NUMA node `node` (`mbind(MPOL_BIND)`).
+    pub fn bind_to_node(&self, node: u32) -> SysResult<()> {
+        const MPOL_BIND: libc::c_long = 2;
+        let bits = libc::c_ulong::BITS as usize;
+        let mut mask = vec![0 as libc::c_ulong; node as usize / bits + 1];
+        mask[node as usize / bits] |= 1 << (node as usize % bits);
+        // SAFETY: mbind reads `mask` (maxnode bits) and changes only the policy of a range
+        // this process owns.
+        let rc = unsafe {
+            libc::syscall(
+                libc::SYS_mbind,
+                self.range.addr.as_ptr(),
+                self.range.len,
+                MPOL_BIND,
+                mask.as_ptr(),
+                (mask.len() * bits) as libc::c_ulong,
+                0 as libc::c_ulong,
+            )
+        };
+        if rc != 0 {
+            return Err(SysError::last("mbind"));
+        }
+        Ok(())
+    }
+
+    /// Keeps only `[offset, offset+len)` and unmaps the rest (used to trim an
+    /// over-sized mapping to an aligned window). Offsets must be page-aligned
+    /// for the mapping's page size. Costs up to two `munmap` calls.
+    pub fn trim(self, offset: usize, len: usize) -> SysResult<Self> {
+        check_subrange(self.range.len, offset, len, "munmap")?;
+        let range = Arc::try_unwrap(self.range).map_err(|_| SysError {
+            call: "munmap",
+            source: std::io::Error::from_raw_os_error(libc::EBUSY),
+        })?;
+        let base = range.addr.as_ptr();
+        let total = range.len;
+        std::mem::forget(range);
+        let tail = total - offset - len;
+        // SAFETY: the head and tail lie inside the mapping we own exclusively (try_unwrap
+        // succeeded); after this the object covers only the kept window.
+        unsafe {
+            if offset > 0 {
+                libc::munmap(base.cast(), offset);
+            }
+            if tail > 0 {
+                libc::munmap(base.add(offset + len).cast(), tail);
+            }
+        }
+        // SAFETY: base + offset is inside the original non-null mapping.
+        let addr = unsafe { NonNull::new_unchecked(base.add(offset)) };
+        Ok(AnonMapping {
+            range: Arc::new(RawRange { addr, len }),
+        })
+    }
+
+    /// A handle that can populate this mapping from another thread.
+    pub fn populator(&self) -> Populator {
+        Populator {
+            range: Arc::clone(&self.range),
+        }
+    }
+}
+
+/// Faults in pages of an [`AnonMapping`] without touching its bytes.
+///
+/// Keeps the address range mapped while it lives, so it is safe to send to a
+/// worker thread.
+#[derive(Debug, Clone)]
+pub struct Populator {
+    range: Arc<RawRange>,
+}
+
+impl Populator {
+    /// Applies non-destructive advice (typically [`Advice::PopulateWrite`]) to a subrange.
+    pub fn advise(&self, offset: usize, len: usize, advice: Advice) -> SysResult<()> {
+        self.range
+            .madvise(offset, len, advice.raw(), advice.call_name())
+    }
+
+    /// Length of the whole mapping.
+    pub fn len(&self) -> usize {
+        self.range.len
+    }
+
+    /// Whether the mapping is empty (never true).
+    pub fn is_empty(&self) -> bool {
+        self.range.len == 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn map_write_and_read_back() {
+        let mut m = AnonMapping::map(3 * 4096, MapOptions::default()).unwrap();
+        m.as_mut_slice()[5000] = 7;
+        assert_eq!(m.as_slice()[5000], 7);
+        assert_eq!(m.as_slice()[0], 0);
+    }
+
+    #[test]
+    fn zero_length_is_refused() {
+        let err = AnonMapping::map(0, MapOptions::default()).unwrap_err();
+        assert_eq!(err.errno(), Some(libc::EINVAL));
+    }
+
+    #[test]
+    fn advice_out_of_range_is_refused() {
+        let m = AnonMapping::map(4096, MapOptions::default()).unwrap();
+        let err = m.advise(0, 8192, Advice::WillNeed).unwrap_err();
+        assert_eq!(err.errno(), Some(libc::ERANGE));
+    }
+
+    #[test]
+    fn trim_keeps_the_window_contents() {
+        let mut m = AnonMapping::map(4 * 4096, MapOptions::default()).unwrap();
+        m.as_mut_slice()[4096] = 42;
+        let kept = m.trim(4096, 2 * 4096).unwrap();
+        assert_eq!(kept.len(), 8192);
+        assert_eq!(kept.as_slice()[0], 42);
+    }
+
+    #[test]
+    fn discard_zeroes_pages() {
+        let mut m = AnonMapping::map(4096, MapOptions::default()).unwrap();
+        m.as_mut_slice()[10] = 1;
+        m.discard(0, 4096, Discard::DontNeed).unwrap();
+        assert_eq!(m.as_slice()[10], 0);
+    }
+
+    #[test]
+    fn populator_outlives_owner_safely() {
+        let m = AnonMapping::map(8192, MapOptions::default()).unwrap();
+        let p = m.populator();
+        drop(m);
+        // The range stays mapped until the populator goes.
+        p.advise(0, 8192, Advice::WillNeed).unwrap();
+    }
+}

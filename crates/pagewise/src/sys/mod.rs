@@ -1,0 +1,58 @@
+//! The only place in pagewise that makes raw system calls or uses `unsafe`.
+//!
+//! Each submodule wraps one family of kernel interfaces in small, typed, safe
+//! functions. Every `unsafe` block carries a `// SAFETY:` line saying why it is
+//! sound. Code above this layer never touches raw pointers or errno.
+
+pub mod cpu;
+pub mod libc_info;
+pub mod mem;
+pub mod pagemap;
+pub mod perf;
+pub mod prctl;
+
+use std::io;
+
+/// A failed system call: which call, and the errno it returned.
+///
+/// Cheap to create; carries no allocation beyond the `io::Error`.
+#[derive(Debug, thiserror::Error)]
+#[error("{call} failed: {source}")]
+pub struct SysError {
+    /// The system call (or libc function) that failed, for example `"mmap"`.
+    pub call: &'static str,
+    /// The errno, as an `io::Error`.
+    #[source]
+    pub source: io::Error,
+}
+
+impl SysError {
+    /// Captures `errno` right after a failed call.
+    pub(crate) fn last(call: &'static str) -> Self {
+        SysError {
+            call,
+            source: io::Error::last_os_error(),
+        }
+    }
+
+    /// The raw errno value, if the error came from the OS.
+    pub fn errno(&self) -> Option<i32> {
+        self.source.raw_os_error()
+    }
+}
+
+/// Result of a wrapped system call.
+pub type SysResult<T> = Result<T, SysError>;
+
+/// The base page size of this machine in bytes (4096 on x86-64).
+///
+/// Costs one `sysconf` call.
+pub fn base_page_size() -> usize {
+    // SAFETY: sysconf has no memory-safety preconditions.
+    let size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    if size > 0 {
+        size as usize
+    } else {
+        4096
+    }
+}
