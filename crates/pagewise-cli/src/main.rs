@@ -3,8 +3,10 @@
 
 #![forbid(unsafe_code)]
 
+mod bench;
 mod doctor;
 mod format;
+mod progress;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -21,6 +23,11 @@ struct Cli {
 enum Command {
     /// What this machine offers for memory-path performance, and what to change.
     Doctor(doctor::DoctorArgs),
+    /// Rerun a claim side by side with its baseline, as ratios, on this machine.
+    Bench {
+        #[command(subcommand)]
+        experiment: bench::Experiment,
+    },
 }
 
 fn main() -> ExitCode {
@@ -30,6 +37,7 @@ fn main() -> ExitCode {
     };
     let result = match cli.command {
         Command::Doctor(args) => doctor::run(&args),
+        Command::Bench { experiment } => bench::run(&experiment),
     };
     match result {
         Ok(code) => code,

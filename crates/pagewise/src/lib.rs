@@ -5,6 +5,8 @@
 //!
 //! - [`probe`]: what this machine offers (page sizes, pools, THP modes, kernel
 //!   features, perf access, CPU, glibc) and what to change; behind `pagewise doctor`.
+//! - [`bench`]: statistics, progress and machine description shared by every
+//!   `pagewise bench` experiment.
 //! - [`sys`]: the only layer with raw system calls and `unsafe`; everything
 //!   else is safe Rust built on it.
 //!
@@ -14,6 +16,7 @@
 // `unsafe` lives only in `sys`; the compiler enforces it for every other module.
 #![deny(unsafe_code)]
 
+pub mod bench;
 pub mod probe;
 #[allow(unsafe_code)]
 pub mod sys;

@@ -1,0 +1,34 @@
+//! `pagewise bench <experiment>`: reruns each claim side by side with its baseline.
+
+use crate::progress::StderrProgress;
+use std::process::ExitCode;
+
+/// Options every experiment takes.
+#[derive(Debug, Clone, clap::Args)]
+pub struct CommonArgs {
+    /// Trials per row; medians and min–max are taken over them.
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub trials: u32,
+    /// Print JSON (schema `pagewise.bench.<experiment>/1`) instead of a table.
+    #[arg(long)]
+    pub json: bool,
+    /// No progress on stderr.
+    #[arg(long, short)]
+    pub quiet: bool,
+}
+
+impl CommonArgs {
+    /// The progress display these options ask for.
+    pub fn progress(&self) -> StderrProgress {
+        StderrProgress::new(self.quiet)
+    }
+}
+
+/// The experiments.
+#[derive(Debug, clap::Subcommand)]
+pub enum Experiment {}
+
+/// Runs one experiment.
+pub fn run(experiment: &Experiment) -> anyhow::Result<ExitCode> {
+    match *experiment {}
+}

@@ -1,0 +1,49 @@
+//! Progress on stderr for long-running work: a bar on a terminal, one line per
+//! step otherwise (CI logs), nothing with `--quiet`.
+
+use indicatif::{ProgressBar, ProgressStyle};
+use std::io::IsTerminal;
+
+/// A [`pagewise::bench::Progress`] that draws on stderr.
+pub struct StderrProgress {
+    bar: Option<ProgressBar>,
+    quiet: bool,
+}
+
+impl StderrProgress {
+    /// A progress display; `quiet` silences it.
+    pub fn new(quiet: bool) -> Self {
+        let bar = (!quiet && std::io::stderr().is_terminal()).then(|| {
+            let bar = ProgressBar::new(0);
+            bar.set_style(
+                ProgressStyle::with_template("{elapsed:>4} [{bar:30}] {pos}/{len} {msg}")
+                    .expect("static template")
+                    .progress_chars("=> "),
+            );
+            bar
+        });
+        StderrProgress { bar, quiet }
+    }
+}
+
+impl pagewise::bench::Progress for StderrProgress {
+    fn update(&self, done: usize, total: usize, what: &str) {
+        match &self.bar {
+            Some(bar) => {
+                bar.set_length(total as u64);
+                bar.set_position(done as u64);
+                bar.set_message(what.to_owned());
+            }
+            None if !self.quiet => eprintln!("[{done}/{total}] {what}"),
+            None => {}
+        }
+    }
+}
+
+impl Drop for StderrProgress {
+    fn drop(&mut self) {
+        if let Some(bar) = &self.bar {
+            bar.finish_and_clear();
+        }
+    }
+}

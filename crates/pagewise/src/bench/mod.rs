@@ -1,0 +1,113 @@
+//! The machinery shared by every `pagewise bench` experiment: trial
+//! statistics, progress reporting and the machine description that goes with
+//! each result. Experiments themselves live in submodules.
+//!
+//! Rules every experiment follows (see docs/BENCHMARKS.md): the baseline is
+//! measured in the same run, trials are interleaved where possible, results are
+//! medians with min–max, and comparisons are ratios of medians.
+
+use crate::probe::MachineReport;
+use serde::Serialize;
+
+/// Median, minimum and maximum of a set of trials.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Summary {
+    /// The median (mean of the two middle values for an even count).
+    pub median: f64,
+    /// The smallest trial.
+    pub min: f64,
+    /// The largest trial.
+    pub max: f64,
+}
+
+impl Summary {
+    /// Summarises `samples`; `None` when there are none or any is NaN.
+    /// Costs a sort of a copy of the samples.
+    pub fn of(samples: &[f64]) -> Option<Summary> {
+        if samples.is_empty() || samples.iter().any(|s| s.is_nan()) {
+            return None;
+        }
+        let mut sorted = samples.to_vec();
+        sorted.sort_by(|a, b| a.total_cmp(b));
+        let n = sorted.len();
+        let median = if n % 2 == 1 {
+            sorted[n / 2]
+        } else {
+            (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0
+        };
+        Some(Summary {
+            median,
+            min: sorted[0],
+            max: sorted[n - 1],
+        })
+    }
+}
+
+/// Receives progress from long-running experiments.
+pub trait Progress {
+    /// `done` of `total` steps are finished; `what` names the step now running.
+    fn update(&self, done: usize, total: usize, what: &str);
+}
+
+/// Progress that goes nowhere (tests, library callers that do not care).
+#[derive(Debug, Default, Clone, Copy)]
+pub struct NoProgress;
+
+impl Progress for NoProgress {
+    fn update(&self, _done: usize, _total: usize, _what: &str) {}
+}
+
+/// The part of `pagewise doctor` that a benchmark result must carry to be
+/// comparable: CPU, caches, kernel, page-size settings, glibc.
+#[derive(Debug, Clone, Serialize)]
+pub struct Machine {
+    /// CPU model name.
+    pub cpu: Option<String>,
+    /// Logical CPUs online.
+    pub online_cpus: usize,
+    /// Cache sizes, e.g. `["L1 Data 48 KiB", …]` in bytes per level.
+    pub caches: Vec<crate::probe::Cache>,
+    /// Kernel release.
+    pub kernel: Option<String>,
+    /// THP `enabled` mode.
+    pub thp_enabled: Option<String>,
+    /// hugetlb pools at the start of the run.
+    pub hugetlb: Vec<crate::probe::HugetlbPool>,
+    /// glibc version.
+    pub glibc: Option<String>,
+}
+
+impl Machine {
+    /// Describes this machine (runs the doctor probe: tens of milliseconds).
+    pub fn describe() -> Machine {
+        let r = MachineReport::probe();
+        Machine {
+            cpu: r.cpu.model,
+            online_cpus: r.cpu.online_cpus,
+            caches: r.cpu.caches,
+            kernel: r.kernel.release,
+            thp_enabled: r.thp.enabled,
+            hugetlb: r.hugetlb,
+            glibc: r.glibc.version,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn summary_of_odd_and_even_counts() {
+        let s = Summary::of(&[3.0, 1.0, 2.0]).unwrap();
+        assert_eq!((s.median, s.min, s.max), (2.0, 1.0, 3.0));
+        let s = Summary::of(&[4.0, 1.0, 3.0, 2.0]).unwrap();
+        assert_eq!((s.median, s.min, s.max), (2.5, 1.0, 4.0));
+    }
+
+    #[test]
+    fn summary_of_nothing_or_nan() {
+        assert_eq!(Summary::of(&[]), None);
+        assert_eq!(Summary::of(&[1.0, f64::NAN]), None);
+    }
+}
