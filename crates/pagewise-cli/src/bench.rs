@@ -26,9 +26,14 @@ impl CommonArgs {
 
 /// The experiments.
 #[derive(Debug, clap::Subcommand)]
-pub enum Experiment {}
+pub enum Experiment {
+    /// Allocate, write three times: what the first touch costs per allocation strategy.
+    FirstTouch(crate::bench_first_touch::FirstTouchArgs),
+}
 
 /// Runs one experiment.
 pub fn run(experiment: &Experiment) -> anyhow::Result<ExitCode> {
-    match *experiment {}
+    match experiment {
+        Experiment::FirstTouch(args) => crate::bench_first_touch::run(args),
+    }
 }

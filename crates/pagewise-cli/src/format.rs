@@ -20,6 +20,11 @@ pub fn bytes(n: u64) -> String {
     }
 }
 
+/// clap value parser for byte sizes (`1GiB`, `64K`, `4096`).
+pub fn parse_size_arg(text: &str) -> Result<u64, String> {
+    pagewise::units::parse_size(text).map_err(|e| e.to_string())
+}
+
 /// An optional value, or a mark that it could not be read.
 pub fn or_unread<T: std::fmt::Display>(value: Option<T>) -> String {
     value.map_or_else(|| "(not readable)".to_owned(), |v| v.to_string())

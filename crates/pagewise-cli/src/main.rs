@@ -4,6 +4,7 @@
 #![forbid(unsafe_code)]
 
 mod bench;
+mod bench_first_touch;
 mod doctor;
 mod format;
 mod progress;

@@ -5,6 +5,9 @@
 //!
 //! - [`probe`]: what this machine offers (page sizes, pools, THP modes, kernel
 //!   features, perf access, CPU, glibc) and what to change; behind `pagewise doctor`.
+//! - [`region`]: huge-page regions populated before the hot path touches
+//!   them, with a verified report of what the kernel granted.
+//! - [`observe`]: what the kernel says about memory (smaps).
 //! - [`bench`]: statistics, progress and machine description shared by every
 //!   `pagewise bench` experiment.
 //! - [`sys`]: the only layer with raw system calls and `unsafe`; everything
@@ -17,6 +20,9 @@
 #![deny(unsafe_code)]
 
 pub mod bench;
+pub mod observe;
 pub mod probe;
+pub mod region;
 #[allow(unsafe_code)]
 pub mod sys;
+pub mod units;

@@ -6,6 +6,8 @@
 //! measured in the same run, trials are interleaved where possible, results are
 //! medians with min–max, and comparisons are ratios of medians.
 
+pub mod first_touch;
+
 use crate::probe::MachineReport;
 use serde::Serialize;
 

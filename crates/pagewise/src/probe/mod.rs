@@ -389,6 +389,34 @@ impl MachineReport {
     }
 }
 
+/// The hugetlb pools of the live machine, smallest page size first.
+/// Costs a directory listing and four small file reads per pool.
+pub fn hugetlb_pools() -> Vec<HugetlbPool> {
+    read_hugetlb(&SysRoot::live())
+}
+
+/// The live hugetlb pool of one page size, if the kernel has it.
+pub fn hugetlb_pool(page_size: usize) -> Option<HugetlbPool> {
+    hugetlb_pools()
+        .into_iter()
+        .find(|p| p.page_size_bytes == page_size as u64)
+}
+
+/// Pages of `page_size` that a new mapping could reserve now (free minus
+/// reserved); 0 when there is no such pool or it cannot be read.
+pub fn hugetlb_available(page_size: usize) -> u64 {
+    hugetlb_pool(page_size)
+        .and_then(|p| p.available())
+        .unwrap_or(0)
+}
+
+/// The live THP `enabled` mode (`always`, `madvise`, `never`), if readable.
+pub fn thp_enabled_mode() -> Option<String> {
+    let root = SysRoot::live();
+    let text = root.read(&format!("{THP}/enabled"))?;
+    parse::bracketed_mode(&text)
+}
+
 fn read_hugetlb(root: &SysRoot) -> Vec<HugetlbPool> {
     let Some(entries) = root.list(HUGEPAGES) else {
         return vec![];

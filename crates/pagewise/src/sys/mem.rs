@@ -156,6 +156,7 @@ fn check_subrange(total: usize, offset: usize, len: usize, call: &'static str) -
 #[derive(Debug)]
 pub struct AnonMapping {
     range: Arc<RawRange>,
+    hugetlb_page_size: Option<usize>,
 }
 
 impl AnonMapping {
@@ -209,7 +210,13 @@ impl AnonMapping {
         })?;
         Ok(AnonMapping {
             range: Arc::new(RawRange { addr, len }),
+            hugetlb_page_size: options.hugetlb_page_size,
         })
+    }
+
+    /// The hugetlb page size, when this is a hugetlb mapping.
+    pub fn hugetlb_page_size(&self) -> Option<usize> {
+        self.hugetlb_page_size
     }
 
     /// Start address of the mapping.
@@ -297,6 +304,7 @@ impl AnonMapping {
     /// for the mapping's page size. Costs up to two `munmap` calls.
     pub fn trim(self, offset: usize, len: usize) -> SysResult<Self> {
         check_subrange(self.range.len, offset, len, "munmap")?;
+        let hugetlb_page_size = self.hugetlb_page_size;
         let range = Arc::try_unwrap(self.range).map_err(|_| SysError {
             call: "munmap",
             source: std::io::Error::from_raw_os_error(libc::EBUSY),
@@ -319,6 +327,7 @@ impl AnonMapping {
         let addr = unsafe { NonNull::new_unchecked(base.add(offset)) };
         Ok(AnonMapping {
             range: Arc::new(RawRange { addr, len }),
+            hugetlb_page_size,
         })
     }
 
@@ -357,6 +366,52 @@ impl Populator {
     }
 }
 
+/// A zeroed block from the C heap (`calloc`), freed with `free` on drop.
+///
+/// Above glibc's mmap threshold this is a fresh `mmap` that glibc does not
+/// touch (it knows the pages are zero), so it faults exactly like `malloc`:
+/// that is what benchmarks compare against.
+#[derive(Debug)]
+pub struct CHeapBlock {
+    ptr: NonNull<u8>,
+    len: usize,
+}
+
+// SAFETY: the block is exclusively owned; glibc's free may be called from any thread.
+unsafe impl Send for CHeapBlock {}
+
+impl CHeapBlock {
+    /// Allocates `len` zeroed bytes (`len` > 0). One `calloc` call.
+    pub fn calloc(len: usize) -> SysResult<CHeapBlock> {
+        // SAFETY: calloc has no preconditions; the result is checked for NULL.
+        let ptr = unsafe { libc::calloc(len.max(1), 1) };
+        let ptr = NonNull::new(ptr.cast::<u8>()).ok_or_else(|| SysError {
+            call: "calloc",
+            source: std::io::Error::from_raw_os_error(libc::ENOMEM),
+        })?;
+        Ok(CHeapBlock { ptr, len })
+    }
+
+    /// The bytes, writable.
+    pub fn as_mut_slice(&mut self) -> &mut [u8] {
+        // SAFETY: calloc returned len zero-initialised bytes owned by self; &mut self is unique.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
+    }
+
+    /// The bytes, read-only.
+    pub fn as_slice(&self) -> &[u8] {
+        // SAFETY: as above, shared borrow.
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
+    }
+}
+
+impl Drop for CHeapBlock {
+    fn drop(&mut self) {
+        // SAFETY: ptr came from calloc and is freed exactly once.
+        unsafe { libc::free(self.ptr.as_ptr().cast()) }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -367,6 +422,14 @@ mod tests {
         m.as_mut_slice()[5000] = 7;
         assert_eq!(m.as_slice()[5000], 7);
         assert_eq!(m.as_slice()[0], 0);
+    }
+
+    #[test]
+    fn heap_block_is_zeroed_and_writable() {
+        let mut b = CHeapBlock::calloc(1 << 20).unwrap();
+        assert!(b.as_slice().iter().all(|&x| x == 0));
+        b.as_mut_slice()[1000] = 3;
+        assert_eq!(b.as_slice()[1000], 3);
     }
 
     #[test]
