@@ -29,11 +29,18 @@ impl CommonArgs {
 pub enum Experiment {
     /// Allocate, write three times: what the first touch costs per allocation strategy.
     FirstTouch(crate::bench_first_touch::FirstTouchArgs),
+    /// Threads that malloc, fill and free large buffers: glibc vs keep-heap vs Buffer.
+    HeapChurn(crate::bench_heap_churn::HeapChurnArgs),
+    /// One heap-churn worker process (internal).
+    #[command(hide = true)]
+    HeapChurnWorker(crate::bench_heap_churn::WorkerArgs),
 }
 
 /// Runs one experiment.
 pub fn run(experiment: &Experiment) -> anyhow::Result<ExitCode> {
     match experiment {
         Experiment::FirstTouch(args) => crate::bench_first_touch::run(args),
+        Experiment::HeapChurn(args) => crate::bench_heap_churn::run(args),
+        Experiment::HeapChurnWorker(args) => crate::bench_heap_churn::worker(args),
     }
 }

@@ -5,9 +5,11 @@
 
 mod bench;
 mod bench_first_touch;
+mod bench_heap_churn;
 mod doctor;
 mod format;
 mod progress;
+mod run;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -24,6 +26,8 @@ struct Cli {
 enum Command {
     /// What this machine offers for memory-path performance, and what to change.
     Doctor(doctor::DoctorArgs),
+    /// Run an unmodified program with memory-path fixes applied (`-- CMD ARGS`).
+    Run(run::RunArgs),
     /// Rerun a claim side by side with its baseline, as ratios, on this machine.
     Bench {
         #[command(subcommand)]
@@ -39,6 +43,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Doctor(args) => doctor::run(&args),
         Command::Bench { experiment } => bench::run(&experiment),
+        Command::Run(args) => run::run(&args),
     };
     match result {
         Ok(code) => code,

@@ -7,6 +7,10 @@
 //!   features, perf access, CPU, glibc) and what to change; behind `pagewise doctor`.
 //! - [`region`]: huge-page regions populated before the hot path touches
 //!   them, with a verified report of what the kernel granted.
+//! - [`buffer`]: a growable buffer over reserved address space that keeps
+//!   its pages across `clear`, so reuse never faults.
+//! - [`launch`]: what `pagewise run` needs to start unmodified programs
+//!   (linkage checks, glibc tunables for `--keep-heap`).
 //! - [`observe`]: what the kernel says about memory (smaps).
 //! - [`bench`]: statistics, progress and machine description shared by every
 //!   `pagewise bench` experiment.
@@ -20,6 +24,8 @@
 #![deny(unsafe_code)]
 
 pub mod bench;
+pub mod buffer;
+pub mod launch;
 pub mod observe;
 pub mod probe;
 pub mod region;

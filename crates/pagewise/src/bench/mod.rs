@@ -7,6 +7,7 @@
 //! medians with min–max, and comparisons are ratios of medians.
 
 pub mod first_touch;
+pub mod heap_churn;
 
 use crate::probe::MachineReport;
 use serde::Serialize;

@@ -10,6 +10,7 @@ pub mod mem;
 pub mod pagemap;
 pub mod perf;
 pub mod prctl;
+pub mod time;
 
 use std::io;
 
