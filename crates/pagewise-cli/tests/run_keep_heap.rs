@@ -138,43 +138,36 @@ fn no_fix_and_no_command_are_errors() {
     );
 }
 
+fn assert_refused(bin: &Path, expected: &str) {
+    let out = pagewise()
+        .args(["run", "--keep-heap", "--"])
+        .arg(bin)
+        .assert()
+        .failure()
+        .get_output()
+        .clone();
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert!(stderr.contains(expected), "{stderr}");
+    assert_eq!(stderr.trim_end().lines().count(), 1, "{stderr}");
+}
+
 #[test]
 fn static_and_musl_programs_are_refused() {
     let dir = tempfile::tempdir().unwrap();
     let src = "int main(void) { return 0; }\n";
-    match compile(dir.path(), "static", src, &["-static"]) {
-        Some(bin) => {
-            let out = pagewise()
-                .args(["run", "--keep-heap", "--"])
-                .arg(&bin)
-                .assert()
-                .failure()
-                .get_output()
-                .clone();
-            let stderr = String::from_utf8(out.stderr).unwrap();
-            assert!(stderr.contains("statically linked"), "{stderr}");
-            assert_eq!(stderr.trim_end().lines().count(), 1);
+    let cases = [
+        ("static", &["-static"][..], "statically linked"),
+        (
+            "musl",
+            &["-Wl,--dynamic-linker=/lib/ld-musl-x86_64.so.1"][..],
+            "linked against musl",
+        ),
+    ];
+    for (name, flags, expected) in cases {
+        match compile(dir.path(), name, src, flags) {
+            Some(bin) => assert_refused(&bin, expected),
+            None => eprintln!("skipped the {name} case: cc {flags:?} does not work here"),
         }
-        None => eprintln!("skipped the static case: cc -static does not work here"),
-    }
-    match compile(
-        dir.path(),
-        "musl",
-        src,
-        &["-Wl,--dynamic-linker=/lib/ld-musl-x86_64.so.1"],
-    ) {
-        Some(bin) => {
-            let out = pagewise()
-                .args(["run", "--keep-heap", "--"])
-                .arg(&bin)
-                .assert()
-                .failure()
-                .get_output()
-                .clone();
-            let stderr = String::from_utf8(out.stderr).unwrap();
-            assert!(stderr.contains("linked against musl"), "{stderr}");
-        }
-        None => eprintln!("skipped the musl case: cannot link with a musl interpreter path"),
     }
 }
 

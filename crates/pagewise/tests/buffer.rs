@@ -2,8 +2,8 @@
 //! checked with the kernel's page-fault counter.
 
 use pagewise::buffer::{Buffer, BufferOptions, Pretouch};
+use pagewise::observe::faults_during;
 use pagewise::sys::mem::Discard;
-use pagewise::sys::perf::{self, Counter, CounterSpec, EventType};
 use proptest::prelude::*;
 use std::io::Write;
 
@@ -77,17 +77,6 @@ proptest! {
             prop_assert!(report.moves <= doublings, "{} moves for peak {} over {}", report.moves, peak, reserved);
         }
     }
-}
-
-fn faults_during(f: impl FnOnce()) -> Option<u64> {
-    let spec = CounterSpec {
-        exclude_kernel: !pagewise::sys::libc_info::is_root(),
-        ..CounterSpec::new(EventType::Software, perf::SW_PAGE_FAULTS)
-    };
-    let counter = Counter::open(&spec, 0).ok()?;
-    let before = counter.read().ok()?;
-    f();
-    Some(counter.read().ok()? - before)
 }
 
 #[test]

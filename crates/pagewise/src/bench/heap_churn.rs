@@ -13,7 +13,7 @@ use super::{Machine, Progress, Summary};
 use crate::buffer::{Buffer, BufferOptions, Pretouch};
 use crate::launch::keep_heap;
 use crate::sys::mem::CHeapBlock;
-use crate::sys::perf::{self, Counter, CounterSpec, EventType};
+use crate::sys::perf::{Counter, CounterSpec, EventType};
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 use std::sync::{Arc, Barrier};
@@ -105,17 +105,12 @@ struct ThreadCounters {
 
 impl ThreadCounters {
     fn open() -> ThreadCounters {
-        let root = crate::sys::libc_info::is_root();
-        let sw = CounterSpec {
-            exclude_kernel: !root,
-            ..CounterSpec::new(EventType::Software, perf::SW_PAGE_FAULTS)
-        };
         let tracepoint = |name: &str| {
             let id = crate::probe::live_tracepoint_id(name).ok()?;
             Counter::open(&CounterSpec::new(EventType::Tracepoint, id), 0).ok()
         };
         ThreadCounters {
-            faults: Counter::open(&sw, 0).ok(),
+            faults: crate::observe::thread_page_fault_counter().ok(),
             mmaps: tracepoint("syscalls:sys_enter_mmap"),
             munmaps: tracepoint("syscalls:sys_enter_munmap"),
         }
@@ -448,21 +443,13 @@ mod tests {
         assert!(buffer.wall_s > 0.0);
         let malloc = run_worker(WorkerMode::Malloc, &workload).unwrap();
         assert_eq!(malloc.iterations, 40);
-        let counting = pagewise_counts_faults();
+        let counting = crate::observe::thread_page_fault_counter().is_ok();
         if counting {
             // The buffer was faulted in at its largest size before the loop.
             assert_eq!(buffer.faults, 0);
         } else {
             eprintln!("skipped the fault check: the page-faults event does not open here");
         }
-    }
-
-    fn pagewise_counts_faults() -> bool {
-        let spec = CounterSpec {
-            exclude_kernel: !crate::sys::libc_info::is_root(),
-            ..CounterSpec::new(EventType::Software, perf::SW_PAGE_FAULTS)
-        };
-        Counter::open(&spec, 0).is_ok()
     }
 
     #[test]
