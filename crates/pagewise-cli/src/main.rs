@@ -10,6 +10,7 @@ mod doctor;
 mod format;
 mod progress;
 mod run;
+mod text;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -28,6 +29,11 @@ enum Command {
     Doctor(doctor::DoctorArgs),
     /// Run an unmodified program with memory-path fixes applied (`-- CMD ARGS`).
     Run(run::RunArgs),
+    /// Hot text: function ordering and footprints from profiles.
+    Text {
+        #[command(subcommand)]
+        command: text::TextCommand,
+    },
     /// Rerun a claim side by side with its baseline, as ratios, on this machine.
     Bench {
         #[command(subcommand)]
@@ -44,6 +50,7 @@ fn main() -> ExitCode {
         Command::Doctor(args) => doctor::run(&args),
         Command::Bench { experiment } => bench::run(&experiment),
         Command::Run(args) => run::run(&args),
+        Command::Text { command } => text::run(&command),
     };
     match result {
         Ok(code) => code,

@@ -12,6 +12,8 @@
 //! - [`launch`]: what `pagewise run` needs to start unmodified programs
 //!   (linkage checks, glibc tunables for `--keep-heap`).
 //! - [`observe`]: what the kernel says about memory (smaps).
+//! - [`text`]: hot text on huge pages (the move behind `pagewise run
+//!   --huge-text`) and perf map files.
 //! - [`bench`]: statistics, progress and machine description shared by every
 //!   `pagewise bench` experiment.
 //! - [`sys`]: the only layer with raw system calls and `unsafe`; everything
@@ -31,4 +33,5 @@ pub mod probe;
 pub mod region;
 #[allow(unsafe_code)]
 pub mod sys;
+pub mod text;
 pub mod units;

@@ -331,6 +331,14 @@ impl AnonMapping {
         })
     }
 
+    /// Gives up ownership of the range without unmapping it: for a mapping
+    /// that `mremap` has moved elsewhere (its old address range is gone).
+    pub(crate) fn forget_moved(self) {
+        if let Ok(range) = Arc::try_unwrap(self.range) {
+            std::mem::forget(range);
+        }
+    }
+
     /// A handle that can populate this mapping from another thread.
     pub fn populator(&self) -> Populator {
         Populator {

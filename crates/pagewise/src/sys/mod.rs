@@ -5,11 +5,13 @@
 //! sound. Code above this layer never touches raw pointers or errno.
 
 pub mod cpu;
+pub mod dl;
 pub mod libc_info;
 pub mod mem;
 pub mod pagemap;
 pub mod perf;
 pub mod prctl;
+pub mod text;
 pub mod time;
 
 use std::io;
