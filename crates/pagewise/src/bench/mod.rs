@@ -8,6 +8,7 @@
 
 pub mod first_touch;
 pub mod heap_churn;
+pub mod itlb;
 
 use crate::probe::MachineReport;
 use serde::Serialize;
