@@ -205,6 +205,9 @@ fn time_once(exe: &Path, program: &Path, huge: bool, rounds: u64) -> Result<f64,
     Ok(ns / 1e9)
 }
 
+/// Samples one run of a program (with its arguments) and returns its profile.
+pub type Profiler<'a> = &'a dyn Fn(&Path, &[String]) -> Result<Profile, String>;
+
 /// What to run.
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -278,7 +281,7 @@ fn text_bytes(binary: &Path) -> u64 {
 /// arguments) and returns its profile; the CLI passes pagewise's profiler.
 pub fn run(
     config: &Config,
-    profile: &dyn Fn(&Path, &[String]) -> Result<Profile, String>,
+    profile: Profiler<'_>,
     progress: &dyn Progress,
 ) -> Result<Report, String> {
     let machine = Machine::describe();
