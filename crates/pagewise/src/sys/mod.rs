@@ -10,6 +10,8 @@ pub mod mem;
 pub mod pagemap;
 pub mod perf;
 pub mod prctl;
+pub mod process;
+pub mod tlb;
 
 use std::io;
 
