@@ -11,8 +11,10 @@ pub mod mem;
 pub mod pagemap;
 pub mod perf;
 pub mod prctl;
+pub mod process;
 pub mod text;
 pub mod time;
+pub mod tlb;
 
 use std::io;
 
