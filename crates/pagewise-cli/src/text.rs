@@ -12,6 +12,8 @@ use std::process::ExitCode;
 /// Subcommands of `pagewise text`.
 #[derive(Debug, clap::Subcommand)]
 pub enum TextCommand {
+    /// Sample user instruction pointers with call chains (cpu-clock) into a profile.
+    Profile(ProfileArgs),
     /// Compute a hot-function order (C3 call-chain clustering) for the linker.
     Order(OrderArgs),
     /// Pages of 4 KiB and 2 MiB that hold 50/90/99% of the samples, now and after an order.
@@ -91,6 +93,7 @@ struct FootprintReport {
 /// Runs a `text` subcommand.
 pub fn run(command: &TextCommand) -> anyhow::Result<ExitCode> {
     match command {
+        TextCommand::Profile(args) => run_profile(args),
         TextCommand::Order(args) => run_order(args),
         TextCommand::Footprint(args) => run_footprint(args),
     }
@@ -206,4 +209,78 @@ fn run_footprint(args: &FootprintArgs) -> anyhow::Result<ExitCode> {
         print_footprints(&before, after.as_ref());
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `pagewise text profile`.
+#[derive(Debug, clap::Args)]
+pub struct ProfileArgs {
+    /// Where to write the profile.
+    #[arg(short, long, default_value = "pagewise.profile")]
+    output: PathBuf,
+    /// Samples per second of CPU time per thread.
+    #[arg(long, default_value_t = 999, value_parser = clap::value_parser!(u64).range(1..=100_000))]
+    frequency: u64,
+    /// Profile this running process instead of starting a command.
+    #[arg(long, conflicts_with = "command")]
+    pid: Option<i32>,
+    /// With --pid: how long to sample.
+    #[arg(long, default_value_t = 10.0, requires = "pid")]
+    seconds: f64,
+    /// The command to start and profile, after `--`.
+    #[arg(last = true, value_name = "CMD", required_unless_present = "pid")]
+    command: Vec<String>,
+}
+
+/// Samples a command or a process into a profile file; exits with the command's status.
+pub fn run_profile(args: &ProfileArgs) -> anyhow::Result<ExitCode> {
+    use pagewise::text::sampler::{self, Target};
+    anyhow::ensure!(
+        args.seconds > 0.0 && args.seconds.is_finite(),
+        "--seconds must be a positive number"
+    );
+    let target = match args.pid {
+        Some(pid) => Target::Pid {
+            pid,
+            duration: std::time::Duration::from_secs_f64(args.seconds),
+        },
+        None => Target::Command(args.command.clone()),
+    };
+    if matches!(target, Target::Pid { .. }) {
+        eprintln!(
+            "pagewise: sampling process {} for {} s",
+            args.pid.unwrap_or(0),
+            args.seconds
+        );
+    }
+    let sampled = match sampler::sample(&target, 1_000_000_000 / args.frequency) {
+        Ok(s) => s,
+        Err(sampler::SampleError::NotFound(program)) => {
+            eprintln!("pagewise: {program}: command not found");
+            return Ok(ExitCode::from(127));
+        }
+        Err(e) => return Err(e.into()),
+    };
+    std::fs::write(&args.output, sampled.profile.to_text())
+        .with_context(|| format!("cannot write {}", args.output.display()))?;
+    eprintln!(
+        "pagewise: {} samples in {} distinct stacks written to {}{}",
+        sampled.profile.total(),
+        sampled.profile.stacks.len(),
+        args.output.display(),
+        if sampled.lost > 0 {
+            format!(" ({} samples lost: lower --frequency)", sampled.lost)
+        } else {
+            String::new()
+        }
+    );
+    Ok(match sampled.exit {
+        Some(pagewise::sys::process::ExitKind::Exited(code)) => {
+            ExitCode::from(code.clamp(0, 255) as u8)
+        }
+        Some(pagewise::sys::process::ExitKind::Signaled { signal, .. }) => {
+            eprintln!("pagewise: the command was killed by signal {signal}");
+            ExitCode::from((128 + signal).clamp(0, 255) as u8)
+        }
+        None => ExitCode::SUCCESS,
+    })
 }

@@ -11,7 +11,8 @@
 //! every driver `rounds` times and reports the loop's own time. Everything is
 //! derived from `seed`, so runs are reproducible.
 //!
-//! Steps: generate → build `baseline` (cc -O2 -ffunction-sections, gold,
+//! Steps: generate → build `baseline` (cc -O2 -fno-omit-frame-pointer
+//! -ffunction-sections, gold,
 //! 2 MiB segment alignment) → profile it → order with C3 → build `ordered`
 //! (gold `--section-ordering-file`) → profile it → time `baseline`,
 //! `huge-text`, `ordered`, `ordered+huge-text`, interleaved trial by trial.
