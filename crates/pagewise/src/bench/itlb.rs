@@ -144,6 +144,7 @@ pub fn build(source: &Path, output: &Path, order_file: Option<&Path>) -> Result<
     let mut cc = Command::new("cc");
     cc.args([
         "-O2",
+        "-fno-omit-frame-pointer",
         "-ffunction-sections",
         "-fno-toplevel-reorder",
         "-fuse-ld=gold",

@@ -69,10 +69,13 @@ struct Mapping {
     path: String,
 }
 
+/// A `PT_LOAD` segment: file offset, file size, link-time address.
+type Load = (u64, u64, u64);
+
 /// Link-time address of a file offset, from the file's `PT_LOAD` headers (cached).
 #[derive(Default)]
 struct Loads {
-    by_path: HashMap<String, Option<Vec<(u64, u64, u64)>>>,
+    by_path: HashMap<String, Option<Vec<Load>>>,
 }
 
 impl Loads {
@@ -89,7 +92,7 @@ impl Loads {
     }
 }
 
-fn read_loads(path: &str) -> Option<Vec<(u64, u64, u64)>> {
+fn read_loads(path: &str) -> Option<Vec<Load>> {
     use object::read::elf::{ElfFile64, FileHeader, ProgramHeader};
     let data = std::fs::read(path).ok()?;
     let file = ElfFile64::<object::Endianness>::parse(&*data).ok()?;
