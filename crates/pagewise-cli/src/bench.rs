@@ -31,6 +31,8 @@ pub enum Experiment {
     FirstTouch(crate::bench_first_touch::FirstTouchArgs),
     /// Threads that malloc, fill and free large buffers: glibc vs keep-heap vs Buffer.
     HeapChurn(crate::bench_heap_churn::HeapChurnArgs),
+    /// A large-text program: baseline vs huge text vs function order vs both.
+    Itlb(crate::bench_itlb::ItlbArgs),
     /// One heap-churn worker process (internal).
     #[command(hide = true)]
     HeapChurnWorker(crate::bench_heap_churn::WorkerArgs),
@@ -41,6 +43,7 @@ pub fn run(experiment: &Experiment) -> anyhow::Result<ExitCode> {
     match experiment {
         Experiment::FirstTouch(args) => crate::bench_first_touch::run(args),
         Experiment::HeapChurn(args) => crate::bench_heap_churn::run(args),
+        Experiment::Itlb(args) => crate::bench_itlb::run(args),
         Experiment::HeapChurnWorker(args) => crate::bench_heap_churn::worker(args),
     }
 }

@@ -6,6 +6,7 @@
 mod bench;
 mod bench_first_touch;
 mod bench_heap_churn;
+mod bench_itlb;
 mod doctor;
 mod format;
 mod progress;

@@ -5,36 +5,9 @@
 use assert_cmd::Command;
 use pagewise::text::perfmap::PerfMap;
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, OnceLock};
+use std::sync::Mutex;
 
-/// The preload library: next to the test's pagewise binary when `cargo build
-/// --workspace` made it, else built once here into a separate target folder
-/// (cargo test does not build cdylibs).
-fn preload() -> PathBuf {
-    static LIB: OnceLock<PathBuf> = OnceLock::new();
-    LIB.get_or_init(|| {
-        let bin = assert_cmd::cargo::cargo_bin("pagewise");
-        let beside = bin.parent().unwrap().join("libpagewise_preload.so");
-        if beside.is_file() {
-            return beside;
-        }
-        let target = bin
-            .parent()
-            .unwrap()
-            .parent()
-            .unwrap()
-            .join("preload-for-tests");
-        let status = std::process::Command::new(env!("CARGO"))
-            .args(["build", "-q", "-p", "pagewise-preload", "--target-dir"])
-            .arg(&target)
-            .current_dir(env!("CARGO_MANIFEST_DIR"))
-            .status()
-            .expect("run cargo");
-        assert!(status.success(), "building pagewise-preload failed");
-        target.join("debug").join("libpagewise_preload.so")
-    })
-    .clone()
-}
+mod common;
 
 /// Tests that touch the hugetlb pool or run many processes take turns.
 static SERIAL: Mutex<()> = Mutex::new(());
@@ -45,7 +18,7 @@ fn serial() -> std::sync::MutexGuard<'static, ()> {
 
 fn pagewise() -> Command {
     let mut c = Command::cargo_bin("pagewise").unwrap();
-    c.env("PAGEWISE_PRELOAD", preload());
+    c.env("PAGEWISE_PRELOAD", common::preload_library());
     c
 }
 

@@ -1,0 +1,122 @@
+//! `pagewise bench itlb`: printing for the iTLB experiment.
+
+use crate::bench::CommonArgs;
+use crate::format::{bytes, table};
+use anyhow::{anyhow, Context};
+use pagewise::bench::itlb::{self, Config, Shape};
+use pagewise::text::profile::Profile;
+use pagewise::text::sampler::{self, Target};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+/// Generate a large-text program; time baseline, huge-text, ordered and ordered+huge-text.
+#[derive(Debug, clap::Args)]
+pub struct ItlbArgs {
+    /// Leaf functions in the generated program.
+    #[arg(long, default_value_t = 4096, value_parser = clap::value_parser!(u32).range(16..=65536))]
+    functions: u32,
+    /// Filler after each leaf function (total text is about functions x padding).
+    #[arg(long, default_value = "8KiB", value_parser = crate::format::parse_size_arg)]
+    padding: u64,
+    /// Zipf exponent of the call frequencies.
+    #[arg(long, default_value_t = 1.0)]
+    zipf: f64,
+    /// Rounds of the driver loop per timed run.
+    #[arg(long, default_value_t = 1500, value_parser = clap::value_parser!(u64).range(1..))]
+    rounds: u64,
+    /// Seed of the generated program.
+    #[arg(long, default_value_t = 42)]
+    seed: u64,
+    /// Folder for the source, builds, profiles and order file [default: a temporary folder].
+    #[arg(long)]
+    work_dir: Option<PathBuf>,
+    #[command(flatten)]
+    common: CommonArgs,
+}
+
+fn profile_with_pagewise(program: &Path, args: &[String]) -> Result<Profile, String> {
+    let mut argv = vec![program.display().to_string()];
+    argv.extend(args.iter().cloned());
+    // 10 kHz: enough samples from a run of a second or two.
+    let sampled = sampler::sample(&Target::Command(argv), 100_000).map_err(|e| e.to_string())?;
+    Ok(sampled.profile)
+}
+
+/// Runs the experiment and prints it.
+pub fn run(args: &ItlbArgs) -> anyhow::Result<ExitCode> {
+    anyhow::ensure!(
+        args.zipf.is_finite() && args.zipf >= 0.0,
+        "--zipf must be a number >= 0"
+    );
+    let temp;
+    let work_dir = match &args.work_dir {
+        Some(d) => d.clone(),
+        None => {
+            temp = tempfile_dir()?;
+            temp.clone()
+        }
+    };
+    let config = Config {
+        shape: Shape {
+            functions: args.functions as usize,
+            padding: usize::try_from(args.padding)?,
+            zipf: args.zipf,
+            ..Shape::default()
+        }
+        .with_seed(args.seed),
+        rounds: args.rounds,
+        profile_rounds: args.rounds,
+        trials: args.common.trials as usize,
+        work_dir: work_dir.clone(),
+        exe: std::env::current_exe().context("cannot find the pagewise binary")?,
+    };
+    let result =
+        itlb::run(&config, &profile_with_pagewise, &args.common.progress()).map_err(|e| anyhow!(e));
+    if args.work_dir.is_none() {
+        let _ = std::fs::remove_dir_all(&work_dir);
+    }
+    let report = result?;
+    if args.common.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!(
+        "itlb: {} functions over {} of text, Zipf {}, {} rounds, {} trials, medians (min-max)",
+        report.shape.functions,
+        bytes(report.text_bytes),
+        report.shape.zipf,
+        report.rounds,
+        report.trials
+    );
+    let mut t = table(&[
+        "variant",
+        "loop s",
+        "speedup",
+        "4 KiB pages @99%",
+        "2 MiB pages @99%",
+    ]);
+    for r in &report.rows {
+        t.add_row(vec![
+            r.name.to_owned(),
+            format!(
+                "{:.3} ({:.3}-{:.3})",
+                r.median_s, r.range_s[0], r.range_s[1]
+            ),
+            format!("{:.2}x", r.speedup),
+            r.footprint_4k_p99.to_string(),
+            r.footprint_2m_p99.to_string(),
+        ]);
+    }
+    println!("{t}");
+    println!(
+        "order: {} hot functions (C3); predicted 4 KiB pages @99% after ordering, from symbol sizes: {}",
+        report.ordered_functions, report.predicted_ordered_footprint_4k_p99
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+fn tempfile_dir() -> anyhow::Result<PathBuf> {
+    let dir = std::env::temp_dir().join(format!("pagewise-itlb-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    Ok(dir)
+}

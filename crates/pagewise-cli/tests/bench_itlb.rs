@@ -1,0 +1,66 @@
+//! CLI test for `pagewise bench itlb` on a tiny generated program (seconds, not minutes).
+
+use assert_cmd::Command;
+
+mod common;
+
+#[test]
+fn tiny_itlb_run_reports_every_variant() {
+    let probe = std::process::Command::new("cc")
+        .args(["-fuse-ld=gold", "-x", "c", "-", "-o", "/dev/null"])
+        .stdin(std::process::Stdio::piped())
+        .spawn()
+        .and_then(|mut c| {
+            use std::io::Write;
+            c.stdin
+                .take()
+                .unwrap()
+                .write_all(b"int main(void){return 0;}")?;
+            c.wait()
+        });
+    if !probe.map(|s| s.success()).unwrap_or(false) {
+        eprintln!("skipped: cc with gold (binutils) is not available");
+        return;
+    }
+    let out = Command::cargo_bin("pagewise")
+        .unwrap()
+        .args([
+            "bench",
+            "itlb",
+            "--functions",
+            "64",
+            "--padding",
+            "4KiB",
+            "--rounds",
+            "200",
+            "--trials",
+            "1",
+            "--json",
+            "-q",
+        ])
+        // The huge-text rows need the preload library.
+        .env("PAGEWISE_PRELOAD", common::preload_library())
+        .assert()
+        .success()
+        .get_output()
+        .clone();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["schema"], "pagewise.bench.itlb/1");
+    let names: Vec<&str> = v["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        ["baseline", "huge-text", "ordered", "ordered+huge-text"]
+    );
+    for r in v["rows"].as_array().unwrap() {
+        assert!(r["median_s"].as_f64().unwrap() > 0.0);
+        assert!(r["footprint_4k_p99"].as_u64().unwrap() >= 1);
+    }
+    assert_eq!(v["rows"][0]["speedup"], 1.0);
+    // Ordering never spreads the hot code over more pages than the baseline.
+    assert!(v["rows"][2]["footprint_4k_p99"].as_u64() <= v["rows"][0]["footprint_4k_p99"].as_u64());
+}

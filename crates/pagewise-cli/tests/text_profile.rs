@@ -1,0 +1,123 @@
+//! CLI tests for `pagewise text profile`: a started command and a running process.
+
+use assert_cmd::Command;
+use pagewise::text::profile::{Location, Profile};
+
+const BUSY: &str = "i=0; while [ $i -lt 30000 ]; do i=$((i+1)); done";
+
+fn sampling_works() -> bool {
+    let ok = pagewise::text::sampler::sample(
+        &pagewise::text::sampler::Target::Command(vec!["true".into()]),
+        1_000_000,
+    );
+    match ok {
+        Err(pagewise::text::sampler::SampleError::Open(e)) => {
+            eprintln!("skipped: sampling events cannot be opened here: {e}");
+            false
+        }
+        _ => true,
+    }
+}
+
+#[test]
+fn profiles_a_command_and_keeps_its_exit_status() {
+    if !sampling_works() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("sh.profile");
+    let script = format!("{BUSY}; exit 3");
+    Command::cargo_bin("pagewise")
+        .unwrap()
+        .args(["text", "profile", "--frequency", "5000", "-o"])
+        .arg(&out)
+        .args(["--", "sh", "-c", &script])
+        .assert()
+        .code(3);
+    let profile = Profile::read(&out).unwrap();
+    assert!(profile.total() > 0);
+    assert_eq!(profile.event, "cpu-clock");
+    let in_shell = profile.stacks.iter().any(|(_, s)| match &s[0] {
+        Location::Address { object, .. } => {
+            object.ends_with("sh") || object.ends_with("dash") || object.contains("libc")
+        }
+        _ => false,
+    });
+    assert!(
+        in_shell,
+        "no sample resolved in the shell or libc: {:?}",
+        &profile.stacks[..profile.stacks.len().min(3)]
+    );
+}
+
+#[test]
+fn profiles_a_running_process() {
+    if !sampling_works() {
+        return;
+    }
+    let mut child = std::process::Command::new("sh")
+        .args(["-c", "while :; do :; done"])
+        .spawn()
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("pid.profile");
+    let result = Command::cargo_bin("pagewise")
+        .unwrap()
+        .args([
+            "text",
+            "profile",
+            "--seconds",
+            "0.5",
+            "--pid",
+            &child.id().to_string(),
+            "-o",
+        ])
+        .arg(&out)
+        .assert()
+        .success()
+        .get_output()
+        .clone();
+    let _ = child.kill();
+    let _ = child.wait();
+    let profile = Profile::read(&out).unwrap();
+    assert!(
+        profile.total() > 10,
+        "{}",
+        String::from_utf8_lossy(&result.stderr)
+    );
+    assert!(profile
+        .stacks
+        .iter()
+        .any(|(_, s)| matches!(s[0], Location::Address { .. })));
+}
+
+#[test]
+fn missing_command_exits_127() {
+    Command::cargo_bin("pagewise")
+        .unwrap()
+        .args([
+            "text",
+            "profile",
+            "-o",
+            "/dev/null",
+            "--",
+            "no-such-command-pagewise",
+        ])
+        .assert()
+        .code(127);
+    let out = Command::cargo_bin("pagewise")
+        .unwrap()
+        .args(["text", "profile"])
+        .assert()
+        .code(2)
+        .get_output()
+        .clone();
+    assert_eq!(
+        String::from_utf8(out.stderr)
+            .unwrap()
+            .trim_end()
+            .lines()
+            .count(),
+        1
+    );
+}
