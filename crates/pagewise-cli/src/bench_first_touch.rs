@@ -96,6 +96,13 @@ pub fn run(args: &FirstTouchArgs) -> anyhow::Result<ExitCode> {
     if !report.faults_counted {
         println!("page faults were not counted: the page-faults software event does not open here (see `pagewise doctor`)");
     }
+    for r in report.rows.iter().filter(|r| r.note.is_some()) {
+        println!(
+            "note: {}: {}",
+            r.name,
+            r.note.as_deref().unwrap_or_default()
+        );
+    }
     for n in &report.not_run {
         println!("not run: {}: {}", n.name, n.reason);
     }

@@ -100,13 +100,17 @@ pub fn run(args: &HeapChurnArgs) -> anyhow::Result<ExitCode> {
                 r.gbps, r.gbps_range[0], r.gbps_range[1]
             ),
             format!("{:.2}x", r.speedup),
-            format!("{:.2}", r.faults_per_iter),
+            r.faults_per_iter
+                .map_or("n/a".into(), |f| format!("{f:.2}")),
             r.mmaps_per_iter.map_or("n/a".into(), |m| format!("{m:.2}")),
             format!("{:.2}", r.user_s),
             format!("{:.2}", r.sys_s),
         ]);
     }
     println!("{t}");
+    if report.rows.iter().any(|r| r.faults_per_iter.is_none()) {
+        println!("page faults were not counted: the page-faults software event does not open here (see `pagewise doctor`)");
+    }
     if let Some(note) = &report.map_calls_note {
         println!("{note}");
     }

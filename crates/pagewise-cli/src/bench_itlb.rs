@@ -48,12 +48,13 @@ pub fn run(args: &ItlbArgs) -> anyhow::Result<ExitCode> {
         args.zipf.is_finite() && args.zipf >= 0.0,
         "--zipf must be a number >= 0"
     );
-    let temp;
-    let work_dir = match &args.work_dir {
-        Some(d) => d.clone(),
+    // A fresh private folder (the benchmark compiles and runs programs from it).
+    // The temporary folder (if any) is removed when `_temp` drops at the end.
+    let (work_dir, _temp) = match &args.work_dir {
+        Some(d) => (d.clone(), None),
         None => {
-            temp = tempfile_dir()?;
-            temp.clone()
+            let t = tempfile::tempdir().context("cannot create a temporary folder")?;
+            (t.path().to_path_buf(), Some(t))
         }
     };
     let config = Config {
@@ -70,12 +71,8 @@ pub fn run(args: &ItlbArgs) -> anyhow::Result<ExitCode> {
         work_dir: work_dir.clone(),
         exe: std::env::current_exe().context("cannot find the pagewise binary")?,
     };
-    let result =
-        itlb::run(&config, &profile_with_pagewise, &args.common.progress()).map_err(|e| anyhow!(e));
-    if args.work_dir.is_none() {
-        let _ = std::fs::remove_dir_all(&work_dir);
-    }
-    let report = result?;
+    let report = itlb::run(&config, &profile_with_pagewise, &args.common.progress())
+        .map_err(|e| anyhow!(e))?;
     if args.common.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
         return Ok(ExitCode::SUCCESS);
@@ -113,10 +110,4 @@ pub fn run(args: &ItlbArgs) -> anyhow::Result<ExitCode> {
         report.ordered_functions, report.predicted_ordered_footprint_4k_p99
     );
     Ok(ExitCode::SUCCESS)
-}
-
-fn tempfile_dir() -> anyhow::Result<PathBuf> {
-    let dir = std::env::temp_dir().join(format!("pagewise-itlb-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
-    Ok(dir)
 }

@@ -2,7 +2,7 @@
 
 use crate::format::bytes;
 use anyhow::{bail, Context};
-use pagewise::launch::{self, keep_heap, Linkage};
+use pagewise::launch::{self, keep_heap};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -81,6 +81,12 @@ pub fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
         apply_keep_heap(&mut command, &path, args)?;
     }
     if let Some(mode) = &args.huge_text {
+        let inspected = launch::require_glibc(
+            &path,
+            "--huge-text works through LD_PRELOAD of a glibc library and",
+            "call pagewise::text::huge::remap_text early in the program instead",
+        )?;
+        refuse_setid(&inspected)?;
         apply_huge_text(&mut command, mode, args)?;
     }
     let error = command.exec();
@@ -92,22 +98,11 @@ fn apply_keep_heap(
     path: &Path,
     args: &RunArgs,
 ) -> anyhow::Result<()> {
-    let (inspected, linkage) = launch::inspect_program(path)?;
-    let what = match linkage {
-        Linkage::Glibc { .. } => None,
-        Linkage::Musl { .. } => Some("linked against musl".to_owned()),
-        Linkage::Static => Some("statically linked".to_owned()),
-        Linkage::Other { interpreter } => {
-            Some(format!("linked with an unknown loader ({interpreter})"))
-        }
-    };
-    if let Some(what) = what {
-        return Err(launch::LaunchError::NotGlibc {
-            path: inspected,
-            what,
-        }
-        .into());
-    }
+    let inspected = launch::require_glibc(
+        path,
+        "--keep-heap works through glibc's malloc tunables and",
+        "use pagewise::buffer in the program instead",
+    )?;
     let existing = std::env::var("GLIBC_TUNABLES").ok();
     let (value, decided) = keep_heap::glibc_tunables_env(existing.as_deref(), args.keep_heap_pad);
     command.env("GLIBC_TUNABLES", &value);
@@ -128,6 +123,22 @@ fn apply_keep_heap(
         }
         eprintln!("pagewise run: GLIBC_TUNABLES={value}");
     }
+    Ok(())
+}
+
+/// Set-user-ID and set-group-ID programs run in secure mode, where the loader
+/// ignores `LD_PRELOAD` from another directory: say so instead of doing nothing.
+fn refuse_setid(path: &Path) -> anyhow::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(path)
+        .with_context(|| format!("cannot read {}", path.display()))?
+        .permissions()
+        .mode();
+    anyhow::ensure!(
+        mode & 0o6000 == 0,
+        "{} is set-user-ID or set-group-ID: the loader ignores LD_PRELOAD for it, so --huge-text cannot apply",
+        path.display()
+    );
     Ok(())
 }
 

@@ -102,7 +102,7 @@ pub fn run(command: &TextCommand) -> anyhow::Result<ExitCode> {
 fn no_samples_check(resolved: u64, binary: &Path) -> anyhow::Result<()> {
     anyhow::ensure!(
         resolved > 0,
-        "no sample of the profile falls in {} (profiled a different binary, or a stripped one?)",
+        "no sample of the profile falls in {} (profiled a different binary, or a stripped one? for `perf script` output of C++ or Rust code, use `perf script --no-demangle`)",
         binary.display()
     );
     Ok(())

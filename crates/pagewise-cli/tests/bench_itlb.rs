@@ -1,4 +1,5 @@
-//! CLI test for `pagewise bench itlb` on a tiny generated program (seconds, not minutes).
+//! CLI test for `pagewise bench itlb` on a small generated program (4 MiB of text,
+//! enough for one whole 2 MiB page to move; seconds, not minutes).
 
 use assert_cmd::Command;
 
@@ -28,11 +29,11 @@ fn tiny_itlb_run_reports_every_variant() {
             "bench",
             "itlb",
             "--functions",
-            "64",
+            "1024",
             "--padding",
             "4KiB",
             "--rounds",
-            "200",
+            "100",
             "--trials",
             "1",
             "--json",

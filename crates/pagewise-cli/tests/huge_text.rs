@@ -207,6 +207,12 @@ fn each_failed_step_leaves_a_working_program() {
         eprintln!("skipped: no working C compiler");
         return;
     };
+    if pagewise::probe::thp_enabled_mode().as_deref() == Some("never")
+        && pagewise::probe::hugetlb_available(2 << 20) < 2
+    {
+        eprintln!("skipped: THP is never and no hugetlb pool has room, so no move is attempted");
+        return;
+    }
     let program = [bin.to_str().unwrap()];
     let expected = plain_stdout(&program);
     for step in ["map", "copy", "protect", "remap"] {
@@ -369,4 +375,152 @@ fn bad_huge_text_arguments_are_one_line_errors() {
     assert!(String::from_utf8(out.stderr)
         .unwrap()
         .contains("PAGEWISE_PRELOAD"));
+}
+
+const MDWE_WRAPPER: &str = r#"
+#include <stdio.h>
+#include <sys/prctl.h>
+#include <unistd.h>
+int main(int argc, char **argv) {
+    (void)argc;
+    if (prctl(65 /* PR_SET_MDWE */, 1 /* PR_MDWE_REFUSE_EXEC_GAIN */, 0, 0, 0) != 0) { perror("PR_SET_MDWE"); return 125; }
+    execv(argv[1], argv + 1);
+    perror("execv");
+    return 127;
+}
+"#;
+
+#[test]
+fn a_w_x_policy_is_reported_and_the_program_runs() {
+    let _s = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let Some(bin) = build_fixture(dir.path(), "big_pie", true) else {
+        eprintln!("skipped: no working C compiler");
+        return;
+    };
+    let src = dir.path().join("mdwe.c");
+    std::fs::write(&src, MDWE_WRAPPER).unwrap();
+    let wrapper = dir.path().join("mdwe");
+    let built = std::process::Command::new("cc")
+        .arg("-o")
+        .arg(&wrapper)
+        .arg(&src)
+        .status()
+        .map(|s| s.success());
+    if built.ok() != Some(true) {
+        eprintln!("skipped: cannot build the MDWE wrapper");
+        return;
+    }
+    let probe = std::process::Command::new(&wrapper)
+        .arg("/bin/true")
+        .status()
+        .unwrap();
+    if probe.code() == Some(125) {
+        eprintln!("skipped: this kernel has no PR_SET_MDWE");
+        return;
+    }
+    let report = dir.path().join("r.json");
+    let out = pagewise()
+        .args(["run", "--huge-text", "--"])
+        .arg(&wrapper)
+        .arg(&bin)
+        .env("PAGEWISE_REPORT", &report)
+        .assert()
+        .success()
+        .get_output()
+        .clone();
+    assert_eq!(
+        String::from_utf8(out.stdout).unwrap(),
+        plain_stdout(&[bin.to_str().unwrap()])
+    );
+    // The wrapper execs the fixture in the same process, which rewrites the report.
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    let skipped: Vec<&str> = v["ranges"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|r| r["skipped"].as_str())
+        .collect();
+    assert!(
+        skipped.iter().any(|s| s.contains("W^X policy refused")),
+        "{v:#}"
+    );
+    assert!(moved_ranges(&v).is_empty());
+}
+
+#[test]
+fn an_existing_perf_map_is_left_alone_and_reported() {
+    let _s = serial();
+    if pagewise::probe::thp_enabled_mode().as_deref() == Some("never")
+        && pagewise::probe::hugetlb_available(2 << 20) < 2
+    {
+        eprintln!("skipped: THP is never and no hugetlb pool has room");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let Some(bin) = build_fixture(dir.path(), "big_pie", true) else {
+        eprintln!("skipped: no working C compiler");
+        return;
+    };
+    // pagewise run execs the program, so the program's pid is the one the
+    // command gets: create the map file of a process that sleeps, then exec it.
+    let planted = dir.path().join("planted");
+    let script = format!(
+        "echo planted > /tmp/perf-$$.map; echo $$ > {}; exec {}",
+        planted.display(),
+        bin.display()
+    );
+    let report = dir.path().join("r.json");
+    pagewise()
+        .args(["run", "--huge-text", "--", "sh", "-c", &script])
+        .env("PAGEWISE_REPORT", &report)
+        .assert()
+        .success();
+    let pid = std::fs::read_to_string(&planted).unwrap().trim().to_owned();
+    let map_path = format!("/tmp/perf-{pid}.map");
+    let content = std::fs::read_to_string(&map_path).unwrap();
+    let _ = std::fs::remove_file(&map_path);
+    assert_eq!(content, "planted\n", "the existing file was overwritten");
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    assert!(v["perf_map"].is_null());
+    assert!(
+        v["perf_map_note"]
+            .as_str()
+            .unwrap()
+            .contains("not overwritten"),
+        "{v:#}"
+    );
+}
+
+#[test]
+fn static_programs_are_refused_with_a_reason() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("s.c");
+    std::fs::write(&src, "int main(void) { return 0; }\n").unwrap();
+    let bin = dir.path().join("s");
+    let built = std::process::Command::new("cc")
+        .args(["-static", "-o"])
+        .arg(&bin)
+        .arg(&src)
+        .status()
+        .map(|s| s.success());
+    if built.ok() != Some(true) {
+        eprintln!("skipped: cc -static does not work here");
+        return;
+    }
+    let out = pagewise()
+        .args(["run", "--huge-text", "--"])
+        .arg(&bin)
+        .assert()
+        .failure()
+        .get_output()
+        .clone();
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert!(
+        stderr.contains("statically linked") && stderr.contains("--huge-text"),
+        "{stderr}"
+    );
+    assert_eq!(stderr.trim_end().lines().count(), 1);
 }

@@ -11,6 +11,7 @@
 //! | `PAGEWISE_REPORT` | write the `pagewise.run/1` JSON report here (children: `FILE.PID`) |
 //! | `PAGEWISE_REPORT_STDERR` | `1`: print a summary line per range on stderr |
 //! | `PAGEWISE_TOP_PID` | the pid of the process `pagewise run` started |
+//! | `PAGEWISE_PERF_MAP` | `0`: do not write `/tmp/perf-PID.map` (benchmarks) |
 //! | `PAGEWISE_FAIL_AT` | test hook: `map`, `copy`, `protect` or `remap` fails on purpose |
 //!
 //! Nothing here may disturb the program: every failure is reported and the
@@ -76,7 +77,7 @@ fn options_from_env(mode: &str) -> Result<HugeTextOptions, String> {
             .ok()
             .as_deref()
             .and_then(MoveStep::from_name),
-        perf_map: true,
+        perf_map: std::env::var("PAGEWISE_PERF_MAP").as_deref() != Ok("0"),
     })
 }
 

@@ -108,7 +108,8 @@ pub struct BufferReport {
     pub committed: usize,
     /// Bytes of address space reserved.
     pub reserved: usize,
-    /// How many times growth passed the reservation and moved the pages (`mremap`).
+    /// How many times growth passed the reservation and moved the pages
+    /// (`mremap`); the first reservation of a zero-capacity buffer is not a move.
     pub moves: u32,
     /// Whether THP was requested.
     pub huge_pages: bool,
@@ -262,8 +263,8 @@ impl Buffer {
         // Pre-touch workers hold the old range; finish them before moving it.
         self.background.clear();
         let Some(old) = self.reservation.take() else {
+            // A zero-capacity buffer reserves on first growth: nothing moves.
             self.reservation = Some(self.reserve_space(new_max)?);
-            self.moves += 1;
             return Ok(());
         };
         let align = if self.options.huge_pages {
@@ -273,13 +274,14 @@ impl Buffer {
         };
         match old.move_to_larger(new_max, align) {
             Ok(moved) => {
+                // Keep the moved pages first: a failed advice below must not lose them.
+                self.moves += 1;
+                let moved = self.reservation.insert(moved);
                 if self.options.huge_pages {
                     moved
                         .advise_all(Advice::HugePage)
                         .map_err(BufferError::Commit)?;
                 }
-                self.reservation = Some(moved);
-                self.moves += 1;
                 Ok(())
             }
             Err((unchanged, e)) => {
@@ -363,7 +365,13 @@ impl Buffer {
         let Some(reservation) = self.reservation.as_mut() else {
             return Ok(());
         };
-        let keep = round_up(self.len, BASE_PAGE)?.min(reservation.committed());
+        // With huge pages, keep whole 2 MiB pages so the last one is not split.
+        let page = if self.options.huge_pages {
+            HUGE_PAGE
+        } else {
+            BASE_PAGE
+        };
+        let keep = round_up(self.len, page)?.min(reservation.committed());
         let unused = reservation.committed() - keep;
         if unused > 0 {
             reservation
@@ -472,7 +480,8 @@ mod tests {
         assert_eq!(b.as_slice(), b"");
         b.push(1).unwrap();
         assert_eq!(b.as_slice(), [1]);
-        assert_eq!(b.report().moves, 1);
+        assert_eq!(b.report().moves, 0, "the first reservation is not a move");
+        assert!(b.max_capacity() > 0);
     }
 
     #[test]

@@ -242,8 +242,9 @@ fn lazy_region_faults_on_touch() {
         .pages(PagePolicy::Only(PageSize::Base))
         .build()
         .unwrap();
-    if let Some(faults) = faults_during(|| region.fill(1)) {
-        assert!(faults >= 4096, "{faults} faults for 4096 pages");
+    match faults_during(|| region.fill(1)) {
+        Some(faults) => assert!(faults >= 4096, "{faults} faults for 4096 pages"),
+        None => eprintln!("skipped: the page-faults software event does not open here"),
     }
 }
 

@@ -135,6 +135,8 @@ pub struct Row {
     pub backing: String,
     /// Trials run.
     pub trials: usize,
+    /// Why fewer trials than asked ran, when a later trial failed.
+    pub note: Option<String>,
 }
 
 /// A strategy that could not run here, and why.
@@ -243,9 +245,8 @@ fn allocate(strategy: Strategy, config: &Config) -> Result<Memory, String> {
         }
         Strategy::Thp => {
             let rounded = size.next_multiple_of(MIB2);
-            let m = AnonMapping::map(rounded + MIB2, MapOptions::default()).map_err(|e| err(&e))?;
-            let offset = m.addr().next_multiple_of(MIB2) - m.addr();
-            let m = m.trim(offset, rounded).map_err(|e| err(&e))?;
+            let m = AnonMapping::map_aligned(rounded, MIB2, MapOptions::default())
+                .map_err(|e| err(&e))?;
             m.advise(0, rounded, Advice::HugePage)
                 .map_err(|e| err(&e))?;
             Memory::Mapped(m)
@@ -398,15 +399,23 @@ pub fn run(config: &Config, progress: &dyn Progress) -> Report {
     let mut not_run = Vec::new();
     for (i, &strategy) in config.strategies.iter().enumerate() {
         let t = &trials[i];
-        if let Some(reason) = failures[i].take() {
-            if t.is_empty() {
+        let failure = failures[i].take();
+        if t.is_empty() {
+            if let Some(reason) = failure {
                 not_run.push(NotRun {
                     name: strategy.name(),
                     reason,
                 });
-                continue;
             }
+            continue;
         }
+        let note = failure.map(|reason| {
+            format!(
+                "stopped after {} of {} trials: {reason}",
+                t.len(),
+                config.trials
+            )
+        });
         let ms = |f: &dyn Fn(&Trial) -> f64| {
             Summary::of(&t.iter().map(|x| f(x) * 1e3).collect::<Vec<_>>())
         };
@@ -434,6 +443,7 @@ pub fn run(config: &Config, progress: &dyn Progress) -> Report {
             warm_gbps: config.size as f64 / (p3.median / 1e3) / 1e9,
             backing: backings[i].clone().unwrap_or_default(),
             trials: t.len(),
+            note,
         });
     }
     Report {

@@ -77,8 +77,8 @@ pub struct WorkerResult {
     pub bytes: u64,
     /// Wall seconds of the measured phase.
     pub wall_s: f64,
-    /// Page faults in the measured phase (all threads).
-    pub faults: u64,
+    /// Page faults in the measured phase (all threads), when they could be counted.
+    pub faults: Option<u64>,
     /// `mmap` + `munmap` calls in the measured phase, when tracepoints could be opened.
     pub map_calls: Option<u64>,
     /// User CPU seconds in the measured phase.
@@ -116,13 +116,14 @@ impl ThreadCounters {
         }
     }
 
-    fn read(&self) -> (u64, Option<u64>) {
+    /// Page faults and mmap+munmap calls so far; `None` where the counter did not open.
+    fn read(&self) -> (Option<u64>, Option<u64>) {
         let get = |c: &Option<Counter>| c.as_ref().and_then(|c| c.read().ok());
         let maps = match (get(&self.mmaps), get(&self.munmaps)) {
             (Some(a), Some(b)) => Some(a + b),
             _ => None,
         };
-        (get(&self.faults).unwrap_or(0), maps)
+        (get(&self.faults), maps)
     }
 }
 
@@ -165,48 +166,56 @@ pub fn run_worker(mode: WorkerMode, workload: &Workload) -> Result<WorkerResult,
                 let mut seed = 0x9e37_79b9_7f4a_7c15u64 ^ ((t as u64 + 1) * 0x2545_f491_4f6c_dd1d);
                 let span = (w.max_size - w.min_size) as u64 + 1;
                 // The Buffer fix as documented: reserve the largest expected size once and
-                // fault it in up front, then reuse it.
-                let mut buffer = match mode {
-                    WorkerMode::Buffer => {
-                        let mut b = Buffer::with_options(BufferOptions {
-                            max_capacity: w.max_size,
-                            huge_pages: false,
-                            pretouch: Pretouch::Eager,
-                        })
-                        .map_err(|e| e.to_string())?;
-                        b.reserve(w.max_size).map_err(|e| e.to_string())?;
-                        Some(b)
-                    }
-                    WorkerMode::Malloc => None,
+                // fault it in up front, then reuse it. Errors are carried, not returned early:
+                // every thread must reach both barriers or the others wait forever.
+                let setup = match mode {
+                    WorkerMode::Buffer => Buffer::with_options(BufferOptions {
+                        max_capacity: w.max_size,
+                        huge_pages: false,
+                        pretouch: Pretouch::Eager,
+                    })
+                    .and_then(|mut b| b.reserve(w.max_size).map(|()| b))
+                    .map(Some)
+                    .map_err(|e| e.to_string()),
+                    WorkerMode::Malloc => Ok(None),
                 };
-                let mut run = |iterations: usize, seed: &mut u64| -> Result<u64, String> {
+                let mut buffer = None;
+                let run = |iterations: usize,
+                           seed: &mut u64,
+                           buffer: &mut Option<Buffer>|
+                 -> Result<u64, String> {
                     let mut bytes = 0u64;
                     for i in 0..iterations {
                         let size = w.min_size + (next(seed) % span) as usize;
-                        one_iteration(mode, &mut buffer, size, i as u8)?;
+                        one_iteration(mode, buffer, size, i as u8)?;
                         bytes += size as u64;
                     }
                     Ok(bytes)
                 };
-                let warm = run(w.warmup, &mut seed);
+                let warm = setup.and_then(|b| {
+                    buffer = b;
+                    run(w.warmup, &mut seed, &mut buffer)
+                });
                 let counters = ThreadCounters::open();
                 start_barrier.wait();
-                warm?;
-                let (faults0, maps0) = counters.read();
-                let usage0 = crate::sys::time::thread_usage().unwrap_or_default();
-                let bytes = run(w.iterations, &mut seed);
-                let usage1 = crate::sys::time::thread_usage().unwrap_or_default();
-                let (faults1, maps1) = counters.read();
+                let measured = warm.and_then(|_| {
+                    let (faults0, maps0) = counters.read();
+                    let usage0 = crate::sys::time::thread_usage().unwrap_or_default();
+                    let bytes = run(w.iterations, &mut seed, &mut buffer)?;
+                    let usage1 = crate::sys::time::thread_usage().unwrap_or_default();
+                    let (faults1, maps1) = counters.read();
+                    Ok(WorkerResult {
+                        bytes,
+                        wall_s: 0.0,
+                        faults: faults1.zip(faults0).map(|(a, b)| a - b),
+                        map_calls: maps1.zip(maps0).map(|(a, b)| a - b),
+                        user_s: usage1.user_s - usage0.user_s,
+                        sys_s: usage1.sys_s - usage0.sys_s,
+                        iterations: w.iterations as u64,
+                    })
+                });
                 end_barrier.wait();
-                Ok(WorkerResult {
-                    bytes: bytes?,
-                    wall_s: 0.0,
-                    faults: faults1 - faults0,
-                    map_calls: maps1.zip(maps0).map(|(a, b)| a - b),
-                    user_s: usage1.user_s - usage0.user_s,
-                    sys_s: usage1.sys_s - usage0.sys_s,
-                    iterations: w.iterations as u64,
-                })
+                measured
             },
         ));
     }
@@ -217,6 +226,7 @@ pub fn run_worker(mode: WorkerMode, workload: &Workload) -> Result<WorkerResult,
     let mut total = WorkerResult {
         wall_s,
         map_calls: Some(0),
+        faults: Some(0),
         ..WorkerResult::default()
     };
     for h in handles {
@@ -224,7 +234,7 @@ pub fn run_worker(mode: WorkerMode, workload: &Workload) -> Result<WorkerResult,
             .join()
             .map_err(|_| "a worker thread panicked".to_owned())??;
         total.bytes += r.bytes;
-        total.faults += r.faults;
+        total.faults = total.faults.zip(r.faults).map(|(a, b)| a + b);
         total.map_calls = total.map_calls.zip(r.map_calls).map(|(a, b)| a + b);
         total.user_s += r.user_s;
         total.sys_s += r.sys_s;
@@ -281,8 +291,9 @@ pub struct RowResult {
     pub gbps_range: [f64; 2],
     /// Median throughput over the `glibc` row's median.
     pub speedup: f64,
-    /// Median page faults per iteration (all threads' iterations).
-    pub faults_per_iter: f64,
+    /// Median page faults per iteration (all threads' iterations); null where the
+    /// page-faults event could not be opened.
+    pub faults_per_iter: Option<f64>,
     /// Median `mmap` + `munmap` calls per iteration; null where tracepoints could not be opened.
     pub mmaps_per_iter: Option<f64>,
     /// Median user CPU seconds of the measured phase (all threads).
@@ -407,7 +418,10 @@ pub fn run(config: &Config, progress: &dyn Progress) -> Result<Report, String> {
             gbps: summary.median,
             gbps_range: [summary.min, summary.max],
             speedup: summary.median / glibc_gbps,
-            faults_per_iter: per_iter(&|x| x.faults as f64),
+            faults_per_iter: r
+                .iter()
+                .all(|x| x.faults.is_some())
+                .then(|| per_iter(&|x| x.faults.unwrap_or(0) as f64)),
             mmaps_per_iter: mmaps,
             user_s: median(r.iter().map(|x| x.user_s).collect()),
             sys_s: median(r.iter().map(|x| x.sys_s).collect()),
@@ -446,10 +460,26 @@ mod tests {
         let counting = crate::observe::thread_page_fault_counter().is_ok();
         if counting {
             // The buffer was faulted in at its largest size before the loop.
-            assert_eq!(buffer.faults, 0);
+            assert_eq!(buffer.faults, Some(0));
         } else {
             eprintln!("skipped the fault check: the page-faults event does not open here");
         }
+    }
+
+    #[test]
+    fn a_failing_thread_reports_instead_of_hanging() {
+        let impossible = Workload {
+            threads: 2,
+            min_size: 1 << 20,
+            max_size: 1 << 60,
+            iterations: 1,
+            warmup: 0,
+        };
+        let err = run_worker(WorkerMode::Buffer, &impossible).unwrap_err();
+        assert!(
+            err.contains("address space") || err.contains("capacity"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -187,11 +187,23 @@ pub fn gold_order_file(order: &order::Order) -> String {
 }
 
 /// Runs a built program (optionally through `pagewise run --huge-text`) and
-/// returns its loop time in seconds.
-fn time_once(exe: &Path, program: &Path, huge: bool, rounds: u64) -> Result<f64, String> {
+/// returns its loop time in seconds. A huge-text run must really have moved
+/// text (checked in its `PAGEWISE_REPORT`), or it is an error, not a row.
+fn time_once(
+    exe: &Path,
+    program: &Path,
+    huge: bool,
+    rounds: u64,
+    work_dir: &Path,
+) -> Result<f64, String> {
+    let report = work_dir.join("huge-text-report.json");
     let mut cmd = if huge {
+        let _ = std::fs::remove_file(&report);
         let mut c = Command::new(exe);
         c.args(["run", "--huge-text", "--"]).arg(program);
+        // No perf map files from benchmark runs.
+        c.env("PAGEWISE_REPORT", &report)
+            .env("PAGEWISE_PERF_MAP", "0");
         c
     } else {
         Command::new(program)
@@ -207,12 +219,40 @@ fn time_once(exe: &Path, program: &Path, huge: bool, rounds: u64) -> Result<f64,
             String::from_utf8_lossy(&out.stderr).trim()
         ));
     }
+    if huge {
+        check_moved(&report)?;
+    }
     let stderr = String::from_utf8_lossy(&out.stderr);
     let ns: f64 = stderr
         .lines()
         .find_map(|l| l.strip_prefix("loop_ns ")?.trim().parse().ok())
         .ok_or_else(|| format!("{} printed no loop_ns: {stderr}", program.display()))?;
     Ok(ns / 1e9)
+}
+
+/// Reads a `pagewise.run/1` report and fails unless some text moved.
+fn check_moved(report: &Path) -> Result<(), String> {
+    let text = std::fs::read_to_string(report)
+        .map_err(|e| format!("no huge-text report ({}): {e}", report.display()))?;
+    let v: serde_json::Value =
+        serde_json::from_str(&text).map_err(|e| format!("bad huge-text report: {e}"))?;
+    let ranges = v["ranges"].as_array().cloned().unwrap_or_default();
+    let moved: u64 = ranges
+        .iter()
+        .filter(|r| !r["page_kind"].is_null())
+        .map(|r| r["huge_bytes"].as_u64().unwrap_or(0))
+        .sum();
+    if moved == 0 {
+        let reasons: Vec<&str> = ranges
+            .iter()
+            .filter_map(|r| r["skipped"].as_str())
+            .collect();
+        return Err(format!(
+            "--huge-text moved nothing onto huge pages: {}",
+            reasons.join("; ")
+        ));
+    }
+    Ok(())
 }
 
 /// Samples one run of a program (with its arguments) and returns its profile.
@@ -364,7 +404,13 @@ pub fn run(
                 &format!("trial {}/{}: {name}", trial + 1, config.trials),
             );
             done += 1;
-            times[i].push(time_once(&config.exe, program, *huge, config.rounds)?);
+            times[i].push(time_once(
+                &config.exe,
+                program,
+                *huge,
+                config.rounds,
+                &config.work_dir,
+            )?);
         }
     }
     progress.update(steps, steps, "done");
@@ -453,6 +499,25 @@ mod tests {
     }
 
     #[test]
+    fn a_report_with_nothing_moved_is_an_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let report = dir.path().join("r.json");
+        std::fs::write(
+            &report,
+            r#"{"ranges": [{"page_kind": null, "huge_bytes": 0, "skipped": "THP is never"}]}"#,
+        )
+        .unwrap();
+        assert!(check_moved(&report).unwrap_err().contains("THP is never"));
+        std::fs::write(
+            &report,
+            r#"{"ranges": [{"page_kind": "thp", "huge_bytes": 2097152, "skipped": null}]}"#,
+        )
+        .unwrap();
+        check_moved(&report).unwrap();
+        assert!(check_moved(&dir.path().join("missing.json")).is_err());
+    }
+
+    #[test]
     fn a_small_program_builds_with_gold_and_runs() {
         let dir = tempfile::tempdir().unwrap();
         let shape = Shape {
@@ -469,7 +534,7 @@ mod tests {
             eprintln!("skipped: cannot build with cc and gold here: {e}");
             return;
         }
-        let t = time_once(Path::new("/nonexistent"), &bin, false, 10).unwrap();
+        let t = time_once(Path::new("/nonexistent"), &bin, false, 10, dir.path()).unwrap();
         assert!(t > 0.0);
         let table = FunctionTable::read(&bin).unwrap();
         assert!(table.by_name("f19").is_some());

@@ -4,4 +4,4 @@
 pub mod keep_heap;
 mod program;
 
-pub use program::{inspect_program, resolve_program, LaunchError, Linkage};
+pub use program::{inspect_program, require_glibc, resolve_program, LaunchError, Linkage};

@@ -52,13 +52,17 @@ pub enum LaunchError {
         /// What was wrong.
         reason: String,
     },
-    /// The program does not use glibc, so glibc tunables would do nothing.
-    #[error("{path} is {what}: --keep-heap works through glibc's malloc tunables and would change nothing; use pagewise::buffer in the program instead")]
+    /// The program does not use glibc's dynamic loader, so the fix cannot apply.
+    #[error("{path} is {what}: {fix} would change nothing; {remedy}")]
     NotGlibc {
         /// The file.
         path: PathBuf,
         /// `statically linked`, `linked against musl`…
         what: String,
+        /// The fix and how it works, e.g. "--keep-heap works through glibc's malloc tunables and".
+        fix: &'static str,
+        /// What to do instead.
+        remedy: &'static str,
     },
 }
 
@@ -131,6 +135,29 @@ pub fn inspect_program(path: &Path) -> Result<(PathBuf, Linkage), LaunchError> {
         reason,
     })?;
     Ok((path.to_owned(), linkage))
+}
+
+/// The program that will really run (following a `#!` line), if it is a
+/// dynamically linked glibc program; otherwise [`LaunchError::NotGlibc`]
+/// naming `fix` and `remedy`.
+pub fn require_glibc(
+    path: &Path,
+    fix: &'static str,
+    remedy: &'static str,
+) -> Result<PathBuf, LaunchError> {
+    let (inspected, linkage) = inspect_program(path)?;
+    let what = match linkage {
+        Linkage::Glibc { .. } => return Ok(inspected),
+        Linkage::Musl { .. } => "linked against musl".to_owned(),
+        Linkage::Static => "statically linked".to_owned(),
+        Linkage::Other { interpreter } => format!("linked with an unknown loader ({interpreter})"),
+    };
+    Err(LaunchError::NotGlibc {
+        path: inspected,
+        what,
+        fix,
+        remedy,
+    })
 }
 
 /// Tells how an ELF image is linked from its program interpreter

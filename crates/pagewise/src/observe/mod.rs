@@ -1,6 +1,7 @@
 //! Observing memory from the kernel's side: which page sizes a range really
 //! got, how much of it is resident.
 
+pub mod maps;
 pub mod smaps;
 
 use crate::sys::perf::{self, Counter, CounterSpec, EventType};

@@ -32,12 +32,7 @@ pub fn populate_write() -> ProbeResult {
 
 /// `MADV_COLLAPSE` on a touched, 2 MiB-aligned scratch range.
 pub fn collapse() -> ProbeResult {
-    let m = match AnonMapping::map(2 * TWO_MIB, MapOptions::default()) {
-        Ok(m) => m,
-        Err(e) => return ProbeResult::failed(e.to_string()),
-    };
-    let offset = m.addr().next_multiple_of(TWO_MIB) - m.addr();
-    let m = match m.trim(offset, TWO_MIB) {
+    let m = match AnonMapping::map_aligned(TWO_MIB, TWO_MIB, MapOptions::default()) {
         Ok(m) => m,
         Err(e) => return ProbeResult::failed(e.to_string()),
     };

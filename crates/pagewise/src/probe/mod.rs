@@ -370,7 +370,13 @@ impl MachineReport {
                 )
             })
             .collect();
-        self.thp.disabled_for_process = sys::prctl::thp_disabled().ok();
+        self.thp.disabled_for_process = match sys::prctl::thp_disabled() {
+            Ok(disabled) => Some(disabled),
+            Err(e) => {
+                root.note("prctl(PR_GET_THP_DISABLE)", e.to_string());
+                None
+            }
+        };
         let f = sys::cpu::cpu_features();
         self.cpu.avx2 = f.avx2;
         self.cpu.avx512f = f.avx512f;

@@ -347,26 +347,18 @@ impl RegionBuilder {
         let populate = match self.populate {
             Populate::Lazy => "lazy",
             Populate::Eager => populate_now(&mut mapping)?,
-            Populate::Background { threads } => {
-                // One page synchronously tells whether the kernel has MADV_POPULATE_WRITE.
-                let probe_len = page_size.bytes().min(mapping.len());
-                match mapping.advise(0, probe_len, Advice::PopulateWrite) {
-                    Ok(()) => {
-                        let bg = BackgroundPopulate::start(
-                            mapping.populator(),
-                            threads,
-                            Advice::PopulateWrite,
-                        )
+            Populate::Background { threads } if populate_write_supported() => {
+                let bg =
+                    BackgroundPopulate::start(mapping.populator(), threads, Advice::PopulateWrite)
                         .map_err(RegionError::Thread)?;
-                        background = Some(bg);
-                        "background"
-                    }
-                    Err(e) if e.errno() == Some(libc::EINVAL) => {
-                        touch_pages(&mut mapping);
-                        "background:touch_loop"
-                    }
-                    Err(e) => return Err(RegionError::Populate(e.to_string())),
-                }
+                background = Some(bg);
+                "background"
+            }
+            Populate::Background { .. } => {
+                // Before 5.14 only a touch loop can populate, and it writes the bytes, so it
+                // cannot run beside the caller: it runs here, before build returns.
+                touch_pages(&mut mapping);
+                "background:touch_loop"
             }
         };
         if self.lock {
@@ -496,18 +488,8 @@ impl RegionBuilder {
                     ));
                 }
                 self.call_hook(step);
-                // Over-map by one huge page and trim so the region starts 2 MiB-aligned.
-                let over = rounded
-                    .checked_add(page)
-                    .ok_or(StepError::Fatal(RegionError::TooLarge(self.size)))?;
-                let mapping = AnonMapping::map(over, MapOptions::default()).map_err(|source| {
-                    StepError::Fatal(RegionError::Map {
-                        bytes: over,
-                        source,
-                    })
-                })?;
-                let offset = mapping.addr().next_multiple_of(page) - mapping.addr();
-                mapping.trim(offset, rounded).map_err(|source| {
+                // 2 MiB-aligned, so every 2 MiB of it can be a huge page.
+                AnonMapping::map_aligned(rounded, page, MapOptions::default()).map_err(|source| {
                     StepError::Fatal(RegionError::Map {
                         bytes: rounded,
                         source,
@@ -565,6 +547,17 @@ fn check_numa_node(node: u32) -> Result<(), RegionError> {
     Err(RegionError::NumaNode {
         node,
         reason: format!("no such node (this machine has nodes {nodes:?})"),
+    })
+}
+
+/// Whether this kernel has `MADV_POPULATE_WRITE` (5.14+), asked once per
+/// process on a one-page scratch mapping.
+fn populate_write_supported() -> bool {
+    static SUPPORTED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *SUPPORTED.get_or_init(|| {
+        AnonMapping::map(KIB4, MapOptions::default())
+            .and_then(|m| m.advise(0, KIB4, Advice::PopulateWrite))
+            .map_or_else(|e| e.errno() != Some(libc::EINVAL), |()| true)
     })
 }
 

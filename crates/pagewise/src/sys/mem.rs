@@ -57,6 +57,15 @@ pub enum Advice {
     Sequential,
 }
 
+impl Discard {
+    fn raw(self) -> (libc::c_int, &'static str) {
+        match self {
+            Discard::DontNeed => (libc::MADV_DONTNEED, "madvise(MADV_DONTNEED)"),
+            Discard::Free => (libc::MADV_FREE, "madvise(MADV_FREE)"),
+        }
+    }
+}
+
 impl Advice {
     fn raw(self) -> libc::c_int {
         match self {
@@ -257,10 +266,7 @@ impl AnonMapping {
     /// Drops the contents of `[offset, offset+len)`; needs `&mut` because it changes
     /// what later reads return. One `madvise`.
     pub fn discard(&mut self, offset: usize, len: usize, how: Discard) -> SysResult<()> {
-        let (raw, name) = match how {
-            Discard::DontNeed => (libc::MADV_DONTNEED, "madvise(MADV_DONTNEED)"),
-            Discard::Free => (libc::MADV_FREE, "madvise(MADV_FREE)"),
-        };
+        let (raw, name) = how.raw();
         self.range.madvise(offset, len, raw, name)
     }
 
@@ -289,7 +295,8 @@ impl AnonMapping {
                 self.range.len,
                 MPOL_BIND,
                 mask.as_ptr(),
-                (mask.len() * bits) as libc::c_ulong,
+                // The kernel reads maxnode - 1 bits: pass one more, as libnuma does.
+                (mask.len() * bits + 1) as libc::c_ulong,
                 0 as libc::c_ulong,
             )
         };
@@ -299,11 +306,36 @@ impl AnonMapping {
         Ok(())
     }
 
+    /// Maps `len` bytes (a multiple of `align`, a power of two) starting at an
+    /// `align`-aligned address: over-maps by `align` and trims both ends.
+    /// Used for THP-eligible memory (2 MiB alignment). One `mmap`, up to two `munmap`s.
+    pub fn map_aligned(len: usize, align: usize, options: MapOptions) -> SysResult<Self> {
+        let invalid = || SysError {
+            call: "mmap",
+            source: std::io::Error::from_raw_os_error(libc::EINVAL),
+        };
+        if !align.is_power_of_two() || !len.is_multiple_of(align) {
+            return Err(invalid());
+        }
+        let over = len.checked_add(align).ok_or_else(invalid)?;
+        let mapping = AnonMapping::map(over, options)?;
+        let offset = mapping.addr().next_multiple_of(align) - mapping.addr();
+        mapping.trim(offset, len)
+    }
+
     /// Keeps only `[offset, offset+len)` and unmaps the rest (used to trim an
-    /// over-sized mapping to an aligned window). Offsets must be page-aligned
-    /// for the mapping's page size. Costs up to two `munmap` calls.
+    /// over-sized mapping to an aligned window). `offset` and `len` must be
+    /// multiples of the mapping's page size (`EINVAL` otherwise). Costs up to
+    /// two `munmap` calls.
     pub fn trim(self, offset: usize, len: usize) -> SysResult<Self> {
         check_subrange(self.range.len, offset, len, "munmap")?;
+        let page = self.hugetlb_page_size.unwrap_or_else(super::base_page_size);
+        if !offset.is_multiple_of(page) || !len.is_multiple_of(page) || len == 0 {
+            return Err(SysError {
+                call: "munmap",
+                source: std::io::Error::from_raw_os_error(libc::EINVAL),
+            });
+        }
         let hugetlb_page_size = self.hugetlb_page_size;
         let range = Arc::try_unwrap(self.range).map_err(|_| SysError {
             call: "munmap",
@@ -311,18 +343,29 @@ impl AnonMapping {
         })?;
         let base = range.addr.as_ptr();
         let total = range.len;
-        std::mem::forget(range);
         let tail = total - offset - len;
         // SAFETY: the head and tail lie inside the mapping we own exclusively (try_unwrap
-        // succeeded); after this the object covers only the kept window.
-        unsafe {
-            if offset > 0 {
-                libc::munmap(base.cast(), offset);
-            }
-            if tail > 0 {
-                libc::munmap(base.add(offset + len).cast(), tail);
-            }
+        // succeeded) and are page-aligned (checked above); nothing refers to them.
+        let (head_rc, tail_rc) = unsafe {
+            let head_rc = if offset > 0 {
+                libc::munmap(base.cast(), offset)
+            } else {
+                0
+            };
+            let tail_rc = if tail > 0 {
+                libc::munmap(base.add(offset + len).cast(), tail)
+            } else {
+                0
+            };
+            (head_rc, tail_rc)
+        };
+        if head_rc != 0 || tail_rc != 0 {
+            // Keep owning the whole range so Drop unmaps what is left.
+            let error = SysError::last("munmap");
+            drop(range);
+            return Err(error);
         }
+        std::mem::forget(range);
         // SAFETY: base + offset is inside the original non-null mapping.
         let addr = unsafe { NonNull::new_unchecked(base.add(offset)) };
         Ok(AnonMapping {
@@ -331,11 +374,28 @@ impl AnonMapping {
         })
     }
 
-    /// Gives up ownership of the range without unmapping it: for a mapping
-    /// that `mremap` has moved elsewhere (its old address range is gone).
-    pub(crate) fn forget_moved(self) {
-        if let Ok(range) = Arc::try_unwrap(self.range) {
-            std::mem::forget(range);
+    /// Takes sole ownership of the range as a raw `(address, length)` that is
+    /// no longer unmapped on drop: for a mapping about to be moved by
+    /// `mremap`. Fails with `EBUSY` (returning the mapping) while a
+    /// [`Populator`] shares it. The caller must unmap or hand on the range.
+    pub(crate) fn into_raw(self) -> Result<(usize, usize), (Self, SysError)> {
+        let hugetlb_page_size = self.hugetlb_page_size;
+        match Arc::try_unwrap(self.range) {
+            Ok(range) => {
+                let raw = (range.addr.as_ptr() as usize, range.len);
+                std::mem::forget(range);
+                Ok(raw)
+            }
+            Err(shared) => Err((
+                AnonMapping {
+                    range: shared,
+                    hugetlb_page_size,
+                },
+                SysError {
+                    call: "mremap",
+                    source: std::io::Error::from_raw_os_error(libc::EBUSY),
+                },
+            )),
         }
     }
 
@@ -504,10 +564,7 @@ impl Reservation {
     /// reads back as zeros (`DontNeed`) or undefined-until-written (`Free`).
     pub fn discard(&mut self, offset: usize, len: usize, how: Discard) -> SysResult<()> {
         check_subrange(self.committed, offset, len, "madvise")?;
-        let (raw, name) = match how {
-            Discard::DontNeed => (libc::MADV_DONTNEED, "madvise(MADV_DONTNEED)"),
-            Discard::Free => (libc::MADV_FREE, "madvise(MADV_FREE)"),
-        };
+        let (raw, name) = how.raw();
         self.range.madvise(offset, len, raw, name)
     }
 
@@ -724,6 +781,35 @@ mod tests {
         let kept = m.trim(4096, 2 * 4096).unwrap();
         assert_eq!(kept.len(), 8192);
         assert_eq!(kept.as_slice()[0], 42);
+    }
+
+    #[test]
+    fn trim_refuses_unaligned_windows() {
+        let m = AnonMapping::map(3 * 4096, MapOptions::default()).unwrap();
+        assert_eq!(m.trim(100, 4096).unwrap_err().errno(), Some(libc::EINVAL));
+        let m = AnonMapping::map(3 * 4096, MapOptions::default()).unwrap();
+        assert_eq!(m.trim(4096, 100).unwrap_err().errno(), Some(libc::EINVAL));
+    }
+
+    #[test]
+    fn map_aligned_is_aligned() {
+        let m = AnonMapping::map_aligned(4 << 20, 2 << 20, MapOptions::default()).unwrap();
+        assert_eq!(m.addr() % (2 << 20), 0);
+        assert_eq!(m.len(), 4 << 20);
+        assert!(AnonMapping::map_aligned(3 << 20, 2 << 20, MapOptions::default()).is_err());
+    }
+
+    #[test]
+    fn into_raw_refuses_while_shared() {
+        let m = AnonMapping::map(4096, MapOptions::default()).unwrap();
+        let p = m.populator();
+        let (m, err) = m.into_raw().unwrap_err();
+        assert_eq!(err.errno(), Some(libc::EBUSY));
+        drop(p);
+        let (addr, len) = m.into_raw().unwrap();
+        assert_eq!(len, 4096);
+        // SAFETY: test cleanup of the range we just took ownership of.
+        unsafe { libc::munmap(addr as *mut libc::c_void, len) };
     }
 
     #[test]

@@ -7,7 +7,7 @@
 //! step fails the copy is unmapped and the program runs on as before.
 
 use super::mem::{Advice, AnonMapping, MapOptions};
-use super::{SysError, SysResult};
+use super::SysError;
 
 const HUGE: usize = 2 << 20;
 
@@ -86,19 +86,19 @@ fn at(step: MoveStep) -> impl Fn(SysError) -> MoveError {
 /// Moves `[start, start+len)` — 2 MiB-aligned, a whole number of 2 MiB pages,
 /// inside a readable executable mapping of this process — onto huge pages.
 ///
-/// The caller must make sure no other thread runs code in the range while it
-/// is copied and that the code doing the move lives outside it; pagewise calls
-/// this from a library constructor before `main`, when the process has one
-/// thread. `fail_at` injects a failure before a step (for tests).
+/// Crate-internal on purpose: it replaces whatever is mapped at `start`, so
+/// only `text::huge`, which first checks that the range is private file-backed
+/// r-x text, that this function's own code is outside it and that the process
+/// has one thread, may call it. `fail_at` injects a failure before a step.
 ///
 /// Cost: one huge-page mapping, one copy of `len` bytes, three system calls.
-pub fn move_to_huge(
+pub(crate) fn move_to_huge(
     start: usize,
     len: usize,
     kind: HugeKind,
     fail_at: Option<MoveStep>,
 ) -> Result<(), MoveError> {
-    if start % HUGE != 0 || len % HUGE != 0 || len == 0 {
+    if !start.is_multiple_of(HUGE) || !len.is_multiple_of(HUGE) || len == 0 {
         return Err(MoveError {
             step: MoveStep::Map,
             error: SysError {
@@ -119,10 +119,8 @@ pub fn move_to_huge(
         )
         .map_err(at(MoveStep::Map))?,
         HugeKind::Thp => {
-            let over =
-                AnonMapping::map(len + HUGE, MapOptions::default()).map_err(at(MoveStep::Map))?;
-            let offset = over.addr().next_multiple_of(HUGE) - over.addr();
-            let aligned = over.trim(offset, len).map_err(at(MoveStep::Map))?;
+            let aligned = AnonMapping::map_aligned(len, HUGE, MapOptions::default())
+                .map_err(at(MoveStep::Map))?;
             aligned
                 .advise(0, len, Advice::HugePage)
                 .map_err(at(MoveStep::Map))?;
@@ -157,10 +155,19 @@ pub fn move_to_huge(
     }
 
     check(MoveStep::Remap, fail_at)?;
-    let source = copy.addr();
+    // Own the copy's range outright before mremap takes it away (no other handle can
+    // then unmap the address later).
+    let (source, _) = copy.into_raw().map_err(|(copy, error)| {
+        drop(copy);
+        MoveError {
+            step: MoveStep::Remap,
+            error,
+        }
+    })?;
     // SAFETY: the copy is byte-identical, executable text; MREMAP_FIXED atomically replaces
-    // [start, start+len) with it, so every instruction stays valid. The caller guarantees the
-    // running code and other threads are outside the range.
+    // [start, start+len) with it, so every instruction stays valid. The crate-internal callers
+    // check that the range is private file-backed r-x text, that the moving code is outside it
+    // and that the process has one thread.
     let moved = unsafe {
         libc::mremap(
             source as *mut libc::c_void,
@@ -171,33 +178,13 @@ pub fn move_to_huge(
         )
     };
     if moved == libc::MAP_FAILED {
+        let error = SysError::last("mremap(MREMAP_FIXED)");
+        // SAFETY: the copy is still ours (mremap failed) and nothing refers to it.
+        unsafe { libc::munmap(source as *mut libc::c_void, len) };
         return Err(MoveError {
             step: MoveStep::Remap,
-            error: SysError::last("mremap(MREMAP_FIXED)"),
+            error,
         });
     }
-    // The pages now live at `start`; the copy's old range is already unmapped by mremap.
-    copy.forget_moved();
     Ok(())
-}
-
-/// Whether `addr` lies in a mapping with execute permission (reads `/proc/self/maps`).
-pub fn is_executable_address(addr: usize) -> SysResult<bool> {
-    let maps = std::fs::read_to_string("/proc/self/maps").map_err(|source| SysError {
-        call: "read(/proc/self/maps)",
-        source,
-    })?;
-    Ok(maps.lines().any(|line| {
-        let mut f = line.split_whitespace();
-        let (Some(range), Some(perms)) = (f.next(), f.next()) else {
-            return false;
-        };
-        let Some((a, b)) = range.split_once('-') else {
-            return false;
-        };
-        let (Ok(a), Ok(b)) = (usize::from_str_radix(a, 16), usize::from_str_radix(b, 16)) else {
-            return false;
-        };
-        (a..b).contains(&addr) && perms.as_bytes().get(2) == Some(&b'x')
-    }))
 }

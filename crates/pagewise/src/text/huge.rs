@@ -10,11 +10,12 @@
 //! text in place. Then: verify from smaps, write a perf map, name the range.
 
 use super::perfmap::{self, Symbol};
-use crate::observe::smaps;
+use crate::observe::maps;
 use crate::probe;
 use crate::sys::dl::{self, LoadedObject};
 use crate::sys::text::{self, HugeKind, MoveStep};
 use crate::sys::{self as rawsys};
+use crate::text::symbols::FunctionTable;
 use serde::Serialize;
 use std::path::PathBuf;
 
@@ -111,8 +112,46 @@ fn file_name(path: &str) -> &str {
     path.rsplit('/').next().unwrap_or(path)
 }
 
-fn threads_running() -> usize {
-    std::fs::read_dir("/proc/self/task").map_or(1, |d| d.count())
+/// Threads of this process, or `None` when `/proc/self/task` cannot be read.
+fn threads_running() -> Option<usize> {
+    std::fs::read_dir("/proc/self/task").ok().map(|d| d.count())
+}
+
+/// Why `[start, end)` must not be moved, if it must not: it has to be private,
+/// file-backed, read+execute text from end to end, and hold none of the code
+/// that does the move.
+fn unmovable(start: u64, end: u64, maps: &[maps::MapsEntry]) -> Option<String> {
+    let mover = text::move_to_huge as *const () as u64;
+    if (start..end).contains(&mover) {
+        return Some("holds pagewise's own moving code".into());
+    }
+    let mut cursor = start;
+    for m in maps.iter().filter(|m| m.end > start && m.start < end) {
+        if m.start > cursor {
+            return Some(format!("{cursor:#x}-{:#x} is not mapped", m.start));
+        }
+        if !(m.is_private_text() && m.is_file()) {
+            return Some(format!(
+                "{:#x}-{:#x} is not private file-backed r-x text ({} {})",
+                m.start, m.end, m.perms, m.path
+            ));
+        }
+        cursor = cursor.max(m.end);
+    }
+    (cursor < end).then(|| format!("{cursor:#x}-{end:#x} is not mapped"))
+}
+
+/// Splits `[start, end)` around the 2 MiB page that holds the moving code, so
+/// a program that links pagewise can move the rest of its text.
+fn around_mover(start: u64, end: u64) -> Vec<(u64, u64)> {
+    let mover = text::move_to_huge as *const () as u64 / HUGE * HUGE;
+    if !(start..end).contains(&mover) {
+        return vec![(start, end)];
+    }
+    [(start, mover), (mover + HUGE, end)]
+        .into_iter()
+        .filter(|(a, b)| b > a)
+        .collect()
 }
 
 /// The aligned candidate ranges of one object: `(start, end)` runtime addresses.
@@ -135,7 +174,8 @@ fn aligned_text(object: &LoadedObject) -> Vec<(u64, u64, u64)> {
 fn hot_runs(start: u64, end: u64, bias: u64, hot: &[u64]) -> Vec<(u64, u64)> {
     let mut pages: Vec<u64> = hot
         .iter()
-        .map(|a| (a + bias) / HUGE * HUGE)
+        .filter_map(|a| a.checked_add(bias))
+        .map(|a| a / HUGE * HUGE)
         .filter(|p| *p >= start && *p < end)
         .collect();
     pages.sort_unstable();
@@ -164,46 +204,28 @@ fn choose_kind(pages: u64) -> Result<HugeKind, String> {
     Ok(HugeKind::Thp)
 }
 
-fn huge_bytes_now(start: u64, end: u64) -> u64 {
-    smaps::entries_overlapping(start, end)
-        .map(|entries| {
-            entries
-                .iter()
-                .map(|e| {
-                    let overlap = e.end.min(end).saturating_sub(e.start.max(start));
-                    if e.kernel_page_bytes >= HUGE {
-                        e.hugetlb_bytes.min(overlap)
-                    } else {
-                        e.anon_huge_bytes.min(overlap)
-                    }
-                })
-                .sum()
-        })
+/// Bytes on huge pages in `[start, end)`, from the kernel.
+fn huge_bytes_now(start: u64, end: u64, kind: HugeKind) -> u64 {
+    let hugetlb = (kind == HugeKind::Hugetlb).then_some(HUGE as usize);
+    crate::region::granted_for(start as usize, (end - start) as usize, hugetlb)
+        .map(|g| g.hugetlb_2m_bytes + g.thp_bytes)
         .unwrap_or(0)
 }
 
 /// Function symbols of an ELF file that fall in `[vstart, vend)` (link-time
-/// addresses), shifted by `bias`. Symbol table first, dynamic symbols as fallback.
+/// addresses), shifted by `bias`, for the perf map.
 fn symbols_in(path: &str, bias: u64, vstart: u64, vend: u64) -> Result<Vec<Symbol>, String> {
-    use object::{Object, ObjectSymbol, SymbolKind};
-    let data = std::fs::read(path).map_err(|e| format!("cannot read {path}: {e}"))?;
-    let file = object::File::parse(&*data).map_err(|e| format!("{path}: {e}"))?;
-    let mut out: Vec<Symbol> = file
-        .symbols()
-        .chain(file.dynamic_symbols())
-        .filter(|s| s.kind() == SymbolKind::Text && s.size() > 0)
-        .filter(|s| s.address() < vend && s.address() + s.size() > vstart)
-        .filter_map(|s| {
-            Some(Symbol {
-                start: s.address() + bias,
-                size: s.size(),
-                name: s.name().ok()?.to_owned(),
-            })
+    let table = FunctionTable::read(std::path::Path::new(path)).map_err(|e| e.to_string())?;
+    Ok(table
+        .functions()
+        .iter()
+        .filter(|f| f.vaddr < vend && f.vaddr.saturating_add(f.size) > vstart)
+        .map(|f| Symbol {
+            start: f.vaddr.saturating_add(bias),
+            size: f.size,
+            name: f.name.clone(),
         })
-        .collect();
-    out.sort_by_key(|s| (s.start, s.name.clone()));
-    out.dedup_by_key(|s| s.start);
-    Ok(out)
+        .collect())
 }
 
 /// Moves the executable's text (and `options.libs`) onto huge pages. Call it
@@ -213,6 +235,7 @@ fn symbols_in(path: &str, bias: u64, vstart: u64, vend: u64) -> Result<Vec<Symbo
 pub fn remap_text(options: &HugeTextOptions) -> RunReport {
     let objects = dl::loaded_objects();
     let threads = threads_running();
+    let maps = maps::read(None).unwrap_or_default();
     let mut report = RunReport {
         schema: SCHEMA,
         pid: std::process::id(),
@@ -231,6 +254,10 @@ pub fn remap_text(options: &HugeTextOptions) -> RunReport {
         if !chosen || name.starts_with("libpagewise_preload") {
             continue;
         }
+        // The C library and the loader run the move itself (memcpy, mprotect, mremap).
+        let runs_the_move = ["libc.so", "libc-", "ld-linux", "ld64.so"]
+            .iter()
+            .any(|p| name.starts_with(p));
         for (start, end, memsz) in aligned_text(object) {
             let mut range = RangeReport {
                 object: path.clone(),
@@ -248,22 +275,33 @@ pub fn remap_text(options: &HugeTextOptions) -> RunReport {
                 report.ranges.push(range);
                 continue;
             }
-            if threads > 1 {
-                range.skipped = Some(format!(
-                    "{threads} threads already run; text is only moved while there is one"
-                ));
+            let refusal = match threads {
+                _ if runs_the_move => {
+                    Some("the C library and the dynamic loader run the move itself".to_owned())
+                }
+                None => Some("cannot count this process's threads (/proc/self/task)".to_owned()),
+                Some(n) if n > 1 => Some(format!(
+                    "{n} threads already run; text is only moved while there is one"
+                )),
+                Some(_) => None,
+            };
+            if let Some(why) = refusal {
+                range.skipped = Some(why);
                 report.ranges.push(range);
                 continue;
             }
             let runs = match &options.hot_pages {
-                None => vec![(start, end)],
+                None => around_mover(start, end),
                 Some(hot) => {
                     let addresses: Vec<u64> = hot
                         .iter()
                         .filter(|h| h.object == name || (index == 0 && h.object.is_empty()))
                         .flat_map(|h| h.addresses.iter().copied())
                         .collect();
-                    let runs = hot_runs(start, end, object.bias, &addresses);
+                    let runs: Vec<(u64, u64)> = hot_runs(start, end, object.bias, &addresses)
+                        .into_iter()
+                        .flat_map(|(a, b)| around_mover(a, b))
+                        .collect();
                     if runs.is_empty() {
                         range.skipped = Some("the profile has no hot code in this range".into());
                         report.ranges.push(range);
@@ -279,6 +317,11 @@ pub fn remap_text(options: &HugeTextOptions) -> RunReport {
                     ..range.clone()
                 };
                 let pages = (run_end - run_start) / HUGE;
+                if let Some(why) = unmovable(run_start, run_end, &maps) {
+                    r.skipped = Some(why);
+                    report.ranges.push(r);
+                    continue;
+                }
                 match choose_kind(pages) {
                     Err(why) => r.skipped = Some(why),
                     Ok(kind) => match text::move_to_huge(
@@ -292,7 +335,7 @@ pub fn remap_text(options: &HugeTextOptions) -> RunReport {
                                 HugeKind::Hugetlb => "hugetlb",
                                 HugeKind::Thp => "thp",
                             });
-                            r.huge_bytes = huge_bytes_now(run_start, run_end);
+                            r.huge_bytes = huge_bytes_now(run_start, run_end, kind);
                             let label = format!("pagewise-text:{name}");
                             if rawsys::prctl::set_vma_anon_name(
                                 run_start as usize,
@@ -408,6 +451,57 @@ mod tests {
             vec![(0x400000, 0x600000)]
         );
         assert!(hot_runs(start, end, 0, &[]).is_empty());
+    }
+
+    fn entry(start: u64, end: u64, perms: &str, path: &str) -> maps::MapsEntry {
+        maps::MapsEntry {
+            start,
+            end,
+            perms: perms.into(),
+            offset: 0,
+            path: path.into(),
+        }
+    }
+
+    #[test]
+    fn only_private_file_backed_text_is_movable() {
+        let text = [entry(0x400000, 0x800000, "r-xp", "/bin/app")];
+        assert_eq!(unmovable(0x400000, 0x800000, &text), None);
+        let gap = [
+            entry(0x400000, 0x500000, "r-xp", "/bin/app"),
+            entry(0x600000, 0x800000, "r-xp", "/bin/app"),
+        ];
+        assert!(unmovable(0x400000, 0x800000, &gap)
+            .unwrap()
+            .contains("not mapped"));
+        let writable = [entry(0x400000, 0x800000, "rwxp", "/bin/app")];
+        assert!(unmovable(0x400000, 0x800000, &writable)
+            .unwrap()
+            .contains("not private file-backed"));
+        let anon = [entry(0x400000, 0x800000, "r-xp", "")];
+        assert!(unmovable(0x400000, 0x800000, &anon).is_some());
+        assert!(unmovable(0x400000, 0x800000, &[])
+            .unwrap()
+            .contains("not mapped"));
+        let mover = text::move_to_huge as *const () as u64 / HUGE * HUGE;
+        let own = [entry(mover, mover + HUGE, "r-xp", "/bin/app")];
+        assert!(unmovable(mover, mover + HUGE, &own)
+            .unwrap()
+            .contains("own moving code"));
+    }
+
+    #[test]
+    fn runs_split_around_the_moving_code() {
+        let mover = text::move_to_huge as *const () as u64 / HUGE * HUGE;
+        assert_eq!(
+            around_mover(mover - 2 * HUGE, mover + 3 * HUGE),
+            vec![(mover - 2 * HUGE, mover), (mover + HUGE, mover + 3 * HUGE)]
+        );
+        assert_eq!(around_mover(mover, mover + HUGE), vec![]);
+        assert_eq!(
+            around_mover(mover + HUGE, mover + 2 * HUGE),
+            vec![(mover + HUGE, mover + 2 * HUGE)]
+        );
     }
 
     #[test]

@@ -57,7 +57,7 @@ pub fn resolve(location: &Location, table: &FunctionTable, binary: &Path) -> Opt
             offset,
         } if same_object(object, binary) => {
             let i = table.by_name(name)?;
-            Some((i, table.functions()[i].vaddr + offset))
+            Some((i, table.functions()[i].vaddr.checked_add(*offset)?))
         }
         _ => None,
     }
@@ -85,38 +85,46 @@ pub fn c3(
     options: &OrderOptions,
 ) -> Order {
     let funcs = table.functions();
-    let mut hotness: HashMap<usize, u64> = HashMap::new();
+    // A function's own samples (it was the leaf) give its heat and density; an
+    // arc counts samples where the caller's frame sits right above the callee's.
+    let mut self_samples: HashMap<usize, u64> = HashMap::new();
     let mut arcs: HashMap<(usize, usize), u64> = HashMap::new();
     let mut resolved_samples = 0;
     for (weight, stack) in &profile.stacks {
-        let frames: Vec<usize> = stack
+        let frames: Vec<Option<usize>> = stack
             .iter()
-            .filter_map(|l| resolve(l, table, binary).map(|(i, _)| i))
+            .map(|l| resolve(l, table, binary).map(|(i, _)| i))
             .collect();
-        if frames.is_empty() {
+        if frames.iter().all(Option::is_none) {
             continue;
         }
         resolved_samples += weight;
-        let mut seen: Vec<usize> = frames.clone();
-        seen.sort_unstable();
-        seen.dedup();
-        for f in seen {
-            *hotness.entry(f).or_default() += weight;
+        for f in frames.iter().flatten() {
+            self_samples.entry(*f).or_default();
         }
+        if let Some(leaf) = frames[0] {
+            *self_samples.entry(leaf).or_default() += weight;
+        }
+        // Only directly adjacent frames that both resolve make an arc: a frame in
+        // another object (libc's qsort calling back) breaks the chain.
         for pair in frames.windows(2) {
-            let (callee, caller) = (pair[0], pair[1]);
-            if callee != caller {
-                *arcs.entry((caller, callee)).or_default() += weight;
+            if let [Some(callee), Some(caller)] = *pair {
+                if callee != caller {
+                    *arcs.entry((caller, callee)).or_default() += weight;
+                }
             }
         }
     }
+    let mut incoming: HashMap<usize, u64> = HashMap::new();
     let mut best_caller: HashMap<usize, (usize, u64)> = HashMap::new();
     for (&(caller, callee), &w) in &arcs {
+        *incoming.entry(callee).or_default() += w;
         let entry = best_caller.entry(callee).or_insert((caller, w));
         if w > entry.1 || (w == entry.1 && caller < entry.0) {
             *entry = (caller, w);
         }
     }
+    let hotness = self_samples;
     let mut order: Vec<usize> = hotness.keys().copied().collect();
     order.sort_by(|a, b| hotness[b].cmp(&hotness[a]).then(a.cmp(b)));
 
@@ -130,7 +138,8 @@ pub fn c3(
         let Some(&(caller, w)) = best_caller.get(&f) else {
             continue;
         };
-        if (w as f64) < options.min_arc_probability * hotness[&f] as f64 {
+        let total_in = incoming.get(&f).copied().unwrap_or(w).max(1);
+        if (w as f64) < options.min_arc_probability * total_in as f64 {
             continue;
         }
         let (cf, cp) = (cluster_of[&f], cluster_of[&caller]);

@@ -153,7 +153,7 @@ impl Profile {
                         object,
                         name,
                         offset,
-                    } => write!(out, " {}:{name}+{offset:x}", ids[object.as_str()]),
+                    } => write!(out, " {}:{}+{offset:x}", ids[object.as_str()], escape(name)),
                     Location::Unknown(a) => write!(out, " ?:{a:x}"),
                 };
             }
@@ -186,6 +186,16 @@ impl Profile {
         }
         Ok(profile)
     }
+}
+
+/// Symbol names may hold spaces (`perf script` demangles C++): keep each
+/// frame one word by writing `%` and space as `%25` and `%20`.
+fn escape(name: &str) -> String {
+    name.replace('%', "%25").replace(' ', "%20")
+}
+
+fn unescape(name: &str) -> String {
+    name.replace("%20", " ").replace("%25", "%")
 }
 
 fn parse_own(text: &str, path: &str) -> Result<Profile, ProfileError> {
@@ -247,7 +257,7 @@ fn parse_own(text: &str, path: &str) -> Result<Profile, ProfileError> {
                             {
                                 Location::Symbol {
                                     object,
-                                    name: name.to_owned(),
+                                    name: unescape(name),
                                     offset: u64::from_str_radix(off, 16)
                                         .map_err(|_| err(format!("bad offset {off:?}")))?,
                                 }
@@ -403,6 +413,23 @@ mod tests {
                 offset: 6
             }
         );
+    }
+
+    #[test]
+    fn symbol_names_with_spaces_round_trip() {
+        let mut p = Profile {
+            event: "cpu-clock".into(),
+            stacks: vec![(
+                2,
+                vec![Location::Symbol {
+                    object: "/bin/a".into(),
+                    name: "ns::f(int, char) 100%".into(),
+                    offset: 4,
+                }],
+            )],
+        };
+        p.normalize();
+        assert_eq!(Profile::parse(&p.to_text(), "s").unwrap(), p);
     }
 
     proptest! {

@@ -55,6 +55,7 @@ pub enum SampleError {
     Other(String),
 }
 
+const RECORD_FORK: u32 = 7;
 const RECORD_MMAP2: u32 = 10;
 const RECORD_SAMPLE: u32 = 9;
 const RECORD_LOST: u32 = 2;
@@ -143,6 +144,9 @@ struct Decoded {
     samples: Vec<(u32, Vec<u64>)>,
     /// Mappings per pid, in arrival order.
     mappings: HashMap<u32, Vec<Mapping>>,
+    /// Parent of each forked process: a child that has not exec'd shares its
+    /// parent's mappings.
+    parent_of: HashMap<u32, u32>,
     lost: u64,
 }
 
@@ -206,6 +210,15 @@ fn decode(bytes: &[u8], out: &mut Decoded) {
                     });
                 }
             }
+            RECORD_FORK => {
+                // pid, ppid, tid, ptid, time
+                let (Some(pid), Some(ppid)) = (u32_at(record, 0), u32_at(record, 4)) else {
+                    return;
+                };
+                if pid != ppid {
+                    out.parent_of.insert(pid, ppid);
+                }
+            }
             RECORD_LOST => {
                 if let Some(n) = u64_at(record, 8) {
                     out.lost += n;
@@ -217,13 +230,25 @@ fn decode(bytes: &[u8], out: &mut Decoded) {
     }
 }
 
-fn locate(mappings: &[Mapping], addr: u64, loads: &mut Loads) -> Location {
-    // The latest mapping wins (an exec replaces earlier ones at the same address).
-    match mappings
-        .iter()
-        .rev()
-        .find(|m| addr >= m.start && addr < m.end)
-    {
+/// The mapping that holds `addr` in process `pid`: its own (the latest wins,
+/// as an exec replaces earlier ones at the same address), else its parent's
+/// (a forked child that has not exec'd), and so on up.
+fn mapping_for(decoded: &Decoded, mut pid: u32, addr: u64) -> Option<&Mapping> {
+    for _ in 0..64 {
+        let own = decoded
+            .mappings
+            .get(&pid)
+            .and_then(|maps| maps.iter().rev().find(|m| addr >= m.start && addr < m.end));
+        if own.is_some() {
+            return own;
+        }
+        pid = *decoded.parent_of.get(&pid)?;
+    }
+    None
+}
+
+fn locate(mapping: Option<&Mapping>, addr: u64, loads: &mut Loads) -> Location {
+    match mapping {
         Some(m) => match loads.vaddr(&m.path, addr - m.start + m.pgoff) {
             Some(vaddr) => Location::Address {
                 object: m.path.clone(),
@@ -323,6 +348,8 @@ pub fn sample(target: &Target, period_ns: u64) -> Result<Sampled, SampleError> {
                     )));
                 }
             }
+            // Ctrl-C goes to the command (same process group); we stay to write the profile.
+            let _interrupts = process::IgnoreInterrupts::new();
             let waiter = std::thread::spawn(move || process::wait(pid));
             while !waiter.is_finished() {
                 sampling.wait_for_data(Duration::from_millis(50));
@@ -362,14 +389,15 @@ pub fn sample(target: &Target, period_ns: u64) -> Result<Sampled, SampleError> {
         }
     }
     let mut loads = Loads::default();
-    let empty = Vec::new();
     let mut profile = Profile {
         event: "cpu-clock".into(),
         stacks: Vec::new(),
     };
-    for (pid, stack) in decoded.samples {
-        let maps = decoded.mappings.get(&pid).unwrap_or(&empty);
-        let frames = stack.iter().map(|&a| locate(maps, a, &mut loads)).collect();
+    for (pid, stack) in &decoded.samples {
+        let frames = stack
+            .iter()
+            .map(|&a| locate(mapping_for(&decoded, *pid, a), a, &mut loads))
+            .collect();
         profile.stacks.push((1, frames));
     }
     profile.normalize();
@@ -421,6 +449,32 @@ mod tests {
         assert_eq!(out.samples, vec![(7, vec![0x401000, 0x402000])]);
         assert_eq!(out.mappings[&7][0].path, "/bin/true");
         assert_eq!(out.mappings[&7][0].end, 0x410000);
+    }
+
+    #[test]
+    fn forked_children_use_their_parents_mappings() {
+        let mut fork = Vec::new();
+        for v in [9u32, 7, 9, 7] {
+            fork.extend_from_slice(&v.to_ne_bytes());
+        }
+        fork.extend_from_slice(&0u64.to_ne_bytes());
+        let mut out = Decoded::default();
+        decode(&record(RECORD_FORK, &fork), &mut out);
+        out.mappings.insert(
+            7,
+            vec![Mapping {
+                start: 0x1000,
+                end: 0x2000,
+                pgoff: 0,
+                path: "/bin/x".into(),
+            }],
+        );
+        assert_eq!(
+            mapping_for(&out, 9, 0x1800).map(|m| m.path.as_str()),
+            Some("/bin/x")
+        );
+        assert!(mapping_for(&out, 9, 0x3000).is_none());
+        assert!(mapping_for(&out, 42, 0x1800).is_none());
     }
 
     #[test]
