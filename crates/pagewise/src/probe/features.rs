@@ -89,12 +89,11 @@ pub fn vma_anon_name() -> ProbeResult {
             "kernel without CONFIG_ANON_VMA_NAME (5.17+)",
         );
     }
-    let maps = std::fs::read_to_string("/proc/self/maps").unwrap_or_default();
-    let start = format!("{:x}-", m.addr());
-    if maps
-        .lines()
-        .any(|l| l.starts_with(&start) && l.ends_with("[anon:pagewise-probe]"))
-    {
+    let named = crate::observe::maps::read(None)
+        .unwrap_or_default()
+        .iter()
+        .any(|e| e.start == m.addr() as u64 && e.path == "[anon:pagewise-probe]");
+    if named {
         ProbeResult::works("named a scratch mapping")
     } else {
         ProbeResult::failed("prctl succeeded but the name is not in /proc/self/maps")

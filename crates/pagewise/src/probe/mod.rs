@@ -549,11 +549,11 @@ fn tracepoint_id(root: &SysRoot, tracefs: Option<&str>, name: &str) -> Result<u6
 
 /// Finds the dynamic loader this process runs under (from `/proc/self/maps`).
 fn dynamic_loader() -> Option<String> {
-    let maps = std::fs::read_to_string("/proc/self/maps").ok()?;
-    maps.lines()
-        .filter_map(|l| l.split_whitespace().nth(5))
+    crate::observe::maps::read(None)
+        .ok()?
+        .into_iter()
+        .map(|m| m.path)
         .find(|path| path.contains("/ld-linux") || path.contains("/ld-2."))
-        .map(str::to_owned)
 }
 
 fn read_glibc(root: &SysRoot) -> Glibc {

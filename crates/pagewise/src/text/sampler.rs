@@ -108,23 +108,17 @@ fn read_loads(path: &str) -> Option<Vec<Load>> {
     )
 }
 
+/// The executable file mappings of `pid`, from `/proc/PID/maps`.
 fn proc_maps(pid: i32) -> Vec<Mapping> {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap_or_default();
-    text.lines()
-        .filter_map(|line| {
-            let mut f = line.split_whitespace();
-            let (range, perms, off) = (f.next()?, f.next()?, f.next()?);
-            let path = f.nth(2)?;
-            if !perms.contains('x') || !path.starts_with('/') {
-                return None;
-            }
-            let (a, b) = range.split_once('-')?;
-            Some(Mapping {
-                start: u64::from_str_radix(a, 16).ok()?,
-                end: u64::from_str_radix(b, 16).ok()?,
-                pgoff: u64::from_str_radix(off, 16).ok()?,
-                path: path.to_owned(),
-            })
+    crate::observe::maps::read(Some(pid))
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|m| m.perms.contains('x') && m.is_file())
+        .map(|m| Mapping {
+            start: m.start,
+            end: m.end,
+            pgoff: m.offset,
+            path: m.path,
         })
         .collect()
 }
