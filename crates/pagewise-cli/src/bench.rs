@@ -26,9 +26,20 @@ impl CommonArgs {
 
 /// The experiments.
 #[derive(Debug, clap::Subcommand)]
-pub enum Experiment {}
+pub enum Experiment {
+    /// pagewise::copy::copy against glibc memcpy: fixed sizes hot and cold,
+    /// aligned and misaligned, and a real size distribution.
+    Memcpy(crate::bench_copy::CopyArgs),
+    /// pagewise::copy::fill against glibc memset: fixed sizes hot and cold,
+    /// aligned and misaligned, and a real size distribution.
+    Memset(crate::bench_copy::CopyArgs),
+}
 
 /// Runs one experiment.
 pub fn run(experiment: &Experiment) -> anyhow::Result<ExitCode> {
-    match *experiment {}
+    use pagewise::bench::memcpy::Op;
+    match experiment {
+        Experiment::Memcpy(args) => crate::bench_copy::run(Op::Memcpy, args),
+        Experiment::Memset(args) => crate::bench_copy::run(Op::Memset, args),
+    }
 }

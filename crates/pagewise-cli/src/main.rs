@@ -4,8 +4,10 @@
 #![forbid(unsafe_code)]
 
 mod bench;
+mod bench_copy;
 mod doctor;
 mod format;
+mod plot;
 mod progress;
 
 use clap::{Parser, Subcommand};

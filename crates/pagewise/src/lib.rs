@@ -7,6 +7,8 @@
 //!   features, perf access, CPU, glibc) and what to change; behind `pagewise doctor`.
 //! - [`bench`]: statistics, progress and machine description shared by every
 //!   `pagewise bench` experiment.
+//! - [`copy`]: `copy` and `fill` with runtime CPU dispatch and non-temporal
+//!   stores for large sizes; behind `pagewise bench memcpy` and `bench memset`.
 //! - [`sys`]: the only layer with raw system calls and `unsafe`; everything
 //!   else is safe Rust built on it.
 //!
@@ -17,6 +19,7 @@
 #![deny(unsafe_code)]
 
 pub mod bench;
+pub mod copy;
 pub mod probe;
 #[allow(unsafe_code)]
 pub mod sys;

@@ -6,6 +6,9 @@
 //! measured in the same run, trials are interleaved where possible, results are
 //! medians with min–max, and comparisons are ratios of medians.
 
+pub mod fleet;
+pub mod memcpy;
+
 use crate::probe::MachineReport;
 use serde::Serialize;
 

@@ -4,7 +4,9 @@
 //! functions. Every `unsafe` block carries a `// SAFETY:` line saying why it is
 //! sound. Code above this layer never touches raw pointers or errno.
 
+pub mod copy;
 pub mod cpu;
+pub mod guard;
 pub mod libc_info;
 pub mod mem;
 pub mod pagemap;
