@@ -1,7 +1,9 @@
 //! `--plot FILE.svg|FILE.png`: GB/s by size for pagewise and glibc.
 //!
-//! SVG needs nothing; PNG draws its text with a TrueType font found on the
-//! system (DejaVu or Liberation Sans), and says so when there is none.
+//! Text is laid out (and, in PNG, drawn) with a TrueType font found on the
+//! system (DejaVu or Liberation Sans) through `ab_glyph`, so that the build
+//! needs neither font-kit nor fontconfig; without such a font the plot is
+//! refused with a message that says so.
 
 use anyhow::{bail, Context};
 use pagewise::bench::memcpy::{size_label, Op, Report, Residency};
@@ -47,25 +49,26 @@ pub fn check_path(path: &Path) -> anyhow::Result<()> {
     format_of(path).map(|_| ())
 }
 
-fn register_png_font() -> anyhow::Result<()> {
+fn register_font() -> anyhow::Result<()> {
     let bytes = FONTS
         .iter()
         .find_map(|p| std::fs::read(p).ok())
         .with_context(|| {
             format!(
-                "PNG plots need a TrueType font and none was found (looked for {}); write .svg instead",
+                "plots need a TrueType font and none was found (looked for {}); install fonts-dejavu-core",
                 FONTS.join(", ")
             )
         })?;
     // plotters keeps the font for the life of the process.
     let bytes: &'static [u8] = Box::leak(bytes.into_boxed_slice());
     plotters::style::register_font("sans-serif", FontStyle::Normal, bytes)
-        .map_err(|_| anyhow::anyhow!("the system font could not be loaded for PNG text"))?;
+        .map_err(|_| anyhow::anyhow!("the system font could not be loaded for the plot's text"))?;
     Ok(())
 }
 
 /// Draws the report's aligned rows (hot and cold) as GB/s by size.
 pub fn draw(path: &Path, op: Op, report: &Report) -> anyhow::Result<()> {
+    register_font()?;
     match format_of(path)? {
         Format::Svg => {
             let root = SVGBackend::new(path, (WIDTH, HEIGHT)).into_drawing_area();
@@ -74,7 +77,6 @@ pub fn draw(path: &Path, op: Op, report: &Report) -> anyhow::Result<()> {
                 .map_err(|e| anyhow::anyhow!("writing the SVG: {e}"))?;
         }
         Format::Png => {
-            register_png_font()?;
             let root = BitMapBackend::new(path, (WIDTH, HEIGHT)).into_drawing_area();
             chart(&root, op, report)?;
             root.present()
@@ -84,7 +86,9 @@ pub fn draw(path: &Path, op: Op, report: &Report) -> anyhow::Result<()> {
     Ok(())
 }
 
-type Series = Vec<(u64, f64)>;
+/// Points as (log2 of bytes, GB/s): the x axis is linear in log2 so that its
+/// ticks fall on powers of two.
+type Series = Vec<(f64, f64)>;
 
 fn series(report: &Report, hot: bool) -> (Series, Series) {
     let rows = report.rows.iter().filter(|r| {
@@ -93,8 +97,9 @@ fn series(report: &Report, hot: bool) -> (Series, Series) {
     let mut ours = Vec::new();
     let mut theirs = Vec::new();
     for r in rows {
-        ours.push((r.bytes as u64, r.gbps));
-        theirs.push((r.bytes as u64, r.glibc_gbps));
+        let x = (r.bytes as f64).log2();
+        ours.push((x, r.gbps));
+        theirs.push((x, r.glibc_gbps));
     }
     (ours, theirs)
 }
@@ -111,7 +116,7 @@ where
     root.fill(&WHITE).map_err(err)?;
     let (hot_ours, hot_glibc) = series(report, true);
     let (cold_ours, cold_glibc) = series(report, false);
-    let all: Vec<&(u64, f64)> = hot_ours
+    let all: Vec<&(f64, f64)> = hot_ours
         .iter()
         .chain(&hot_glibc)
         .chain(&cold_ours)
@@ -120,8 +125,17 @@ where
     if all.is_empty() {
         bail!("no aligned fixed-size rows to plot");
     }
-    let x_min = all.iter().map(|p| p.0).min().unwrap_or(1).max(1);
-    let x_max = all.iter().map(|p| p.0).max().unwrap_or(2).max(x_min * 2);
+    let x_min = all
+        .iter()
+        .map(|p| p.0)
+        .fold(f64::INFINITY, f64::min)
+        .floor();
+    let x_max = all
+        .iter()
+        .map(|p| p.0)
+        .fold(f64::NEG_INFINITY, f64::max)
+        .ceil()
+        .max(x_min + 1.0);
     let y_max = all.iter().map(|p| p.1).fold(1.0f64, f64::max) * 1.1;
     let (ours_name, theirs_name) = match op {
         Op::Memcpy => ("pagewise copy", "glibc memcpy"),
@@ -135,13 +149,20 @@ where
         .margin(12)
         .x_label_area_size(42)
         .y_label_area_size(56)
-        .build_cartesian_2d((x_min..x_max).log_scale(), 0.0..y_max)
+        .build_cartesian_2d(x_min..x_max, 0.0..y_max)
         .map_err(err)?;
     chart
         .configure_mesh()
         .x_desc("bytes per call")
         .y_desc("GB/s (10^9 bytes/s)")
-        .x_label_formatter(&|x| size_label(*x as usize))
+        .x_labels(((x_max - x_min) as usize + 1).min(16))
+        .x_label_formatter(&|x| {
+            if x.fract().abs() < 1e-9 && *x >= 0.0 && *x < 63.0 {
+                size_label(1usize << (*x as u32))
+            } else {
+                String::new()
+            }
+        })
         .label_style(("sans-serif", 13))
         .draw()
         .map_err(err)?;

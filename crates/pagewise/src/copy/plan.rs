@@ -121,9 +121,12 @@ pub struct Plan {
     /// Whether the `rep` ranges were detected or set by [`ENV_REP_MOVSB`] /
     /// [`ENV_REP_STOSB`].
     pub rep_source: Source,
-    /// Copy sizes `[from, to)` that use `rep movsb`; `None`: never.
+    /// Copy sizes `[from, to)` that use `rep movsb` (`to == usize::MAX`: no
+    /// upper end); `None`: never. In JSON: `{"from": …, "to": … | null}`.
+    #[serde(serialize_with = "serialize_range")]
     pub copy_rep: Option<(usize, usize)>,
-    /// Fill sizes `[from, to)` that use `rep stosb`; `None`: never.
+    /// Fill sizes `[from, to)` that use `rep stosb`; as `copy_rep`.
+    #[serde(serialize_with = "serialize_range")]
     pub fill_rep: Option<(usize, usize)>,
     /// Copies from this size up use non-temporal stores; `None`: never.
     pub copy_nontemporal: Option<usize>,
@@ -276,7 +279,9 @@ impl Plan {
                     to: Some(small + 1),
                 },
                 kernel: format!(
-                    "overlapping head and tail moves, no loop (scalar up to 16 B, then up to {w}-byte vectors)"
+                    "overlapping head and tail moves, no loop (scalar up to 16 B, 16-byte \
+                     vectors inline up to {} B, then up to {w}-byte vectors)",
+                    if op == "copy" { 32 } else { 128 }
                 ),
             });
             // Medium: between `small` and the non-temporal threshold, split by the
@@ -296,13 +301,19 @@ impl Plan {
                     continue;
                 }
                 let in_rep = rep.is_some_and(|(lo, hi)| from >= lo && from < hi);
-                let kernel = if in_rep {
-                    format!("{string_op}, destination aligned to 64 B")
-                } else {
-                    format!(
-                        "{}-byte vector loop, 4 vectors per iteration, aligned stores",
-                        w
-                    )
+                let kernel = match (in_rep, op) {
+                    (true, "copy") => format!(
+                        "{string_op}, destination aligned to 64 B (the vector loop instead when \
+                         the destination is less than 1 KiB ahead of the source modulo 4 KiB)"
+                    ),
+                    (true, _) => format!("{string_op}, destination aligned to 64 B"),
+                    (false, "copy") => format!(
+                        "{w}-byte vector loop, 4 vectors per iteration, aligned stores (backwards \
+                         when the destination is less than 2 KiB ahead of the source modulo 4 KiB)"
+                    ),
+                    (false, _) => {
+                        format!("{w}-byte vector loop, 4 vectors per iteration, aligned stores")
+                    }
                 };
                 out.push(SizeClass {
                     op,
@@ -320,9 +331,14 @@ impl Plan {
                         from: nt.max(small + 1),
                         to: None,
                     },
-                    kernel: format!(
-                        "{w}-byte non-temporal stores, destination aligned to 64 B, sfence"
-                    ),
+                    kernel: if op == "copy" {
+                        format!(
+                            "{w}-byte non-temporal stores, 8 pages side by side, destination \
+                             aligned to 64 B, sfence"
+                        )
+                    } else {
+                        format!("{w}-byte non-temporal stores, destination aligned to 64 B, sfence")
+                    },
                 });
             }
         }
@@ -330,10 +346,31 @@ impl Plan {
     }
 }
 
+/// What `pagewise doctor` shows about copying: the plan in force and the
+/// kernel of every size class.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Choices {
+    /// The plan (with any threshold set through the API).
+    pub plan: Plan,
+    /// Copy and fill size classes, smallest first.
+    pub size_classes: Vec<SizeClass>,
+}
+
+impl Choices {
+    /// The choices of the process-wide copier.
+    pub fn current() -> Choices {
+        let plan = Plan::current();
+        Choices {
+            size_classes: plan.size_classes(),
+            plan,
+        }
+    }
+}
+
 /// Smallest copy that uses `rep movsb` when the CPU has ERMS.
-const COPY_REP_MIN: usize = 2048;
+const COPY_REP_MIN: usize = 16 << 10;
 /// Smallest fill that uses `rep stosb` when the CPU has ERMS.
-const FILL_REP_MIN: usize = 2048;
+const FILL_REP_MIN: usize = 16 << 10;
 
 fn parse_isa(text: &str) -> Result<Isa, PlanError> {
     match text.trim().to_ascii_lowercase().as_str() {
@@ -345,6 +382,18 @@ fn parse_isa(text: &str) -> Result<Isa, PlanError> {
             value: text.to_owned(),
         }),
     }
+}
+
+fn serialize_range<S: serde::Serializer>(
+    range: &Option<(usize, usize)>,
+    s: S,
+) -> Result<S::Ok, S::Error> {
+    range
+        .map(|(from, to)| SizeRange {
+            from,
+            to: (to != usize::MAX).then_some(to),
+        })
+        .serialize(s)
 }
 
 /// `never` -> `None`; `FROM` -> `[FROM, ∞)`; `FROM-TO` -> `[FROM, TO)`.
@@ -405,4 +454,143 @@ fn largest_cache_bytes() -> Option<u64> {
             crate::probe::parse::cache_size_bytes(&text)
         })
         .max()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn inputs() -> Inputs {
+        Inputs {
+            supported: vec![Isa::Sse2, Isa::Avx2, Isa::Avx512],
+            erms: true,
+            fsrm: true,
+            llc_bytes: Some(100 << 20),
+            ..Inputs::default()
+        }
+    }
+
+    #[test]
+    fn detected_plan_uses_the_widest_isa_and_the_cache_size() {
+        let p = Plan::decide(&inputs());
+        assert_eq!((p.isa, p.isa_source), (Isa::Avx512, Source::Detected));
+        assert_eq!(p.copy_nontemporal, Some(25 << 20));
+        assert_eq!(p.fill_nontemporal, Some(50 << 20));
+        assert_eq!(p.nontemporal_source, Source::Detected);
+        assert_eq!(p.copy_rep, Some((COPY_REP_MIN, usize::MAX)));
+        assert!(p.notes.is_empty(), "{:?}", p.notes);
+    }
+
+    #[test]
+    fn no_erms_means_no_rep_and_no_cache_means_a_noted_default() {
+        let p = Plan::decide(&Inputs {
+            erms: false,
+            llc_bytes: None,
+            supported: vec![Isa::Sse2],
+            ..inputs()
+        });
+        assert_eq!(p.isa, Isa::Sse2);
+        assert_eq!((p.copy_rep, p.fill_rep), (None, None));
+        assert_eq!(p.copy_nontemporal, Some(FALLBACK_NT_THRESHOLD));
+        assert_eq!(p.nontemporal_source, Source::Default);
+        assert_eq!(p.notes.len(), 1);
+    }
+
+    #[test]
+    fn environment_overrides_and_bad_values_are_noted() {
+        let p = Plan::decide(&Inputs {
+            env_isa: Some("AVX2".into()),
+            env_nt_threshold: Some("8M".into()),
+            env_rep_movsb: Some("4K-1M".into()),
+            env_rep_stosb: Some("never".into()),
+            ..inputs()
+        });
+        assert_eq!((p.isa, p.isa_source), (Isa::Avx2, Source::Environment));
+        assert_eq!(p.copy_nontemporal, Some(8 << 20));
+        assert_eq!(p.fill_nontemporal, Some(8 << 20));
+        assert_eq!(p.copy_rep, Some((4096, 1 << 20)));
+        assert_eq!(p.fill_rep, None);
+        assert_eq!(p.rep_source, Source::Environment);
+
+        let p = Plan::decide(&Inputs {
+            env_nt_threshold: Some("never".into()),
+            ..inputs()
+        });
+        assert_eq!((p.copy_nontemporal, p.fill_nontemporal), (None, None));
+
+        let p = Plan::decide(&Inputs {
+            supported: vec![Isa::Sse2, Isa::Avx2],
+            env_isa: Some("avx512".into()),
+            env_nt_threshold: Some("lots".into()),
+            env_rep_movsb: Some("9-3".into()),
+            ..inputs()
+        });
+        assert_eq!((p.isa, p.isa_source), (Isa::Avx2, Source::Detected));
+        assert_eq!(p.copy_nontemporal, Some(25 << 20));
+        assert_eq!(p.copy_rep, Some((COPY_REP_MIN, usize::MAX)));
+        assert_eq!(p.notes.len(), 3, "{:?}", p.notes);
+        assert!(p.notes[0].contains("does not support"));
+        assert!(p.notes[1].contains("PAGEWISE_NT_THRESHOLD"));
+        assert!(p.notes[2].contains("PAGEWISE_REP_MOVSB"));
+
+        let p = Plan::decide(&Inputs {
+            env_isa: Some("mmx".into()),
+            ..inputs()
+        });
+        assert!(p.notes[0].contains("not an instruction set"));
+    }
+
+    #[test]
+    fn sizes_parse_with_suffixes() {
+        assert_eq!(parse_size("4096"), Some(4096));
+        assert_eq!(parse_size(" 4K "), Some(4096));
+        assert_eq!(parse_size("2MiB"), Some(2 << 20));
+        assert_eq!(parse_size("1G"), Some(1 << 30));
+        assert_eq!(parse_size("1.5M"), None);
+        assert_eq!(parse_size("M"), None);
+        assert_eq!(parse_size("99999999999999999999G"), None);
+        assert_eq!(parse_range("never"), Some(None));
+        assert_eq!(parse_range("16K"), Some(Some((16 << 10, usize::MAX))));
+        assert_eq!(parse_range("1M-1K"), None);
+    }
+
+    #[test]
+    fn json_shows_rep_ranges_as_from_to() {
+        let p = Plan::decide(&inputs());
+        let json = serde_json::to_value(&p).unwrap();
+        assert_eq!(json["copy_rep"]["from"], COPY_REP_MIN);
+        assert!(json["copy_rep"]["to"].is_null());
+        let p = Plan::decide(&Inputs {
+            erms: false,
+            ..inputs()
+        });
+        assert!(serde_json::to_value(&p).unwrap()["copy_rep"].is_null());
+    }
+
+    #[test]
+    fn size_classes_follow_the_plan() {
+        let p = Plan::decide(&inputs());
+        let copy: Vec<_> = p
+            .size_classes()
+            .into_iter()
+            .filter(|c| c.op == "copy")
+            .collect();
+        assert_eq!(copy.len(), 4, "{copy:?}");
+        assert_eq!(copy[0].sizes.to, Some(513));
+        assert!(copy[1].kernel.contains("vector loop"));
+        assert!(copy[2].kernel.contains("rep movsb"));
+        assert!(copy[3].kernel.contains("non-temporal"));
+        let p = Plan {
+            copy_rep: None,
+            copy_nontemporal: None,
+            ..p
+        };
+        let copy: Vec<_> = p
+            .size_classes()
+            .into_iter()
+            .filter(|c| c.op == "copy")
+            .collect();
+        assert_eq!(copy.len(), 2, "{copy:?}");
+        assert_eq!(copy[1].sizes.to, None);
+    }
 }
