@@ -135,6 +135,10 @@ unsafe fn fill_32_64(dst: *mut u8, byte: u8, n: usize) {
 /// vector loop is used instead.
 const REP_MOVSB_UNSAFE_BELOW: usize = 1024;
 
+/// Copies with source and destination at the same page offset run the loop
+/// backwards below this size (see `copy_loop`).
+const SAME_OFFSET_BACKWARD_BELOW: usize = 2048;
+
 /// Fills from this size use `rep stosb` below the plan's `rep` range when the
 /// destination is not 64-byte aligned (and the plan uses `rep stosb` at all).
 const FILL_REP_MISALIGNED_MIN: usize = 4096;
@@ -401,7 +405,10 @@ macro_rules! vector_kernels {
             #[inline]
             unsafe fn copy_loop(dst: *mut u8, src: *const u8, n: usize, t: &Thresholds) {
                 let ahead = (dst as usize).wrapping_sub(src as usize) & 4095;
-                if ahead < t.backward_below() {
+                // The same page offset goes backwards only while the copy is
+                // small enough to be in L1 anyway: backwards, the hardware
+                // prefetchers help less when the data comes from memory.
+                if ahead < t.backward_below() && (ahead != 0 || n < SAME_OFFSET_BACKWARD_BELOW) {
                     return copy_loop_backward(dst, src, n);
                 }
                 let head = ld(src);
