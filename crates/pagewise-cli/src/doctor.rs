@@ -48,11 +48,11 @@ fn probes(rows: &mut Vec<[String; 3]>, area: &str, list: &[NamedProbe]) {
     }
 }
 
-/// Size range `[from, to)` in words.
+/// Size range `[from, to)`: the upper end excluded.
 fn size_range(range: &SizeRange) -> String {
     match range.to {
-        Some(to) => format!("{} to {}", bytes(range.from as u64), bytes(to as u64 - 1)),
-        None => format!("{} and up", bytes(range.from as u64)),
+        Some(to) => format!("[{}, {})", bytes(range.from as u64), bytes(to as u64)),
+        None => format!("[{}, ∞)", bytes(range.from as u64)),
     }
 }
 

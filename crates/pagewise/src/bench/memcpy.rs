@@ -7,18 +7,22 @@
 //! - **hot**: one buffer copied (or filled) again and again, sized to stay in
 //!   L1, L2 or the last-level cache (its footprint, source plus destination,
 //!   is at most 3/4 of L1 or L2, or 1/3 of the LLC); aligned (both pointers
-//!   64-byte aligned) and misaligned ([`MISALIGNED_COPY`], [`MISALIGNED_FILL`]);
+//!   64-byte aligned) and misaligned ([`MISALIGNED_COPY`], [`MISALIGNED_FILL`]).
+//!   Each trial of each side keeps the fastest of [`RUNS_PER_TRIAL`] short
+//!   runs, interleaved with the other side's;
 //! - **cold**: calls rotate through buffers several times larger than the
 //!   LLC, each call 64 KiB or more past the previous one, so that every call
 //!   starts from memory;
 //! - **fleet**: sizes and alignments drawn from a real distribution of calls
 //!   (see [`super::fleet`]) at random offsets in a region that fits in L2; the
-//!   result is in ns per call.
+//!   result is in ns per call (each trial the fastest of [`RUNS_PER_TRIAL`]
+//!   runs as well).
 //!
-//! Both sides are called through `#[inline(never)]` wrappers on
-//! `std::hint::black_box`ed slices, so the compiler can neither inline glibc's
-//! routine nor hoist work out of the timing loop. Every row is checked for
-//! correct output once, outside the timing.
+//! Both sides are called through `#[inline(never)]` wrappers on slices (and a
+//! fill byte) hidden from the optimiser with `std::hint::black_box`, so the
+//! compiler can neither inline glibc's routine, nor specialise pagewise's for
+//! the benchmark, nor drop or hoist calls. Every row is checked for correct
+//! output once, outside the timing.
 
 use super::fleet::{FleetDistribution, SplitMix64};
 use super::{Machine, Progress, Summary};

@@ -272,18 +272,44 @@ impl Plan {
             let w = self.isa.vector_bytes();
             let small = self.isa.small_max();
             let nt = nt.unwrap_or(usize::MAX);
-            out.push(SizeClass {
-                op,
-                sizes: SizeRange {
-                    from: 0,
-                    to: Some(small + 1),
-                },
-                kernel: format!(
-                    "overlapping head and tail moves, no loop (scalar up to 16 B, 16-byte \
-                     vectors inline up to {} B, then up to {w}-byte vectors)",
-                    if op == "copy" { 32 } else { 128 }
-                ),
-            });
+            let loop_free =
+                format!("overlapping head and tail moves, no loop (up to eight {w}-byte vectors)");
+            if self.isa == Isa::Avx512 {
+                out.push(SizeClass {
+                    op,
+                    sizes: SizeRange {
+                        from: 0,
+                        to: Some(65),
+                    },
+                    kernel: if op == "copy" {
+                        "one masked 64-byte load and store, no size-dependent branch (scalar \
+                         moves when the destination is within 64 B of the source modulo 4 KiB)"
+                            .to_owned()
+                    } else {
+                        "one masked 64-byte store, no size-dependent branch".to_owned()
+                    },
+                });
+                out.push(SizeClass {
+                    op,
+                    sizes: SizeRange {
+                        from: 65,
+                        to: Some(small + 1),
+                    },
+                    kernel: loop_free,
+                });
+            } else {
+                out.push(SizeClass {
+                    op,
+                    sizes: SizeRange {
+                        from: 0,
+                        to: Some(small + 1),
+                    },
+                    kernel: format!(
+                        "{loop_free}; inline in the caller up to {} B",
+                        if op == "copy" { 32 } else { 128 }
+                    ),
+                });
+            }
             // Medium: between `small` and the non-temporal threshold, split by the
             // rep range.
             let mut edges = vec![small + 1];
@@ -309,11 +335,13 @@ impl Plan {
                     (true, _) => format!("{string_op}, destination aligned to 64 B"),
                     (false, "copy") => format!(
                         "{w}-byte vector loop, 4 vectors per iteration, aligned stores (backwards \
-                         when the destination is less than 2 KiB ahead of the source modulo 4 KiB)"
+                         when the destination is 1-2047 B ahead of the source modulo 4 KiB, or \
+                         at the same offset below 2 KiB)"
                     ),
-                    (false, _) => {
-                        format!("{w}-byte vector loop, 4 vectors per iteration, aligned stores")
-                    }
+                    (false, _) => format!(
+                        "{w}-byte vector loop, 4 vectors per iteration, aligned stores \
+                         (rep stosb from 4 KiB when the destination is not 64-byte aligned)"
+                    ),
                 };
                 out.push(SizeClass {
                     op,
@@ -575,12 +603,14 @@ mod tests {
             .into_iter()
             .filter(|c| c.op == "copy")
             .collect();
-        assert_eq!(copy.len(), 4, "{copy:?}");
-        assert_eq!(copy[0].sizes.to, Some(513));
-        assert!(copy[1].kernel.contains("vector loop"));
-        assert!(copy[2].kernel.contains("rep movsb"));
-        assert!(copy[3].kernel.contains("non-temporal"));
+        assert_eq!(copy.len(), 5, "{copy:?}");
+        assert!(copy[0].kernel.contains("masked"));
+        assert_eq!(copy[1].sizes.to, Some(513));
+        assert!(copy[2].kernel.contains("vector loop"));
+        assert!(copy[3].kernel.contains("rep movsb"));
+        assert!(copy[4].kernel.contains("non-temporal"));
         let p = Plan {
+            isa: Isa::Avx2,
             copy_rep: None,
             copy_nontemporal: None,
             ..p
@@ -591,6 +621,7 @@ mod tests {
             .filter(|c| c.op == "copy")
             .collect();
         assert_eq!(copy.len(), 2, "{copy:?}");
+        assert_eq!(copy[0].sizes.to, Some(257));
         assert_eq!(copy[1].sizes.to, None);
     }
 }
