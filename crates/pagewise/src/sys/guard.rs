@@ -84,13 +84,11 @@ impl GuardedBuffer {
         self.len == 0
     }
 
+    /// The first usable byte: one guard page after the start of the mapping.
     fn start(&self) -> *mut u8 {
+        let guard = (self.mapped - self.len) / 2;
         // SAFETY: base + one page is inside the mapping (it has at least three pages).
-        unsafe {
-            self.base
-                .as_ptr()
-                .add(self.mapped - self.len - super::base_page_size())
-        }
+        unsafe { self.base.as_ptr().add(guard) }
     }
 
     /// All usable bytes, read-only.
