@@ -36,14 +36,23 @@ pub enum Experiment {
     /// One heap-churn worker process (internal).
     #[command(hide = true)]
     HeapChurnWorker(crate::bench_heap_churn::WorkerArgs),
+    /// pagewise::copy::copy against glibc memcpy: fixed sizes hot and cold,
+    /// aligned and misaligned, and a real size distribution.
+    Memcpy(crate::bench_copy::CopyArgs),
+    /// pagewise::copy::fill against glibc memset: fixed sizes hot and cold,
+    /// aligned and misaligned, and a real size distribution.
+    Memset(crate::bench_copy::CopyArgs),
 }
 
 /// Runs one experiment.
 pub fn run(experiment: &Experiment) -> anyhow::Result<ExitCode> {
+    use pagewise::bench::memcpy::Op;
     match experiment {
         Experiment::FirstTouch(args) => crate::bench_first_touch::run(args),
         Experiment::HeapChurn(args) => crate::bench_heap_churn::run(args),
         Experiment::Itlb(args) => crate::bench_itlb::run(args),
         Experiment::HeapChurnWorker(args) => crate::bench_heap_churn::worker(args),
+        Experiment::Memcpy(args) => crate::bench_copy::run(Op::Memcpy, args),
+        Experiment::Memset(args) => crate::bench_copy::run(Op::Memset, args),
     }
 }

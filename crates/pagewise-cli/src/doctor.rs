@@ -1,6 +1,7 @@
 //! `pagewise doctor`: prints the machine report as tables or JSON.
 
 use crate::format::{bytes, or_unread, table};
+use pagewise::copy::{Choices, SizeRange, Source, COPY_LLC_DIVISOR, FILL_LLC_DIVISOR};
 use pagewise::probe::{MachineReport, NamedProbe, ProbeResult, ProbeStatus};
 use std::process::ExitCode;
 
@@ -44,6 +45,63 @@ fn flag(on: bool) -> &'static str {
 fn probes(rows: &mut Vec<[String; 3]>, area: &str, list: &[NamedProbe]) {
     for p in list {
         rows.push([area.into(), p.name.clone(), status(&p.result)]);
+    }
+}
+
+/// Size range `[from, to)`: the upper end excluded.
+fn size_range(range: &SizeRange) -> String {
+    match range.to {
+        Some(to) => format!("[{}, {})", bytes(range.from as u64), bytes(to as u64)),
+        None => format!("[{}, ∞)", bytes(range.from as u64)),
+    }
+}
+
+fn source(s: Source) -> &'static str {
+    match s {
+        Source::Detected => "detected",
+        Source::Environment => "from the environment",
+        Source::Api => "set by the program",
+        Source::Default => "default: not detectable",
+    }
+}
+
+/// The `copy` rows: instruction set, thresholds, kernel per size class.
+fn copy_rows(rows: &mut Vec<[String; 3]>, copy: Option<&Choices>) {
+    let Some(c) = copy else {
+        rows.push(["copy".into(), "plan".into(), "not probed".into()]);
+        return;
+    };
+    let p = &c.plan;
+    let mut row = |item: String, value: String| rows.push(["copy".into(), item, value]);
+    row(
+        "instruction set".into(),
+        format!("{} ({})", p.isa.name(), source(p.isa_source)),
+    );
+    let nt = |t: Option<usize>| t.map_or("never".to_owned(), |t| bytes(t as u64));
+    row(
+        "non-temporal from".into(),
+        format!(
+            "copy {}, fill {} ({}{})",
+            nt(p.copy_nontemporal),
+            nt(p.fill_nontemporal),
+            source(p.nontemporal_source),
+            match (p.nontemporal_source, p.llc_bytes) {
+                (Source::Detected, Some(llc)) => format!(
+                    ": last-level cache {} / {COPY_LLC_DIVISOR} and / {FILL_LLC_DIVISOR}",
+                    bytes(llc)
+                ),
+                _ => String::new(),
+            }
+        ),
+    );
+    for class in &c.size_classes {
+        row(
+            format!("{} {}", class.op, size_range(&class.sizes)),
+            class.kernel.clone(),
+        );
+    }
+    for note in &p.notes {
+        row("note".into(), note.clone());
     }
 }
 
@@ -246,6 +304,8 @@ fn print_human(r: &MachineReport) {
                 format!("{m} ({meaning})")
             }),
     );
+
+    copy_rows(&mut rows, r.copy.as_ref());
 
     let mut machine = table(&["area", "item", "value"]);
     for [a, i, v] in rows {

@@ -4,11 +4,13 @@
 #![forbid(unsafe_code)]
 
 mod bench;
+mod bench_copy;
 mod bench_first_touch;
 mod bench_heap_churn;
 mod bench_itlb;
 mod doctor;
 mod format;
+mod plot;
 mod progress;
 mod run;
 mod text;

@@ -16,6 +16,8 @@
 //!   --huge-text`) and perf map files.
 //! - [`bench`]: statistics, progress and machine description shared by every
 //!   `pagewise bench` experiment.
+//! - [`copy`]: `copy` and `fill` with runtime CPU dispatch and non-temporal
+//!   stores for large sizes; behind `pagewise bench memcpy` and `bench memset`.
 //! - [`sys`]: the only layer with raw system calls and `unsafe`; everything
 //!   else is safe Rust built on it.
 //!
@@ -27,6 +29,7 @@
 
 pub mod bench;
 pub mod buffer;
+pub mod copy;
 pub mod launch;
 pub mod observe;
 pub mod probe;

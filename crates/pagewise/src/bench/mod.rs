@@ -7,8 +7,10 @@
 //! medians with min–max, and comparisons are ratios of medians.
 
 pub mod first_touch;
+pub mod fleet;
 pub mod heap_churn;
 pub mod itlb;
+pub mod memcpy;
 
 use crate::probe::MachineReport;
 use serde::Serialize;

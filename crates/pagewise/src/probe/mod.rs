@@ -272,6 +272,8 @@ pub struct MachineReport {
     pub glibc: Glibc,
     /// Limits and VM policy.
     pub limits: Limits,
+    /// What `pagewise::copy` chose here (`None` when live probes were not run).
+    pub copy: Option<crate::copy::Choices>,
     /// What to change, one line each, most important first.
     pub advice: Vec<Advice>,
     /// Files and folders that could not be read, and why.
@@ -339,6 +341,7 @@ impl MachineReport {
                 overcommit_memory: root.read_i64("/proc/sys/vm/overcommit_memory"),
                 ..Limits::default()
             },
+            copy: None,
             advice: vec![],
             not_read: vec![],
         }
@@ -385,6 +388,7 @@ impl MachineReport {
         self.cpu.fsrm = f.fsrm;
         self.cpu.pdpe1gb = f.pdpe1gb;
         self.glibc = read_glibc(root);
+        self.copy = Some(crate::copy::Choices::current());
         match sys::libc_info::memlock_limit() {
             Ok(limit) => {
                 self.limits.memlock_soft_bytes = limit.soft;

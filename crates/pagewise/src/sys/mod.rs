@@ -4,8 +4,10 @@
 //! functions. Every `unsafe` block carries a `// SAFETY:` line saying why it is
 //! sound. Code above this layer never touches raw pointers or errno.
 
+pub mod copy;
 pub mod cpu;
 pub mod dl;
+pub mod guard;
 pub mod libc_info;
 pub mod mem;
 pub mod pagemap;

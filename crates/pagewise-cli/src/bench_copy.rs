@@ -1,0 +1,196 @@
+//! `pagewise bench memcpy` and `pagewise bench memset`: arguments, the fleet
+//! file, and printing (table, JSON, plot). The experiment is in
+//! `pagewise::bench::memcpy`.
+
+use crate::bench::CommonArgs;
+use crate::format::{bytes, table};
+use anyhow::Context;
+use pagewise::bench::fleet::FleetDistribution;
+use pagewise::bench::memcpy::{self, Op, Options, Report};
+use pagewise::bench::Summary;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+/// Arguments of `bench memcpy` and `bench memset`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct CopyArgs {
+    #[command(flatten)]
+    pub common: CommonArgs,
+    /// Fixed sizes to run, comma-separated, with optional K/M/G suffixes
+    /// (default: powers of two from 8 B to 1 GiB and some odd sizes).
+    #[arg(long, value_delimiter = ',', value_parser = parse_size_arg)]
+    pub sizes: Option<Vec<usize>>,
+    /// Skip the cold rows (they map a few hundred MiB to a few GiB).
+    #[arg(long)]
+    pub no_cold: bool,
+    /// Skip the hot rows.
+    #[arg(long)]
+    pub no_hot: bool,
+    /// Skip the misaligned rows.
+    #[arg(long)]
+    pub no_misaligned: bool,
+    /// Skip the fleet-distribution row.
+    #[arg(long)]
+    pub no_fleet: bool,
+    /// The size distribution of the fleet row (default:
+    /// ../shared/data/<memcpy|memset>-fleet-distribution.csv next to the repository).
+    #[arg(long, value_name = "FILE")]
+    pub fleet_file: Option<PathBuf>,
+    /// Calls per fleet trial.
+    #[arg(long, default_value_t = 100_000, value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
+    pub fleet_calls: u64,
+    /// Do not ask for transparent huge pages on the buffers.
+    #[arg(long)]
+    pub no_huge_pages: bool,
+    /// Also draw GB/s by size for both routines into FILE (.svg or .png).
+    #[arg(long, value_name = "FILE")]
+    pub plot: Option<PathBuf>,
+}
+
+fn parse_size_arg(text: &str) -> Result<usize, String> {
+    match pagewise::copy::parse_size(text) {
+        Some(n) if n > 0 => Ok(n),
+        _ => Err(format!(
+            "{text:?} is not a size (bytes with an optional K, M or G suffix, above 0)"
+        )),
+    }
+}
+
+fn default_fleet_file(op: Op) -> Vec<PathBuf> {
+    let name = format!("{}-fleet-distribution.csv", op.name());
+    // The repository this binary was built from, then the working directory.
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    vec![
+        repo.join("../shared/data").join(&name),
+        PathBuf::from("../shared/data").join(&name),
+    ]
+}
+
+/// Runs the experiment and prints it.
+pub fn run(op: Op, args: &CopyArgs) -> anyhow::Result<ExitCode> {
+    if let Some(plot) = &args.plot {
+        crate::plot::check_path(plot)?;
+    }
+    let mut notes = Vec::new();
+    let (fleet, fleet_file) = if args.no_fleet {
+        (None, None)
+    } else if let Some(path) = &args.fleet_file {
+        (Some(FleetDistribution::load(path)?), Some(path.clone()))
+    } else {
+        let candidates = default_fleet_file(op);
+        match candidates.iter().find(|p| p.is_file()) {
+            Some(path) => (Some(FleetDistribution::load(path)?), Some(path.clone())),
+            None => {
+                notes.push(format!(
+                    "fleet row skipped: no distribution at {} (pass --fleet-file)",
+                    candidates[0].display()
+                ));
+                (None, None)
+            }
+        }
+    };
+    let options = Options {
+        trials: args.common.trials,
+        sizes: args.sizes.clone().unwrap_or_else(Options::default_sizes),
+        hot: !args.no_hot,
+        cold: !args.no_cold,
+        misaligned: !args.no_misaligned,
+        fleet,
+        fleet_file: fleet_file
+            .map(|p| p.canonicalize().unwrap_or(p).to_string_lossy().into_owned()),
+        fleet_calls: args.fleet_calls as usize,
+        huge_pages: !args.no_huge_pages,
+        ..Options::default()
+    };
+    let mut report = {
+        let progress = args.common.progress();
+        memcpy::run(op, &options, &progress)?
+    };
+    report.notes.extend(notes);
+    if let Some(path) = &args.plot {
+        crate::plot::draw(path, op, &report)
+            .with_context(|| format!("cannot draw {}", path.display()))?;
+    }
+    if args.common.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print_human(op, &report);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn range(s: &Summary, digits: usize) -> String {
+    format!(
+        "{:.digits$} ({:.digits$}–{:.digits$})",
+        s.median, s.min, s.max
+    )
+}
+
+fn print_human(op: Op, r: &Report) {
+    let ours = match op {
+        Op::Memcpy => "pagewise copy GB/s",
+        Op::Memset => "pagewise fill GB/s",
+    };
+    let theirs = format!("glibc {} GB/s", op.name());
+    let mut t = table(&["row", "bytes", ours, &theirs, "ratio"]);
+    for row in &r.rows {
+        t.add_row(vec![
+            row.name.clone(),
+            row.bytes.to_string(),
+            range(&row.pagewise, 2),
+            range(&row.glibc, 2),
+            format!("{:.2}", row.ratio),
+        ]);
+    }
+    println!(
+        "{} against glibc, {} trials each, interleaved; medians (min–max); ratio above 1: pagewise faster",
+        op.name(),
+        r.trials
+    );
+    if !r.rows.is_empty() {
+        println!("{t}");
+    }
+    if let Some(f) = &r.fleet {
+        let mut t = table(&[
+            "row",
+            "calls",
+            "mean bytes",
+            "pagewise ns/call",
+            "glibc ns/call",
+            "ratio",
+        ]);
+        t.add_row(vec![
+            f.name.clone(),
+            f.calls.to_string(),
+            format!("{:.1}", f.mean_bytes),
+            range(&f.pagewise, 2),
+            range(&f.glibc, 2),
+            format!("{:.2}", f.ratio),
+        ]);
+        println!(
+            "\nFleet distribution ({})",
+            f.file.as_deref().unwrap_or("?")
+        );
+        println!("{t}");
+        if f.overlap_probability_ignored > 0.0 {
+            println!(
+                "(calls marked overlapping, {:.4}% of the file, run without overlap)",
+                f.overlap_probability_ignored * 100.0
+            );
+        }
+    }
+    let p = &r.plan;
+    println!(
+        "\npagewise plan: {} kernels; non-temporal stores from {} (copy), {} (fill) ({:?}); huge pages on buffers: {}",
+        p.isa.name(),
+        p.copy_nontemporal
+            .map_or("never".to_owned(), |t| bytes(t as u64)),
+        p.fill_nontemporal
+            .map_or("never".to_owned(), |t| bytes(t as u64)),
+        p.nontemporal_source,
+        if r.huge_pages { "asked" } else { "no" }
+    );
+    for note in &r.notes {
+        println!("note: {note}");
+    }
+}

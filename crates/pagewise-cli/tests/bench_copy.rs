@@ -1,0 +1,302 @@
+//! CLI tests for `pagewise bench memcpy|memset` and the doctor's copy rows:
+//! they run the real binary on tiny size sets so that each takes about a
+//! second. They check shapes and invariants, never timings.
+
+use assert_cmd::Command;
+use serde_json::Value;
+
+fn pagewise() -> Command {
+    Command::cargo_bin("pagewise").unwrap()
+}
+
+/// A small distribution file in the fleet format.
+fn fleet_file(dir: &tempfile::TempDir) -> std::path::PathBuf {
+    let path = dir.path().join("fleet.csv");
+    std::fs::write(&path, "8:0.5,100:0.25,3000:0.25\n0:1\n1:0.5,64:0.5\n").unwrap();
+    path
+}
+
+fn run_json(args: &[&str]) -> Value {
+    let out = pagewise()
+        .args(args)
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    serde_json::from_slice(&out).expect("valid JSON")
+}
+
+fn check_rows(json: &Value, schema: &str, sizes: &[u64]) {
+    assert_eq!(json["schema"], schema);
+    assert!(
+        json["machine"]["caches"].is_array(),
+        "machine: {}",
+        json["machine"]
+    );
+    assert!(json["plan"]["isa"].is_string());
+    let rows = json["rows"].as_array().unwrap();
+    assert!(!rows.is_empty());
+    for row in rows {
+        for key in ["gbps", "glibc_gbps", "ratio"] {
+            let v = row[key].as_f64().unwrap_or(f64::NAN);
+            assert!(v.is_finite() && v > 0.0, "{key} in {row}");
+        }
+        let ratio = row["gbps"].as_f64().unwrap() / row["glibc_gbps"].as_f64().unwrap();
+        assert!((ratio - row["ratio"].as_f64().unwrap()).abs() < 1e-9);
+        assert!(sizes.contains(&row["bytes"].as_u64().unwrap()), "{row}");
+        assert!(row["name"].as_str().unwrap().len() > 3);
+        assert_ne!(row["residency"], "cold", "--no-cold was given: {row}");
+    }
+    // Every size has an aligned row.
+    for size in sizes {
+        assert!(
+            rows.iter()
+                .any(|r| r["bytes"] == *size && r["name"].as_str().unwrap().ends_with("aligned")),
+            "no aligned row of {size}"
+        );
+    }
+}
+
+#[test]
+fn memcpy_json_has_rows_fleet_and_machine() {
+    let dir = tempfile::tempdir().unwrap();
+    let fleet = fleet_file(&dir);
+    let json = run_json(&[
+        "bench",
+        "memcpy",
+        "--json",
+        "--quiet",
+        "--sizes",
+        "64,4K",
+        "--no-cold",
+        "--trials",
+        "1",
+        "--fleet-calls",
+        "2000",
+        "--fleet-file",
+        fleet.to_str().unwrap(),
+    ]);
+    check_rows(&json, "pagewise.bench.memcpy/1", &[64, 4096]);
+    // Aligned and both misalignments for each size.
+    assert_eq!(json["rows"].as_array().unwrap().len(), 6);
+    let f = &json["fleet"];
+    assert_eq!(f["calls"], 2000);
+    for key in ["ns_per_call", "glibc_ns_per_call", "ratio", "mean_bytes"] {
+        assert!(f[key].as_f64().unwrap() > 0.0, "{key} in {f}");
+    }
+    let mean = f["mean_bytes"].as_f64().unwrap();
+    assert!(
+        (200.0..1800.0).contains(&mean),
+        "mean of 8/100/3000 draws: {mean}"
+    );
+    assert!(f["file"].as_str().unwrap().ends_with("fleet.csv"));
+}
+
+#[test]
+fn memset_json_has_its_own_schema() {
+    let json = run_json(&[
+        "bench",
+        "memset",
+        "--json",
+        "-q",
+        "--sizes",
+        "100,64K",
+        "--no-cold",
+        "--no-fleet",
+        "--trials",
+        "1",
+    ]);
+    check_rows(&json, "pagewise.bench.memset/1", &[100, 65536]);
+    assert_eq!(json["rows"].as_array().unwrap().len(), 4);
+    assert!(json["fleet"].is_null());
+    assert_eq!(json["rows"][1]["src_offset"], 0);
+}
+
+#[test]
+fn cold_rows_rotate_through_memory() {
+    let json = run_json(&[
+        "bench",
+        "memset",
+        "--json",
+        "-q",
+        "--sizes",
+        "1M",
+        "--no-hot",
+        "--no-misaligned",
+        "--no-fleet",
+        "--trials",
+        "1",
+    ]);
+    let rows = json["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 1);
+    assert_eq!(rows[0]["residency"], "cold");
+    assert!(rows[0]["calls"].as_u64().unwrap() > 10);
+}
+
+#[test]
+fn table_output_names_rows_and_ratio() {
+    let out = pagewise()
+        .args([
+            "bench",
+            "memcpy",
+            "-q",
+            "--sizes",
+            "256",
+            "--no-cold",
+            "--no-fleet",
+            "--trials",
+            "1",
+        ])
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    let text = String::from_utf8(out).unwrap();
+    for needle in [
+        "256 B L1 aligned",
+        "src+7 dst+1",
+        "ratio",
+        "glibc memcpy GB/s",
+        "plan",
+    ] {
+        assert!(text.contains(needle), "missing {needle:?} in:\n{text}");
+    }
+}
+
+#[test]
+fn bad_fleet_file_is_a_one_line_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let bad = dir.path().join("bad.csv");
+    std::fs::write(&bad, "8:0.5,oops\n0:1\n1:1\n").unwrap();
+    let missing = dir.path().join("missing.csv");
+    for (file, needle) in [(&bad, "line 1, entry 2"), (&missing, "missing.csv")] {
+        let out = pagewise()
+            .args([
+                "bench",
+                "memcpy",
+                "-q",
+                "--sizes",
+                "64",
+                "--no-cold",
+                "--fleet-file",
+            ])
+            .arg(file)
+            .assert()
+            .failure()
+            .get_output()
+            .clone();
+        let err = String::from_utf8(out.stderr).unwrap();
+        assert!(err.starts_with("pagewise: "), "{err}");
+        assert!(err.contains(needle), "{err}");
+        assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    }
+}
+
+#[test]
+fn bad_arguments_exit_2() {
+    for args in [
+        &["bench", "memcpy", "--sizes", "0"][..],
+        &["bench", "memcpy", "--sizes", "12Q"],
+        &["bench", "memset", "--trials", "0"],
+    ] {
+        pagewise().args(args).assert().code(2);
+    }
+    // A plot name that is neither .svg nor .png is refused before running.
+    let out = pagewise()
+        .args(["bench", "memcpy", "-q", "--sizes", "64", "--plot", "x.jpg"])
+        .assert()
+        .failure()
+        .get_output()
+        .clone();
+    assert!(String::from_utf8(out.stderr)
+        .unwrap()
+        .contains(".svg or .png"));
+}
+
+#[test]
+fn plots_are_written_as_svg_and_png() {
+    let dir = tempfile::tempdir().unwrap();
+    for (op, file, check) in [("memcpy", "copy.svg", "svg"), ("memset", "fill.png", "png")] {
+        let path = dir.path().join(file);
+        let out = pagewise()
+            .args([
+                "bench",
+                op,
+                "-q",
+                "--sizes",
+                "64,1K",
+                "--no-cold",
+                "--no-fleet",
+                "--trials",
+                "1",
+                "--plot",
+            ])
+            .arg(&path)
+            .output()
+            .unwrap();
+        if !out.status.success() {
+            // Without a system font plots are refused, and say why.
+            let err = String::from_utf8(out.stderr).unwrap();
+            assert!(err.contains("TrueType font"), "{err}");
+            eprintln!("skipped the {check} check: {err}");
+            continue;
+        }
+        let bytes = std::fs::read(&path).unwrap();
+        if check == "svg" {
+            let text = String::from_utf8(bytes).unwrap();
+            assert!(
+                text.contains("<svg") && text.contains("glibc memcpy"),
+                "{text:.300}"
+            );
+        } else {
+            assert_eq!(&bytes[..8], b"\x89PNG\r\n\x1a\n");
+        }
+    }
+}
+
+#[test]
+fn doctor_shows_the_copy_plan() {
+    let out = pagewise()
+        .arg("doctor")
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    let text = String::from_utf8(out).unwrap();
+    for needle in [
+        "instruction set",
+        "non-temporal from",
+        "copy [0 B, ",
+        "fill [0 B, ",
+    ] {
+        assert!(text.contains(needle), "missing {needle:?} in:\n{text}");
+    }
+    let json = run_json(&["doctor", "--json"]);
+    let copy = &json["copy"];
+    assert!(copy["plan"]["isa"].is_string(), "{copy}");
+    let classes = copy["size_classes"].as_array().unwrap();
+    assert!(classes.iter().any(|c| c["op"] == "copy"));
+    assert!(classes.iter().any(|c| c["op"] == "fill"));
+}
+
+#[test]
+fn environment_pins_the_plan() {
+    let out = pagewise()
+        .args(["doctor", "--json"])
+        .env("PAGEWISE_COPY_ISA", "sse2")
+        .env("PAGEWISE_NT_THRESHOLD", "3M")
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    let json: Value = serde_json::from_slice(&out).unwrap();
+    let plan = &json["copy"]["plan"];
+    assert_eq!(plan["isa"], "sse2");
+    assert_eq!(plan["isa_source"], "environment");
+    assert_eq!(plan["copy_nontemporal"], 3 << 20);
+    assert_eq!(plan["nontemporal_source"], "environment");
+}

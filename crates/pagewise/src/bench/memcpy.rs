@@ -1,0 +1,950 @@
+//! `pagewise bench memcpy` and `pagewise bench memset`: [`crate::copy`]
+//! against glibc's `memcpy` and `memset`, measured in the same run and
+//! interleaved trial by trial (the order of the two flips every trial).
+//!
+//! Rows:
+//!
+//! - **hot**: one buffer copied (or filled) again and again, sized to stay in
+//!   L1, L2 or the last-level cache (its footprint, source plus destination,
+//!   is at most 3/4 of L1 or L2, or 1/3 of the LLC); aligned (both pointers
+//!   64-byte aligned) and misaligned ([`MISALIGNED_COPY`], [`MISALIGNED_FILL`]).
+//!   Each trial of each side keeps the fastest of [`RUNS_PER_TRIAL`] short
+//!   runs, interleaved with the other side's;
+//! - **cold**: calls rotate through buffers several times larger than the
+//!   LLC, each call 64 KiB or more past the previous one, so that every call
+//!   starts from memory;
+//! - **fleet**: sizes and alignments drawn from a real distribution of calls
+//!   (see [`super::fleet`]) at random offsets in a region that fits in L2; the
+//!   result is in ns per call (each trial the fastest of [`RUNS_PER_TRIAL`]
+//!   runs as well).
+//!
+//! Both sides are called through `#[inline(never)]` wrappers on slices (and a
+//! fill byte) hidden from the optimiser with `std::hint::black_box`, so the
+//! compiler can neither inline glibc's routine, nor specialise pagewise's for
+//! the benchmark, nor drop or hoist calls. Every row is checked for correct
+//! output once, outside the timing.
+
+use super::fleet::{FleetDistribution, SplitMix64};
+use super::{Machine, Progress, Summary};
+use crate::copy::Plan;
+use crate::sys::copy::{glibc_memcpy, glibc_memset};
+use crate::sys::mem::{Advice, AnonMapping, MapOptions};
+use crate::sys::SysError;
+use serde::Serialize;
+use std::hint::black_box;
+use std::sync::atomic::{compiler_fence, Ordering};
+use std::time::Instant;
+
+/// JSON schema of a `pagewise bench memcpy` report.
+pub const MEMCPY_SCHEMA: &str = "pagewise.bench.memcpy/1";
+/// JSON schema of a `pagewise bench memset` report.
+pub const MEMSET_SCHEMA: &str = "pagewise.bench.memset/1";
+
+/// `(source, destination)` offsets from 4 KiB-aligned bases of the
+/// misaligned memcpy rows: the destination just behind the source, then just
+/// ahead of it (which `rep movsb` handles badly; see `docs/copy.md`). Cold rows
+/// use the first only.
+pub const MISALIGNED_COPY: [(usize, usize); 2] = [(7, 1), (1, 7)];
+/// Destination offset of the misaligned memset rows.
+pub const MISALIGNED_FILL: usize = 1;
+
+/// Bytes each hot run moves (so that small sizes make many calls).
+const HOT_TRIAL_BYTES: usize = 96 << 20;
+/// Hot trials make at least this many calls' worth of bytes per call size
+/// (sizes below it are counted as this, which keeps tiny sizes to ~1 ms).
+const HOT_MIN_CALL_BYTES: usize = 1 << 10;
+/// A hot or fleet trial of each side is the fastest of this many back-to-back
+/// runs, interleaved with the other side's: a run that the scheduler
+/// interrupted (other processes on a shared machine) does not count.
+pub const RUNS_PER_TRIAL: usize = 3;
+/// Bytes each cold trial moves at most (sizes above it make one call).
+const COLD_TRIAL_BYTES: usize = 256 << 20;
+/// Smallest distance between consecutive cold calls: past what the hardware
+/// prefetchers follow.
+const COLD_MIN_STRIDE: usize = 64 << 10;
+/// Room around every block for offsets.
+const SLACK: usize = 4096;
+/// The byte `memset` writes.
+const FILL_BYTE: u8 = 0x5a;
+
+/// Which routine is measured.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Op {
+    /// `copy` against `memcpy`.
+    Memcpy,
+    /// `fill` against `memset`.
+    Memset,
+}
+
+impl Op {
+    /// `memcpy` or `memset`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Op::Memcpy => "memcpy",
+            Op::Memset => "memset",
+        }
+    }
+
+    /// The JSON schema of this experiment's report.
+    pub fn schema(self) -> &'static str {
+        match self {
+            Op::Memcpy => MEMCPY_SCHEMA,
+            Op::Memset => MEMSET_SCHEMA,
+        }
+    }
+
+    /// Bytes of cache one call of `n` bytes occupies (source and destination).
+    fn footprint(self, n: usize) -> usize {
+        match self {
+            Op::Memcpy => 2 * n,
+            Op::Memset => n,
+        }
+    }
+}
+
+/// Where a row's buffers live while it runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Residency {
+    /// Fits in the L1 data cache, reused every call.
+    L1,
+    /// Fits in L2, reused every call.
+    L2,
+    /// Fits in the last-level cache, reused every call.
+    Llc,
+    /// Rotates through memory much larger than the LLC.
+    Cold,
+}
+
+impl Residency {
+    /// `L1`, `L2`, `LLC` or `cold`.
+    pub fn label(self) -> &'static str {
+        match self {
+            Residency::L1 => "L1",
+            Residency::L2 => "L2",
+            Residency::Llc => "LLC",
+            Residency::Cold => "cold",
+        }
+    }
+
+    /// Whether the buffers are reused (hot) rather than rotated.
+    pub fn is_hot(self) -> bool {
+        self != Residency::Cold
+    }
+}
+
+/// What to run.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Trials per row (at least 1).
+    pub trials: u32,
+    /// Fixed sizes in bytes (0 is ignored).
+    pub sizes: Vec<usize>,
+    /// Hot rows (buffers that stay in a cache).
+    pub hot: bool,
+    /// Cold rows (buffers rotated through memory).
+    pub cold: bool,
+    /// Misaligned rows next to the aligned ones.
+    pub misaligned: bool,
+    /// The fleet distribution, if the fleet row is wanted.
+    pub fleet: Option<FleetDistribution>,
+    /// Where the distribution came from (reported as is).
+    pub fleet_file: Option<String>,
+    /// Calls per fleet trial.
+    pub fleet_calls: usize,
+    /// Ask for transparent huge pages on the buffers (both sides use the same
+    /// buffers either way).
+    pub huge_pages: bool,
+    /// Seed of the fleet call sequence.
+    pub seed: u64,
+}
+
+impl Options {
+    /// Powers of two from 8 B to 1 GiB, and some sizes that are not.
+    pub fn default_sizes() -> Vec<usize> {
+        let mut sizes: Vec<usize> = (3..=30).map(|s| 1usize << s).collect();
+        sizes.extend([
+            13, 33, 100, 255, 1000, 3000, 10_000, 100_000, 1_000_000, 10_000_000,
+        ]);
+        sizes.sort_unstable();
+        sizes
+    }
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            trials: 5,
+            sizes: Options::default_sizes(),
+            hot: true,
+            cold: true,
+            misaligned: true,
+            fleet: None,
+            fleet_file: None,
+            fleet_calls: 100_000,
+            huge_pages: true,
+            seed: 0x5eed,
+        }
+    }
+}
+
+/// One fixed-size row.
+#[derive(Debug, Clone, Serialize)]
+pub struct Row {
+    /// For example `4 KiB L1 aligned`.
+    pub name: String,
+    /// Bytes per call.
+    pub bytes: usize,
+    /// Where the buffers live.
+    pub residency: Residency,
+    /// Source offset from a 4 KiB boundary (0 for memset).
+    pub src_offset: usize,
+    /// Destination offset from a 4 KiB boundary.
+    pub dst_offset: usize,
+    /// Calls per trial.
+    pub calls: u64,
+    /// pagewise, median GB/s (10^9 bytes per second).
+    pub gbps: f64,
+    /// glibc, median GB/s.
+    pub glibc_gbps: f64,
+    /// `gbps / glibc_gbps`: above 1, pagewise is faster.
+    pub ratio: f64,
+    /// pagewise GB/s over the trials.
+    pub pagewise: Summary,
+    /// glibc GB/s over the trials.
+    pub glibc: Summary,
+}
+
+/// The fleet row: a real distribution of calls.
+#[derive(Debug, Clone, Serialize)]
+pub struct FleetRow {
+    /// `fleet`.
+    pub name: String,
+    /// The distribution file.
+    pub file: Option<String>,
+    /// Calls per trial.
+    pub calls: usize,
+    /// Mean bytes per call in the drawn sequence.
+    pub mean_bytes: f64,
+    /// pagewise, median ns per call.
+    pub ns_per_call: f64,
+    /// glibc, median ns per call.
+    pub glibc_ns_per_call: f64,
+    /// `glibc_ns_per_call / ns_per_call`: above 1, pagewise is faster.
+    pub ratio: f64,
+    /// pagewise GB/s at the median.
+    pub gbps: f64,
+    /// glibc GB/s at the median.
+    pub glibc_gbps: f64,
+    /// pagewise ns per call over the trials.
+    pub pagewise: Summary,
+    /// glibc ns per call over the trials.
+    pub glibc: Summary,
+    /// Probability of overlapping calls in the file; they are run without
+    /// overlap (safe slices cannot overlap, and memcpy forbids it).
+    pub overlap_probability_ignored: f64,
+}
+
+/// A whole run.
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    /// [`MEMCPY_SCHEMA`] or [`MEMSET_SCHEMA`].
+    pub schema: &'static str,
+    /// The machine.
+    pub machine: Machine,
+    /// What pagewise's copy chose on this machine.
+    pub plan: Plan,
+    /// Trials per row.
+    pub trials: u32,
+    /// Whether transparent huge pages were asked for on the buffers.
+    pub huge_pages: bool,
+    /// Fixed-size rows, by size, then residency, aligned first.
+    pub rows: Vec<Row>,
+    /// The fleet row, when a distribution was given.
+    pub fleet: Option<FleetRow>,
+    /// Fallbacks and skipped parts, one sentence each.
+    pub notes: Vec<String>,
+}
+
+/// Why a run failed.
+#[derive(Debug, thiserror::Error)]
+pub enum BenchError {
+    /// Buffers could not be mapped.
+    #[error("cannot map {bytes} bytes of benchmark buffers: {source} (use smaller --sizes or free memory)")]
+    Map {
+        /// How much was asked for.
+        bytes: usize,
+        /// The failed call.
+        #[source]
+        source: SysError,
+    },
+    /// pagewise produced wrong bytes (a bug: please report it).
+    #[error("pagewise {op} produced wrong bytes in row {row:?}")]
+    WrongResult {
+        /// memcpy or memset.
+        op: &'static str,
+        /// The row.
+        row: String,
+    },
+    /// Nothing to run.
+    #[error("nothing to run: give at least one size, or the fleet row")]
+    Empty,
+}
+
+/// Cache sizes the rows are placed by.
+#[derive(Debug, Clone, Copy)]
+struct Caches {
+    l1d: usize,
+    l2: usize,
+    llc: usize,
+}
+
+impl Caches {
+    fn of(machine: &Machine, notes: &mut Vec<String>) -> Caches {
+        let find = |level: u32| {
+            machine
+                .caches
+                .iter()
+                .filter(|c| c.level == level && c.kind != "Instruction")
+                .map(|c| c.size_bytes as usize)
+                .max()
+        };
+        let llc = machine.caches.iter().map(|c| c.size_bytes as usize).max();
+        let (l1d, l2, llc) = (find(1), find(2), llc);
+        if l1d.is_none() || l2.is_none() || llc.is_none() {
+            notes.push(
+                "cache sizes not readable: placed rows assuming L1d 32 KiB, L2 1 MiB, LLC 32 MiB"
+                    .into(),
+            );
+        }
+        Caches {
+            l1d: l1d.unwrap_or(32 << 10),
+            l2: l2.unwrap_or(1 << 20),
+            llc: llc.unwrap_or(32 << 20),
+        }
+    }
+
+    /// Where a hot row of `footprint` bytes fits, if anywhere.
+    fn hot_level(&self, footprint: usize) -> Option<Residency> {
+        let footprint = footprint + 2 * 64;
+        if footprint <= self.l1d * 3 / 4 {
+            Some(Residency::L1)
+        } else if footprint <= self.l2 * 3 / 4 {
+            Some(Residency::L2)
+        } else if footprint <= self.llc / 3 {
+            Some(Residency::Llc)
+        } else {
+            None
+        }
+    }
+
+    /// Bytes the cold rows rotate through: several times the LLC.
+    fn cold_pool(&self) -> usize {
+        (4 * self.llc).next_power_of_two()
+    }
+}
+
+/// A size as it appears in row names: `4 KiB`, `1 GiB`, or exact bytes.
+pub fn size_label(n: usize) -> String {
+    for (shift, unit) in [(30, "GiB"), (20, "MiB"), (10, "KiB")] {
+        if n >= 1 << shift && n.is_multiple_of(1 << shift) {
+            return format!("{} {unit}", n >> shift);
+        }
+    }
+    format!("{n} B")
+}
+
+struct Spec {
+    bytes: usize,
+    residency: Residency,
+    src_offset: usize,
+    dst_offset: usize,
+}
+
+impl Spec {
+    fn name(&self, op: Op) -> String {
+        let placement = match (op, self.src_offset, self.dst_offset) {
+            (_, 0, 0) => "aligned".to_owned(),
+            (Op::Memset, _, d) => format!("dst+{d}"),
+            (Op::Memcpy, s, d) => format!("src+{s} dst+{d}"),
+        };
+        format!(
+            "{} {} {placement}",
+            size_label(self.bytes),
+            self.residency.label()
+        )
+    }
+}
+
+fn specs(op: Op, options: &Options, caches: &Caches) -> Vec<Spec> {
+    let mut sizes: Vec<usize> = options.sizes.iter().copied().filter(|&n| n > 0).collect();
+    sizes.sort_unstable();
+    sizes.dedup();
+    let mut out = Vec::new();
+    let hot_offsets: Vec<(usize, usize)> = match (op, options.misaligned) {
+        (_, false) => vec![(0, 0)],
+        (Op::Memcpy, true) => [(0, 0)].into_iter().chain(MISALIGNED_COPY).collect(),
+        (Op::Memset, true) => vec![(0, 0), (0, MISALIGNED_FILL)],
+    };
+    let cold_offsets = &hot_offsets[..hot_offsets.len().min(2)];
+    for &bytes in &sizes {
+        let mut residencies = Vec::new();
+        if options.hot {
+            residencies.extend(caches.hot_level(op.footprint(bytes)));
+        }
+        if options.cold {
+            residencies.push(Residency::Cold);
+        }
+        for residency in residencies {
+            let offsets = if residency.is_hot() {
+                &hot_offsets[..]
+            } else {
+                cold_offsets
+            };
+            for &(src_offset, dst_offset) in offsets {
+                out.push(Spec {
+                    bytes,
+                    residency,
+                    src_offset,
+                    dst_offset,
+                });
+            }
+        }
+    }
+    out
+}
+
+/// A pair of page-aligned buffers (the source unused for memset).
+struct Buffers {
+    src: AnonMapping,
+    dst: AnonMapping,
+}
+
+impl Buffers {
+    /// Maps, advises and faults in the buffers: the destination zeroed, the
+    /// source (memcpy only) holding a pattern in which misplaced bytes show.
+    fn new(op: Op, len: usize, huge_pages: bool) -> Result<Buffers, BenchError> {
+        let map = |len: usize| -> Result<AnonMapping, BenchError> {
+            let m = AnonMapping::map(len, MapOptions::default())
+                .map_err(|source| BenchError::Map { bytes: len, source })?;
+            if huge_pages {
+                // Best effort: without THP both sides simply run on 4 KiB pages.
+                let _ = m.advise(0, len, Advice::HugePage);
+            }
+            Ok(m)
+        };
+        let mut dst = map(len)?;
+        // Fault every page in now, outside any timing.
+        dst.as_mut_slice().fill(0);
+        let src = match op {
+            Op::Memcpy => {
+                let mut src = map(len)?;
+                let template: Vec<u8> = (0..251u8).collect();
+                for chunk in src.as_mut_slice().chunks_mut(template.len()) {
+                    chunk.copy_from_slice(&template[..chunk.len()]);
+                }
+                src
+            }
+            // memset reads no source: a one-page stand-in.
+            Op::Memset => map(4096)?,
+        };
+        Ok(Buffers { src, dst })
+    }
+}
+
+#[inline(never)]
+fn pagewise_copy(dst: &mut [u8], src: &[u8]) {
+    let _ = crate::copy::copy(dst, src);
+}
+
+#[inline(never)]
+fn pagewise_fill(dst: &mut [u8], byte: u8) {
+    crate::copy::fill(dst, byte);
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Side {
+    Pagewise,
+    Glibc,
+}
+
+/// `reps` calls of one routine on the same buffers, or one call per block.
+/// Generic over the routine so that each loop calls it directly.
+#[inline(always)]
+fn timed_loop<F: Fn(&mut [u8], &[u8])>(
+    f: F,
+    dst: &mut [u8],
+    src: &[u8],
+    n: usize,
+    reps: usize,
+    blocks: &[(usize, usize)],
+    hot: bool,
+) -> (usize, std::time::Duration) {
+    if hot {
+        let (s, d) = blocks[0];
+        let (dst, src) = (
+            &mut dst[d..d + n],
+            &src[s.min(src.len())..][..n.min(src.len())],
+        );
+        // Hide the buffers from the optimiser once; the calls themselves are to
+        // `#[inline(never)]` functions that write memory, which it cannot drop.
+        let (dst, src) = black_box((dst, src));
+        // Warm the caches (and the branch predictors) first.
+        for _ in 0..reps.min(16) {
+            f(dst, src);
+        }
+        let t = Instant::now();
+        for _ in 0..reps {
+            f(dst, src);
+            compiler_fence(Ordering::SeqCst);
+        }
+        (reps, t.elapsed())
+    } else {
+        let (dst, src) = black_box((dst, src));
+        let t = Instant::now();
+        for &(s, d) in blocks {
+            let src = &src[s.min(src.len())..][..n.min(src.len())];
+            f(&mut dst[d..d + n], src);
+            compiler_fence(Ordering::SeqCst);
+        }
+        (blocks.len(), t.elapsed())
+    }
+}
+
+/// The fill byte, hidden from the optimiser (a constant would let it
+/// specialise pagewise's inlined entry but not glibc's).
+fn fill_byte() -> u8 {
+    black_box(FILL_BYTE)
+}
+
+/// The blocks a row's calls use: `(src_start, dst_start)` offsets.
+fn blocks(spec: &Spec, pool: usize) -> Vec<(usize, usize)> {
+    if spec.residency.is_hot() {
+        return vec![(spec.src_offset, spec.dst_offset)];
+    }
+    let stride = (spec.bytes + SLACK)
+        .div_ceil(4096)
+        .saturating_mul(4096)
+        .max(COLD_MIN_STRIDE);
+    let fit = ((pool.saturating_sub(SLACK)) / stride).max(1);
+    let wanted = (COLD_TRIAL_BYTES / spec.bytes).max(1);
+    (0..fit.min(wanted))
+        .map(|k| (k * stride + spec.src_offset, k * stride + spec.dst_offset))
+        .collect()
+}
+
+/// Times one trial: GB/s.
+fn trial(op: Op, side: Side, bufs: &mut Buffers, spec: &Spec, blocks: &[(usize, usize)]) -> f64 {
+    let n = spec.bytes;
+    let hot = spec.residency.is_hot();
+    let reps = (HOT_TRIAL_BYTES / n.max(HOT_MIN_CALL_BYTES)).max(1);
+    let Buffers { src, dst } = bufs;
+    // memset gets an empty source; its loop ignores it.
+    let src = match op {
+        Op::Memcpy => src.as_slice(),
+        Op::Memset => &src.as_slice()[..0],
+    };
+    let dst = dst.as_mut_slice();
+    let (calls, elapsed) = match (op, side) {
+        (Op::Memcpy, Side::Pagewise) => timed_loop(pagewise_copy, dst, src, n, reps, blocks, hot),
+        (Op::Memcpy, Side::Glibc) => timed_loop(glibc_memcpy, dst, src, n, reps, blocks, hot),
+        (Op::Memset, Side::Pagewise) => {
+            let byte = fill_byte();
+            timed_loop(
+                |d, _| pagewise_fill(d, byte),
+                dst,
+                src,
+                n,
+                reps,
+                blocks,
+                hot,
+            )
+        }
+        (Op::Memset, Side::Glibc) => {
+            let byte = fill_byte();
+            timed_loop(|d, _| glibc_memset(d, byte), dst, src, n, reps, blocks, hot)
+        }
+    };
+    (calls * n) as f64 / elapsed.as_secs_f64().max(1e-9) / 1e9
+}
+
+/// Runs pagewise once on the row's first block and checks the bytes.
+fn verify(op: Op, bufs: &mut Buffers, spec: &Spec, block: (usize, usize)) -> bool {
+    let n = spec.bytes;
+    let (s, d) = block;
+    let Buffers { src, dst } = bufs;
+    let dst = &mut dst.as_mut_slice()[d..d + n];
+    match op {
+        Op::Memcpy => {
+            let src = &src.as_slice()[s..s + n];
+            dst.fill(0xee);
+            pagewise_copy(dst, src);
+            dst == src
+        }
+        Op::Memset => {
+            dst.fill(!FILL_BYTE);
+            pagewise_fill(dst, FILL_BYTE);
+            dst.iter().all(|&b| b == FILL_BYTE)
+        }
+    }
+}
+
+/// Runs the experiment. Progress goes to `progress`, one step per row.
+pub fn run(op: Op, options: &Options, progress: &dyn Progress) -> Result<Report, BenchError> {
+    let machine = Machine::describe();
+    let mut notes = Vec::new();
+    let caches = Caches::of(&machine, &mut notes);
+    let specs = specs(op, options, &caches);
+    if specs.is_empty() && options.fleet.is_none() {
+        return Err(BenchError::Empty);
+    }
+    let trials = options.trials.max(1);
+    let total = specs.len() + usize::from(options.fleet.is_some());
+    let plan = Plan::current();
+
+    let mut rows = Vec::new();
+    let hot_len = specs
+        .iter()
+        .filter(|s| s.residency.is_hot())
+        .map(|s| s.bytes + SLACK)
+        .max();
+    let cold_len = specs
+        .iter()
+        .filter(|s| !s.residency.is_hot())
+        .map(|s| (s.bytes + SLACK).max(caches.cold_pool()))
+        .max();
+    for (residency_hot, len) in [(true, hot_len), (false, cold_len)] {
+        let Some(len) = len else { continue };
+        let len = len.div_ceil(2 << 20) * (2 << 20);
+        let mut bufs = Buffers::new(op, len, options.huge_pages)?;
+        for spec in specs
+            .iter()
+            .filter(|s| s.residency.is_hot() == residency_hot)
+        {
+            let name = spec.name(op);
+            progress.update(rows.len(), total, &format!("{} {name}", op.name()));
+            let blocks = blocks(spec, len);
+            if !verify(op, &mut bufs, spec, blocks[0]) {
+                return Err(BenchError::WrongResult {
+                    op: op.name(),
+                    row: name,
+                });
+            }
+            let mut ours = Vec::with_capacity(trials as usize);
+            let mut theirs = Vec::with_capacity(trials as usize);
+            // Hot trials keep the fastest of several short runs; cold ones are
+            // one long run (a second run would find the caches warm).
+            let runs = if spec.residency.is_hot() {
+                RUNS_PER_TRIAL
+            } else {
+                1
+            };
+            for t in 0..trials {
+                let order = if t % 2 == 0 {
+                    [Side::Glibc, Side::Pagewise]
+                } else {
+                    [Side::Pagewise, Side::Glibc]
+                };
+                let (mut best_ours, mut best_theirs) = (0.0f64, 0.0f64);
+                for _ in 0..runs {
+                    for side in order {
+                        let gbps = trial(op, side, &mut bufs, spec, &blocks);
+                        match side {
+                            Side::Pagewise => best_ours = best_ours.max(gbps),
+                            Side::Glibc => best_theirs = best_theirs.max(gbps),
+                        }
+                    }
+                }
+                ours.push(best_ours);
+                theirs.push(best_theirs);
+            }
+            let (Some(pagewise), Some(glibc)) = (Summary::of(&ours), Summary::of(&theirs)) else {
+                continue;
+            };
+            rows.push(Row {
+                name,
+                bytes: spec.bytes,
+                residency: spec.residency,
+                src_offset: if op == Op::Memcpy { spec.src_offset } else { 0 },
+                dst_offset: spec.dst_offset,
+                calls: blocks.len().max(if spec.residency.is_hot() {
+                    (HOT_TRIAL_BYTES / spec.bytes.max(HOT_MIN_CALL_BYTES)).max(1)
+                } else {
+                    0
+                }) as u64,
+                gbps: pagewise.median,
+                glibc_gbps: glibc.median,
+                ratio: pagewise.median / glibc.median,
+                pagewise,
+                glibc,
+            });
+        }
+    }
+    rows.sort_by(|a, b| {
+        (a.bytes, a.residency, a.dst_offset, a.src_offset).cmp(&(
+            b.bytes,
+            b.residency,
+            b.dst_offset,
+            b.src_offset,
+        ))
+    });
+
+    let fleet = match &options.fleet {
+        Some(dist) => {
+            progress.update(rows.len(), total, &format!("{} fleet", op.name()));
+            Some(run_fleet(op, options, dist, trials)?)
+        }
+        None => None,
+    };
+    progress.update(total, total, "done");
+    Ok(Report {
+        schema: op.schema(),
+        machine,
+        plan,
+        trials,
+        huge_pages: options.huge_pages,
+        rows,
+        fleet,
+        notes,
+    })
+}
+
+/// One drawn call: size and offsets into the fleet region.
+#[derive(Debug, Clone, Copy)]
+struct FleetCall {
+    bytes: u32,
+    src: u32,
+    dst: u32,
+}
+
+/// An offset in `0..=max` whose alignment (from a 4 KiB-aligned base) is
+/// exactly `align`, or at least 64 when `align >= 64`.
+fn aligned_offset(rng: &mut SplitMix64, max: usize, align: usize) -> usize {
+    if align >= 64 {
+        return 64 * rng.below((max / 64 + 1) as u64) as usize;
+    }
+    if max < align {
+        return 0;
+    }
+    let slots = (max - align) / (2 * align) + 1;
+    align + 2 * align * rng.below(slots as u64) as usize
+}
+
+/// Runs the drawn calls once; memset passes an empty source.
+#[inline(always)]
+fn fleet_loop<F: Fn(&mut [u8], &[u8])>(
+    f: F,
+    dst: &mut [u8],
+    src: &[u8],
+    calls: &[FleetCall],
+) -> std::time::Duration {
+    let (dst, src) = black_box((dst, src));
+    let t = Instant::now();
+    for c in calls {
+        let n = c.bytes as usize;
+        let s = if src.is_empty() {
+            src
+        } else {
+            &src[c.src as usize..][..n]
+        };
+        f(&mut dst[c.dst as usize..][..n], s);
+        compiler_fence(Ordering::SeqCst);
+    }
+    t.elapsed()
+}
+
+fn run_fleet(
+    op: Op,
+    options: &Options,
+    dist: &FleetDistribution,
+    trials: u32,
+) -> Result<FleetRow, BenchError> {
+    let max = dist.sizes.max() as usize;
+    // Random offsets spread over twice the largest size (at least 256 KiB).
+    let region = (2 * max + SLACK).max(256 << 10).div_ceil(4096) * 4096;
+    let mut bufs = Buffers::new(op, region, options.huge_pages)?;
+    let mut rng = SplitMix64::new(options.seed);
+    let sizes = dist.sizes.sampler();
+    let aligns = dist.alignments.sampler();
+    let n_calls = options.fleet_calls.max(1);
+    let calls: Vec<FleetCall> = (0..n_calls)
+        .map(|_| {
+            let bytes = sizes.draw(&mut rng) as usize;
+            let room = region - bytes;
+            let src_align = aligns.draw(&mut rng) as usize;
+            let src = aligned_offset(&mut rng, room, src_align);
+            let dst_align = aligns.draw(&mut rng) as usize;
+            let dst = aligned_offset(&mut rng, room, dst_align);
+            FleetCall {
+                bytes: bytes as u32,
+                src: src as u32,
+                dst: dst as u32,
+            }
+        })
+        .collect();
+    let total_bytes: u64 = calls.iter().map(|c| u64::from(c.bytes)).sum();
+
+    // Check pagewise on the first calls.
+    for c in calls.iter().take(1000) {
+        let spec = Spec {
+            bytes: c.bytes as usize,
+            residency: Residency::L2,
+            src_offset: c.src as usize,
+            dst_offset: c.dst as usize,
+        };
+        if c.bytes > 0 && !verify(op, &mut bufs, &spec, (spec.src_offset, spec.dst_offset)) {
+            return Err(BenchError::WrongResult {
+                op: op.name(),
+                row: format!("fleet call of {} bytes", c.bytes),
+            });
+        }
+    }
+
+    let run = |side: Side, bufs: &mut Buffers| -> f64 {
+        let Buffers { src, dst } = bufs;
+        let (dst, src) = (dst.as_mut_slice(), src.as_slice());
+        let elapsed = match (op, side) {
+            (Op::Memcpy, Side::Pagewise) => fleet_loop(pagewise_copy, dst, src, &calls),
+            (Op::Memcpy, Side::Glibc) => fleet_loop(glibc_memcpy, dst, src, &calls),
+            (Op::Memset, Side::Pagewise) => {
+                let byte = fill_byte();
+                fleet_loop(|d, _| pagewise_fill(d, byte), dst, &[], &calls)
+            }
+            (Op::Memset, Side::Glibc) => {
+                let byte = fill_byte();
+                fleet_loop(|d, _| glibc_memset(d, byte), dst, &[], &calls)
+            }
+        };
+        elapsed.as_secs_f64() * 1e9 / calls.len() as f64
+    };
+    // Warm up both sides once.
+    run(Side::Glibc, &mut bufs);
+    run(Side::Pagewise, &mut bufs);
+    let mut ours = Vec::new();
+    let mut theirs = Vec::new();
+    for t in 0..trials {
+        let (mut best_ours, mut best_theirs) = (f64::INFINITY, f64::INFINITY);
+        for _ in 0..RUNS_PER_TRIAL {
+            if t % 2 == 0 {
+                best_theirs = best_theirs.min(run(Side::Glibc, &mut bufs));
+                best_ours = best_ours.min(run(Side::Pagewise, &mut bufs));
+            } else {
+                best_ours = best_ours.min(run(Side::Pagewise, &mut bufs));
+                best_theirs = best_theirs.min(run(Side::Glibc, &mut bufs));
+            }
+        }
+        ours.push(best_ours);
+        theirs.push(best_theirs);
+    }
+    let pagewise = Summary::of(&ours).unwrap_or(Summary {
+        median: f64::NAN,
+        min: f64::NAN,
+        max: f64::NAN,
+    });
+    let glibc = Summary::of(&theirs).unwrap_or(pagewise);
+    let mean_bytes = total_bytes as f64 / calls.len() as f64;
+    Ok(FleetRow {
+        name: "fleet".into(),
+        file: options.fleet_file.clone(),
+        calls: calls.len(),
+        mean_bytes,
+        ns_per_call: pagewise.median,
+        glibc_ns_per_call: glibc.median,
+        ratio: glibc.median / pagewise.median,
+        gbps: mean_bytes / pagewise.median,
+        glibc_gbps: mean_bytes / glibc.median,
+        pagewise,
+        glibc,
+        overlap_probability_ignored: dist.overlap.probability(1),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn size_labels() {
+        assert_eq!(size_label(8), "8 B");
+        assert_eq!(size_label(4096), "4 KiB");
+        assert_eq!(size_label(1 << 30), "1 GiB");
+        assert_eq!(size_label(3 << 20), "3 MiB");
+        assert_eq!(size_label(1000), "1000 B");
+        assert_eq!(size_label(1_000_000), "1000000 B");
+    }
+
+    #[test]
+    fn offsets_have_the_asked_alignment() {
+        let mut rng = SplitMix64::new(3);
+        for align in [1usize, 2, 4, 8, 16, 32, 64] {
+            for _ in 0..1000 {
+                let o = aligned_offset(&mut rng, 10_000, align);
+                assert!(o <= 10_000);
+                assert_eq!(o % align, 0, "{o} {align}");
+                if align < 64 {
+                    assert_ne!(o % (2 * align), 0, "{o} is more aligned than {align}");
+                }
+            }
+        }
+        assert_eq!(aligned_offset(&mut rng, 0, 8), 0);
+    }
+
+    #[test]
+    fn rows_are_placed_by_cache_size() {
+        let caches = Caches {
+            l1d: 48 << 10,
+            l2: 2 << 20,
+            llc: 105 << 20,
+        };
+        assert_eq!(caches.hot_level(2 * (16 << 10)), Some(Residency::L1));
+        assert_eq!(caches.hot_level(2 * (512 << 10)), Some(Residency::L2));
+        assert_eq!(caches.hot_level(2 * (16 << 20)), Some(Residency::Llc));
+        assert_eq!(caches.hot_level(2 * (32 << 20)), None);
+        let options = Options {
+            sizes: vec![64, 1 << 30],
+            ..Options::default()
+        };
+        let names: Vec<String> = specs(Op::Memcpy, &options, &caches)
+            .iter()
+            .map(|s| s.name(Op::Memcpy))
+            .collect();
+        assert_eq!(
+            names,
+            [
+                "64 B L1 aligned",
+                "64 B L1 src+7 dst+1",
+                "64 B L1 src+1 dst+7",
+                "64 B cold aligned",
+                "64 B cold src+7 dst+1",
+                "1 GiB cold aligned",
+                "1 GiB cold src+7 dst+1"
+            ]
+        );
+        let names: Vec<String> = specs(Op::Memset, &options, &caches)
+            .iter()
+            .map(|s| s.name(Op::Memset))
+            .collect();
+        assert_eq!(names[..2], ["64 B L1 aligned", "64 B L1 dst+1"]);
+    }
+
+    #[test]
+    fn cold_blocks_are_far_apart_and_inside_the_pool() {
+        let spec = Spec {
+            bytes: 4096,
+            residency: Residency::Cold,
+            src_offset: 1,
+            dst_offset: 7,
+        };
+        let pool = 512 << 20;
+        let b = blocks(&spec, pool);
+        assert!(b.len() > 1000);
+        assert!(b.windows(2).all(|w| w[1].0 - w[0].0 >= COLD_MIN_STRIDE));
+        assert!(b.iter().all(|&(s, d)| s + 4096 <= pool && d + 4096 <= pool));
+        let big = Spec {
+            bytes: 1 << 30,
+            ..spec
+        };
+        assert_eq!(blocks(&big, (1 << 30) + (2 << 20)).len(), 1);
+    }
+}

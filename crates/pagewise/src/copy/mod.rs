@@ -1,0 +1,302 @@
+//! Copy and fill that use the whole memory bus.
+//!
+//! [`copy`] and [`fill`] are drop-in replacements for `copy_from_slice` and
+//! `slice.fill(byte)` that pick, once per process, the best kernel this CPU
+//! offers (AVX-512, AVX2 or SSE2, with `rep movsb`/`rep stosb` where the CPU
+//! makes that the fastest choice), and that switch to non-temporal stores for
+//! sizes too large to stay in the cache: those skip the read-for-ownership that
+//! ordinary stores pay, so large copies and fills move up to twice the bytes
+//! per second. [`copy_temporal`] and [`fill_temporal`] never use non-temporal
+//! stores: use them when the destination is read right after.
+//!
+//! Size classes (see [`Plan`] and `docs/copy.md`):
+//!
+//! - **small** (up to eight vectors: 512 bytes with AVX-512): overlapping head
+//!   and tail moves, no loop;
+//! - **medium**: a vector loop with aligned stores, or `rep movsb` where the
+//!   plan says so;
+//! - **large** (from [`Plan::copy_nontemporal`] / [`Plan::fill_nontemporal`],
+//!   derived from the last-level cache size): non-temporal stores with the destination aligned to a cache line,
+//!   and a store fence before returning.
+//!
+//! The threshold can be set with the `PAGEWISE_NT_THRESHOLD` environment
+//! variable (bytes, `K`/`M`/`G` suffixes, or `never`) or with
+//! [`set_nontemporal_threshold`]. [`Plan::current`] says what was chosen and
+//! why; `pagewise doctor` prints it.
+//!
+//! ```
+//! let src = vec![7u8; 1000];
+//! let mut dst = vec![0u8; 1000];
+//! pagewise::copy::copy(&mut dst, &src).unwrap();
+//! pagewise::copy::fill(&mut dst[..10], 0);
+//! assert_eq!(&dst[..11], &[0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 7]);
+//! ```
+
+mod plan;
+
+pub use crate::sys::copy::Isa;
+pub use plan::{
+    parse_size, Choices, Inputs, Plan, PlanError, SizeClass, SizeRange, Source, COPY_LLC_DIVISOR,
+    ENV_ISA, ENV_NT_THRESHOLD, ENV_REP_MOVSB, ENV_REP_STOSB, FILL_LLC_DIVISOR,
+};
+
+use crate::sys::copy::{Kernel, Thresholds};
+use std::sync::OnceLock;
+
+/// `copy` was given slices of different lengths; nothing was written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "copy needs equal lengths: the destination holds {dst} bytes, the source {src} \
+     (slice one of them to the length you mean)"
+)]
+pub struct LengthMismatch {
+    /// Destination length.
+    pub dst: usize,
+    /// Source length.
+    pub src: usize,
+}
+
+/// The instruction set asked for is not available on this CPU.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("this CPU does not support {}: choose a narrower instruction set", .0.name())]
+pub struct Unsupported(pub Isa);
+
+/// A copy/fill engine with an explicit configuration.
+///
+/// The free functions ([`copy`], [`fill`], …) use one built from
+/// [`Plan::current`]; build your own to pin an instruction set or thresholds
+/// (tests use this to run every kernel at every size).
+#[derive(Debug, Clone)]
+pub struct Copier {
+    kernel: Kernel,
+    copy: Thresholds,
+    copy_temporal: Thresholds,
+    fill: Thresholds,
+    fill_temporal: Thresholds,
+}
+
+impl Copier {
+    /// A copier that follows `plan`; fails when the plan's instruction set is
+    /// not available here.
+    pub fn new(plan: &Plan) -> Result<Copier, Unsupported> {
+        let kernel = Kernel::new(plan.isa).ok_or(Unsupported(plan.isa))?;
+        Ok(Copier {
+            kernel,
+            copy: Thresholds::new(plan.copy_rep, plan.copy_nontemporal),
+            copy_temporal: Thresholds::new(plan.copy_rep, None),
+            fill: Thresholds::new(plan.fill_rep, plan.fill_nontemporal),
+            fill_temporal: Thresholds::new(plan.fill_rep, None),
+        })
+    }
+
+    /// Copies `src` into `dst`, which must have the same length; otherwise
+    /// returns [`LengthMismatch`] and writes nothing.
+    pub fn copy(&self, dst: &mut [u8], src: &[u8]) -> Result<(), LengthMismatch> {
+        check(dst, src)?;
+        self.kernel.copy(dst, src, &self.copy);
+        Ok(())
+    }
+
+    /// Like [`Copier::copy`] but with temporal stores at every size.
+    pub fn copy_temporal(&self, dst: &mut [u8], src: &[u8]) -> Result<(), LengthMismatch> {
+        check(dst, src)?;
+        self.kernel.copy(dst, src, &self.copy_temporal);
+        Ok(())
+    }
+
+    /// Sets every byte of `dst` to `byte`.
+    pub fn fill(&self, dst: &mut [u8], byte: u8) {
+        self.kernel.fill(dst, byte, &self.fill);
+    }
+
+    /// Like [`Copier::fill`] but with temporal stores at every size.
+    pub fn fill_temporal(&self, dst: &mut [u8], byte: u8) {
+        self.kernel.fill(dst, byte, &self.fill_temporal);
+    }
+
+    /// Changes the size from which [`Copier::copy`] and [`Copier::fill`] use
+    /// non-temporal stores (`None`: never), also while other threads use it.
+    pub fn set_nontemporal_threshold(&self, bytes: Option<usize>) {
+        self.copy.set_nontemporal(bytes);
+        self.fill.set_nontemporal(bytes);
+    }
+
+    /// The non-temporal thresholds in force for copy and fill (`None`: never).
+    pub fn nontemporal_thresholds(&self) -> (Option<usize>, Option<usize>) {
+        (self.copy.nontemporal(), self.fill.nontemporal())
+    }
+
+    /// Tuning: the copy loop runs backwards when the destination is less than
+    /// `bytes` ahead of the source modulo 4 KiB (0: never).
+    pub fn set_backward_below(&self, bytes: usize) {
+        self.copy.set_backward_below(bytes);
+        self.copy_temporal.set_backward_below(bytes);
+    }
+
+    /// The instruction set in use.
+    pub fn isa(&self) -> Isa {
+        self.kernel.isa()
+    }
+}
+
+#[inline]
+fn check(dst: &[u8], src: &[u8]) -> Result<(), LengthMismatch> {
+    if dst.len() == src.len() {
+        Ok(())
+    } else {
+        Err(LengthMismatch {
+            dst: dst.len(),
+            src: src.len(),
+        })
+    }
+}
+
+/// The process-wide plan and the copier built from it.
+struct Global {
+    plan: Plan,
+    copier: Copier,
+}
+
+static GLOBAL: OnceLock<Global> = OnceLock::new();
+
+/// The global plan and copier: after the first call, one load and a branch.
+#[inline]
+fn global() -> &'static Global {
+    match GLOBAL.get() {
+        Some(g) => g,
+        None => init_global(),
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn init_global() -> &'static Global {
+    GLOBAL.get_or_init(|| {
+        let plan = Plan::detect();
+        // The detected plan only names instruction sets that this CPU has;
+        // SSE2 is part of x86-64.
+        let copier = Copier::new(&plan)
+            .or_else(|_| {
+                Copier::new(&Plan {
+                    isa: Isa::Sse2,
+                    ..plan.clone()
+                })
+            })
+            .expect("SSE2 is part of x86-64");
+        Global { plan, copier }
+    })
+}
+
+/// The copier behind [`copy`] and [`fill`].
+#[inline]
+pub fn global_copier() -> &'static Copier {
+    &global().copier
+}
+
+/// Which of the global copier's threshold sets a call uses.
+#[derive(Clone, Copy)]
+enum Stores {
+    Default,
+    Temporal,
+}
+
+/// The first call of the process: detect the plan, then copy.
+#[cold]
+#[inline(never)]
+fn copy_first(dst: &mut [u8], src: &[u8], stores: Stores) {
+    let c = &init_global().copier;
+    match stores {
+        Stores::Default => c.kernel.copy(dst, src, &c.copy),
+        Stores::Temporal => c.kernel.copy(dst, src, &c.copy_temporal),
+    }
+}
+
+/// The first call of the process: detect the plan, then fill.
+#[cold]
+#[inline(never)]
+fn fill_first(dst: &mut [u8], byte: u8, stores: Stores) {
+    let c = &init_global().copier;
+    match stores {
+        Stores::Default => c.kernel.fill(dst, byte, &c.fill),
+        Stores::Temporal => c.kernel.fill(dst, byte, &c.fill_temporal),
+    }
+}
+
+// The free functions are `#[inline]`: they reach their kernel with one load,
+// a well-predicted branch and a direct call. With AVX-512 every size goes to
+// the kernel, whose masked moves make sizes up to 64 bytes branch-free (calls
+// of varying sizes never mispredict there); without it, copies up to 32 bytes
+// and fills up to 128 bytes run inline in the caller.
+
+/// Copies `src` into `dst` with the best kernel for this CPU and size.
+///
+/// The lengths must be equal; otherwise returns [`LengthMismatch`] and writes
+/// nothing. Sizes from [`Plan::copy_nontemporal`] up use non-temporal
+/// stores, which leave the destination out of the cache: use
+/// [`copy_temporal`] when it is read right after.
+#[inline]
+pub fn copy(dst: &mut [u8], src: &[u8]) -> Result<(), LengthMismatch> {
+    check(dst, src)?;
+    match GLOBAL.get() {
+        Some(g) => g.copier.kernel.copy(dst, src, &g.copier.copy),
+        None => copy_first(dst, src, Stores::Default),
+    }
+    Ok(())
+}
+
+/// Like [`copy`], but keeps temporal stores at every size, so the destination
+/// ends up in the cache: for data that is read right after the copy.
+#[inline]
+pub fn copy_temporal(dst: &mut [u8], src: &[u8]) -> Result<(), LengthMismatch> {
+    check(dst, src)?;
+    match GLOBAL.get() {
+        Some(g) => g.copier.kernel.copy(dst, src, &g.copier.copy_temporal),
+        None => copy_first(dst, src, Stores::Temporal),
+    }
+    Ok(())
+}
+
+/// Sets every byte of `dst` to `byte` with the best kernel for this CPU and
+/// size; non-temporal stores from [`Plan::fill_nontemporal`] up.
+#[inline]
+pub fn fill(dst: &mut [u8], byte: u8) {
+    match GLOBAL.get() {
+        Some(g) => g.copier.kernel.fill(dst, byte, &g.copier.fill),
+        None => fill_first(dst, byte, Stores::Default),
+    }
+}
+
+/// Like [`fill`], but keeps temporal stores at every size.
+#[inline]
+pub fn fill_temporal(dst: &mut [u8], byte: u8) {
+    match GLOBAL.get() {
+        Some(g) => g.copier.kernel.fill(dst, byte, &g.copier.fill_temporal),
+        None => fill_first(dst, byte, Stores::Temporal),
+    }
+}
+
+/// Changes the size from which [`copy`] and [`fill`] use non-temporal stores,
+/// for the whole process (one size for both); `None` turns them off. Takes
+/// effect for calls that start after it returns; overrides
+/// `PAGEWISE_NT_THRESHOLD`.
+pub fn set_nontemporal_threshold(bytes: Option<usize>) {
+    global_copier().set_nontemporal_threshold(bytes);
+}
+
+impl Plan {
+    /// The plan the free functions follow, with thresholds changed by
+    /// [`set_nontemporal_threshold`] reflected (their source becomes
+    /// [`Source::Api`]). The first call detects the plan (a few microseconds plus
+    /// reading the cache sizes from sysfs).
+    pub fn current() -> Plan {
+        let g = global();
+        let mut plan = g.plan.clone();
+        let (copy, fill) = g.copier.nontemporal_thresholds();
+        if (copy, fill) != (plan.copy_nontemporal, plan.fill_nontemporal) {
+            plan.copy_nontemporal = copy;
+            plan.fill_nontemporal = fill;
+            plan.nontemporal_source = Source::Api;
+        }
+        plan
+    }
+}

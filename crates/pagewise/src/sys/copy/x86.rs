@@ -1,0 +1,719 @@
+//! x86-64 copy and fill kernels: raw pointers, vector intrinsics, `rep movsb` /
+//! `rep stosb`.
+//!
+//! Every kernel has the same contract, stated once here instead of on each
+//! function:
+//!
+//! - `dst` is valid for writes of `n` bytes, `src` (for copies) is valid for
+//!   reads of `n` bytes, and the two ranges do not overlap;
+//! - a kernel compiled with `#[target_feature]` is only called when the CPU has
+//!   the feature (the [`super::Kernel`] constructor checks it);
+//! - the `*_gt16` entry points need `n > 16`; the small helpers say their range.
+//!
+//! Shape of every copy and fill (the size classes are in `crate::copy`):
+//!
+//! - `n <= 8 W` (W = vector width): overlapping head and tail moves, no loop;
+//! - larger: one unaligned head vector, a loop of four aligned stores per
+//!   iteration with the destination aligned to W, and four unaligned tail
+//!   vectors that end exactly at `dst + n`; or `rep movsb`/`rep stosb` with the
+//!   destination aligned to 64; or the same loop with non-temporal stores,
+//!   destination aligned to a cache line and an `sfence` before returning.
+//!
+//! Where head or tail moves overlap the loop's stores they write the same bytes
+//! again, so the order of the stores never changes the result.
+
+use super::Thresholds;
+use core::arch::asm;
+use core::arch::x86_64::*;
+
+/// Copies `n <= 16` bytes with two overlapping scalar moves (or one byte).
+#[inline(always)]
+pub(super) unsafe fn copy_le16(dst: *mut u8, src: *const u8, n: usize) {
+    if n >= 8 {
+        let a = src.cast::<u64>().read_unaligned();
+        let b = src.add(n - 8).cast::<u64>().read_unaligned();
+        dst.cast::<u64>().write_unaligned(a);
+        dst.add(n - 8).cast::<u64>().write_unaligned(b);
+    } else if n >= 4 {
+        let a = src.cast::<u32>().read_unaligned();
+        let b = src.add(n - 4).cast::<u32>().read_unaligned();
+        dst.cast::<u32>().write_unaligned(a);
+        dst.add(n - 4).cast::<u32>().write_unaligned(b);
+    } else if n >= 2 {
+        let a = src.cast::<u16>().read_unaligned();
+        let b = src.add(n - 2).cast::<u16>().read_unaligned();
+        dst.cast::<u16>().write_unaligned(a);
+        dst.add(n - 2).cast::<u16>().write_unaligned(b);
+    } else if n == 1 {
+        *dst = *src;
+    }
+}
+
+/// Fills `n <= 16` bytes with two overlapping scalar stores (or one byte).
+#[inline(always)]
+pub(super) unsafe fn fill_le16(dst: *mut u8, byte: u8, n: usize) {
+    let v = u64::from(byte) * 0x0101_0101_0101_0101;
+    if n >= 8 {
+        dst.cast::<u64>().write_unaligned(v);
+        dst.add(n - 8).cast::<u64>().write_unaligned(v);
+    } else if n >= 4 {
+        dst.cast::<u32>().write_unaligned(v as u32);
+        dst.add(n - 4).cast::<u32>().write_unaligned(v as u32);
+    } else if n >= 2 {
+        dst.cast::<u16>().write_unaligned(v as u16);
+        dst.add(n - 2).cast::<u16>().write_unaligned(v as u16);
+    } else if n == 1 {
+        *dst = byte;
+    }
+}
+
+/// Copies `16 <= n <= 32` bytes with two overlapping 16-byte moves (SSE2, baseline).
+#[inline(always)]
+pub(super) unsafe fn copy_16_32(dst: *mut u8, src: *const u8, n: usize) {
+    let a = _mm_loadu_si128(src.cast());
+    let b = _mm_loadu_si128(src.add(n - 16).cast());
+    _mm_storeu_si128(dst.cast(), a);
+    _mm_storeu_si128(dst.add(n - 16).cast(), b);
+}
+
+/// Fills `16 <= n <= 32` bytes with two overlapping 16-byte stores (SSE2, baseline).
+#[inline(always)]
+pub(super) unsafe fn fill_16_32(dst: *mut u8, byte: u8, n: usize) {
+    let v = _mm_set1_epi8(byte as i8);
+    _mm_storeu_si128(dst.cast(), v);
+    _mm_storeu_si128(dst.add(n - 16).cast(), v);
+}
+
+/// Fills `32 <= n <= 64` bytes with four overlapping 16-byte stores (SSE2,
+/// baseline: no dispatch needed).
+#[inline(always)]
+pub(super) unsafe fn fill_32_64_sse2(dst: *mut u8, byte: u8, n: usize) {
+    let v = _mm_set1_epi8(byte as i8);
+    _mm_storeu_si128(dst.cast(), v);
+    _mm_storeu_si128(dst.add(16).cast(), v);
+    _mm_storeu_si128(dst.add(n - 32).cast(), v);
+    _mm_storeu_si128(dst.add(n - 16).cast(), v);
+}
+
+/// Fills `64 <= n <= 128` bytes with eight overlapping 16-byte stores (SSE2).
+#[inline(always)]
+pub(super) unsafe fn fill_64_128_sse2(dst: *mut u8, byte: u8, n: usize) {
+    let v = _mm_set1_epi8(byte as i8);
+    let e = dst.add(n - 64);
+    _mm_storeu_si128(dst.cast(), v);
+    _mm_storeu_si128(dst.add(16).cast(), v);
+    _mm_storeu_si128(dst.add(32).cast(), v);
+    _mm_storeu_si128(dst.add(48).cast(), v);
+    _mm_storeu_si128(e.cast(), v);
+    _mm_storeu_si128(e.add(16).cast(), v);
+    _mm_storeu_si128(e.add(32).cast(), v);
+    _mm_storeu_si128(e.add(48).cast(), v);
+}
+
+/// Copies `32 <= n <= 64` bytes with two overlapping 32-byte moves.
+#[target_feature(enable = "avx2")]
+#[inline]
+unsafe fn copy_32_64(dst: *mut u8, src: *const u8, n: usize) {
+    let a = _mm256_loadu_si256(src.cast());
+    let b = _mm256_loadu_si256(src.add(n - 32).cast());
+    _mm256_storeu_si256(dst.cast(), a);
+    _mm256_storeu_si256(dst.add(n - 32).cast(), b);
+}
+
+/// Fills `32 <= n <= 64` bytes with two overlapping 32-byte stores.
+#[target_feature(enable = "avx2")]
+#[inline]
+unsafe fn fill_32_64(dst: *mut u8, byte: u8, n: usize) {
+    let v = _mm256_set1_epi8(byte as i8);
+    _mm256_storeu_si256(dst.cast(), v);
+    _mm256_storeu_si256(dst.add(n - 32).cast(), v);
+}
+
+/// Below this distance (modulo 4 KiB) of the destination ahead of the source,
+/// `rep movsb` falls into a slow mode on recent Intel cores (measured: up to
+/// ten times slower with the two buffers on transparent huge pages); the
+/// vector loop is used instead.
+const REP_MOVSB_UNSAFE_BELOW: usize = 1024;
+
+/// Copies with source and destination at the same page offset run the loop
+/// backwards below this size (see `copy_loop`).
+const SAME_OFFSET_BACKWARD_BELOW: usize = 2048;
+
+/// Fills from this size use `rep stosb` below the plan's `rep` range when the
+/// destination is not 64-byte aligned (and the plan uses `rep stosb` at all).
+const FILL_REP_MISALIGNED_MIN: usize = 4096;
+
+/// Whether `dst` is ahead of `src` by `1..limit` bytes modulo 4 KiB.
+#[inline(always)]
+fn dst_shortly_ahead(dst: *mut u8, src: *const u8, limit: usize) -> bool {
+    let ahead = (dst as usize).wrapping_sub(src as usize) & 4095;
+    ahead != 0 && ahead < limit
+}
+
+/// Whether `rep movsb` runs at full speed for these pointers.
+#[inline(always)]
+fn rep_movsb_is_safe(dst: *mut u8, src: *const u8) -> bool {
+    !dst_shortly_ahead(dst, src, REP_MOVSB_UNSAFE_BELOW)
+}
+
+/// AVX-512 copy and fill of any size: up to 64 bytes with one masked load and
+/// store (no size-dependent branch, so calls of varying sizes do not
+/// mispredict), up to 128 with two overlapping moves, larger ones by the
+/// general kernel.
+pub(super) mod avx512_small {
+    use super::*;
+
+    /// The low `n` bits set (`n <= 64`).
+    #[inline(always)]
+    fn low_bits(n: usize) -> u64 {
+        u64::MAX.checked_shr(64 - n as u32).unwrap_or(0)
+    }
+
+    /// Copies `n` bytes (any `n`).
+    #[target_feature(enable = "avx512f,avx512bw")]
+    #[inline]
+    pub(in crate::sys::copy) unsafe fn copy_any(
+        dst: *mut u8,
+        src: *const u8,
+        n: usize,
+        t: &Thresholds,
+    ) {
+        if n <= 64 {
+            // A masked load waits for any earlier store to an address with the
+            // same low 12 bits to finish (4K aliasing), which hurts when the
+            // destination sits within 64 bytes of the source modulo 4 KiB (as
+            // when the same offsets of two page-aligned buffers are copied
+            // again and again): those take the scalar moves instead.
+            if ((dst as usize).wrapping_sub(src as usize).wrapping_add(64) & 4095) < 128 {
+                return match n {
+                    0..=16 => copy_le16(dst, src, n),
+                    17..=32 => copy_16_32(dst, src, n),
+                    _ => copy_32_64(dst, src, n),
+                };
+            }
+            // Lanes past `n` are masked off: neither read nor written, and they
+            // cannot fault (masked lanes suppress faults).
+            let k = low_bits(n);
+            let v = _mm512_maskz_loadu_epi8(k, src.cast());
+            _mm512_mask_storeu_epi8(dst.cast(), k, v);
+            return;
+        }
+        if n <= 128 {
+            let a = _mm512_loadu_si512(src.cast());
+            let b = _mm512_loadu_si512(src.add(n - 64).cast());
+            _mm512_storeu_si512(dst.cast(), a);
+            _mm512_storeu_si512(dst.add(n - 64).cast(), b);
+            return;
+        }
+        super::avx512::copy_gt16(dst, src, n, t)
+    }
+
+    /// Fills `n` bytes (any `n`).
+    #[target_feature(enable = "avx512f,avx512bw")]
+    #[inline]
+    pub(in crate::sys::copy) unsafe fn fill_any(dst: *mut u8, byte: u8, n: usize, t: &Thresholds) {
+        if n <= 64 {
+            // Bytes past `n` are masked off: they are neither written nor can
+            // they fault (AVX-512 masked stores suppress faults on masked lanes).
+            _mm512_mask_storeu_epi8(dst.cast(), low_bits(n), _mm512_set1_epi8(byte as i8));
+            return;
+        }
+        if n <= 128 {
+            let v = _mm512_set1_epi8(byte as i8);
+            _mm512_storeu_si512(dst.cast(), v);
+            _mm512_storeu_si512(dst.add(n - 64).cast(), v);
+            return;
+        }
+        super::avx512::fill_gt16(dst, byte, n, t)
+    }
+}
+
+/// Bytes per page-sized stream of the non-temporal copy.
+const PAGE: usize = 4096;
+/// Pages copied side by side by the non-temporal copy (measured on the
+/// development VM: 8 streams move a 1 GiB copy about 5–10% faster than one).
+const STREAMS: usize = 8;
+
+/// `rep movsb` of `n` bytes.
+#[inline(always)]
+unsafe fn rep_movsb(dst: *mut u8, src: *const u8, n: usize) {
+    // The direction flag is clear on entry to any function (System V ABI), so the
+    // copy runs forwards; the instruction leaves the flags alone.
+    asm!(
+        "rep movsb",
+        inout("rcx") n => _,
+        inout("rdi") dst => _,
+        inout("rsi") src => _,
+        options(nostack, preserves_flags)
+    );
+}
+
+/// `rep stosb` of `n` bytes of `byte`.
+#[inline(always)]
+unsafe fn rep_stosb(dst: *mut u8, byte: u8, n: usize) {
+    asm!(
+        "rep stosb",
+        inout("rcx") n => _,
+        inout("rdi") dst => _,
+        in("al") byte,
+        options(nostack, preserves_flags)
+    );
+}
+
+/// Defines one instruction set's kernels. `$w` is the vector width in bytes;
+/// the intrinsics are that width's unaligned load and store, non-temporal store
+/// and byte broadcast.
+macro_rules! vector_kernels {
+    (
+        $(#[$doc:meta])*
+        $name:ident, feature = $feat:literal, entry = #[$entry:meta], width = $w:literal, vector = $v:ty,
+        loadu = $loadu:path, storeu = $storeu:path,
+        stream = $stream:path, splat = $splat:path
+    ) => {
+        $(#[$doc])*
+        pub(super) mod $name {
+            use super::*;
+
+            /// Vector width in bytes.
+            const W: usize = $w;
+            /// Bytes per loop iteration.
+            const B: usize = 4 * W;
+
+            #[target_feature(enable = $feat)]
+            #[inline]
+            unsafe fn ld(p: *const u8) -> $v {
+                $loadu(p.cast())
+            }
+
+            #[target_feature(enable = $feat)]
+            #[inline]
+            unsafe fn stu(p: *mut u8, v: $v) {
+                $storeu(p.cast(), v)
+            }
+
+            /// Aligned store, volatile: the loops are made of these, and LLVM
+            /// would otherwise turn a fill loop into a call to the C library's
+            /// `memset` (the very routine it is measured against). Volatile
+            /// stores still compile to one aligned vector store each.
+            #[target_feature(enable = $feat)]
+            #[inline]
+            unsafe fn sta(p: *mut u8, v: $v) {
+                debug_assert_eq!(p as usize % W, 0);
+                core::ptr::write_volatile(p.cast::<$v>(), v)
+            }
+
+            #[target_feature(enable = $feat)]
+            #[inline]
+            unsafe fn stnt(p: *mut u8, v: $v) {
+                $stream(p.cast(), v)
+            }
+
+            /// Copies the first 64 bytes (`n >= 64`).
+            #[target_feature(enable = $feat)]
+            #[inline]
+            unsafe fn copy_first_64(dst: *mut u8, src: *const u8) {
+                let mut i = 0;
+                while i < 64 {
+                    stu(dst.add(i), ld(src.add(i)));
+                    i += W;
+                }
+            }
+
+            /// Copies `n > 16` bytes. `#[inline]` so that each caller's code unit
+            /// gets its own copy and reaches it with a direct call (the vector
+            /// features keep it from being inlined into callers without them);
+            /// SSE2's is `#[inline(never)]`, or it would be inlined and bloat
+            /// every caller's fast path.
+            #[target_feature(enable = $feat)]
+            #[$entry]
+            pub(in crate::sys::copy) unsafe fn copy_gt16(
+                dst: *mut u8,
+                src: *const u8,
+                n: usize,
+                t: &Thresholds,
+            ) {
+                if n > 8 * W {
+                    // One load and one compare to the loop, the common case.
+                    if n < t.special_min() {
+                        return copy_loop(dst, src, n, t);
+                    }
+                    return copy_large(dst, src, n, t);
+                }
+                if n <= 2 * W {
+                    if W >= 32 && n <= 32 {
+                        return copy_16_32(dst, src, n);
+                    }
+                    if W == 64 && n <= 64 {
+                        return copy_32_64(dst, src, n);
+                    }
+                    let a = ld(src);
+                    let b = ld(src.add(n - W));
+                    stu(dst, a);
+                    stu(dst.add(n - W), b);
+                    return;
+                }
+                if n <= 4 * W {
+                    let a = ld(src);
+                    let b = ld(src.add(W));
+                    let c = ld(src.add(n - 2 * W));
+                    let d = ld(src.add(n - W));
+                    stu(dst, a);
+                    stu(dst.add(W), b);
+                    stu(dst.add(n - 2 * W), c);
+                    stu(dst.add(n - W), d);
+                    return;
+                }
+                if n <= 8 * W {
+                    let a = ld(src);
+                    let b = ld(src.add(W));
+                    let c = ld(src.add(2 * W));
+                    let d = ld(src.add(3 * W));
+                    let e = ld(src.add(n - 4 * W));
+                    let f = ld(src.add(n - 3 * W));
+                    let g = ld(src.add(n - 2 * W));
+                    let h = ld(src.add(n - W));
+                    stu(dst, a);
+                    stu(dst.add(W), b);
+                    stu(dst.add(2 * W), c);
+                    stu(dst.add(3 * W), d);
+                    stu(dst.add(n - 4 * W), e);
+                    stu(dst.add(n - 3 * W), f);
+                    stu(dst.add(n - 2 * W), g);
+                    stu(dst.add(n - W), h);
+                    return;
+                }
+            }
+
+            /// Sizes from the first threshold up (`n > 8 W`).
+            #[target_feature(enable = $feat)]
+            #[inline]
+            unsafe fn copy_large(dst: *mut u8, src: *const u8, n: usize, t: &Thresholds) {
+                if n >= t.nontemporal_min() {
+                    copy_nontemporal(dst, src, n)
+                } else if n >= t.rep_min() && n < t.rep_max() && rep_movsb_is_safe(dst, src) {
+                    copy_rep(dst, src, n)
+                } else {
+                    copy_loop(dst, src, n, t)
+                }
+            }
+
+            /// Vector loop with aligned temporal stores (`n > 8 W`). When the
+            /// destination sits less than `t.backward_below()` bytes above the
+            /// source modulo 4 KiB, loads would falsely wait for the stores just
+            /// made (4K aliasing): the loop then runs backwards.
+            #[target_feature(enable = $feat)]
+            #[inline]
+            unsafe fn copy_loop(dst: *mut u8, src: *const u8, n: usize, t: &Thresholds) {
+                let ahead = (dst as usize).wrapping_sub(src as usize) & 4095;
+                // The same page offset goes backwards only while the copy is
+                // small enough to be in L1 anyway: backwards, the hardware
+                // prefetchers help less when the data comes from memory.
+                if ahead < t.backward_below() && (ahead != 0 || n < SAME_OFFSET_BACKWARD_BELOW) {
+                    return copy_loop_backward(dst, src, n);
+                }
+                let head = ld(src);
+                let last = ld(src.add(n - W));
+                // An aligned destination starts the loop at its first byte (the
+                // head store then rewrites the same bytes, and is skipped).
+                let misalign = dst as usize & (W - 1);
+                let skew = (W - misalign) & (W - 1);
+                let mut d = dst.add(skew);
+                let mut s = src.add(skew);
+                // The last W-aligned address: everything from `d` to it takes
+                // aligned stores; one unaligned vector at each end covers the rest
+                // (two split stores at most when the destination is misaligned).
+                let end = dst.add(((dst as usize + n) & !(W - 1)) - dst as usize);
+                while (end as usize) - (d as usize) >= B {
+                    let a = ld(s);
+                    let b = ld(s.add(W));
+                    let c = ld(s.add(2 * W));
+                    let e = ld(s.add(3 * W));
+                    sta(d, a);
+                    sta(d.add(W), b);
+                    sta(d.add(2 * W), c);
+                    sta(d.add(3 * W), e);
+                    d = d.add(B);
+                    s = s.add(B);
+                }
+                while d < end {
+                    sta(d, ld(s));
+                    d = d.add(W);
+                    s = s.add(W);
+                }
+                stu(dst.add(n - W), last);
+                if misalign != 0 {
+                    stu(dst, head);
+                }
+            }
+
+            /// The loop from the end down: aligned stores from the end of the
+            /// destination rounded down to W to its start rounded up, and one
+            /// unaligned vector at each end.
+            #[target_feature(enable = $feat)]
+            #[inline]
+            unsafe fn copy_loop_backward(dst: *mut u8, src: *const u8, n: usize) {
+                let head = ld(src);
+                let last = ld(src.add(n - W));
+                let misalign = dst as usize & (W - 1);
+                let start = dst.add((W - misalign) & (W - 1));
+                let top = ((dst as usize + n) & !(W - 1)) - dst as usize;
+                let mut d = dst.add(top);
+                let mut s = src.add(top);
+                while (d as usize) - (start as usize) >= B {
+                    d = d.sub(B);
+                    s = s.sub(B);
+                    let a = ld(s.add(3 * W));
+                    let b = ld(s.add(2 * W));
+                    let c = ld(s.add(W));
+                    let e = ld(s);
+                    sta(d.add(3 * W), a);
+                    sta(d.add(2 * W), b);
+                    sta(d.add(W), c);
+                    sta(d, e);
+                }
+                while d > start {
+                    d = d.sub(W);
+                    s = s.sub(W);
+                    sta(d, ld(s));
+                }
+                stu(dst.add(n - W), last);
+                if misalign != 0 {
+                    stu(dst, head);
+                }
+            }
+
+            /// `rep movsb` with the destination aligned to 64 (`n > 8 W >= 128`).
+            #[target_feature(enable = $feat)]
+            #[inline]
+            unsafe fn copy_rep(dst: *mut u8, src: *const u8, n: usize) {
+                let skew = 64 - (dst as usize & 63);
+                copy_first_64(dst, src);
+                rep_movsb(dst.add(skew), src.add(skew), n - skew);
+            }
+
+            /// Non-temporal stores with the destination aligned to 64 (`n > 8 W`),
+            /// then `sfence`. Whole runs of [`STREAMS`] pages are copied a block
+            /// from each page in turn: several concurrent streams keep more
+            /// cache-line fills in flight than one (the hardware prefetcher
+            /// follows each page separately), which is what limits a single
+            /// core's copy bandwidth from memory.
+            #[target_feature(enable = $feat)]
+            #[inline]
+            unsafe fn copy_nontemporal(dst: *mut u8, src: *const u8, n: usize) {
+                let skew = 64 - (dst as usize & 63);
+                let mut d = dst.add(skew);
+                let mut s = src.add(skew);
+                let stop = dst.add(n);
+                const CHUNK: usize = STREAMS * PAGE;
+                while (stop as usize) - (d as usize) >= CHUNK {
+                    let mut off = 0;
+                    while off < PAGE {
+                        let mut k = 0;
+                        while k < STREAMS {
+                            let sp = s.add(k * PAGE + off);
+                            let dp = d.add(k * PAGE + off);
+                            let a = ld(sp);
+                            let b = ld(sp.add(W));
+                            let c = ld(sp.add(2 * W));
+                            let e = ld(sp.add(3 * W));
+                            stnt(dp, a);
+                            stnt(dp.add(W), b);
+                            stnt(dp.add(2 * W), c);
+                            stnt(dp.add(3 * W), e);
+                            k += 1;
+                        }
+                        off += B;
+                    }
+                    d = d.add(CHUNK);
+                    s = s.add(CHUNK);
+                }
+                let end = dst.add(n - B);
+                while d <= end {
+                    let a = ld(s);
+                    let b = ld(s.add(W));
+                    let c = ld(s.add(2 * W));
+                    let e = ld(s.add(3 * W));
+                    stnt(d, a);
+                    stnt(d.add(W), b);
+                    stnt(d.add(2 * W), c);
+                    stnt(d.add(3 * W), e);
+                    d = d.add(B);
+                    s = s.add(B);
+                }
+                _mm_sfence();
+                // The ragged ends, with ordinary stores that may rewrite bytes the
+                // loop already wrote (with the same values).
+                let t0 = ld(src.add(n - 4 * W));
+                let t1 = ld(src.add(n - 3 * W));
+                let t2 = ld(src.add(n - 2 * W));
+                let t3 = ld(src.add(n - W));
+                stu(dst.add(n - 4 * W), t0);
+                stu(dst.add(n - 3 * W), t1);
+                stu(dst.add(n - 2 * W), t2);
+                stu(dst.add(n - W), t3);
+                copy_first_64(dst, src);
+            }
+
+            /// Fills the first 64 bytes (`n >= 64`).
+            #[target_feature(enable = $feat)]
+            #[inline]
+            unsafe fn fill_first_64(dst: *mut u8, v: $v) {
+                let mut i = 0;
+                while i < 64 {
+                    stu(dst.add(i), v);
+                    i += W;
+                }
+            }
+
+            /// Fills `n > 16` bytes (inlining: see `copy_gt16`).
+            #[target_feature(enable = $feat)]
+            #[$entry]
+            pub(in crate::sys::copy) unsafe fn fill_gt16(
+                dst: *mut u8,
+                byte: u8,
+                n: usize,
+                t: &Thresholds,
+            ) {
+                if n > 8 * W {
+                    let v = $splat(byte as i8);
+                    if n < t.special_min() {
+                        // With a misaligned destination, `rep stosb` beats the
+                        // loop from a few KiB (measured 0.86 vs 0.95 of glibc at
+                        // 4 KiB); aligned, the loop wins up to `rep_min`.
+                        if dst as usize & 63 != 0
+                            && n >= FILL_REP_MISALIGNED_MIN
+                            && t.rep_min() != usize::MAX
+                        {
+                            return fill_rep(dst, byte, v, n);
+                        }
+                        return fill_loop(dst, v, n);
+                    }
+                    return fill_large(dst, byte, v, n, t);
+                }
+                if n <= 2 * W {
+                    if W >= 32 && n <= 32 {
+                        return fill_16_32(dst, byte, n);
+                    }
+                    if W == 64 && n <= 64 {
+                        return fill_32_64(dst, byte, n);
+                    }
+                }
+                let v = $splat(byte as i8);
+                if n <= 2 * W {
+                    stu(dst, v);
+                    stu(dst.add(n - W), v);
+                    return;
+                }
+                if n <= 4 * W {
+                    stu(dst, v);
+                    stu(dst.add(W), v);
+                    stu(dst.add(n - 2 * W), v);
+                    stu(dst.add(n - W), v);
+                    return;
+                }
+                if n <= 8 * W {
+                    stu(dst, v);
+                    stu(dst.add(W), v);
+                    stu(dst.add(2 * W), v);
+                    stu(dst.add(3 * W), v);
+                    stu(dst.add(n - 4 * W), v);
+                    stu(dst.add(n - 3 * W), v);
+                    stu(dst.add(n - 2 * W), v);
+                    stu(dst.add(n - W), v);
+                    return;
+                }
+            }
+
+            /// Sizes from the first threshold up (`n > 8 W`).
+            #[target_feature(enable = $feat)]
+            #[inline]
+            unsafe fn fill_large(dst: *mut u8, byte: u8, v: $v, n: usize, t: &Thresholds) {
+                if n >= t.nontemporal_min() {
+                    fill_nontemporal(dst, v, n)
+                } else if n >= t.rep_min() && n < t.rep_max() {
+                    fill_rep(dst, byte, v, n)
+                } else {
+                    fill_loop(dst, v, n)
+                }
+            }
+
+            /// `rep stosb` with the destination aligned to 64 (`n > 8 W`).
+            #[target_feature(enable = $feat)]
+            #[inline]
+            unsafe fn fill_rep(dst: *mut u8, byte: u8, v: $v, n: usize) {
+                let skew = 64 - (dst as usize & 63);
+                fill_first_64(dst, v);
+                rep_stosb(dst.add(skew), byte, n - skew);
+            }
+
+            /// Vector loop with aligned temporal stores (`n > 8 W`).
+            #[target_feature(enable = $feat)]
+            #[inline]
+            unsafe fn fill_loop(dst: *mut u8, v: $v, n: usize) {
+                // An aligned destination starts the loop at its first byte and
+                // needs no separate head store.
+                let misalign = dst as usize & (W - 1);
+                if misalign != 0 {
+                    stu(dst, v);
+                }
+                let mut d = dst.add((W - misalign) & (W - 1));
+                let end = dst.add(n - B);
+                while d < end {
+                    sta(d, v);
+                    sta(d.add(W), v);
+                    sta(d.add(2 * W), v);
+                    sta(d.add(3 * W), v);
+                    d = d.add(B);
+                }
+                stu(dst.add(n - 4 * W), v);
+                stu(dst.add(n - 3 * W), v);
+                stu(dst.add(n - 2 * W), v);
+                stu(dst.add(n - W), v);
+            }
+
+            /// Non-temporal stores with the destination aligned to 64 (`n > 8 W`),
+            /// then `sfence`.
+            #[target_feature(enable = $feat)]
+            #[inline]
+            unsafe fn fill_nontemporal(dst: *mut u8, v: $v, n: usize) {
+                let skew = 64 - (dst as usize & 63);
+                let mut d = dst.add(skew);
+                let end = dst.add(n - B);
+                while d <= end {
+                    stnt(d, v);
+                    stnt(d.add(W), v);
+                    stnt(d.add(2 * W), v);
+                    stnt(d.add(3 * W), v);
+                    d = d.add(B);
+                }
+                _mm_sfence();
+                stu(dst.add(n - 4 * W), v);
+                stu(dst.add(n - 3 * W), v);
+                stu(dst.add(n - 2 * W), v);
+                stu(dst.add(n - W), v);
+                fill_first_64(dst, v);
+            }
+        }
+    };
+}
+
+vector_kernels! {
+    /// 16-byte SSE2 kernels (every x86-64 CPU).
+    sse2, feature = "sse2", entry = #[inline(never)], width = 16, vector = __m128i,
+    loadu = _mm_loadu_si128, storeu = _mm_storeu_si128,
+    stream = _mm_stream_si128, splat = _mm_set1_epi8
+}
+
+vector_kernels! {
+    /// 32-byte AVX2 kernels.
+    avx2, feature = "avx2", entry = #[inline], width = 32, vector = __m256i,
+    loadu = _mm256_loadu_si256, storeu = _mm256_storeu_si256,
+    stream = _mm256_stream_si256, splat = _mm256_set1_epi8
+}
+
+vector_kernels! {
+    /// 64-byte AVX-512 kernels.
+    avx512, feature = "avx512f,avx512bw", entry = #[inline], width = 64, vector = __m512i,
+    loadu = _mm512_loadu_si512, storeu = _mm512_storeu_si512,
+    stream = _mm512_stream_si512, splat = _mm512_set1_epi8
+}

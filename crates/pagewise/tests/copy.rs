@@ -1,0 +1,384 @@
+//! Correctness of `pagewise::copy` against `copy_from_slice` and `fill`, for
+//! every kernel this CPU runs (each instruction set; vector loop, `rep` and
+//! non-temporal stores forced on at every size).
+//!
+//! Buffers sit between `PROT_NONE` guard pages (`pagewise::sys::guard`): a read
+//! or write past either end of a slice placed against a guard page kills the
+//! test with SIGSEGV. Inside the mapping, the 4 KiB of canary bytes on each
+//! side of the destination must come back unchanged, so a stray write near it
+//! is caught too (every kernel block is far smaller). (The
+//! kernels load from the source at exactly the offsets they store to in the
+//! destination, so the write checks cover their reads as well; the guard
+//! pages catch reads past the ends directly.)
+
+use pagewise::copy::{self, Copier, Isa, Plan};
+use pagewise::sys::guard::GuardedBuffer;
+use proptest::prelude::*;
+
+const CANARY: u8 = 0xc3;
+
+/// A named copier configuration.
+struct Config {
+    name: String,
+    copier: Copier,
+}
+
+/// Sizes copied with `rep movsb`, if any.
+type RepRange = Option<(usize, usize)>;
+
+/// Every kernel path on every instruction set this CPU supports.
+fn configs() -> Vec<Config> {
+    let base = Plan::detect();
+    let mut out = Vec::new();
+    for isa in Isa::ALL.into_iter().filter(|i| i.is_supported()) {
+        let modes: [(&str, RepRange, Option<usize>); 4] = [
+            ("loop", None, None),
+            ("rep", Some((0, usize::MAX)), None),
+            ("nontemporal", None, Some(0)),
+            ("detected", base.copy_rep, base.copy_nontemporal),
+        ];
+        for (mode, rep, nt) in modes {
+            let plan = Plan {
+                isa,
+                copy_rep: rep,
+                fill_rep: rep,
+                copy_nontemporal: nt,
+                fill_nontemporal: nt,
+                ..base.clone()
+            };
+            out.push(Config {
+                name: format!("{}/{mode}", isa.name()),
+                copier: Copier::new(&plan).expect("supported instruction set"),
+            });
+        }
+    }
+    assert!(out.len() >= 4, "SSE2 kernels always exist");
+    out
+}
+
+/// A source pattern where every byte differs from its neighbours and from the
+/// canary, so that shifted or dropped bytes show.
+fn pattern(buf: &mut [u8], seed: u8) {
+    for (i, b) in buf.iter_mut().enumerate() {
+        *b = ((i * 7 + seed as usize) % 251) as u8;
+        if *b == CANARY {
+            *b = 0;
+        }
+    }
+}
+
+/// Guarded source and destination buffers, reused across cases.
+struct Bench {
+    src: GuardedBuffer,
+    dst: GuardedBuffer,
+    /// As long as `dst`, all canaries (compared with `==`, which is fast even
+    /// in debug builds).
+    canaries: Vec<u8>,
+}
+
+/// Canary bytes checked on each side of the destination.
+const WINDOW: usize = 4096;
+
+/// Where a case puts its slices.
+#[derive(Clone, Copy, Debug)]
+enum Place {
+    /// `offset` bytes after the leading guard page.
+    Head(usize),
+    /// Ending right at the trailing guard page.
+    Tail,
+}
+
+impl Place {
+    fn start(self, len: usize, n: usize) -> usize {
+        match self {
+            Place::Head(offset) => offset,
+            Place::Tail => len - n,
+        }
+    }
+}
+
+impl Bench {
+    fn new(max: usize) -> Bench {
+        let mut src = GuardedBuffer::new(max + 64).unwrap();
+        pattern(src.as_mut_slice(), 0);
+        let dst = GuardedBuffer::new(max + 64).unwrap();
+        let mut bench = Bench {
+            src,
+            canaries: vec![CANARY; dst.len()],
+            dst,
+        };
+        bench.dst.as_mut_slice().fill(CANARY);
+        bench
+    }
+
+    /// The canary window around `[d, d + n)`.
+    fn window(&self, d: usize, n: usize) -> (usize, usize) {
+        (
+            d.saturating_sub(WINDOW),
+            (d + n + WINDOW).min(self.dst.len()),
+        )
+    }
+
+    /// Panics if a byte in the window outside `[d, d + n)` changed; then
+    /// restores the whole window.
+    fn check_canaries(&mut self, d: usize, n: usize, what: &str) {
+        let (lo, hi) = self.window(d, n);
+        let whole = self.dst.as_slice();
+        assert!(
+            whole[lo..d] == self.canaries[lo..d] && whole[d + n..hi] == self.canaries[d + n..hi],
+            "{what}: stray write around [{d}, {}) (n = {n})",
+            d + n
+        );
+        self.dst.as_mut_slice()[lo..hi].fill(CANARY);
+    }
+
+    /// Copies `n` bytes with `c` and checks the result and the canaries.
+    fn check_copy(&mut self, c: &Copier, n: usize, src_at: Place, dst_at: Place, what: &str) {
+        let s = src_at.start(self.src.len(), n);
+        let d = dst_at.start(self.dst.len(), n);
+        let src = &self.src.as_slice()[s..s + n];
+        let dst = &mut self.dst.as_mut_slice()[d..d + n];
+        c.copy(dst, src).unwrap();
+        assert!(
+            self.dst.as_slice()[d..d + n] == self.src.as_slice()[s..s + n],
+            "{what}: wrong bytes copying {n} (src at {s}, dst at {d})"
+        );
+        self.check_canaries(d, n, &format!("{what} copy"));
+    }
+
+    /// Fills `n` bytes with `c` and checks the result and the canaries.
+    fn check_fill(&mut self, c: &Copier, n: usize, dst_at: Place, byte: u8, what: &str) {
+        let d = dst_at.start(self.dst.len(), n);
+        let byte = if byte == CANARY { !byte } else { byte };
+        c.fill(&mut self.dst.as_mut_slice()[d..d + n], byte);
+        let want = vec![byte; n];
+        assert!(
+            self.dst.as_slice()[d..d + n] == want[..],
+            "{what}: wrong bytes filling {n} at {d}"
+        );
+        self.check_canaries(d, n, &format!("{what} fill"));
+    }
+}
+
+#[test]
+fn every_size_up_to_4096_on_every_kernel() {
+    let mut b = Bench::new(4096 + 64);
+    for cfg in configs() {
+        for n in 0..=4096 {
+            // Against the trailing guard page (overruns fault), and a few bytes
+            // after the leading one (underruns fault), with alignments that
+            // vary with n.
+            b.check_copy(&cfg.copier, n, Place::Tail, Place::Tail, &cfg.name);
+            b.check_copy(
+                &cfg.copier,
+                n,
+                Place::Head(0),
+                Place::Head(n % 64),
+                &cfg.name,
+            );
+            b.check_fill(&cfg.copier, n, Place::Tail, n as u8, &cfg.name);
+            b.check_fill(&cfg.copier, n, Place::Head(n % 61), 0, &cfg.name);
+        }
+    }
+}
+
+/// Sizes on both sides of every size-class edge of every instruction set.
+fn edge_sizes() -> Vec<usize> {
+    let mut sizes = vec![0, 1, 2, 3, 4, 5, 7, 8, 9, 15, 16, 17];
+    for edge in [32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384] {
+        sizes.extend([edge - 1, edge, edge + 1]);
+    }
+    sizes.extend([100, 1000, 3000, 5000, 20_000, 65_536 + 13]);
+    sizes
+}
+
+#[test]
+fn every_alignment_pair_on_every_kernel() {
+    let sizes = edge_sizes();
+    let max = *sizes.iter().max().unwrap();
+    let mut b = Bench::new(max + 128);
+    for cfg in configs() {
+        for sa in 0..64 {
+            for da in 0..64 {
+                // Every pair sees the small sizes and a rotating share of the rest.
+                let rotating = sizes[(sa * 64 + da) % sizes.len()];
+                for n in [0, 1, 7, 17, 33, 65, 129, 257, 513, 1100, rotating] {
+                    b.check_copy(&cfg.copier, n, Place::Head(sa), Place::Head(da), &cfg.name);
+                }
+            }
+            for &n in &sizes {
+                b.check_fill(&cfg.copier, n, Place::Head(sa), sa as u8, &cfg.name);
+            }
+        }
+        for &n in &sizes {
+            b.check_copy(&cfg.copier, n, Place::Tail, Place::Tail, &cfg.name);
+            b.check_copy(&cfg.copier, n, Place::Head(0), Place::Tail, &cfg.name);
+            b.check_copy(&cfg.copier, n, Place::Tail, Place::Head(0), &cfg.name);
+        }
+    }
+}
+
+/// Destinations a little ahead of and behind their sources modulo 4 KiB: the
+/// cases where the loop runs backwards and `rep movsb` is avoided.
+#[test]
+fn near_aliasing_distances_on_every_kernel() {
+    let mut b = Bench::new(3 * 4096 + 20_000);
+    for cfg in configs() {
+        for dist in [
+            1usize, 6, 63, 64, 200, 1023, 1024, 1500, 2047, 2048, 3000, 4095,
+        ] {
+            for n in [300, 600, 1500, 5000, 20_000] {
+                b.check_copy(
+                    &cfg.copier,
+                    n,
+                    Place::Head(64),
+                    Place::Head(64 + dist),
+                    &cfg.name,
+                );
+                b.check_copy(
+                    &cfg.copier,
+                    n,
+                    Place::Head(64 + dist),
+                    Place::Head(64),
+                    &cfg.name,
+                );
+            }
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    /// Random sizes up to 1 MiB, random alignments, random kernels.
+    #[test]
+    fn random_sizes_alignments_and_kernels(
+        n in prop_oneof![0usize..=4096, 4097usize..=(1 << 20)],
+        sa in 0usize..64,
+        da in 0usize..64,
+        k in any::<prop::sample::Index>(),
+        tail in any::<bool>(),
+        byte in any::<u8>(),
+    ) {
+        thread_local! {
+            static BENCH: std::cell::RefCell<Bench> = std::cell::RefCell::new(Bench::new((1 << 20) + 128));
+            static CONFIGS: Vec<Config> = configs();
+        }
+        CONFIGS.with(|configs| {
+            let cfg = &configs[k.index(configs.len())];
+            BENCH.with(|b| {
+                let mut b = b.borrow_mut();
+                let (s, d) = if tail {
+                    (Place::Tail, Place::Tail)
+                } else {
+                    (Place::Head(sa), Place::Head(da))
+                };
+                b.check_copy(&cfg.copier, n, s, d, &cfg.name);
+                b.check_fill(&cfg.copier, n, d, byte, &cfg.name);
+            });
+        });
+    }
+}
+
+#[test]
+fn global_functions_match_the_standard_library() {
+    let src: Vec<u8> = (0..100_000u32).map(|i| (i % 253) as u8).collect();
+    for n in [0, 1, 31, 32, 33, 500, 4096, 99_999] {
+        let mut a = vec![0u8; n];
+        let mut b = vec![0u8; n];
+        copy::copy(&mut a, &src[..n]).unwrap();
+        b.copy_from_slice(&src[..n]);
+        assert_eq!(a, b);
+        copy::copy_temporal(&mut a, &src[1..n + 1]).unwrap();
+        assert_eq!(a, &src[1..n + 1]);
+        copy::fill(&mut a, 9);
+        assert!(a.iter().all(|&x| x == 9));
+        copy::fill_temporal(&mut a, 10);
+        assert!(a.iter().all(|&x| x == 10));
+    }
+}
+
+#[test]
+fn large_copies_and_fills_use_nontemporal_stores_correctly() {
+    // Twice the detected threshold, capped: the non-temporal path of the global
+    // functions, then the temporal variant at the same size.
+    let plan = Plan::current();
+    let n = plan
+        .copy_nontemporal
+        .unwrap_or(32 << 20)
+        .saturating_mul(2)
+        .min(96 << 20)
+        + 13;
+    let mut src = vec![0u8; n];
+    pattern(&mut src, 5);
+    let mut dst = vec![1u8; n + 3];
+    copy::copy(&mut dst[3..], &src).unwrap();
+    assert!(dst[3..] == src[..], "non-temporal copy");
+    assert_eq!(&dst[..3], &[1, 1, 1]);
+    copy::copy_temporal(&mut dst[..n], &src).unwrap();
+    assert!(dst[..n] == src[..], "temporal copy");
+    copy::fill(&mut dst[1..], 0xab);
+    assert!(dst[1..].iter().all(|&b| b == 0xab));
+    assert_eq!(dst[0], src[0]);
+}
+
+#[test]
+fn length_mismatch_is_an_error_and_writes_nothing() {
+    let src = [1u8; 10];
+    let mut dst = [0u8; 9];
+    let err = copy::copy(&mut dst, &src).unwrap_err();
+    assert_eq!((err.dst, err.src), (9, 10));
+    assert!(err.to_string().contains("equal lengths"));
+    assert_eq!(dst, [0u8; 9]);
+    let err = copy::copy_temporal(&mut dst, &src[..3]).unwrap_err();
+    assert_eq!((err.dst, err.src), (9, 3));
+    let c = Copier::new(&Plan::current()).unwrap();
+    assert!(c.copy(&mut dst, &src).is_err());
+    assert_eq!(dst, [0u8; 9]);
+}
+
+#[test]
+fn unsupported_instruction_sets_are_refused() {
+    for isa in Isa::ALL {
+        let plan = Plan {
+            isa,
+            ..Plan::detect()
+        };
+        assert_eq!(Copier::new(&plan).is_ok(), isa.is_supported(), "{isa:?}");
+    }
+}
+
+#[test]
+fn threshold_changes_show_in_the_plan() {
+    let c = Copier::new(&Plan::current()).unwrap();
+    c.set_nontemporal_threshold(Some(12345));
+    assert_eq!(c.nontemporal_thresholds(), (Some(12345), Some(12345)));
+    c.set_nontemporal_threshold(None);
+    assert_eq!(c.nontemporal_thresholds(), (None, None));
+    // The global copier: change and restore (other tests copy meanwhile, which
+    // is fine: thresholds only choose between correct kernels).
+    let before = Plan::current();
+    copy::set_nontemporal_threshold(Some(1 << 20));
+    let now = Plan::current();
+    assert_eq!(now.copy_nontemporal, Some(1 << 20));
+    assert_eq!(now.nontemporal_source, copy::Source::Api);
+    copy::set_nontemporal_threshold(before.copy_nontemporal);
+    assert_eq!(Plan::current().copy_nontemporal, before.copy_nontemporal);
+}
+
+#[test]
+fn size_classes_cover_every_size_once() {
+    let plan = Plan::current();
+    for op in ["copy", "fill"] {
+        let classes: Vec<_> = plan
+            .size_classes()
+            .into_iter()
+            .filter(|c| c.op == op)
+            .collect();
+        assert_eq!(classes[0].sizes.from, 0);
+        for w in classes.windows(2) {
+            assert_eq!(w[0].sizes.to, Some(w[1].sizes.from), "{op}: {classes:?}");
+        }
+        assert_eq!(classes.last().unwrap().sizes.to, None, "{op}: {classes:?}");
+    }
+}
