@@ -7,6 +7,7 @@ mod bench;
 mod doctor;
 mod format;
 mod progress;
+mod stat;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -23,6 +24,9 @@ struct Cli {
 enum Command {
     /// What this machine offers for memory-path performance, and what to change.
     Doctor(doctor::DoctorArgs),
+    /// Run a command (or watch a process) and explain its memory-path cost:
+    /// faults by kind and site, mmap churn, page sizes, hot text, findings.
+    Stat(stat::StatArgs),
     /// Rerun a claim side by side with its baseline, as ratios, on this machine.
     Bench {
         #[command(subcommand)]
@@ -37,6 +41,7 @@ fn main() -> ExitCode {
     };
     let result = match cli.command {
         Command::Doctor(args) => doctor::run(&args),
+        Command::Stat(args) => stat::run(&args),
         Command::Bench { experiment } => bench::run(&experiment),
     };
     match result {

@@ -5,6 +5,8 @@
 //!
 //! - [`probe`]: what this machine offers (page sizes, pools, THP modes, kernel
 //!   features, perf access, CPU, glibc) and what to change; behind `pagewise doctor`.
+//! - [`observe`]: explain a program's memory-path cost from one run (faults by
+//!   kind and site, mmap churn, page sizes, hot text, findings); behind `pagewise stat`.
 //! - [`bench`]: statistics, progress and machine description shared by every
 //!   `pagewise bench` experiment.
 //! - [`sys`]: the only layer with raw system calls and `unsafe`; everything
@@ -17,6 +19,7 @@
 #![deny(unsafe_code)]
 
 pub mod bench;
+pub mod observe;
 pub mod probe;
 #[allow(unsafe_code)]
 pub mod sys;

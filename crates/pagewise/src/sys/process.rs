@@ -261,6 +261,26 @@ pub fn clock_ticks_per_second() -> u64 {
     }
 }
 
+/// Raises this process's soft limit on open files to the hard limit (perf
+/// events on every thread and CPU of a busy process need many descriptors).
+/// Returns the new soft limit.
+pub fn raise_nofile_limit() -> SysResult<u64> {
+    // SAFETY: rlimit is plain old data; getrlimit fills it in.
+    let mut lim: libc::rlimit = unsafe { std::mem::zeroed() };
+    // SAFETY: lim is valid for writes.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
+        return Err(SysError::last("getrlimit(RLIMIT_NOFILE)"));
+    }
+    if lim.rlim_cur < lim.rlim_max {
+        lim.rlim_cur = lim.rlim_max;
+        // SAFETY: lim is a valid rlimit read from the kernel with the soft limit raised.
+        if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &lim) } != 0 {
+            return Err(SysError::last("setrlimit(RLIMIT_NOFILE)"));
+        }
+    }
+    Ok(lim.rlim_cur as u64)
+}
+
 /// Ignores `SIGINT` and `SIGQUIT` in this process until dropped, as `time`
 /// does while its command runs: a Ctrl-C goes to the command (same process
 /// group), and we stay alive to report how it ended.
