@@ -216,11 +216,15 @@ fn human(r: &StatReport, notes: &[String]) -> String {
         ] {
             t.add_row(vec![
                 name.into(),
-                count(n),
+                format!("~{}", count(n)),
                 format!("{:.1}%", n as f64 * 100.0 / total),
             ]);
         }
-        let _ = writeln!(out, "\n{t}");
+        let _ = writeln!(
+            out,
+            "\n{t}\ntotal exact; split estimated from {} sampled faults",
+            count(k.samples)
+        );
     }
 
     if let Some(s) = &r.syscalls {

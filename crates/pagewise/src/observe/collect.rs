@@ -28,6 +28,8 @@ pub enum Sampled {
     EnterBrk,
     /// `syscalls:sys_enter_madvise`.
     EnterMadvise,
+    /// `exceptions:page_fault_user`, sampled at a frequency: fault kinds.
+    FaultKinds,
 }
 
 /// Tracepoint fields used, from the tracefs format files.
@@ -41,6 +43,27 @@ pub struct TpFields {
     pub munmap: Option<(FieldSpec, FieldSpec)>,
     /// `sys_enter_madvise`: len_in, behavior.
     pub madvise: Option<(FieldSpec, FieldSpec)>,
+    /// `page_fault_user`: error_code.
+    pub error_code: Option<FieldSpec>,
+}
+
+/// `error_code` bits of an x86 page fault.
+const PF_PROT: u64 = 1;
+const PF_WRITE: u64 = 2;
+const PF_INSTR: u64 = 16;
+
+/// The kind of a user-mode fault from its error code: 0 write to an absent
+/// page, 1 read of an absent page, 2 instruction fetch, 3 protection.
+pub fn fault_kind(error_code: u64) -> usize {
+    if error_code & PF_PROT != 0 {
+        3
+    } else if error_code & PF_INSTR != 0 {
+        2
+    } else if error_code & PF_WRITE != 0 {
+        0
+    } else {
+        1
+    }
 }
 
 /// A call chain plus the code addresses found on the top of the stack: the
@@ -86,6 +109,12 @@ pub struct Collector {
     pub malformed: u64,
     /// Process names from `COMM` records.
     pub names: HashMap<u32, String>,
+    /// Sampled user-mode faults by kind ([`fault_kind`]), weighted by their period.
+    pub kind_weights: [u64; 4],
+    /// Samples behind `kind_weights`.
+    pub kind_samples: u64,
+    /// Exact user-mode faults counted by the fault-kind events (set at the end).
+    pub kind_total: Option<u64>,
 }
 
 /// At most this many code words are kept from a stack copy.
@@ -126,6 +155,9 @@ impl Collector {
             live,
             malformed: 0,
             names: HashMap::new(),
+            kind_weights: [0; 4],
+            kind_samples: 0,
+            kind_total: None,
         }
     }
 
@@ -292,6 +324,12 @@ impl Collector {
                 }
             }
             Sampled::EnterBrk => self.calls.push(call(CallKind::Brk, None)),
+            Sampled::FaultKinds => {
+                if let Some(code) = self.fields.error_code.and_then(raw) {
+                    self.kind_weights[fault_kind(code)] += s.period.unwrap_or(1);
+                    self.kind_samples += 1;
+                }
+            }
             Sampled::EnterMadvise => {
                 let Some((len, behavior)) = self.fields.madvise else {
                     return;
@@ -352,6 +390,7 @@ mod tests {
             tid: 7,
             time: Some(1),
             addr: None,
+            period: None,
             chain: &[],
             raw: None,
             stack: None,
@@ -417,6 +456,19 @@ mod tests {
         assert_eq!(c.major_stacks[&0], 1);
         assert_eq!(c.major_files["/data/file"], 1);
         assert_eq!(c.text_pages[&(7, 0x400)], 1);
+    }
+
+    #[test]
+    fn error_codes_map_to_kinds() {
+        assert_eq!(fault_kind(0x6), 0, "user write, not present");
+        assert_eq!(fault_kind(0x4), 1, "user read, not present");
+        assert_eq!(fault_kind(0x14), 2, "user instruction fetch");
+        assert_eq!(
+            fault_kind(0x7),
+            3,
+            "user write to a present page: copy-on-write"
+        );
+        assert_eq!(fault_kind(0x15), 3, "fetch from a present page: protection");
     }
 
     #[test]

@@ -27,6 +27,18 @@ pub const MIN_COST_SHARE: f64 = 0.02;
 /// …and at least this many seconds.
 pub const MIN_COST_S: f64 = 0.002;
 
+/// Heap churn needs at least this many heap mappings unmapped again…
+pub const HEAP_CHURN_MIN_CYCLES: u64 = 3;
+/// …and at least this many bytes mapped beyond the live peak.
+pub const HEAP_CHURN_MIN_BYTES: u64 = 16 << 20;
+/// File faults need at least this many major faults.
+pub const FILE_FAULTS_MIN_MAJORS: u64 = 8;
+
+/// Whether the calls could make a heap-churn finding (then its site is worth naming).
+pub fn heap_churn_possible(s: &Syscalls) -> bool {
+    s.heap_cycles >= HEAP_CHURN_MIN_CYCLES && s.heap_remapped_bytes >= HEAP_CHURN_MIN_BYTES
+}
+
 /// Everything the rules look at.
 #[derive(Debug, Clone, Copy)]
 pub struct Evidence<'a> {
@@ -175,7 +187,7 @@ fn first_touch_and_churn(e: &Evidence<'_>) -> Vec<Finding> {
         cost_s: touch_cost,
     });
     if let Some(s) = e.syscalls {
-        if s.heap_cycles >= 3 && s.heap_remapped_bytes >= 16 << 20 {
+        if heap_churn_possible(s) {
             let (place, sizes) = match e.top_churn_site {
                 Some(cs) => (
                     at(&cs.function, &cs.file, cs.line),
@@ -307,7 +319,7 @@ fn text_footprint(e: &Evidence<'_>) -> Option<Finding> {
 fn file_faults(e: &Evidence<'_>) -> Option<Finding> {
     let c = e.counts;
     let majors = c.major_faults;
-    if majors < 8 {
+    if majors < FILE_FAULTS_MIN_MAJORS {
         return None;
     }
     let sampled: u64 = e.major_files.iter().map(|(_, n)| n).sum();
@@ -470,6 +482,7 @@ mod tests {
             read_absent: 40,
             fetch_absent: 10,
             protection: 0,
+            samples: 5000,
         };
         let site = Site {
             function: "touch_buffer".into(),

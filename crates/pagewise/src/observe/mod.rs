@@ -226,6 +226,8 @@ fn run_command(options: &StatOptions, argv: &[OsString]) -> Result<StatReport, S
     let wall = t0.elapsed();
     drop(interrupts);
     let values = counters.read();
+    let user_only = counters.user_only;
+    counters.close();
     let (collector, pages) = running.finish();
     let target = TargetInfo {
         command: Some(
@@ -249,7 +251,7 @@ fn run_command(options: &StatOptions, argv: &[OsString]) -> Result<StatReport, S
         fallback_switches: rusage.voluntary_switches + rusage.involuntary_switches,
         rusage: Some(rusage),
         values,
-        user_only: counters.user_only,
+        user_only,
         collector,
         pages,
         syscalls_open,
@@ -328,6 +330,8 @@ fn attach(options: &StatOptions, pid: i32, duration: Duration) -> Result<StatRep
     counters.disable();
     let wall = t0.elapsed();
     let values = counters.read();
+    let user_only = counters.user_only;
+    counters.close();
     let (collector, pages) = running.finish();
     let ticks = process::clock_ticks_per_second() as f64;
     let (user_s, sys_s, minor, major) = match (start_stat, end_stat) {
@@ -356,7 +360,7 @@ fn attach(options: &StatOptions, pid: i32, duration: Duration) -> Result<StatRep
         fallback_switches: 0,
         rusage: None,
         values,
-        user_only: counters.user_only,
+        user_only,
         collector,
         pages,
         syscalls_open,
@@ -421,13 +425,14 @@ fn assemble(raw: Raw<'_>) -> StatReport {
     } else {
         fallback_faults
     };
-    let user_mode_faults = get(Count::TpAll).or_else(|| {
-        if user_only {
-            get(Count::Faults)
-        } else {
-            Some(get(Count::Faults)?.saturating_sub(get(Count::KernelFaults)?))
-        }
-    });
+    let kind_total = collector.as_ref().and_then(|c| c.kind_total);
+    let user_mode_faults = if user_only {
+        get(Count::Faults)
+    } else {
+        get(Count::KernelFaults)
+            .map(|k| (minor + major).saturating_sub(k))
+            .or(kind_total)
+    };
     let syscall_faults = get(Count::KernelFaults)
         .or_else(|| user_mode_faults.map(|u| (minor + major).saturating_sub(u)));
     let context_switches = match get(Count::Switches) {
@@ -453,16 +458,22 @@ fn assemble(raw: Raw<'_>) -> StatReport {
         rusage_minor_faults: rusage.map(|r| r.minor_faults),
         rusage_major_faults: rusage.map(|r| r.major_faults),
     };
-    let fault_kinds = get(Count::TpAll).map(|all| {
-        let protection = get(Count::TpProt).unwrap_or(0);
-        let write_absent = get(Count::TpWrite).unwrap_or(0);
-        let fetch_absent = get(Count::TpFetch).unwrap_or(0);
-        FaultKinds {
+    // Kinds: the sampled shares, scaled to the exact count of the same events.
+    let fault_kinds = collector.as_ref().and_then(|c| {
+        let total = c.kind_total?;
+        let weight: u64 = c.kind_weights.iter().sum();
+        if weight == 0 {
+            return (total == 0).then(FaultKinds::default);
+        }
+        let share = |k: usize| (c.kind_weights[k] as u128 * total as u128 / weight as u128) as u64;
+        let (write_absent, fetch_absent, protection) = (share(0), share(2), share(3));
+        Some(FaultKinds {
             write_absent,
             fetch_absent,
             protection,
-            read_absent: all.saturating_sub(protection + write_absent + fetch_absent),
-        }
+            read_absent: total.saturating_sub(write_absent + fetch_absent + protection),
+            samples: c.kind_samples,
+        })
     });
     if hardware.available && get(Count::Cycles) == Some(0) {
         hardware.available = false;
@@ -557,17 +568,23 @@ fn assemble(raw: Raw<'_>) -> StatReport {
             objects,
         });
         let mut sym = Symbolizer::new(&c.spaces);
+        // Symbolize only what the report shows or a finding names: loading debug
+        // info is the slowest part of the report.
         if syscalls_open {
             let analysis = churn::analyse(&mut c.calls);
-            let churn_sites =
-                sites::churn_sites(&mut sym, &c.stacks, &analysis.by_stack, options.site_limit);
-            top_churn = churn_sites.first().cloned();
-            if options.sites {
-                report.mmap_sites = Some(churn_sites);
+            if options.sites || findings::heap_churn_possible(&analysis.stats) {
+                let churn_sites =
+                    sites::churn_sites(&mut sym, &c.stacks, &analysis.by_stack, options.site_limit);
+                top_churn = churn_sites.first().cloned();
+                if options.sites {
+                    report.mmap_sites = Some(churn_sites);
+                }
             }
             report.syscalls = Some(analysis.stats);
         }
-        if !c.major_stacks.is_empty() {
+        if !c.major_stacks.is_empty()
+            && (options.sites || report.counts.major_faults >= findings::FILE_FAULTS_MIN_MAJORS)
+        {
             top_major = sites::fault_sites(&mut sym, &c.stacks, &c.major_stacks, 1)
                 .into_iter()
                 .next();

@@ -8,8 +8,8 @@
 //! [`Record::Malformed`], never a panic.
 
 use crate::sys::perf::{
-    SAMPLE_ADDR, SAMPLE_CALLCHAIN, SAMPLE_CPU, SAMPLE_IDENTIFIER, SAMPLE_IP, SAMPLE_RAW,
-    SAMPLE_STACK_USER, SAMPLE_TID, SAMPLE_TIME,
+    SAMPLE_ADDR, SAMPLE_CALLCHAIN, SAMPLE_CPU, SAMPLE_IDENTIFIER, SAMPLE_IP, SAMPLE_PERIOD,
+    SAMPLE_RAW, SAMPLE_STACK_USER, SAMPLE_TID, SAMPLE_TIME,
 };
 
 /// `PERF_RECORD_LOST`.
@@ -51,6 +51,8 @@ pub struct Sample<'a> {
     pub time: Option<u64>,
     /// Data address.
     pub addr: Option<u64>,
+    /// How many events the sample stands for.
+    pub period: Option<u64>,
     /// The raw call chain (`u64` addresses and context markers); see [`Sample::callchain_into`].
     pub chain: &'a [u8],
     /// The tracepoint record.
@@ -307,6 +309,7 @@ fn decode_sample<'a>(id: u64, st: u64, c: &mut Cursor<'a>) -> Option<Sample<'a>>
         | SAMPLE_TIME
         | SAMPLE_ADDR
         | SAMPLE_CPU
+        | SAMPLE_PERIOD
         | SAMPLE_CALLCHAIN
         | SAMPLE_RAW
         | SAMPLE_STACK_USER;
@@ -320,6 +323,7 @@ fn decode_sample<'a>(id: u64, st: u64, c: &mut Cursor<'a>) -> Option<Sample<'a>>
         tid: 0,
         time: None,
         addr: None,
+        period: None,
         chain: &[],
         raw: None,
         stack: None,
@@ -339,6 +343,9 @@ fn decode_sample<'a>(id: u64, st: u64, c: &mut Cursor<'a>) -> Option<Sample<'a>>
     }
     if st & SAMPLE_CPU != 0 {
         c.u64()?;
+    }
+    if st & SAMPLE_PERIOD != 0 {
+        s.period = Some(c.u64()?);
     }
     if st & SAMPLE_CALLCHAIN != 0 {
         let n = c.u64()? as usize;
@@ -405,6 +412,9 @@ pub(crate) mod build {
         }
         if st & SAMPLE_ADDR != 0 {
             b.extend_from_slice(&s.addr.unwrap_or(0).to_ne_bytes());
+        }
+        if st & SAMPLE_PERIOD != 0 {
+            b.extend_from_slice(&s.period.unwrap_or(1).to_ne_bytes());
         }
         if st & SAMPLE_CALLCHAIN != 0 {
             b.extend_from_slice(&(s.chain.len() as u64 / 8).to_ne_bytes());
@@ -488,6 +498,7 @@ mod tests {
         | SAMPLE_TID
         | SAMPLE_TIME
         | SAMPLE_ADDR
+        | SAMPLE_PERIOD
         | SAMPLE_CALLCHAIN
         | SAMPLE_RAW
         | SAMPLE_STACK_USER;
@@ -513,6 +524,7 @@ mod tests {
             tid: 43,
             time: Some(999),
             addr: Some(0x7f12_3456_7000),
+            period: Some(48),
             chain: &chain,
             raw: Some(&raw),
             stack: Some(&stack),
@@ -524,6 +536,7 @@ mod tests {
             tid: 44,
             time: None,
             addr: None,
+            period: None,
             chain: &[],
             raw: None,
             stack: None,
@@ -552,6 +565,7 @@ mod tests {
                 assert_eq!(s.callchain(), frames);
                 assert_eq!(s.addr, full.addr);
                 assert_eq!(s.time, Some(999));
+                assert_eq!(s.period, Some(48));
                 // The RAW area is padded; the record starts with our bytes.
                 assert_eq!(&s.raw.unwrap()[..raw.len()], &raw);
                 assert_eq!(s.stack, Some(&stack[..]));
@@ -579,6 +593,7 @@ mod tests {
             tid: 1,
             time: None,
             addr: None,
+            period: None,
             chain: &[],
             raw: None,
             stack: None,
@@ -606,6 +621,7 @@ mod tests {
         body.extend_from_slice(&[0u8; 8]); // pid, tid
         body.extend_from_slice(&0u64.to_ne_bytes()); // time
         body.extend_from_slice(&0u64.to_ne_bytes()); // addr
+        body.extend_from_slice(&1u64.to_ne_bytes()); // period
         let chain = [
             (-128i64) as u64, // PERF_CONTEXT_KERNEL
             0xffff_ffff_8100_0000,

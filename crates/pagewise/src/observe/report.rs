@@ -107,7 +107,10 @@ pub struct Counts {
     pub rusage_major_faults: Option<u64>,
 }
 
-/// User-mode faults by `error_code`; the kinds are exclusive and add up to all user-mode faults.
+/// User-mode faults by `error_code`; the kinds are exclusive and add up to
+/// all user-mode faults. The total is exact (every `exceptions:page_fault_user`
+/// event is counted); the split comes from samples of the same events taken at
+/// up to 10 kHz (every fault while they are rare), so small kinds are estimates.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 pub struct FaultKinds {
     /// Write to a page that was not present (anonymous first touch: allocate and zero).
@@ -118,6 +121,8 @@ pub struct FaultKinds {
     pub fetch_absent: u64,
     /// Protection fault on a present page (copy-on-write, write to read-only, …).
     pub protection: u64,
+    /// Samples (with their error code) the split is estimated from.
+    pub samples: u64,
 }
 
 impl FaultKinds {

@@ -8,7 +8,8 @@ use super::report::{Hardware, MappingPages, Skipped};
 use super::symbols::AddressSpaces;
 use crate::sys::perf::{
     self, Event, EventAttr, EventType, RingBuffer, SAMPLE_ADDR, SAMPLE_CALLCHAIN,
-    SAMPLE_IDENTIFIER, SAMPLE_IP, SAMPLE_RAW, SAMPLE_STACK_USER, SAMPLE_TID, SAMPLE_TIME,
+    SAMPLE_IDENTIFIER, SAMPLE_IP, SAMPLE_PERIOD, SAMPLE_RAW, SAMPLE_STACK_USER, SAMPLE_TID,
+    SAMPLE_TIME,
 };
 use crate::sys::SysError;
 use std::collections::{BTreeSet, HashMap};
@@ -114,14 +115,6 @@ pub enum Count {
     Switches,
     /// Page faults in kernel mode (inside system calls).
     KernelFaults,
-    /// `page_fault_user`, all.
-    TpAll,
-    /// … with the protection bit.
-    TpProt,
-    /// … writes to absent pages.
-    TpWrite,
-    /// … instruction fetches from absent pages.
-    TpFetch,
     /// Cycles.
     Cycles,
     /// Instructions.
@@ -141,6 +134,12 @@ pub struct Counters {
 }
 
 impl Counters {
+    /// Closes the counters without waiting for the kernel (see
+    /// [`crate::sys::process::close_in_background`]).
+    pub fn close(self) {
+        close_events(self.events.into_iter().map(|(_, e)| e).collect());
+    }
+
     /// Sums each kind over its tasks (scaled for multiplexing).
     pub fn read(&self) -> HashMap<Count, u64> {
         let mut out = HashMap::new();
@@ -197,9 +196,12 @@ pub fn open_counters(
 ) -> Counters {
     let mut c = Counters::default();
     let sw = |config| base(EventType::Software, config, plan);
+    // Every event costs time on every fault, so only what the report needs:
+    // minor and major faults, context switches; user-mode faults come from the
+    // fault-kind tracepoint (or, unprivileged, a user-mode page-fault counter).
     // All modes first; fall back to user mode only when the kernel refuses.
-    match open_on_tasks(&sw(perf::SW_PAGE_FAULTS), plan, -1) {
-        Ok(evs) => c.events.extend(evs.into_iter().map(|e| (Count::Faults, e))),
+    match open_on_tasks(&sw(perf::SW_PAGE_FAULTS_MIN), plan, -1) {
+        Ok(evs) => c.events.extend(evs.into_iter().map(|e| (Count::Minor, e))),
         Err(e) if matches!(e.errno(), Some(libc::EACCES) | Some(libc::EPERM)) => {
             c.user_only = true;
             skipped.push(Skipped {
@@ -225,17 +227,19 @@ pub fn open_counters(
         c.events.extend(evs.into_iter().map(|e| (kind, e)));
         Ok(())
     };
-    if c.user_only {
-        let _ = add(&mut c, Count::Faults, user(sw(perf::SW_PAGE_FAULTS)));
-    }
-    for (kind, config) in [
-        (Count::Minor, perf::SW_PAGE_FAULTS_MIN),
+    let mut list = vec![
         (Count::Major, perf::SW_PAGE_FAULTS_MAJ),
         (Count::Switches, perf::SW_CONTEXT_SWITCHES),
-    ] {
+    ];
+    if user_only {
+        // User-mode faults; the totals come from getrusage.
+        list.push((Count::Faults, perf::SW_PAGE_FAULTS));
+    }
+    for (kind, config) in list {
         let _ = add(&mut c, kind, user(sw(config)));
     }
-    if !c.user_only {
+    // Faults inside system calls: a kernel-mode page-fault counter.
+    if !user_only {
         let kernel = EventAttr {
             exclude_user: true,
             ..sw(perf::SW_PAGE_FAULTS)
@@ -246,41 +250,6 @@ pub fn open_counters(
                 why: env.explain(&e),
             });
         }
-    }
-    // Fault kinds: four filtered counters on exceptions:page_fault_user.
-    let kinds = tracepoint(env, "exceptions", "page_fault_user").and_then(|tp| {
-        let filters = [
-            (Count::TpAll, None),
-            (Count::TpProt, Some("error_code & 1")),
-            (
-                Count::TpWrite,
-                Some("(error_code & 2) && !(error_code & 1)"),
-            ),
-            (
-                Count::TpFetch,
-                Some("(error_code & 16) && !(error_code & 1)"),
-            ),
-        ];
-        let mut evs = vec![];
-        for (kind, filter) in filters {
-            let attr = base(EventType::Tracepoint, tp.id, plan);
-            let opened = open_on_tasks(&attr, plan, -1).map_err(|e| env.explain(&e))?;
-            for ev in opened {
-                if let Some(f) = filter {
-                    ev.set_filter(f)
-                        .map_err(|e| format!("tracepoint filter {f:?}: {e}"))?;
-                }
-                evs.push((kind, ev));
-            }
-        }
-        Ok(evs)
-    });
-    match kinds {
-        Ok(evs) => c.events.extend(evs),
-        Err(why) => skipped.push(Skipped {
-            what: "fault kinds (exceptions:page_fault_user)".to_owned(),
-            why,
-        }),
     }
     // Hardware counters: all or nothing is not required; cycles decides availability.
     let hw = |config| user(base(EventType::Hardware, config, plan));
@@ -319,6 +288,8 @@ pub struct Sampling {
     pub ids: HashMap<u64, (Sampled, u64)>,
     /// Tracepoint fields.
     pub fields: TpFields,
+    /// Event id -> kind, kept by the reader after `ids` goes to the collector.
+    kinds_of: HashMap<u64, Sampled>,
 }
 
 fn attr_for(
@@ -375,9 +346,22 @@ fn attr_for(
         Sampled::EnterBrk => {
             a.sample_type = SAMPLE_IDENTIFIER | SAMPLE_TID | SAMPLE_TIME;
         }
+        Sampled::FaultKinds => {
+            // Every fault is counted; the kernel adjusts the period so that about
+            // KIND_SAMPLES_PER_S carry their error code (all of them while faults are rare).
+            a.freq = true;
+            a.sample_period = KIND_SAMPLES_PER_S;
+            a.sample_type = SAMPLE_IDENTIFIER | SAMPLE_PERIOD | SAMPLE_RAW;
+        }
     }
     a
 }
+
+/// Samples per second of `exceptions:page_fault_user` for the fault kinds.
+/// Counting every kind exactly needs a filtered counter per kind, which costs
+/// about 5% of the run time of a fault-bound program; sampling at this rate
+/// costs well under 1%.
+pub const KIND_SAMPLES_PER_S: u64 = 10_000;
 
 /// Opens the sampling events: per CPU, a user-mode `cpu-clock` leader that owns
 /// the ring buffer and emits the side-band records, and the other events
@@ -399,6 +383,7 @@ pub fn open_sampling(
         leaders: vec![],
         ids: HashMap::new(),
         fields: TpFields::default(),
+        kinds_of: HashMap::new(),
     };
     let clock = (EventType::Software, perf::SW_CPU_CLOCK);
     let mut lead = attr_for(Sampled::CpuClock, clock, plan, user_only, true);
@@ -481,6 +466,17 @@ pub fn open_sampling(
         });
         tps.clear();
     }
+    let mut kind_tp = None;
+    match tracepoint(env, "exceptions", "page_fault_user") {
+        Ok(tp) => {
+            s.fields.error_code = tp.fields.get("error_code").copied();
+            kind_tp = Some(tp.id);
+        }
+        Err(why) => skipped.push(Skipped {
+            what: "fault kinds (exceptions:page_fault_user)".to_owned(),
+            why,
+        }),
+    }
     let f = |tp: &Tracepoint, name: &str| tp.fields.get(name).copied();
     for (kind, tp) in &tps {
         match kind {
@@ -510,6 +506,12 @@ pub fn open_sampling(
         .into_iter()
         .map(|(k, c, what)| (vec![(k, c)], what))
         .collect();
+    if let (Some(id), Some(_)) = (kind_tp, s.fields.error_code) {
+        groups.push((
+            vec![(Sampled::FaultKinds, (EventType::Tracepoint, id))],
+            "fault kinds (exceptions:page_fault_user)",
+        ));
+    }
     if !tps.is_empty() {
         groups.push((
             tps.iter()
@@ -535,7 +537,10 @@ pub fn open_sampling(
             }
             Err(e) => {
                 if what.starts_with("mmap") {
-                    s.fields = TpFields::default();
+                    s.fields = TpFields {
+                        error_code: s.fields.error_code,
+                        ..TpFields::default()
+                    };
                 }
                 skipped.push(Skipped {
                     what: what.to_owned(),
@@ -593,6 +598,11 @@ fn open_group(
         }
     }
     Ok(out)
+}
+
+/// Closes perf events without waiting for the kernel's tracepoint teardown.
+pub fn close_events(events: Vec<Event>) {
+    crate::sys::process::close_in_background(events.into_iter().map(Into::into).collect());
 }
 
 fn fail_sampling(env: &Env, e: &SysError, skipped: &mut Vec<Skipped>) -> Option<Sampling> {
@@ -687,11 +697,15 @@ fn snapshot(pids: &BTreeSet<u32>, out: &mut PageSamples) {
     }
 }
 
+/// The page-size sampler waits at least this many times as long as its last
+/// `/proc/PID/smaps` read took before the next one.
+pub const SMAPS_BACKOFF: u32 = 20;
+
 /// The threads that run beside the program.
 pub struct Running {
     stop: Arc<AtomicBool>,
     go: Arc<AtomicBool>,
-    reader: Option<JoinHandle<Collector>>,
+    reader: Option<JoinHandle<(Collector, Vec<Event>)>>,
     pager: JoinHandle<PageSamples>,
 }
 
@@ -708,6 +722,7 @@ pub fn start(
     let go = Arc::new(AtomicBool::new(false));
     let reader = sampling.map(|mut s| {
         let stop = stop.clone();
+        s.kinds_of = s.ids.iter().map(|(&id, &(k, _))| (id, k)).collect();
         let collector = Collector::new(
             std::mem::take(&mut s.ids),
             s.fields.clone(),
@@ -733,8 +748,13 @@ pub fn start(
                 }
                 loop {
                     let pids = live.lock().map(|l| l.clone()).unwrap_or_default();
+                    let started = Instant::now();
                     snapshot(&pids, &mut out);
-                    let until = Instant::now() + interval;
+                    // Reading smaps walks the page tables (about 15 ms for 1 GiB of
+                    // 4 KiB pages) and takes the same page-table locks as the
+                    // program's faults: back off so that it costs at most 5% of a CPU.
+                    let took = started.elapsed();
+                    let until = started + interval.max(took * SMAPS_BACKOFF);
                     while Instant::now() < until {
                         if stop.load(Ordering::Acquire) {
                             return out;
@@ -753,7 +773,11 @@ pub fn start(
     }
 }
 
-fn read_loop(mut s: Sampling, mut collector: Collector, stop: &AtomicBool) -> Collector {
+fn read_loop(
+    mut s: Sampling,
+    mut collector: Collector,
+    stop: &AtomicBool,
+) -> (Collector, Vec<Event>) {
     let mut bufs: Vec<Vec<u8>> = vec![Vec::new(); s.rings.len()];
     let mut disabled = false;
     loop {
@@ -789,11 +813,23 @@ fn read_loop(mut s: Sampling, mut collector: Collector, stop: &AtomicBool) -> Co
     }
     // The kernel reports a loss in the ring only when a later record fits, so
     // the losses at the very end come from the events' own lost counts.
-    let lost: u64 = s.events.iter().filter_map(|ev| ev.read().ok()?.lost).sum();
+    let mut lost = 0;
+    for ev in &s.events {
+        let Ok(v) = ev.read() else { continue };
+        lost += v.lost.unwrap_or(0);
+        let is_kinds = ev
+            .id()
+            .ok()
+            .and_then(|id| s.kinds_of.get(&id))
+            .is_some_and(|k| *k == Sampled::FaultKinds);
+        if is_kinds {
+            *collector.kind_total.get_or_insert(0) += v.value;
+        }
+    }
     collector.lost = collector.lost.max(lost);
-    // Dropping the events and rings here closes them.
-    drop(s);
-    collector
+    // The rings go now; the events are closed by the caller, off the critical path.
+    drop(s.rings);
+    (collector, s.events)
 }
 
 impl Running {
@@ -803,11 +839,14 @@ impl Running {
     }
 
     /// Stops both threads after a last drain and returns what they gathered.
+    /// The sampling events are closed in the background.
     pub fn finish(self) -> (Option<Collector>, PageSamples) {
         self.stop.store(true, Ordering::Release);
-        let collector = self
-            .reader
-            .map(|h| h.join().expect("reader thread panicked"));
+        let collector = self.reader.map(|h| {
+            let (collector, events) = h.join().expect("reader thread panicked");
+            close_events(events);
+            collector
+        });
         let pages = self.pager.join().expect("smaps thread panicked");
         (collector, pages)
     }

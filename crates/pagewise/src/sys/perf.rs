@@ -228,6 +228,8 @@ pub const SAMPLE_TID: u64 = 1 << 1;
 pub const SAMPLE_TIME: u64 = 1 << 2;
 /// `PERF_SAMPLE_ADDR`: the data address (the faulting address for page faults).
 pub const SAMPLE_ADDR: u64 = 1 << 3;
+/// `PERF_SAMPLE_PERIOD`: the sample period (how many events the sample stands for).
+pub const SAMPLE_PERIOD: u64 = 1 << 8;
 /// `PERF_SAMPLE_CALLCHAIN`: the frame-pointer call chain.
 pub const SAMPLE_CALLCHAIN: u64 = 1 << 5;
 /// `PERF_SAMPLE_CPU`: the CPU number.
@@ -242,6 +244,7 @@ pub const SAMPLE_IDENTIFIER: u64 = 1 << 16;
 const FLAG_EXCLUDE_USER: u64 = 1 << 4;
 const FLAG_MMAP: u64 = 1 << 8;
 const FLAG_COMM: u64 = 1 << 9;
+const FLAG_FREQ: u64 = 1 << 10;
 const FLAG_TASK: u64 = 1 << 13;
 const FLAG_WATERMARK: u64 = 1 << 14;
 const FLAG_EXCLUDE_CALLCHAIN_KERNEL: u64 = 1 << 21;
@@ -275,7 +278,11 @@ pub struct EventAttr {
     /// Event id within the family (a tracepoint id for tracepoints).
     pub config: u64,
     /// A sample every this many events (nanoseconds for clock events); 0 counts only.
+    /// With `freq`, samples per second instead.
     pub sample_period: u64,
+    /// `sample_period` is a frequency: the kernel adjusts the period at every tick
+    /// to take about that many samples per second.
+    pub freq: bool,
     /// `PERF_SAMPLE_*` bits: what each sample holds.
     pub sample_type: u64,
     /// Bytes of user stack to copy with [`SAMPLE_STACK_USER`] (a multiple of 8).
@@ -311,6 +318,7 @@ impl EventAttr {
             event_type,
             config,
             sample_period: 0,
+            freq: false,
             sample_type: 0,
             sample_stack_user: 0,
             sample_max_stack: 0,
@@ -350,6 +358,7 @@ impl EventAttr {
             FLAG_MMAP | FLAG_MMAP_DATA | FLAG_MMAP2 | FLAG_COMM | FLAG_COMM_EXEC | FLAG_TASK,
         );
         set(&mut flags, self.build_id, FLAG_BUILD_ID);
+        set(&mut flags, self.freq, FLAG_FREQ);
         set(&mut flags, self.wakeup_watermark > 0, FLAG_WATERMARK);
         PerfEventAttr {
             type_: self.event_type.raw(),
@@ -527,6 +536,12 @@ impl Event {
             PERF_EVENT_IOC_RESET,
             "ioctl(PERF_EVENT_IOC_RESET)",
         )
+    }
+}
+
+impl From<Event> for OwnedFd {
+    fn from(e: Event) -> OwnedFd {
+        e.fd
     }
 }
 
