@@ -43,7 +43,7 @@ impl Env {
             tracefs: std::fs::read_to_string("/proc/mounts")
                 .ok()
                 .and_then(|m| crate::probe::parse::tracefs_mount(&m))
-                .filter(|p| std::path::Path::new(&format!("{p}/events")).is_dir()),
+                .filter(|p| std::path::Path::new(p).is_dir()),
             cpus: perf::online_cpus(),
         }
     }
@@ -90,7 +90,19 @@ pub fn tracepoint(env: &Env, group: &str, name: &str) -> Result<Tracepoint, Stri
     };
     let dir = format!("{tracefs}/events/{group}/{name}");
     let id = std::fs::read_to_string(format!("{dir}/id"))
-        .map_err(|e| format!("cannot read {dir}/id: {e}"))?
+        .map_err(|e| match e.kind() {
+            std::io::ErrorKind::PermissionDenied => format!(
+                "cannot read {dir}/id ({e}): tracefs and tracepoints need root \
+                 (or CAP_PERFMON and a readable tracefs)"
+            ),
+            std::io::ErrorKind::NotFound
+                if !std::path::Path::new(&format!("{tracefs}/events")).exists() =>
+            {
+                "tracefs is not mounted (as root: mount -t tracefs nodev /sys/kernel/tracing)"
+                    .to_owned()
+            }
+            _ => format!("cannot read {dir}/id: {e}"),
+        })?
         .trim()
         .parse()
         .map_err(|_| format!("{dir}/id holds no number"))?;
