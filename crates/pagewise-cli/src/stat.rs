@@ -31,7 +31,7 @@ pub struct StatArgs {
     /// Write a flame graph of page-fault stacks to this SVG file (implies --sites).
     #[arg(long, value_name = "FILE.svg")]
     flame: Option<PathBuf>,
-    /// Milliseconds between page-size snapshots (/proc/PID/smaps).
+    /// Shortest time between page-size snapshots (/proc/PID/smaps), in milliseconds.
     #[arg(long, value_name = "MS", default_value_t = 100,
           value_parser = clap::value_parser!(u64).range(1..=60_000))]
     interval: u64,

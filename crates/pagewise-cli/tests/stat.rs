@@ -198,8 +198,19 @@ fn first_touch_fixture() {
     let peak = p["peak_4k_bytes"].as_u64().unwrap() + p["peak_thp_bytes"].as_u64().unwrap();
     assert!(peak >= 256 << 20, "{p:#}");
     if tracing_available() {
+        // The total is exact; the split is estimated from samples.
         let k = &v["fault_kinds"];
-        assert!(k["write_absent"].as_u64().unwrap() >= 262_000, "{k:#}");
+        let user = v["counts"]["user_mode_faults"].as_u64().unwrap();
+        let sum: u64 = ["write_absent", "read_absent", "fetch_absent", "protection"]
+            .iter()
+            .map(|f| k[f].as_u64().unwrap())
+            .sum();
+        assert!(sum.abs_diff(user) <= user / 1000, "{k:#} vs {user}");
+        assert!(
+            k["write_absent"].as_u64().unwrap() * 100 >= user * 99,
+            "{k:#}"
+        );
+        assert!(k["samples"].as_u64().unwrap() > 1000, "{k:#}");
     }
 }
 
@@ -332,6 +343,12 @@ fn file_faults_fixture() {
         .unwrap()
         .contains("data.bin"));
     assert_eq!(top_site(&v), "read_mapped", "{:#}", v["sites"]);
+    // read_mapped is a frameless leaf: its caller comes back from the stack.
+    assert_eq!(
+        v["sites"][0]["callers"][0]["function"], "main",
+        "{:#}",
+        v["sites"][0]
+    );
 }
 
 /// The number in a `perf stat -x,` line for `event`.

@@ -225,12 +225,22 @@ impl Collector {
         if chain.is_empty() {
             chain.extend(s.ip);
         }
-        // Only when the sampled instruction is not our own code can a frame be missing
-        // between it and the first frame-pointer frame; look at the stack then.
+        // A frameless leaf hides its caller from frame-pointer unwinding. When the
+        // sampled instruction is library code, the caller in our code may be a few
+        // frames up: keep the first words of the stack that point into our code.
+        // When it is our own code, only its own return address can be missing,
+        // and that is the first word on the stack.
         let leaf_own = chain
             .first()
             .is_some_and(|&ip| self.spaces.is_own_code(s.pid, ip));
-        if !leaf_own {
+        if leaf_own {
+            if let Some(w) = s.stack.and_then(|st| st.get(..8)) {
+                let v = u64::from_ne_bytes(w.try_into().expect("8 bytes"));
+                if self.spaces.is_own_code(s.pid, v) {
+                    words.push(v);
+                }
+            }
+        } else {
             if let Some(stack) = s.stack {
                 for w in stack.chunks_exact(8) {
                     let v = u64::from_ne_bytes(w.try_into().expect("8 bytes"));
@@ -454,6 +464,23 @@ mod tests {
         assert_eq!(c.fault_stacks[&0], 2);
         assert_eq!(&*c.stacks[0].words, &[0x400123, 0x400456]);
         assert_eq!(c.major_stacks[&0], 1);
+        // A fault in our own (frameless) leaf keeps only the first word: its return address.
+        let own_fault = Sample {
+            ip: Some(0x400010),
+            chain: &[],
+            ..fault.clone()
+        };
+        c.consume(&[build::sample(FAULT_ST, &own_fault)]);
+        assert_eq!(&*c.stacks[1].chain, &[0x400010]);
+        assert!(c.stacks[1].words.is_empty(), "first word is not our code");
+        let mut ret_first = 0x400456u64.to_ne_bytes().to_vec();
+        ret_first.extend_from_slice(&0x400123u64.to_ne_bytes());
+        let own_fault = Sample {
+            stack: Some(&ret_first),
+            ..own_fault
+        };
+        c.consume(&[build::sample(FAULT_ST, &own_fault)]);
+        assert_eq!(&*c.stacks[2].words, &[0x400456]);
         assert_eq!(c.major_files["/data/file"], 1);
         assert_eq!(c.text_pages[&(7, 0x400)], 1);
     }

@@ -27,8 +27,12 @@ pub struct Resolved {
 /// is put back after the leading library frames unless it is already there.
 pub fn resolve(sym: &mut Symbolizer<'_>, key: &StackKey) -> Resolved {
     let mut frames: Vec<Frame> = Vec::new();
+    let mut leaf_frames = 0;
     for (i, &ip) in key.chain.iter().enumerate() {
         frames.extend(sym.frames(key.pid, ip, i > 0).iter().cloned());
+        if i == 0 {
+            leaf_frames = frames.len();
+        }
     }
     if frames.is_empty() {
         frames.push(Frame {
@@ -39,20 +43,23 @@ pub fn resolve(sym: &mut Symbolizer<'_>, key: &StackKey) -> Resolved {
             own: false,
         });
     }
-    if !frames[0].own {
-        let recovered = key
-            .words
-            .iter()
-            .find(|&&w| sym.is_return_address(key.pid, w))
-            .map(|&w| sym.frames(key.pid, w, true));
-        if let Some(rec) = recovered {
-            let lead = frames.iter().take_while(|f| !f.own).count();
-            let already = frames
-                .get(lead)
-                .is_some_and(|f| rec.first().is_some_and(|r| r.function == f.function));
-            if !already {
-                frames.splice(lead..lead, rec.iter().cloned());
-            }
+    let recovered = key
+        .words
+        .iter()
+        .find(|&&w| sym.is_return_address(key.pid, w))
+        .map(|&w| sym.frames(key.pid, w, true));
+    if let Some(rec) = recovered {
+        // Library leaf: after the leading library frames. Own leaf: right after it.
+        let at = if frames[0].own {
+            leaf_frames
+        } else {
+            frames.iter().take_while(|f| !f.own).count()
+        };
+        let already = frames
+            .get(at)
+            .is_some_and(|f| rec.first().is_some_and(|r| r.function == f.function));
+        if !already {
+            frames.splice(at..at, rec.iter().cloned());
         }
     }
     let site = frames.iter().position(|f| f.own).unwrap_or(0);

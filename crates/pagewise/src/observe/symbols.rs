@@ -293,7 +293,9 @@ struct Loaded {
 }
 
 impl Loaded {
-    fn load(file: &File) -> Result<Loaded, String> {
+    /// Reads and parses the file; refuses it when the kernel reported a different
+    /// build id for the mapping (the file was replaced after it was mapped).
+    fn load(file: &File, expected_build_id: Option<&[u8]>) -> Result<Loaded, String> {
         let mut data = Vec::new();
         let mut f = file;
         use std::io::Seek;
@@ -316,6 +318,14 @@ impl Loaded {
                 obj.build_id().ok().flatten().map(<[u8]>::to_vec),
             )
         };
+        if let (Some(want), Some(got)) = (expected_build_id, build_id.as_deref()) {
+            if !want.is_empty() && want != got {
+                return Err(
+                    "the file changed after it was mapped (its build id differs from the mapping's)"
+                        .to_owned(),
+                );
+            }
+        }
         let mut dwarf = if has_debug { dwarf_of(&data) } else { None };
         let mut symbols = symbols;
         if dwarf.is_none() {
@@ -428,7 +438,8 @@ impl<'a> Symbolizer<'a> {
         if !self.loaded.contains_key(&object) {
             let info = &self.spaces.objects[object];
             let result = match &info.file {
-                Some(f) => Loaded::load(f).map_err(|e| format!("{}: {e}", info.path)),
+                Some(f) => Loaded::load(f, info.build_id.as_deref())
+                    .map_err(|e| format!("{}: {e}", info.path)),
                 None => Err(format!(
                     "{}: {}",
                     info.path,
@@ -642,6 +653,33 @@ mod tests {
         assert_eq!(s.lookup(10, 0x1800).unwrap().name, "//anon");
         let o = &s.objects()[0];
         assert!(o.error.is_some(), "a missing file is reported, not hidden");
+    }
+
+    #[test]
+    fn a_file_replaced_after_mapping_is_not_trusted() {
+        // This binary, mapped with a build id that is not its own.
+        let exe = std::fs::read_link("/proc/self/exe").unwrap();
+        let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+        let text = super::super::parse::maps(&maps)
+            .into_iter()
+            .find(|e| e.perms.exec && e.path.as_deref() == exe.to_str())
+            .expect("our code is mapped");
+        let mut s = AddressSpaces::new();
+        s.add_mmap(&Mmap2 {
+            pid: 1,
+            tid: 1,
+            addr: text.start,
+            len: text.end - text.start,
+            pgoff: text.offset,
+            prot: 5,
+            flags: 2,
+            build_id: Some(vec![0xde, 0xad, 0xbe, 0xef]),
+            filename: exe.to_string_lossy().into_owned(),
+        });
+        let mut sym = Symbolizer::new(&s);
+        let frames = sym.frames(1, text.start + 16, false);
+        assert!(frames[0].function.contains('+'), "{frames:?}");
+        assert!(sym.problems[0].contains("build id"), "{:?}", sym.problems);
     }
 
     #[test]
