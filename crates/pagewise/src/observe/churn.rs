@@ -98,6 +98,12 @@ pub struct ChurnAnalysis {
     pub unmatched: u64,
 }
 
+/// `len` rounded up to whole 4 KiB pages (lengths come from the program, so they
+/// may be absurd: saturate rather than overflow).
+fn page_round(len: u64) -> u64 {
+    len.checked_next_multiple_of(4096).unwrap_or(u64::MAX)
+}
+
 fn histogram(lengths: &[u64]) -> Vec<Bucket> {
     let mut buckets: BTreeMap<u32, u64> = BTreeMap::new();
     for &len in lengths {
@@ -131,7 +137,7 @@ pub fn analyse(calls: &mut [Call]) -> ChurnAnalysis {
         match c.kind {
             CallKind::Mmap { len, prot, flags } => {
                 out.stats.mmap.calls += 1;
-                out.stats.mmap.bytes += len;
+                out.stats.mmap.bytes = out.stats.mmap.bytes.saturating_add(len);
                 mmap_lens.push(len);
                 if pending
                     .insert(c.tid, (len, heap_like(len, prot, flags), c.stack))
@@ -148,18 +154,18 @@ pub fn analyse(calls: &mut [Call]) -> ChurnAnalysis {
                 if !heap || (-4095..0).contains(&ret) {
                     continue;
                 }
-                let pages = len.next_multiple_of(4096);
+                let pages = page_round(len);
                 live.entry(c.pid)
                     .or_default()
                     .insert(ret as u64, (pages, stack));
                 let (bytes, peak) = live_bytes.entry(c.pid).or_default();
-                *bytes += pages;
+                *bytes = bytes.saturating_add(pages);
                 *peak = (*peak).max(*bytes);
-                heap_total += pages;
+                heap_total = heap_total.saturating_add(pages);
             }
             CallKind::Munmap { addr, len } => {
                 out.stats.munmap.calls += 1;
-                out.stats.munmap.bytes += len;
+                out.stats.munmap.bytes = out.stats.munmap.bytes.saturating_add(len);
                 munmap_lens.push(len);
                 let Some(maps) = live.get_mut(&c.pid) else {
                     continue;
@@ -176,7 +182,7 @@ pub fn analyse(calls: &mut [Call]) -> ChurnAnalysis {
                         *s.sizes.entry(pages).or_default() += 1;
                     }
                     // A partial unmap leaves the rest mapped.
-                    let unmapped = len.next_multiple_of(4096);
+                    let unmapped = page_round(len);
                     if unmapped < pages {
                         maps.insert(addr + unmapped, (pages - unmapped, stack));
                         if let Some((bytes, _)) = live_bytes.get_mut(&c.pid) {
@@ -188,9 +194,10 @@ pub fn analyse(calls: &mut [Call]) -> ChurnAnalysis {
             CallKind::Brk => out.stats.brk.calls += 1,
             CallKind::Madvise { len, behavior } => {
                 out.stats.madvise.calls += 1;
-                out.stats.madvise.bytes += len;
+                out.stats.madvise.bytes = out.stats.madvise.bytes.saturating_add(len);
                 if behavior == MADV_HUGEPAGE {
-                    out.stats.madv_hugepage_bytes += len;
+                    out.stats.madv_hugepage_bytes =
+                        out.stats.madv_hugepage_bytes.saturating_add(len);
                 }
             }
         }
@@ -328,6 +335,42 @@ mod tests {
         assert_eq!(a.stats.madv_hugepage_bytes, 4 << 20);
         assert_eq!(a.stats.brk.calls, 1);
         assert_eq!(a.stats.madvise.calls, 1);
+    }
+
+    #[test]
+    fn absurd_lengths_do_not_overflow() {
+        let mut calls = vec![
+            call(
+                1,
+                CallKind::Mmap {
+                    len: u64::MAX,
+                    prot: RW,
+                    flags: ANON_PRIVATE,
+                },
+                None,
+            ),
+            call(2, CallKind::MmapRet { ret: 0x1000 }, None),
+            call(
+                3,
+                CallKind::Munmap {
+                    addr: 0x1000,
+                    len: u64::MAX - 1,
+                },
+                None,
+            ),
+            call(
+                4,
+                CallKind::Mmap {
+                    len: u64::MAX,
+                    prot: RW,
+                    flags: ANON_PRIVATE,
+                },
+                None,
+            ),
+        ];
+        let a = analyse(&mut calls);
+        assert_eq!(a.stats.mmap.bytes, u64::MAX);
+        assert_eq!(a.stats.heap_cycles, 1);
     }
 
     #[test]

@@ -503,7 +503,11 @@ impl<'a> Symbolizer<'a> {
                 ..unknown(&path)
             }];
         };
-        let probe = if is_return { svma - 1 } else { svma };
+        let probe = if is_return {
+            svma.saturating_sub(1)
+        } else {
+            svma
+        };
         let mut out = Vec::new();
         if let Some(ctx) = &loaded.dwarf {
             if let Ok(mut iter) = ctx.find_frames(probe).skip_all_loads() {
