@@ -203,7 +203,9 @@ pub fn analyse(calls: &mut [Call]) -> ChurnAnalysis {
         }
     }
     out.unmatched += pending.len() as u64;
-    let peaks: u64 = live_bytes.values().map(|(_, peak)| peak).sum();
+    let peaks = live_bytes
+        .values()
+        .fold(0u64, |acc, (_, peak)| acc.saturating_add(*peak));
     out.stats.heap_remapped_bytes = heap_total.saturating_sub(peaks);
     out.stats.mmap.histogram = histogram(&mmap_lens);
     out.stats.munmap.histogram = histogram(&munmap_lens);
