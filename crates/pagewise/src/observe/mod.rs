@@ -429,9 +429,7 @@ fn assemble(raw: Raw<'_>) -> StatReport {
     let user_mode_faults = if user_only {
         get(Count::Faults)
     } else {
-        get(Count::KernelFaults)
-            .map(|k| (minor + major).saturating_sub(k))
-            .or(kind_total)
+        kind_total.or_else(|| get(Count::KernelFaults).map(|k| (minor + major).saturating_sub(k)))
     };
     let syscall_faults = get(Count::KernelFaults)
         .or_else(|| user_mode_faults.map(|u| (minor + major).saturating_sub(u)));

@@ -14,8 +14,9 @@ use crate::sys::perf::{
 use crate::sys::SysError;
 use std::collections::{BTreeSet, HashMap};
 use std::os::fd::AsFd;
+use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -250,8 +251,11 @@ pub fn open_counters(
     for (kind, config) in list {
         let _ = add(&mut c, kind, user(sw(config)));
     }
-    // Faults inside system calls: a kernel-mode page-fault counter.
-    if !user_only {
+    // Faults inside system calls: all faults minus the user-mode ones that the
+    // fault-kind tracepoint counts; without it, a kernel-mode page-fault counter
+    // (one more event on every fault, so only when needed).
+    let kinds_available = tracepoint(env, "exceptions", "page_fault_user").is_ok();
+    if !user_only && !kinds_available {
         let kernel = EventAttr {
             exclude_user: true,
             ..sw(perf::SW_PAGE_FAULTS)
@@ -385,10 +389,10 @@ pub fn open_sampling(
     user_only: bool,
     skipped: &mut Vec<Skipped>,
 ) -> Option<Sampling> {
-    // Data pages per ring: 4 MiB for clock samples, calls and mappings; 16 MiB for
+    // Data pages per ring: 1 MiB for clock samples, calls and mappings; 16 MiB for
     // fault samples (a fault every microsecond or two). Unprivileged users may lock
     // only perf_event_mlock_kb (516 KiB) per CPU, then RLIMIT_MEMLOCK.
-    let (pages, fault_pages) = if env.root { (1024, 4096) } else { (64, 64) };
+    let (pages, fault_pages) = if env.root { (256, 4096) } else { (64, 64) };
     let mut s = Sampling {
         events: vec![],
         rings: vec![],
@@ -716,6 +720,10 @@ pub const SMAPS_BACKOFF: u32 = 20;
 /// The threads that run beside the program.
 pub struct Running {
     stop: Arc<AtomicBool>,
+    /// Wakes the page-size sampler when the run ends.
+    stop_signal: Arc<(Mutex<bool>, Condvar)>,
+    /// Dropping it wakes the reader's `poll`.
+    wake: Option<UnixStream>,
     go: Arc<AtomicBool>,
     reader: Option<JoinHandle<(Collector, Vec<Event>)>>,
     pager: JoinHandle<PageSamples>,
@@ -731,7 +739,12 @@ pub fn start(
     interval: Duration,
 ) -> Running {
     let stop = Arc::new(AtomicBool::new(false));
+    let stop_signal = Arc::new((Mutex::new(false), Condvar::new()));
     let go = Arc::new(AtomicBool::new(false));
+    let (wake, wake_reader) = match UnixStream::pair() {
+        Ok((a, b)) => (Some(a), Some(b)),
+        Err(_) => (None, None),
+    };
     let reader = sampling.map(|mut s| {
         let stop = stop.clone();
         s.kinds_of = s.ids.iter().map(|(&id, &(k, _))| (id, k)).collect();
@@ -743,20 +756,35 @@ pub fn start(
         );
         std::thread::Builder::new()
             .name("pagewise-reader".into())
-            .spawn(move || read_loop(s, collector, &stop))
+            .spawn(move || read_loop(s, collector, &stop, wake_reader.as_ref()))
             .expect("spawn reader thread")
     });
     let pager = {
-        let (stop, go) = (stop.clone(), go.clone());
+        let (go, signal) = (go.clone(), stop_signal.clone());
         std::thread::Builder::new()
             .name("pagewise-smaps".into())
             .spawn(move || {
                 let mut out = PageSamples::default();
+                // Sleeps until `until`; true when the run is over.
+                let wait_until = |until: Instant| {
+                    let (lock, cvar) = &*signal;
+                    let mut stopped = lock.lock().unwrap_or_else(|e| e.into_inner());
+                    while !*stopped {
+                        let now = Instant::now();
+                        if now >= until {
+                            return false;
+                        }
+                        stopped = cvar
+                            .wait_timeout(stopped, until - now)
+                            .unwrap_or_else(|e| e.into_inner())
+                            .0;
+                    }
+                    true
+                };
                 while !go.load(Ordering::Acquire) {
-                    if stop.load(Ordering::Acquire) {
+                    if wait_until(Instant::now() + Duration::from_millis(1)) {
                         return out;
                     }
-                    std::thread::sleep(Duration::from_millis(1));
                 }
                 loop {
                     let pids = live.lock().map(|l| l.clone()).unwrap_or_default();
@@ -766,12 +794,8 @@ pub fn start(
                     // 4 KiB pages) and takes the same page-table locks as the
                     // program's faults: back off so that it costs at most 5% of a CPU.
                     let took = started.elapsed();
-                    let until = started + interval.max(took * SMAPS_BACKOFF);
-                    while Instant::now() < until {
-                        if stop.load(Ordering::Acquire) {
-                            return out;
-                        }
-                        std::thread::sleep(Duration::from_millis(5).min(interval));
+                    if wait_until(started + interval.max(took * SMAPS_BACKOFF)) {
+                        return out;
                     }
                 }
             })
@@ -779,6 +803,8 @@ pub fn start(
     };
     Running {
         stop,
+        stop_signal,
+        wake,
         go,
         reader,
         pager,
@@ -789,9 +815,13 @@ fn read_loop(
     mut s: Sampling,
     mut collector: Collector,
     stop: &AtomicBool,
+    wake: Option<&UnixStream>,
 ) -> (Collector, Vec<Event>) {
     let mut bufs: Vec<Vec<u8>> = vec![Vec::new(); s.rings.len()];
     let mut disabled = false;
+    // Ring owners still worth polling: an event hangs up once the task it follows
+    // and all its children have exited, and would then make poll return at once.
+    let mut polled: Vec<usize> = s.leaders.clone();
     loop {
         let stopping = stop.load(Ordering::Acquire);
         if stopping && !disabled {
@@ -803,12 +833,18 @@ fn read_loop(
             disabled = true;
         }
         if !stopping {
-            let fds: Vec<_> = s.leaders.iter().map(|&i| s.events[i].as_fd()).collect();
-            let ready = perf::poll_readable(&fds, Duration::from_millis(20)).unwrap_or(0);
-            let pending: usize = s.rings.iter().map(RingBuffer::pending).sum();
-            if ready > 0 && pending == 0 {
-                // The target exited (poll reports a hang-up at once): do not spin.
-                std::thread::sleep(Duration::from_millis(5));
+            let mut fds: Vec<_> = polled.iter().map(|&i| s.events[i].as_fd()).collect();
+            // The wake socket ends the wait as soon as the run is over.
+            fds.extend(wake.map(|w| w.as_fd()));
+            let timeout = Duration::from_millis(if wake.is_some() { 100 } else { 10 });
+            if let Ok(ready) = perf::poll_readable(&fds, timeout) {
+                let hung: Vec<usize> = polled
+                    .iter()
+                    .zip(&ready)
+                    .filter(|(_, r)| r.hung_up && !r.readable)
+                    .map(|(&i, _)| i)
+                    .collect();
+                polled.retain(|i| !hung.contains(i));
             }
         }
         let mut got = 0;
@@ -852,8 +888,15 @@ impl Running {
 
     /// Stops both threads after a last drain and returns what they gathered.
     /// The sampling events are closed in the background.
-    pub fn finish(self) -> (Option<Collector>, PageSamples) {
+    pub fn finish(mut self) -> (Option<Collector>, PageSamples) {
         self.stop.store(true, Ordering::Release);
+        // Wake both threads: the reader from poll, the sampler from its wait.
+        drop(self.wake.take());
+        {
+            let (lock, cvar) = &*self.stop_signal;
+            *lock.lock().unwrap_or_else(|e| e.into_inner()) = true;
+            cvar.notify_all();
+        }
         let collector = self.reader.map(|h| {
             let (collector, events) = h.join().expect("reader thread panicked");
             close_events(events);

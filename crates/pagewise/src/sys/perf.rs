@@ -701,9 +701,21 @@ impl Drop for RingBuffer {
     }
 }
 
-/// Waits until one of `fds` is readable or `timeout` passes; returns how many
-/// are ready (0 on timeout or when a signal interrupted the wait).
-pub fn poll_readable(fds: &[BorrowedFd<'_>], timeout: std::time::Duration) -> SysResult<usize> {
+/// What [`poll_readable`] found for one descriptor.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Ready {
+    /// Data to read (a perf ring buffer reached its watermark).
+    pub readable: bool,
+    /// Hung up (the task a perf event follows has exited; a socket's peer closed).
+    pub hung_up: bool,
+}
+
+/// Waits until one of `fds` is readable or hung up, or `timeout` passes, and
+/// says which (all default on timeout or when a signal interrupted the wait).
+pub fn poll_readable(
+    fds: &[BorrowedFd<'_>],
+    timeout: std::time::Duration,
+) -> SysResult<Vec<Ready>> {
     let mut pollfds: Vec<libc::pollfd> = fds
         .iter()
         .map(|fd| libc::pollfd {
@@ -718,11 +730,17 @@ pub fn poll_readable(fds: &[BorrowedFd<'_>], timeout: std::time::Duration) -> Sy
     if n < 0 {
         let err = SysError::last("poll");
         if err.errno() == Some(libc::EINTR) {
-            return Ok(0);
+            return Ok(vec![Ready::default(); fds.len()]);
         }
         return Err(err);
     }
-    Ok(n as usize)
+    Ok(pollfds
+        .iter()
+        .map(|p| Ready {
+            readable: p.revents & libc::POLLIN != 0,
+            hung_up: p.revents & (libc::POLLHUP | libc::POLLERR) != 0,
+        })
+        .collect())
 }
 
 /// Online CPU numbers, from `/sys/devices/system/cpu/online` (for example `0-3,6`).
