@@ -210,7 +210,7 @@ fn first_touch_fixture() {
             k["write_absent"].as_u64().unwrap() * 100 >= user * 99,
             "{k:#}"
         );
-        assert!(k["samples"].as_u64().unwrap() > 1000, "{k:#}");
+        assert!(k["samples"].as_u64().unwrap() > 200, "{k:#}");
     }
 }
 

@@ -110,7 +110,7 @@ pub struct Counts {
 /// User-mode faults by `error_code`; the kinds are exclusive and add up to
 /// all user-mode faults. The total is exact (every `exceptions:page_fault_user`
 /// event is counted); the split comes from samples of the same events taken at
-/// up to 10 kHz (every fault while they are rare), so small kinds are estimates.
+/// up to 4 kHz (every fault while they are rare), so small kinds are estimates.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 pub struct FaultKinds {
     /// Write to a page that was not present (anonymous first touch: allocate and zero).

@@ -377,7 +377,7 @@ fn attr_for(
 /// Counting every kind exactly needs a filtered counter per kind, which costs
 /// about 5% of the run time of a fault-bound program; sampling at this rate
 /// costs well under 1%.
-pub const KIND_SAMPLES_PER_S: u64 = 10_000;
+pub const KIND_SAMPLES_PER_S: u64 = 4_000;
 
 /// Opens the sampling events: per CPU, a user-mode `cpu-clock` leader that owns
 /// the ring buffer and emits the side-band records, and the other events
@@ -715,7 +715,7 @@ fn snapshot(pids: &BTreeSet<u32>, out: &mut PageSamples) {
 
 /// The page-size sampler waits at least this many times as long as its last
 /// `/proc/PID/smaps` read took before the next one.
-pub const SMAPS_BACKOFF: u32 = 20;
+pub const SMAPS_BACKOFF: u32 = 40;
 
 /// The threads that run beside the program.
 pub struct Running {
@@ -792,7 +792,7 @@ pub fn start(
                     snapshot(&pids, &mut out);
                     // Reading smaps walks the page tables (about 15 ms for 1 GiB of
                     // 4 KiB pages) and takes the same page-table locks as the
-                    // program's faults: back off so that it costs at most 5% of a CPU.
+                    // program's faults: back off so that it costs at most 2.5% of a CPU.
                     let took = started.elapsed();
                     if wait_until(started + interval.max(took * SMAPS_BACKOFF)) {
                         return out;
