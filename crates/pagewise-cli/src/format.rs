@@ -50,14 +50,31 @@ pub fn usage_error(err: clap::Error) -> ExitCode {
         }
         _ => {
             let rendered = err.render().to_string();
-            let first = rendered
-                .lines()
-                .find(|l| !l.trim().is_empty())
-                .unwrap_or("invalid arguments")
-                .trim_start_matches("error: ");
-            eprintln!("pagewise: {first} (see 'pagewise --help')");
+            eprintln!(
+                "pagewise: {} (see 'pagewise --help')",
+                first_paragraph(&rendered)
+            );
             ExitCode::from(2)
         }
+    }
+}
+
+/// The first paragraph of a clap error on one line: clap puts the missing
+/// arguments on indented lines after "the following required arguments were
+/// not provided:".
+fn first_paragraph(rendered: &str) -> String {
+    let text = rendered
+        .lines()
+        .skip_while(|l| l.trim().is_empty())
+        .take_while(|l| !l.trim().is_empty())
+        .map(str::trim)
+        .collect::<Vec<_>>()
+        .join(" ");
+    let text = text.trim_start_matches("error: ").trim().to_owned();
+    if text.is_empty() {
+        "invalid arguments".to_owned()
+    } else {
+        text
     }
 }
 
@@ -86,6 +103,16 @@ mod tests {
         assert_eq!(bytes(2 << 20), "2 MiB");
         assert_eq!(bytes(1 << 30), "1 GiB");
         assert_eq!(bytes(3 << 29), "1.5 GiB");
+    }
+
+    #[test]
+    fn clap_errors_keep_their_continuation_lines() {
+        let rendered = "error: the following required arguments were not provided:\n  <CMD>...\n\nUsage: pagewise stat\n";
+        assert_eq!(
+            first_paragraph(rendered),
+            "the following required arguments were not provided: <CMD>..."
+        );
+        assert_eq!(first_paragraph("\n\n"), "invalid arguments");
     }
 
     #[test]

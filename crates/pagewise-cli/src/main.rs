@@ -13,6 +13,7 @@ mod format;
 mod plot;
 mod progress;
 mod run;
+mod stat;
 mod text;
 
 use clap::{Parser, Subcommand};
@@ -37,6 +38,9 @@ enum Command {
         #[command(subcommand)]
         command: text::TextCommand,
     },
+    /// Run a command (or watch a process) and explain its memory-path cost:
+    /// faults by kind and site, mmap churn, page sizes, hot text, findings.
+    Stat(stat::StatArgs),
     /// Rerun a claim side by side with its baseline, as ratios, on this machine.
     Bench {
         #[command(subcommand)]
@@ -51,6 +55,7 @@ fn main() -> ExitCode {
     };
     let result = match cli.command {
         Command::Doctor(args) => doctor::run(&args),
+        Command::Stat(args) => stat::run(&args),
         Command::Bench { experiment } => bench::run(&experiment),
         Command::Run(args) => run::run(&args),
         Command::Text { command } => text::run(&command),

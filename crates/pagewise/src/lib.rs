@@ -11,7 +11,8 @@
 //!   its pages across `clear`, so reuse never faults.
 //! - [`launch`]: what `pagewise run` needs to start unmodified programs
 //!   (linkage checks, glibc tunables for `--keep-heap`).
-//! - [`observe`]: what the kernel says about memory (smaps).
+//! - [`observe`]: explain a program's memory-path cost from one run (faults by
+//!   kind and site, mmap churn, page sizes, hot text, findings); behind `pagewise stat`.
 //! - [`text`]: hot text on huge pages (the move behind `pagewise run
 //!   --huge-text`) and perf map files.
 //! - [`bench`]: statistics, progress and machine description shared by every

@@ -1,16 +1,644 @@
-//! Observing memory from the kernel's side: which page sizes a range really
-//! got, how much of it is resident.
+//! Observe a program's memory-path cost from one run: behind `pagewise stat`.
+//!
+//! [`stat`] starts a command stopped (fork, open the perf events on its pid
+//! with `enable_on_exec`, then exec) so that no event is missed, or attaches to
+//! a running process for a window. While it runs:
+//!
+//! - software counters count minor and major faults, faults inside system
+//!   calls and context switches; four filtered counters on
+//!   `exceptions:page_fault_user` split user-mode faults by kind;
+//! - per-CPU sampled events, inherited by threads and children, write into
+//!   mapped ring buffers: user-mode `cpu-clock` (hot text), major faults,
+//!   `mmap`/`munmap`/`brk`/`madvise` with their arguments and stacks, and with
+//!   `--sites` every page fault with its stack. The `MMAP2` records that come
+//!   with them give the mappings, and each executable file is opened at once;
+//! - a thread reads `/proc/PID/smaps` of every live process at an interval for
+//!   the resident bytes on 4 KiB pages, THP and hugetlb.
+//!
+//! Afterwards stacks are symbolized ([`symbols`], [`sites`]), system calls
+//! analysed for heap churn ([`churn`]), the hot-text footprint measured against
+//! the iTLB ([`text`]), and [`findings`] ranks the diagnoses by estimated
+//! cost. What could not be measured is listed in [`StatReport::skipped`].
+//!
+//! Cost while the program runs: a few counter increments per fault, a sample
+//! per 250 µs of user CPU, one ring-buffer record per mmap-family call (and per
+//! fault with `--sites`), and one smaps read per process per interval.
 
+pub mod churn;
+pub mod collect;
+pub mod findings;
 pub mod maps;
+pub mod parse;
+pub mod record;
+pub mod report;
+pub mod session;
+pub mod sites;
 pub mod smaps;
+pub mod symbols;
+pub mod text;
 
-use crate::sys::perf::{self, Counter, CounterSpec, EventType};
-use crate::sys::SysResult;
+pub use report::*;
+
+use crate::sys::process::{self, ExitKind, Rusage};
+use crate::sys::SysError;
+use collect::{Collector, Sampled};
+use session::{Count, Env, PageSamples, Plan};
+use std::collections::{BTreeSet, HashMap};
+use std::ffi::{CString, OsString};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::PermissionsExt;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use symbols::{AddressSpaces, Symbolizer};
+
+/// What to observe.
+#[derive(Debug, Clone)]
+pub enum Target {
+    /// Run this command (program and arguments).
+    Command(Vec<OsString>),
+    /// Attach to a running process for a while.
+    Pid {
+        /// Its pid.
+        pid: i32,
+        /// How long to watch.
+        duration: Duration,
+    },
+}
+
+/// Options of one observation.
+#[derive(Debug, Clone)]
+pub struct StatOptions {
+    /// What to observe.
+    pub target: Target,
+    /// Sample every fault with its stack and report call sites.
+    pub sites: bool,
+    /// Interval between page-size snapshots.
+    pub interval: Duration,
+    /// How many sites to report.
+    pub site_limit: usize,
+}
+
+impl StatOptions {
+    /// Defaults: no sites, 100 ms snapshots, 10 sites.
+    pub fn new(target: Target) -> Self {
+        StatOptions {
+            target,
+            sites: false,
+            interval: Duration::from_millis(100),
+            site_limit: 10,
+        }
+    }
+}
+
+/// Why an observation could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StatError {
+    /// No command was given.
+    #[error("no command to run: pagewise stat [OPTIONS] -- CMD [ARGS] (or --pid PID)")]
+    NoCommand,
+    /// The command is not on `PATH` or does not exist.
+    #[error("{0}: command not found")]
+    NotFound(String),
+    /// The command exists but cannot be executed.
+    #[error("{path}: cannot execute: {source}")]
+    CannotExecute {
+        /// The resolved path.
+        path: String,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// No process has this pid.
+    #[error("no process with pid {0}")]
+    NoSuchProcess(i32),
+    /// A system call failed.
+    #[error(transparent)]
+    Sys(#[from] SysError),
+}
+
+impl StatError {
+    /// The exit status a shell would give: 127 not found, 126 not executable, else 1.
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            StatError::NotFound(_) => 127,
+            StatError::CannotExecute { .. } => 126,
+            StatError::NoCommand => 2,
+            _ => 1,
+        }
+    }
+}
+
+/// Runs or attaches, observes, and reports. See the module documentation.
+pub fn stat(options: &StatOptions) -> Result<StatReport, StatError> {
+    match &options.target {
+        Target::Command(argv) => run_command(options, argv),
+        Target::Pid { pid, duration } => attach(options, *pid, *duration),
+    }
+}
+
+/// Finds `name` as a shell would: a path when it holds a `/`, else the first
+/// executable file of that name on `PATH`.
+pub fn resolve_command(name: &std::ffi::OsStr) -> Result<PathBuf, StatError> {
+    let shown = name.to_string_lossy().into_owned();
+    if name.is_empty() {
+        return Err(StatError::NotFound(shown));
+    }
+    if name.as_bytes().contains(&b'/') {
+        let p = PathBuf::from(name);
+        return match std::fs::metadata(&p) {
+            Ok(_) => Ok(p),
+            Err(_) => Err(StatError::NotFound(shown)),
+        };
+    }
+    let path = std::env::var_os("PATH").unwrap_or_else(|| "/usr/local/bin:/usr/bin:/bin".into());
+    let mut found_unexecutable = None;
+    for dir in std::env::split_paths(&path) {
+        let candidate = if dir.as_os_str().is_empty() {
+            PathBuf::from(".").join(name)
+        } else {
+            dir.join(name)
+        };
+        match std::fs::metadata(&candidate) {
+            Ok(m) if m.is_file() && m.permissions().mode() & 0o111 != 0 => return Ok(candidate),
+            Ok(m) if m.is_file() => {
+                found_unexecutable.get_or_insert(candidate);
+            }
+            _ => {}
+        }
+    }
+    match found_unexecutable {
+        Some(p) => Err(StatError::CannotExecute {
+            path: p.display().to_string(),
+            source: std::io::Error::from_raw_os_error(libc::EACCES),
+        }),
+        None => Err(StatError::NotFound(shown)),
+    }
+}
+
+fn run_command(options: &StatOptions, argv: &[OsString]) -> Result<StatReport, StatError> {
+    let name = argv.first().ok_or(StatError::NoCommand)?;
+    let path = resolve_command(name)?;
+    let cpath = CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| StatError::NotFound(name.to_string_lossy().into_owned()))?;
+    let args: Vec<CString> = argv
+        .iter()
+        .map(|a| CString::new(a.as_bytes()))
+        .collect::<Result<_, _>>()
+        .map_err(|_| StatError::CannotExecute {
+            path: path.display().to_string(),
+            source: std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                "argument holds a NUL byte",
+            ),
+        })?;
+    let env = Env::probe();
+    let child = process::spawn_stopped(&cpath, &args)?;
+    let pid = child.pid();
+    let plan = Plan {
+        tasks: vec![pid],
+        on_exec: true,
+        sites: options.sites,
+    };
+    let mut skipped = vec![];
+    let mut hardware = Hardware::default();
+    let counters = session::open_counters(&env, &plan, &mut skipped, &mut hardware);
+    let sampling = session::open_sampling(&env, &plan, counters.user_only, &mut skipped);
+    let syscalls_open = sampling.as_ref().is_some_and(|s| s.has(Sampled::EnterMmap));
+    let live = Arc::new(Mutex::new(BTreeSet::from([pid as u32])));
+    let running = session::start(sampling, AddressSpaces::new(), live, options.interval);
+    let interrupts = process::IgnoreInterrupts::new();
+    let t0 = Instant::now();
+    match child.release()? {
+        Ok(_) => running.go(),
+        Err(failed) => {
+            drop(running.finish());
+            let source = std::io::Error::from_raw_os_error(failed.errno);
+            return Err(if failed.errno == libc::ENOENT {
+                StatError::NotFound(path.display().to_string())
+            } else {
+                StatError::CannotExecute {
+                    path: path.display().to_string(),
+                    source,
+                }
+            });
+        }
+    }
+    let (exit, rusage) = process::wait(pid)?;
+    let wall = t0.elapsed();
+    drop(interrupts);
+    let values = counters.read();
+    let user_only = counters.user_only;
+    counters.close();
+    let (collector, pages) = running.finish();
+    let target = TargetInfo {
+        command: Some(
+            argv.iter()
+                .map(|a| a.to_string_lossy().into_owned())
+                .collect(),
+        ),
+        pid,
+        window_s: None,
+        exited_early: None,
+    };
+    let exit = Some(exit_info(exit));
+    Ok(assemble(Raw {
+        options,
+        target,
+        exit,
+        wall,
+        user_s: rusage.user.as_secs_f64(),
+        sys_s: rusage.sys.as_secs_f64(),
+        fallback_faults: (rusage.minor_faults, rusage.major_faults, "getrusage"),
+        fallback_switches: rusage.voluntary_switches + rusage.involuntary_switches,
+        rusage: Some(rusage),
+        values,
+        user_only,
+        collector,
+        pages,
+        syscalls_open,
+        skipped,
+        hardware,
+    }))
+}
+
+fn exit_info(exit: ExitKind) -> ExitInfo {
+    match exit {
+        ExitKind::Exited(code) => ExitInfo {
+            code: Some(code),
+            signal: None,
+            signal_name: None,
+            status: code,
+        },
+        ExitKind::Signaled { signal, .. } => ExitInfo {
+            code: None,
+            signal: Some(signal),
+            signal_name: Some(process::signal_name(signal)),
+            status: exit.shell_status(),
+        },
+    }
+}
+
+fn read_stat(pid: i32) -> Option<parse::ProcStat> {
+    parse::proc_stat(&std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
+}
+
+fn attach(options: &StatOptions, pid: i32, duration: Duration) -> Result<StatReport, StatError> {
+    if pid <= 0 || !process::exists(pid) {
+        return Err(StatError::NoSuchProcess(pid));
+    }
+    let env = Env::probe();
+    let mut tasks: Vec<i32> = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .map_err(|_| StatError::NoSuchProcess(pid))?
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+        .collect();
+    tasks.sort_unstable();
+    let _ = process::raise_nofile_limit();
+    let mut skipped = vec![];
+    let mut spaces = AddressSpaces::new();
+    match std::fs::read_to_string(format!("/proc/{pid}/maps")) {
+        Ok(text) => spaces.add_maps(pid as u32, &parse::maps(&text)),
+        Err(e) => skipped.push(Skipped {
+            what: "mappings before attaching".to_owned(),
+            why: format!("/proc/{pid}/maps: {e}"),
+        }),
+    }
+    let start_stat = read_stat(pid);
+    let plan = Plan {
+        tasks,
+        on_exec: false,
+        sites: options.sites,
+    };
+    let mut hardware = Hardware::default();
+    let t0 = Instant::now();
+    let counters = session::open_counters(&env, &plan, &mut skipped, &mut hardware);
+    let sampling = session::open_sampling(&env, &plan, counters.user_only, &mut skipped);
+    let syscalls_open = sampling.as_ref().is_some_and(|s| s.has(Sampled::EnterMmap));
+    let live = Arc::new(Mutex::new(BTreeSet::from([pid as u32])));
+    let running = session::start(sampling, spaces, live, options.interval);
+    running.go();
+    let mut end_stat = start_stat;
+    let mut exited = false;
+    while t0.elapsed() < duration {
+        std::thread::sleep(Duration::from_millis(50).min(duration));
+        match read_stat(pid) {
+            Some(s) if process::exists(pid) => end_stat = Some(s),
+            _ => {
+                exited = true;
+                break;
+            }
+        }
+    }
+    counters.disable();
+    let wall = t0.elapsed();
+    let values = counters.read();
+    let user_only = counters.user_only;
+    counters.close();
+    let (collector, pages) = running.finish();
+    let ticks = process::clock_ticks_per_second() as f64;
+    let (user_s, sys_s, minor, major) = match (start_stat, end_stat) {
+        (Some(a), Some(b)) => (
+            b.utime_ticks.saturating_sub(a.utime_ticks) as f64 / ticks,
+            b.stime_ticks.saturating_sub(a.stime_ticks) as f64 / ticks,
+            b.minor_faults.saturating_sub(a.minor_faults),
+            b.major_faults.saturating_sub(a.major_faults),
+        ),
+        _ => (0.0, 0.0, 0, 0),
+    };
+    let target = TargetInfo {
+        command: None,
+        pid,
+        window_s: Some(duration.as_secs_f64()),
+        exited_early: Some(exited),
+    };
+    Ok(assemble(Raw {
+        options,
+        target,
+        exit: None,
+        wall,
+        user_s,
+        sys_s,
+        fallback_faults: (minor, major, "/proc/PID/stat"),
+        fallback_switches: 0,
+        rusage: None,
+        values,
+        user_only,
+        collector,
+        pages,
+        syscalls_open,
+        skipped,
+        hardware,
+    }))
+}
+
+struct Raw<'a> {
+    options: &'a StatOptions,
+    target: TargetInfo,
+    exit: Option<ExitInfo>,
+    wall: Duration,
+    user_s: f64,
+    sys_s: f64,
+    fallback_faults: (u64, u64, &'static str),
+    fallback_switches: u64,
+    rusage: Option<Rusage>,
+    values: HashMap<Count, u64>,
+    user_only: bool,
+    collector: Option<Collector>,
+    pages: PageSamples,
+    syscalls_open: bool,
+    skipped: Vec<Skipped>,
+    hardware: Hardware,
+}
+
+fn swap_active() -> Option<bool> {
+    let text = std::fs::read_to_string("/proc/swaps").ok()?;
+    Some(text.lines().skip(1).any(|l| !l.trim().is_empty()))
+}
+
+fn assemble(raw: Raw<'_>) -> StatReport {
+    let Raw {
+        options,
+        target,
+        exit,
+        wall,
+        user_s,
+        sys_s,
+        fallback_faults,
+        fallback_switches,
+        rusage,
+        values,
+        user_only,
+        collector,
+        pages,
+        syscalls_open,
+        mut skipped,
+        mut hardware,
+    } = raw;
+    let wall_s = wall.as_secs_f64();
+    let get = |c: Count| values.get(&c).copied();
+    // Counts: perf when it counted every mode, else getrusage / /proc.
+    let perf_faults = !user_only && get(Count::Minor).is_some() && get(Count::Major).is_some();
+    let (minor, major, source) = if perf_faults {
+        (
+            get(Count::Minor).unwrap_or(0),
+            get(Count::Major).unwrap_or(0),
+            "perf",
+        )
+    } else {
+        fallback_faults
+    };
+    let kind_total = collector.as_ref().and_then(|c| c.kind_total);
+    let user_mode_faults = if user_only {
+        get(Count::Faults)
+    } else {
+        kind_total.or_else(|| get(Count::KernelFaults).map(|k| (minor + major).saturating_sub(k)))
+    };
+    let syscall_faults = get(Count::KernelFaults)
+        .or_else(|| user_mode_faults.map(|u| (minor + major).saturating_sub(u)));
+    let context_switches = match get(Count::Switches) {
+        Some(n) if !user_only => n,
+        _ => fallback_switches,
+    };
+    let counts = Counts {
+        wall_s,
+        user_s,
+        sys_s,
+        minor_faults: minor,
+        major_faults: major,
+        faults_per_s: if wall_s > 0.0 {
+            (minor + major) as f64 / wall_s
+        } else {
+            0.0
+        },
+        context_switches,
+        user_mode_faults,
+        syscall_faults,
+        max_rss_bytes: rusage.map(|r| r.max_rss_bytes),
+        fault_source: source.to_owned(),
+        rusage_minor_faults: rusage.map(|r| r.minor_faults),
+        rusage_major_faults: rusage.map(|r| r.major_faults),
+    };
+    // Kinds: the sampled shares, scaled to the exact count of the same events.
+    let fault_kinds = collector.as_ref().and_then(|c| {
+        let total = c.kind_total?;
+        let weight: u64 = c.kind_weights.iter().sum();
+        if weight == 0 {
+            return (total == 0).then(FaultKinds::default);
+        }
+        let share = |k: usize| (c.kind_weights[k] as u128 * total as u128 / weight as u128) as u64;
+        let (write_absent, fetch_absent, protection) = (share(0), share(2), share(3));
+        Some(FaultKinds {
+            write_absent,
+            fetch_absent,
+            protection,
+            read_absent: total.saturating_sub(write_absent + fetch_absent + protection),
+            samples: c.kind_samples,
+        })
+    });
+    if hardware.available && get(Count::Cycles) == Some(0) {
+        hardware.available = false;
+        hardware.reason =
+            Some("the cycles counter opened but counted nothing (no PMU behind it)".into());
+    }
+    if hardware.available {
+        hardware.cycles = get(Count::Cycles);
+        hardware.instructions = get(Count::Instructions);
+        hardware.dtlb_misses = get(Count::DtlbMisses);
+        hardware.itlb_misses = get(Count::ItlbMisses);
+    }
+    let page_sizes = if pages.samples > 0 {
+        Some(PageSizes {
+            samples: pages.samples,
+            interval_ms: options.interval.as_millis() as u64,
+            peak_4k_bytes: pages.peak.base_bytes,
+            peak_thp_bytes: pages.peak.thp_bytes,
+            peak_hugetlb_bytes: pages.peak.hugetlb_bytes,
+            peak_total_bytes: pages.peak_total,
+            peak_asked_huge_bytes: pages.peak.asked_huge_bytes,
+            peak_asked_huge_granted_bytes: pages.peak.asked_huge_granted_bytes,
+            top_mappings: pages.top_mappings.clone(),
+        })
+    } else {
+        skipped.push(Skipped {
+            what: "page sizes".to_owned(),
+            why: pages.error.clone().unwrap_or_else(|| {
+                format!(
+                    "the program ended before the first /proc/PID/smaps snapshot (every {} ms)",
+                    options.interval.as_millis()
+                )
+            }),
+        });
+        None
+    };
+    let mut report = StatReport {
+        schema: STAT_SCHEMA,
+        target,
+        exit,
+        counts,
+        fault_kinds,
+        syscalls: None,
+        page_sizes,
+        text: None,
+        hardware,
+        findings: vec![],
+        sites: None,
+        mmap_sites: None,
+        skipped: vec![],
+        lost_records: 0,
+        folded_fault_stacks: vec![],
+    };
+    let mut top_churn = None;
+    let mut top_major = None;
+    let mut major_files: Vec<(String, u64)> = vec![];
+    if let Some(mut c) = collector {
+        for (pid, entries) in &pages.exec_maps {
+            c.spaces.add_maps(*pid, entries);
+        }
+        report.lost_records = c.lost;
+        if c.lost > 0 {
+            skipped.push(Skipped {
+                what: format!("{} sampled records", findings::count(c.lost)),
+                why: "the kernel dropped them because a ring buffer was full; sites and \
+                      call counts are a lower bound"
+                    .to_owned(),
+            });
+        }
+        let info = crate::sys::tlb::tlb_info();
+        let itlb = text::itlb(&info);
+        let samples: u64 = c.text_pages.values().sum();
+        let (p4, p2, beyond) = text::footprint(&c.text_pages, itlb.entries_4k);
+        let mut objects: HashMap<String, u64> = HashMap::new();
+        for (&(pid, page), &n) in &c.text_pages {
+            let name = c
+                .spaces
+                .lookup(pid, page << 12)
+                .map_or_else(|| "[unknown]".to_owned(), |m| m.name.clone());
+            *objects.entry(name).or_default() += n;
+        }
+        let mut objects: Vec<(String, u64)> = objects.into_iter().collect();
+        objects.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+        objects.truncate(5);
+        report.text = Some(TextFootprint {
+            samples,
+            frequency_hz: 1_000_000_000 / session::CLOCK_PERIOD_NS,
+            pages_4k: p4,
+            pages_2m: p2,
+            itlb,
+            beyond_reach_share: beyond,
+            objects,
+        });
+        let mut sym = Symbolizer::new(&c.spaces);
+        // Symbolize only what the report shows or a finding names: loading debug
+        // info is the slowest part of the report.
+        if syscalls_open {
+            let analysis = churn::analyse(&mut c.calls);
+            if options.sites || findings::heap_churn_possible(&analysis.stats) {
+                let churn_sites =
+                    sites::churn_sites(&mut sym, &c.stacks, &analysis.by_stack, options.site_limit);
+                top_churn = churn_sites.first().cloned();
+                if options.sites {
+                    report.mmap_sites = Some(churn_sites);
+                }
+            }
+            report.syscalls = Some(analysis.stats);
+        }
+        if !c.major_stacks.is_empty()
+            && (options.sites || report.counts.major_faults >= findings::FILE_FAULTS_MIN_MAJORS)
+        {
+            top_major = sites::fault_sites(&mut sym, &c.stacks, &c.major_stacks, 1)
+                .into_iter()
+                .next();
+        }
+        major_files = c.major_files.clone().into_iter().collect();
+        major_files.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+        if options.sites {
+            report.sites = Some(sites::fault_sites(
+                &mut sym,
+                &c.stacks,
+                &c.fault_stacks,
+                options.site_limit,
+            ));
+            report.folded_fault_stacks =
+                sites::folded(&mut sym, &c.stacks, &c.fault_stacks, &c.names);
+        }
+        let mut problems = sym.problems.clone();
+        problems.sort();
+        problems.dedup();
+        for p in problems.into_iter().take(5) {
+            skipped.push(Skipped {
+                what: "symbols".to_owned(),
+                why: p,
+            });
+        }
+    } else if options.sites {
+        skipped.push(Skipped {
+            what: "fault sites".to_owned(),
+            why: "sampling could not be opened (see above)".to_owned(),
+        });
+    }
+    let evidence = findings::Evidence {
+        counts: &report.counts,
+        kinds: report.fault_kinds.as_ref(),
+        syscalls: report.syscalls.as_ref(),
+        page_sizes: report.page_sizes.as_ref(),
+        text: report.text.as_ref(),
+        hardware: &report.hardware,
+        top_fault_site: report.sites.as_ref().and_then(|s| s.first()),
+        top_churn_site: top_churn.as_ref(),
+        top_major_site: top_major.as_ref(),
+        major_files: &major_files,
+        swap_active: swap_active(),
+    };
+    report.findings = findings::findings(&evidence);
+    report.skipped = skipped;
+    report
+}
 
 /// A counter of the calling thread's page faults (the `page-faults` software
 /// event), kernel-side faults included when running as root. One
 /// `perf_event_open`; reading it is one `read`.
-pub fn thread_page_fault_counter() -> SysResult<Counter> {
+pub fn thread_page_fault_counter() -> crate::sys::SysResult<crate::sys::perf::Counter> {
+    use crate::sys::perf::{self, Counter, CounterSpec, EventType};
     let spec = CounterSpec {
         exclude_kernel: !crate::sys::libc_info::is_root(),
         ..CounterSpec::new(EventType::Software, perf::SW_PAGE_FAULTS)

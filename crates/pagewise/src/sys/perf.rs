@@ -228,6 +228,8 @@ pub const SAMPLE_TID: u64 = 1 << 1;
 pub const SAMPLE_TIME: u64 = 1 << 2;
 /// `PERF_SAMPLE_ADDR`: the data address (the faulting address for page faults).
 pub const SAMPLE_ADDR: u64 = 1 << 3;
+/// `PERF_SAMPLE_PERIOD`: the sample period (how many events the sample stands for).
+pub const SAMPLE_PERIOD: u64 = 1 << 8;
 /// `PERF_SAMPLE_CALLCHAIN`: the frame-pointer call chain.
 pub const SAMPLE_CALLCHAIN: u64 = 1 << 5;
 /// `PERF_SAMPLE_CPU`: the CPU number.
@@ -242,15 +244,19 @@ pub const SAMPLE_IDENTIFIER: u64 = 1 << 16;
 const FLAG_EXCLUDE_USER: u64 = 1 << 4;
 const FLAG_MMAP: u64 = 1 << 8;
 const FLAG_COMM: u64 = 1 << 9;
+const FLAG_FREQ: u64 = 1 << 10;
 const FLAG_TASK: u64 = 1 << 13;
 const FLAG_WATERMARK: u64 = 1 << 14;
 const FLAG_EXCLUDE_CALLCHAIN_KERNEL: u64 = 1 << 21;
+const FLAG_MMAP_DATA: u64 = 1 << 17;
 const FLAG_MMAP2: u64 = 1 << 23;
 const FLAG_COMM_EXEC: u64 = 1 << 24;
 const FLAG_BUILD_ID: u64 = 1 << 34;
 
 /// `PERF_FORMAT_TOTAL_TIME_ENABLED | PERF_FORMAT_TOTAL_TIME_RUNNING`.
 const READ_FORMAT_TIMES: u64 = 1 | 2;
+/// `PERF_FORMAT_LOST` (6.0+): samples lost because the ring buffer was full.
+const READ_FORMAT_LOST: u64 = 1 << 4;
 
 /// `_IO('$', 3)`.
 const PERF_EVENT_IOC_RESET: libc::c_ulong = 0x2403;
@@ -272,7 +278,11 @@ pub struct EventAttr {
     /// Event id within the family (a tracepoint id for tracepoints).
     pub config: u64,
     /// A sample every this many events (nanoseconds for clock events); 0 counts only.
+    /// With `freq`, samples per second instead.
     pub sample_period: u64,
+    /// `sample_period` is a frequency: the kernel adjusts the period at every tick
+    /// to take about that many samples per second.
+    pub freq: bool,
     /// `PERF_SAMPLE_*` bits: what each sample holds.
     pub sample_type: u64,
     /// Bytes of user stack to copy with [`SAMPLE_STACK_USER`] (a multiple of 8).
@@ -291,12 +301,14 @@ pub struct EventAttr {
     pub disabled: bool,
     /// Enable automatically when the target calls `exec`.
     pub enable_on_exec: bool,
-    /// Emit `PERF_RECORD_MMAP2`, `COMM`, `FORK` and `EXIT` records.
+    /// Emit `PERF_RECORD_MMAP2` (code and data mappings), `COMM`, `FORK` and `EXIT` records.
     pub side_band: bool,
     /// Put build ids instead of device and inode in `MMAP2` records (5.12+).
     pub build_id: bool,
     /// Wake a poller once this many bytes are in the ring buffer (0: every sample).
     pub wakeup_watermark: u32,
+    /// Let [`Event::read`] report the samples lost to a full ring buffer (6.0+).
+    pub read_lost: bool,
 }
 
 impl EventAttr {
@@ -306,6 +318,7 @@ impl EventAttr {
             event_type,
             config,
             sample_period: 0,
+            freq: false,
             sample_type: 0,
             sample_stack_user: 0,
             sample_max_stack: 0,
@@ -318,6 +331,7 @@ impl EventAttr {
             side_band: false,
             build_id: false,
             wakeup_watermark: 0,
+            read_lost: false,
         }
     }
 
@@ -341,9 +355,10 @@ impl EventAttr {
         set(
             &mut flags,
             self.side_band,
-            FLAG_MMAP | FLAG_MMAP2 | FLAG_COMM | FLAG_COMM_EXEC | FLAG_TASK,
+            FLAG_MMAP | FLAG_MMAP_DATA | FLAG_MMAP2 | FLAG_COMM | FLAG_COMM_EXEC | FLAG_TASK,
         );
         set(&mut flags, self.build_id, FLAG_BUILD_ID);
+        set(&mut flags, self.freq, FLAG_FREQ);
         set(&mut flags, self.wakeup_watermark > 0, FLAG_WATERMARK);
         PerfEventAttr {
             type_: self.event_type.raw(),
@@ -351,7 +366,7 @@ impl EventAttr {
             config: self.config,
             sample_period: self.sample_period,
             sample_type: self.sample_type,
-            read_format: READ_FORMAT_TIMES,
+            read_format: READ_FORMAT_TIMES | if self.read_lost { READ_FORMAT_LOST } else { 0 },
             flags,
             wakeup_events: self.wakeup_watermark,
             sample_stack_user: self.sample_stack_user,
@@ -370,6 +385,8 @@ pub struct CountValue {
     pub enabled_ns: u64,
     /// Nanoseconds it was on the PMU (less than enabled when multiplexed).
     pub running_ns: u64,
+    /// Samples lost because the ring buffer was full (with [`EventAttr::read_lost`]).
+    pub lost: Option<u64>,
 }
 
 impl CountValue {
@@ -387,6 +404,7 @@ impl CountValue {
 #[derive(Debug)]
 pub struct Event {
     fd: OwnedFd,
+    read_lost: bool,
 }
 
 impl Event {
@@ -414,28 +432,28 @@ impl Event {
         }
         // SAFETY: fd is a freshly opened descriptor owned by nobody else.
         let fd = unsafe { OwnedFd::from_raw_fd(fd as libc::c_int) };
-        Ok(Event { fd })
+        Ok(Event {
+            fd,
+            read_lost: attr.read_lost,
+        })
     }
 
-    /// Reads the count and its enabled/running times. One `read` call.
+    /// Reads the count, its enabled/running times and (with `read_lost`) the
+    /// lost samples. One `read` call.
     pub fn read(&self) -> SysResult<CountValue> {
-        let mut values = [0u64; 3];
-        // SAFETY: reading at most 24 bytes into an array of three u64 that we own; the
-        // event was opened with read_format TOTAL_TIME_ENABLED | TOTAL_TIME_RUNNING.
-        let n = unsafe {
-            libc::read(
-                self.fd.as_raw_fd(),
-                values.as_mut_ptr().cast(),
-                std::mem::size_of_val(&values),
-            )
-        };
-        if n != std::mem::size_of_val(&values) as isize {
+        let mut values = [0u64; 4];
+        let want = if self.read_lost { 4 } else { 3 } * std::mem::size_of::<u64>();
+        // SAFETY: reading at most `want` <= 32 bytes into an array of four u64 that we own;
+        // the read format (times, and lost when asked) fixes the size the kernel writes.
+        let n = unsafe { libc::read(self.fd.as_raw_fd(), values.as_mut_ptr().cast(), want) };
+        if n != want as isize {
             return Err(SysError::last("read(perf event)"));
         }
         Ok(CountValue {
             value: values[0],
             enabled_ns: values[1],
             running_ns: values[2],
+            lost: self.read_lost.then_some(values[3]),
         })
     }
 
@@ -518,6 +536,12 @@ impl Event {
             PERF_EVENT_IOC_RESET,
             "ioctl(PERF_EVENT_IOC_RESET)",
         )
+    }
+}
+
+impl From<Event> for OwnedFd {
+    fn from(e: Event) -> OwnedFd {
+        e.fd
     }
 }
 
@@ -677,9 +701,21 @@ impl Drop for RingBuffer {
     }
 }
 
-/// Waits until one of `fds` is readable or `timeout` passes; returns how many
-/// are ready (0 on timeout or when a signal interrupted the wait).
-pub fn poll_readable(fds: &[BorrowedFd<'_>], timeout: std::time::Duration) -> SysResult<usize> {
+/// What [`poll_readable`] found for one descriptor.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Ready {
+    /// Data to read (a perf ring buffer reached its watermark).
+    pub readable: bool,
+    /// Hung up (the task a perf event follows has exited; a socket's peer closed).
+    pub hung_up: bool,
+}
+
+/// Waits until one of `fds` is readable or hung up, or `timeout` passes, and
+/// says which (all default on timeout or when a signal interrupted the wait).
+pub fn poll_readable(
+    fds: &[BorrowedFd<'_>],
+    timeout: std::time::Duration,
+) -> SysResult<Vec<Ready>> {
     let mut pollfds: Vec<libc::pollfd> = fds
         .iter()
         .map(|fd| libc::pollfd {
@@ -694,11 +730,17 @@ pub fn poll_readable(fds: &[BorrowedFd<'_>], timeout: std::time::Duration) -> Sy
     if n < 0 {
         let err = SysError::last("poll");
         if err.errno() == Some(libc::EINTR) {
-            return Ok(0);
+            return Ok(vec![Ready::default(); fds.len()]);
         }
         return Err(err);
     }
-    Ok(n as usize)
+    Ok(pollfds
+        .iter()
+        .map(|p| Ready {
+            readable: p.revents & libc::POLLIN != 0,
+            hung_up: p.revents & (libc::POLLHUP | libc::POLLERR) != 0,
+        })
+        .collect())
 }
 
 /// Online CPU numbers, from `/sys/devices/system/cpu/online` (for example `0-3,6`).

@@ -1,0 +1,408 @@
+//! `pagewise stat`: runs a command (or watches a process) and explains its
+//! memory-path cost. The work is in `pagewise::observe`; this file parses the
+//! arguments and prints the report.
+//!
+//! Like `perf stat` and `time`, the report goes to stderr (or `--output FILE`)
+//! so the command's own stdout stays untouched.
+
+use crate::format::{bytes, table};
+use pagewise::observe::{self, findings::count, StatOptions, StatReport, Target};
+use std::ffi::OsString;
+use std::fmt::Write as _;
+use std::io::Write as _;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+/// Arguments of `pagewise stat`.
+#[derive(Debug, clap::Args)]
+#[command(
+    after_help = "The report goes to stderr (or --output), so CMD's stdout is left alone.\n\
+                  Exit status: CMD's (128+N when a signal N killed it); 127 when CMD is not found."
+)]
+pub struct StatArgs {
+    /// Print JSON (schema `pagewise.stat/1`) instead of tables.
+    #[arg(long)]
+    json: bool,
+    /// Also sample every page fault with its stack and report the top call sites
+    /// (and where heap mmap/munmap churn comes from).
+    #[arg(long)]
+    sites: bool,
+    /// Write a flame graph of page-fault stacks to this SVG file (implies --sites).
+    #[arg(long, value_name = "FILE.svg")]
+    flame: Option<PathBuf>,
+    /// Shortest time between page-size snapshots (/proc/PID/smaps), in milliseconds.
+    #[arg(long, value_name = "MS", default_value_t = 100,
+          value_parser = clap::value_parser!(u64).range(1..=60_000))]
+    interval: u64,
+    /// Write the report to FILE instead of stderr.
+    #[arg(long, short, value_name = "FILE")]
+    output: Option<PathBuf>,
+    /// Observe the running process PID instead of starting CMD.
+    #[arg(long, value_name = "PID", conflicts_with = "command")]
+    pid: Option<i32>,
+    /// With --pid: seconds to observe it.
+    #[arg(long, value_name = "N", requires = "pid", default_value_t = 10.0)]
+    seconds: f64,
+    /// How many call sites to list.
+    #[arg(long, value_name = "N", default_value_t = 10)]
+    top: usize,
+    /// The command to run and its arguments, after `--`.
+    #[arg(last = true, value_name = "CMD", required_unless_present = "pid")]
+    command: Vec<OsString>,
+}
+
+/// Runs `pagewise stat`; the exit status is the command's.
+pub fn run(args: &StatArgs) -> anyhow::Result<ExitCode> {
+    let target = match args.pid {
+        Some(pid) => {
+            if !(args.seconds > 0.0 && args.seconds.is_finite()) {
+                anyhow::bail!("--seconds must be a positive number, not {}", args.seconds);
+            }
+            Target::Pid {
+                pid,
+                duration: Duration::from_secs_f64(args.seconds),
+            }
+        }
+        None => Target::Command(args.command.clone()),
+    };
+    let options = StatOptions {
+        target,
+        sites: args.sites || args.flame.is_some(),
+        interval: Duration::from_millis(args.interval),
+        site_limit: args.top.max(1),
+    };
+    let report = match observe::stat(&options) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("pagewise: stat: {e}");
+            return Ok(ExitCode::from(e.exit_code().clamp(1, 255) as u8));
+        }
+    };
+    let mut notes = vec![];
+    if let Some(path) = &args.flame {
+        match write_flame(&report, path) {
+            Ok(()) => notes.push(format!("flame graph of fault stacks: {}", path.display())),
+            Err(e) => notes.push(format!("no flame graph: {e}")),
+        }
+    }
+    let text = if args.json {
+        serde_json::to_string_pretty(&report)? + "\n"
+    } else {
+        human(&report, &notes)
+    };
+    match &args.output {
+        Some(path) => std::fs::write(path, text)
+            .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))?,
+        None => {
+            let _ = std::io::stderr().write_all(text.as_bytes());
+        }
+    }
+    if args.json {
+        // Notes that are not in the JSON still reach a human.
+        for n in &notes {
+            eprintln!("pagewise: {n}");
+        }
+    }
+    let status = report.exit.as_ref().map_or(0, |e| e.status);
+    Ok(ExitCode::from(status.clamp(0, 255) as u8))
+}
+
+fn write_flame(report: &StatReport, path: &PathBuf) -> anyhow::Result<()> {
+    if report.folded_fault_stacks.is_empty() {
+        anyhow::bail!("no fault stacks were sampled (see 'not measured')");
+    }
+    let lines: Vec<String> = report
+        .folded_fault_stacks
+        .iter()
+        .map(|(stack, n)| format!("{stack} {n}"))
+        .collect();
+    let mut opts = inferno::flamegraph::Options::default();
+    opts.title = "pagewise stat: page-fault stacks".to_owned();
+    opts.count_name = "faults".to_owned();
+    let file = std::fs::File::create(path)
+        .map_err(|e| anyhow::anyhow!("cannot create {}: {e}", path.display()))?;
+    let mut w = std::io::BufWriter::new(file);
+    inferno::flamegraph::from_lines(&mut opts, lines.iter().map(String::as_str), &mut w)
+        .map_err(|e| anyhow::anyhow!("flame graph: {e}"))?;
+    w.flush()?;
+    Ok(())
+}
+
+fn opt(v: Option<u64>) -> String {
+    v.map_or_else(|| "-".to_owned(), count)
+}
+
+fn human(r: &StatReport, notes: &[String]) -> String {
+    let mut out = String::new();
+    let who = match &r.target.command {
+        Some(cmd) => format!("{} (pid {})", cmd.join(" "), r.target.pid),
+        None => format!("pid {}", r.target.pid),
+    };
+    let how = match (&r.exit, r.target.exited_early) {
+        (Some(e), _) => match (&e.signal_name, e.code) {
+            (Some(name), _) => format!("killed by {name} (status {})", e.status),
+            (None, Some(code)) => format!("exited with status {code}"),
+            _ => String::new(),
+        },
+        (None, Some(true)) => "exited before the window ended".to_owned(),
+        (None, _) => format!(
+            "observed for {:.1} s",
+            r.target.window_s.unwrap_or(r.counts.wall_s)
+        ),
+    };
+    let _ = writeln!(out, "\npagewise stat: {who} {how}\n");
+
+    let c = &r.counts;
+    let mut t = table(&["counts", "value", "note"]);
+    t.add_row(vec![
+        "wall".into(),
+        format!("{:.3} s", c.wall_s),
+        String::new(),
+    ]);
+    t.add_row(vec![
+        "user".into(),
+        format!("{:.3} s", c.user_s),
+        String::new(),
+    ]);
+    t.add_row(vec![
+        "sys".into(),
+        format!("{:.3} s", c.sys_s),
+        String::new(),
+    ]);
+    t.add_row(vec![
+        "minor faults".into(),
+        count(c.minor_faults),
+        format!("from {}", c.fault_source),
+    ]);
+    t.add_row(vec![
+        "major faults".into(),
+        count(c.major_faults),
+        String::new(),
+    ]);
+    t.add_row(vec![
+        "faults / s".into(),
+        count(c.faults_per_s.round() as u64),
+        String::new(),
+    ]);
+    t.add_row(vec![
+        "user-mode faults".into(),
+        opt(c.user_mode_faults),
+        String::new(),
+    ]);
+    t.add_row(vec![
+        "faults in system calls".into(),
+        opt(c.syscall_faults),
+        "page faults the kernel took on the program's behalf".into(),
+    ]);
+    t.add_row(vec![
+        "context switches".into(),
+        count(c.context_switches),
+        String::new(),
+    ]);
+    if let Some(rss) = c.max_rss_bytes {
+        t.add_row(vec!["peak RSS".into(), bytes(rss), "getrusage".into()]);
+    }
+    let _ = writeln!(out, "{t}");
+
+    if let Some(k) = &r.fault_kinds {
+        let total = k.total().max(1) as f64;
+        let mut t = table(&["user-mode faults by kind", "faults", "share"]);
+        for (name, n) in [
+            ("write to absent page (first touch)", k.write_absent),
+            ("read of absent page", k.read_absent),
+            ("instruction fetch", k.fetch_absent),
+            ("protection / copy-on-write", k.protection),
+        ] {
+            t.add_row(vec![
+                name.into(),
+                format!("~{}", count(n)),
+                format!("{:.1}%", n as f64 * 100.0 / total),
+            ]);
+        }
+        let _ = writeln!(
+            out,
+            "\n{t}\ntotal exact; split estimated from {} sampled faults",
+            count(k.samples)
+        );
+    }
+
+    if let Some(s) = &r.syscalls {
+        let mut t = table(&["call", "calls", "bytes", "lengths"]);
+        let hist = |h: &[observe::Bucket]| {
+            h.iter()
+                .map(|b| format!("{}–{}: {}", bytes(b.from), bytes(b.to), count(b.count)))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        t.add_row(vec![
+            "mmap".into(),
+            count(s.mmap.calls),
+            bytes(s.mmap.bytes),
+            hist(&s.mmap.histogram),
+        ]);
+        t.add_row(vec![
+            "munmap".into(),
+            count(s.munmap.calls),
+            bytes(s.munmap.bytes),
+            hist(&s.munmap.histogram),
+        ]);
+        t.add_row(vec![
+            "brk".into(),
+            count(s.brk.calls),
+            "-".into(),
+            String::new(),
+        ]);
+        t.add_row(vec![
+            "madvise".into(),
+            count(s.madvise.calls),
+            bytes(s.madvise.bytes),
+            format!("MADV_HUGEPAGE: {}", bytes(s.madv_hugepage_bytes)),
+        ]);
+        let _ = writeln!(out, "\n{t}");
+        let _ = writeln!(
+            out,
+            "heap mappings unmapped again: {}; mapped beyond the live peak: {}",
+            count(s.heap_cycles),
+            bytes(s.heap_remapped_bytes)
+        );
+    }
+
+    if let Some(p) = &r.page_sizes {
+        let mut t = table(&["page size (peak resident)", "bytes"]);
+        t.add_row(vec!["4 KiB".into(), bytes(p.peak_4k_bytes)]);
+        t.add_row(vec!["THP (2 MiB)".into(), bytes(p.peak_thp_bytes)]);
+        t.add_row(vec!["hugetlb".into(), bytes(p.peak_hugetlb_bytes)]);
+        t.add_row(vec!["all".into(), bytes(p.peak_total_bytes)]);
+        if p.peak_asked_huge_bytes > 0 {
+            t.add_row(vec![
+                "in MADV_HUGEPAGE ranges / on huge pages".into(),
+                format!(
+                    "{} / {}",
+                    bytes(p.peak_asked_huge_bytes),
+                    bytes(p.peak_asked_huge_granted_bytes)
+                ),
+            ]);
+        }
+        let _ = writeln!(
+            out,
+            "\n{t}\n{} snapshots of /proc/PID/smaps, every {} ms",
+            p.samples, p.interval_ms
+        );
+    }
+
+    if let Some(x) = &r.text {
+        let _ = writeln!(
+            out,
+            "\nhot text: {} user-mode samples at {} Hz; 4 KiB pages for 50/90/99% of samples: {}/{}/{}; \
+             2 MiB pages: {}/{}/{}; iTLB reach {} ({} x 4 KiB, {})",
+            count(x.samples),
+            x.frequency_hz,
+            x.pages_4k.p50,
+            x.pages_4k.p90,
+            x.pages_4k.p99,
+            x.pages_2m.p50,
+            x.pages_2m.p90,
+            x.pages_2m.p99,
+            bytes(x.itlb.reach_4k()),
+            x.itlb.entries_4k,
+            x.itlb.source
+        );
+    }
+
+    let h = &r.hardware;
+    if h.available {
+        let _ = writeln!(
+            out,
+            "\nhardware: cycles {}, instructions {}, dTLB misses {}, iTLB misses {}",
+            opt(h.cycles),
+            opt(h.instructions),
+            opt(h.dtlb_misses),
+            opt(h.itlb_misses)
+        );
+    } else {
+        let _ = writeln!(
+            out,
+            "\nhardware counters (cycles, instructions, dTLB/iTLB misses): unavailable: {}",
+            h.reason.as_deref().unwrap_or("unknown")
+        );
+    }
+
+    if r.findings.is_empty() {
+        let _ = writeln!(
+            out,
+            "\nfindings: none above the thresholds (see docs/stat.md)"
+        );
+    } else {
+        let _ = writeln!(out, "\nfindings (most costly first):");
+        for (i, f) in r.findings.iter().enumerate() {
+            let _ = writeln!(
+                out,
+                "{}. {} [~{:.3} s]\n   evidence: {}\n   remedy: {}",
+                i + 1,
+                f.summary,
+                f.cost_s,
+                f.evidence,
+                f.remedy
+            );
+        }
+    }
+
+    let place = |file: &Option<String>, line: Option<u32>| match (file, line) {
+        (Some(f), Some(l)) => format!("{f}:{l}"),
+        (Some(f), None) => f.clone(),
+        _ => String::new(),
+    };
+    if let Some(sites) = &r.sites {
+        let mut t = table(&["faults", "share", "site", "where", "via", "called from"]);
+        for s in sites {
+            t.add_row(vec![
+                count(s.faults),
+                format!("{:.1}%", s.share * 100.0),
+                s.function.clone(),
+                place(&s.file, s.line),
+                s.via.clone().unwrap_or_default(),
+                s.callers
+                    .iter()
+                    .take(4)
+                    .map(|c| c.function.clone())
+                    .collect::<Vec<_>>()
+                    .join(" < "),
+            ]);
+        }
+        let _ = writeln!(
+            out,
+            "\nfault sites (first frame in the program's own code):\n{t}"
+        );
+    }
+    if let Some(sites) = &r.mmap_sites {
+        if !sites.is_empty() {
+            let mut t = table(&["cycles", "bytes", "site", "where", "via", "sizes"]);
+            for s in sites {
+                t.add_row(vec![
+                    count(s.cycles),
+                    bytes(s.bytes),
+                    s.function.clone(),
+                    place(&s.file, s.line),
+                    s.via.clone().unwrap_or_default(),
+                    s.sizes
+                        .iter()
+                        .map(|&b| bytes(b))
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                ]);
+            }
+            let _ = writeln!(out, "\nheap mappings unmapped again, by site:\n{t}");
+        }
+    }
+    if !r.skipped.is_empty() {
+        let _ = writeln!(out, "\nnot measured here:");
+        for s in &r.skipped {
+            let _ = writeln!(out, "- {}: {}", s.what, s.why);
+        }
+    }
+    for n in notes {
+        let _ = writeln!(out, "\n{n}");
+    }
+    out
+}

@@ -1,0 +1,525 @@
+//! The state the ring-buffer reader builds while the program runs: address
+//! spaces from side-band records, and samples reduced to counts by stack,
+//! by code page and by file.
+
+use super::churn::{Call, CallKind};
+use super::parse::{raw_field, FieldSpec};
+use super::record::{Record, Records, Sample};
+use super::symbols::AddressSpaces;
+use std::collections::{BTreeSet, HashMap};
+use std::sync::{Arc, Mutex};
+
+/// What a sampled event is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Sampled {
+    /// `cpu-clock` in user mode: hot text.
+    CpuClock,
+    /// Every page fault, with its stack (`--sites`).
+    Faults,
+    /// Major faults, with address and stack.
+    MajorFaults,
+    /// `syscalls:sys_enter_mmap`.
+    EnterMmap,
+    /// `syscalls:sys_exit_mmap`.
+    ExitMmap,
+    /// `syscalls:sys_enter_munmap`.
+    EnterMunmap,
+    /// `syscalls:sys_enter_brk`.
+    EnterBrk,
+    /// `syscalls:sys_enter_madvise`.
+    EnterMadvise,
+    /// `exceptions:page_fault_user`, sampled at a frequency: fault kinds.
+    FaultKinds,
+}
+
+/// Tracepoint fields used, from the tracefs format files.
+#[derive(Debug, Clone, Default)]
+pub struct TpFields {
+    /// `sys_enter_mmap`: len, prot, flags.
+    pub mmap: Option<(FieldSpec, FieldSpec, FieldSpec)>,
+    /// `sys_exit_mmap`: ret.
+    pub mmap_ret: Option<FieldSpec>,
+    /// `sys_enter_munmap`: addr, len.
+    pub munmap: Option<(FieldSpec, FieldSpec)>,
+    /// `sys_enter_madvise`: len_in, behavior.
+    pub madvise: Option<(FieldSpec, FieldSpec)>,
+    /// `page_fault_user`: error_code.
+    pub error_code: Option<FieldSpec>,
+}
+
+/// `error_code` bits of an x86 page fault.
+const PF_PROT: u64 = 1;
+const PF_WRITE: u64 = 2;
+const PF_INSTR: u64 = 16;
+
+/// The kind of a user-mode fault from its error code: 0 write to an absent
+/// page, 1 read of an absent page, 2 instruction fetch, 3 protection.
+pub fn fault_kind(error_code: u64) -> usize {
+    if error_code & PF_PROT != 0 {
+        3
+    } else if error_code & PF_INSTR != 0 {
+        2
+    } else if error_code & PF_WRITE != 0 {
+        0
+    } else {
+        1
+    }
+}
+
+/// A call chain plus the code addresses found on the top of the stack: the
+/// unit by which faults and calls are counted before symbolization.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct StackKey {
+    /// Process.
+    pub pid: u32,
+    /// User frames, innermost first (the first is the sampled instruction).
+    pub chain: Box<[u64]>,
+    /// Words on the stack that point into the program's own code: candidates
+    /// for the caller that frame-pointer unwinding skipped.
+    pub words: Box<[u64]>,
+}
+
+/// Everything collected from the ring buffers.
+#[derive(Debug)]
+pub struct Collector {
+    ids: HashMap<u64, (Sampled, u64)>,
+    fields: TpFields,
+    /// Mappings and the files behind them.
+    pub spaces: AddressSpaces,
+    /// Interned stacks; counts refer to them by index.
+    pub stacks: Vec<StackKey>,
+    stack_index: HashMap<u64, Vec<u32>>,
+    chain_buf: Vec<u64>,
+    words_buf: Vec<u64>,
+    /// Sampled faults by stack.
+    pub fault_stacks: HashMap<u32, u64>,
+    /// Sampled major faults by stack.
+    pub major_stacks: HashMap<u32, u64>,
+    /// Sampled major faults by the mapping name at the faulting address.
+    pub major_files: HashMap<String, u64>,
+    /// User-mode cpu-clock samples by (pid, 4 KiB page).
+    pub text_pages: HashMap<(u32, u64), u64>,
+    /// mmap-family calls.
+    pub calls: Vec<Call>,
+    /// Records the kernel dropped.
+    pub lost: u64,
+    /// Processes alive now (shared with the page-size sampler).
+    pub live: Arc<Mutex<BTreeSet<u32>>>,
+    /// Samples or records that did not decode.
+    pub malformed: u64,
+    /// Process names from `COMM` records.
+    pub names: HashMap<u32, String>,
+    /// Sampled user-mode faults by kind ([`fault_kind`]), weighted by their period.
+    pub kind_weights: [u64; 4],
+    /// Samples behind `kind_weights`.
+    pub kind_samples: u64,
+    /// Exact user-mode faults counted by the fault-kind events (set at the end).
+    pub kind_total: Option<u64>,
+}
+
+/// At most this many code words are kept from a stack copy.
+const MAX_WORDS: usize = 4;
+
+/// A fast, non-cryptographic hash of a stack (FxHash-style mixing).
+fn stack_hash(pid: u32, chain: &[u64], words: &[u64]) -> u64 {
+    const K: u64 = 0x517c_c1b7_2722_0a95;
+    let mut h = pid as u64;
+    for &v in chain.iter().chain(std::iter::once(&u64::MAX)).chain(words) {
+        h = (h.rotate_left(5) ^ v).wrapping_mul(K);
+    }
+    h
+}
+
+impl Collector {
+    /// A collector for events with these ids (id -> kind and `sample_type`).
+    pub fn new(
+        ids: HashMap<u64, (Sampled, u64)>,
+        fields: TpFields,
+        spaces: AddressSpaces,
+        live: Arc<Mutex<BTreeSet<u32>>>,
+    ) -> Self {
+        Collector {
+            ids,
+            fields,
+            spaces,
+            stacks: vec![],
+            stack_index: HashMap::new(),
+            chain_buf: Vec::new(),
+            words_buf: Vec::new(),
+            fault_stacks: HashMap::new(),
+            major_stacks: HashMap::new(),
+            major_files: HashMap::new(),
+            text_pages: HashMap::new(),
+            calls: vec![],
+            lost: 0,
+            live,
+            malformed: 0,
+            names: HashMap::new(),
+            kind_weights: [0; 4],
+            kind_samples: 0,
+            kind_total: None,
+        }
+    }
+
+    /// Processes one batch: the bytes read from each ring buffer. Side-band
+    /// records of every buffer go first, so that samples on one CPU find the
+    /// mappings another CPU reported in the same batch.
+    pub fn consume(&mut self, buffers: &[Vec<u8>]) {
+        let ids = std::mem::take(&mut self.ids);
+        let types = |id: u64| ids.get(&id).map(|(_, st)| *st);
+        for buf in buffers {
+            for r in Records::new(buf, types) {
+                self.side_band(r);
+            }
+        }
+        for buf in buffers {
+            for r in Records::new(buf, types) {
+                if let Record::Sample(s) = r {
+                    if let Some(&(kind, _)) = ids.get(&s.id) {
+                        self.sample(kind, &s);
+                    }
+                }
+            }
+        }
+        self.ids = ids;
+    }
+
+    fn side_band(&mut self, r: Record<'_>) {
+        match r {
+            Record::Mmap2(m) => self.spaces.add_mmap(&m),
+            Record::Comm {
+                pid,
+                tid,
+                exec,
+                name,
+            } if pid == tid => {
+                if exec {
+                    self.spaces.exec(pid);
+                }
+                self.names.insert(pid, name);
+            }
+            Record::Fork { pid, ppid, .. } if pid != ppid => {
+                self.spaces.set_parent(pid, ppid);
+                if let Ok(mut live) = self.live.lock() {
+                    live.insert(pid);
+                }
+            }
+            Record::Exit { pid, tid } if pid == tid => {
+                if let Ok(mut live) = self.live.lock() {
+                    live.remove(&pid);
+                }
+            }
+            Record::Lost(n) | Record::LostSamples(n) => self.lost += n,
+            Record::Malformed(_) => self.malformed += 1,
+            _ => {}
+        }
+    }
+
+    fn intern(&mut self, s: &Sample<'_>) -> u32 {
+        // Build the key in reusable buffers; allocate only for a stack not seen before.
+        let mut chain = std::mem::take(&mut self.chain_buf);
+        let mut words = std::mem::take(&mut self.words_buf);
+        chain.clear();
+        words.clear();
+        s.callchain_into(&mut chain);
+        if chain.is_empty() {
+            chain.extend(s.ip);
+        }
+        // A frameless leaf hides its caller from frame-pointer unwinding. When the
+        // sampled instruction is library code, the caller in our code may be a few
+        // frames up: keep the first words of the stack that point into our code.
+        // When it is our own code, only its own return address can be missing,
+        // and that is the first word on the stack.
+        let leaf_own = chain
+            .first()
+            .is_some_and(|&ip| self.spaces.is_own_code(s.pid, ip));
+        if leaf_own {
+            if let Some(w) = s.stack.and_then(|st| st.get(..8)) {
+                let v = u64::from_ne_bytes(w.try_into().expect("8 bytes"));
+                if self.spaces.is_own_code(s.pid, v) {
+                    words.push(v);
+                }
+            }
+        } else {
+            if let Some(stack) = s.stack {
+                for w in stack.chunks_exact(8) {
+                    let v = u64::from_ne_bytes(w.try_into().expect("8 bytes"));
+                    if v > 4096 && self.spaces.is_own_code(s.pid, v) {
+                        words.push(v);
+                        if words.len() == MAX_WORDS {
+                            break;
+                        }
+                    }
+                }
+            }
+        }
+        let hash = stack_hash(s.pid, &chain, &words);
+        let found = self.stack_index.get(&hash).and_then(|ids| {
+            ids.iter().copied().find(|&id| {
+                let k = &self.stacks[id as usize];
+                k.pid == s.pid && *k.chain == *chain && *k.words == *words
+            })
+        });
+        let id = match found {
+            Some(id) => id,
+            None => {
+                let id = self.stacks.len() as u32;
+                self.stacks.push(StackKey {
+                    pid: s.pid,
+                    chain: chain.as_slice().into(),
+                    words: words.as_slice().into(),
+                });
+                self.stack_index.entry(hash).or_default().push(id);
+                id
+            }
+        };
+        self.chain_buf = chain;
+        self.words_buf = words;
+        id
+    }
+
+    fn sample(&mut self, kind: Sampled, s: &Sample<'_>) {
+        let raw = |spec: FieldSpec| s.raw.and_then(|r| raw_field(r, spec));
+        let call = |kind: CallKind, stack: Option<u32>| Call {
+            time: s.time.unwrap_or(0),
+            pid: s.pid,
+            tid: s.tid,
+            kind,
+            stack,
+        };
+        match kind {
+            Sampled::CpuClock => {
+                if let Some(ip) = s.ip {
+                    *self.text_pages.entry((s.pid, ip >> 12)).or_default() += 1;
+                }
+            }
+            Sampled::Faults => {
+                let id = self.intern(s);
+                *self.fault_stacks.entry(id).or_default() += 1;
+            }
+            Sampled::MajorFaults => {
+                let id = self.intern(s);
+                *self.major_stacks.entry(id).or_default() += 1;
+                let name = s
+                    .addr
+                    .and_then(|a| self.spaces.lookup(s.pid, a))
+                    .map_or_else(|| "[unknown]".to_owned(), |m| m.name.clone());
+                *self.major_files.entry(name).or_default() += 1;
+            }
+            Sampled::EnterMmap => {
+                let Some((len, prot, flags)) = self.fields.mmap else {
+                    return;
+                };
+                let (Some(len), Some(prot), Some(flags)) = (raw(len), raw(prot), raw(flags)) else {
+                    self.malformed += 1;
+                    return;
+                };
+                let stack = Some(self.intern(s));
+                self.calls
+                    .push(call(CallKind::Mmap { len, prot, flags }, stack));
+            }
+            Sampled::ExitMmap => {
+                let Some(ret) = self.fields.mmap_ret.and_then(raw) else {
+                    return;
+                };
+                self.calls
+                    .push(call(CallKind::MmapRet { ret: ret as i64 }, None));
+            }
+            Sampled::EnterMunmap => {
+                let Some((addr, len)) = self.fields.munmap else {
+                    return;
+                };
+                if let (Some(addr), Some(len)) = (raw(addr), raw(len)) {
+                    self.calls.push(call(CallKind::Munmap { addr, len }, None));
+                }
+            }
+            Sampled::EnterBrk => self.calls.push(call(CallKind::Brk, None)),
+            Sampled::FaultKinds => {
+                if let Some(code) = self.fields.error_code.and_then(raw) {
+                    self.kind_weights[fault_kind(code)] += s.period.unwrap_or(1);
+                    self.kind_samples += 1;
+                }
+            }
+            Sampled::EnterMadvise => {
+                let Some((len, behavior)) = self.fields.madvise else {
+                    return;
+                };
+                if let (Some(len), Some(behavior)) = (raw(len), raw(behavior)) {
+                    self.calls
+                        .push(call(CallKind::Madvise { len, behavior }, None));
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::record::build;
+    use super::super::record::Mmap2;
+    use super::*;
+    use crate::sys::perf::{
+        SAMPLE_ADDR, SAMPLE_CALLCHAIN, SAMPLE_IDENTIFIER, SAMPLE_IP, SAMPLE_RAW, SAMPLE_STACK_USER,
+        SAMPLE_TID, SAMPLE_TIME,
+    };
+
+    const FAULT_ST: u64 = SAMPLE_IDENTIFIER
+        | SAMPLE_IP
+        | SAMPLE_TID
+        | SAMPLE_ADDR
+        | SAMPLE_CALLCHAIN
+        | SAMPLE_STACK_USER;
+    const CLOCK_ST: u64 = SAMPLE_IDENTIFIER | SAMPLE_IP | SAMPLE_TID;
+    const MMAP_ST: u64 =
+        SAMPLE_IDENTIFIER | SAMPLE_TID | SAMPLE_TIME | SAMPLE_RAW | SAMPLE_CALLCHAIN;
+
+    fn collector() -> Collector {
+        let ids = HashMap::from([
+            (1, (Sampled::Faults, FAULT_ST)),
+            (2, (Sampled::CpuClock, CLOCK_ST)),
+            (3, (Sampled::EnterMmap, MMAP_ST)),
+            (4, (Sampled::MajorFaults, FAULT_ST)),
+        ]);
+        let spec = |offset| FieldSpec {
+            offset,
+            size: 8,
+            signed: false,
+        };
+        let fields = TpFields {
+            mmap: Some((spec(24), spec(32), spec(40))),
+            ..TpFields::default()
+        };
+        Collector::new(ids, fields, AddressSpaces::new(), Arc::default())
+    }
+
+    fn sample(id: u64) -> Sample<'static> {
+        Sample {
+            id,
+            ip: None,
+            pid: 7,
+            tid: 7,
+            time: Some(1),
+            addr: None,
+            period: None,
+            chain: &[],
+            raw: None,
+            stack: None,
+        }
+    }
+
+    #[test]
+    fn faults_in_library_code_keep_own_code_words_from_the_stack() {
+        let mut c = collector();
+        let own = Mmap2 {
+            pid: 7,
+            tid: 7,
+            addr: 0x400000,
+            len: 0x1000,
+            pgoff: 0,
+            prot: 5,
+            flags: 2,
+            build_id: None,
+            filename: "/nonexistent/fixture".into(),
+        };
+        let libc = Mmap2 {
+            addr: 0x7f00_0000_0000,
+            filename: "/usr/lib/x86_64-linux-gnu/libc.so.6".into(),
+            ..own.clone()
+        };
+        let data = Mmap2 {
+            addr: 0x7e00_0000_0000,
+            len: 1 << 20,
+            prot: 1,
+            filename: "/data/file".into(),
+            ..own.clone()
+        };
+        let mut stack = Vec::new();
+        for w in [0x7ffd_0000_0000u64, 0x400123, 5, 0x400456] {
+            stack.extend_from_slice(&w.to_ne_bytes());
+        }
+        let chain = build::chain(&[0x7f00_0000_0100, 0x400200]);
+        let fault = Sample {
+            ip: Some(0x7f00_0000_0100),
+            addr: Some(0x7e00_0000_1000),
+            chain: &chain,
+            stack: Some(&stack),
+            ..sample(1)
+        };
+        let major = Sample {
+            id: 4,
+            ..fault.clone()
+        };
+        let tick = Sample {
+            ip: Some(0x400123),
+            ..sample(2)
+        };
+        // Samples first, mappings after: one batch still resolves them.
+        let mut buf = build::sample(FAULT_ST, &fault);
+        buf.extend(build::sample(FAULT_ST, &fault));
+        buf.extend(build::sample(FAULT_ST, &major));
+        buf.extend(build::sample(CLOCK_ST, &tick));
+        let side = [build::mmap2(&own), build::mmap2(&libc), build::mmap2(&data)].concat();
+        c.consume(&[buf, side]);
+        assert_eq!(c.stacks.len(), 1, "same stack interned once");
+        assert_eq!(c.fault_stacks[&0], 2);
+        assert_eq!(&*c.stacks[0].words, &[0x400123, 0x400456]);
+        assert_eq!(c.major_stacks[&0], 1);
+        // A fault in our own (frameless) leaf keeps only the first word: its return address.
+        let own_fault = Sample {
+            ip: Some(0x400010),
+            chain: &[],
+            ..fault.clone()
+        };
+        c.consume(&[build::sample(FAULT_ST, &own_fault)]);
+        assert_eq!(&*c.stacks[1].chain, &[0x400010]);
+        assert!(c.stacks[1].words.is_empty(), "first word is not our code");
+        let mut ret_first = 0x400456u64.to_ne_bytes().to_vec();
+        ret_first.extend_from_slice(&0x400123u64.to_ne_bytes());
+        let own_fault = Sample {
+            stack: Some(&ret_first),
+            ..own_fault
+        };
+        c.consume(&[build::sample(FAULT_ST, &own_fault)]);
+        assert_eq!(&*c.stacks[2].words, &[0x400456]);
+        assert_eq!(c.major_files["/data/file"], 1);
+        assert_eq!(c.text_pages[&(7, 0x400)], 1);
+    }
+
+    #[test]
+    fn error_codes_map_to_kinds() {
+        assert_eq!(fault_kind(0x6), 0, "user write, not present");
+        assert_eq!(fault_kind(0x4), 1, "user read, not present");
+        assert_eq!(fault_kind(0x14), 2, "user instruction fetch");
+        assert_eq!(
+            fault_kind(0x7),
+            3,
+            "user write to a present page: copy-on-write"
+        );
+        assert_eq!(fault_kind(0x15), 3, "fetch from a present page: protection");
+    }
+
+    #[test]
+    fn mmap_calls_are_decoded_from_the_raw_record() {
+        let mut c = collector();
+        let mut raw = vec![0u8; 64];
+        raw[24..32].copy_from_slice(&(64u64 << 20).to_ne_bytes());
+        raw[32..40].copy_from_slice(&3u64.to_ne_bytes());
+        raw[40..48].copy_from_slice(&0x22u64.to_ne_bytes());
+        let chain = build::chain(&[0x7f00_0000_0100]);
+        let s = Sample {
+            raw: Some(&raw),
+            chain: &chain,
+            ..sample(3)
+        };
+        c.consume(&[build::sample(MMAP_ST, &s), build::lost(3)]);
+        assert_eq!(
+            c.calls[0].kind,
+            CallKind::Mmap {
+                len: 64 << 20,
+                prot: 3,
+                flags: 0x22
+            }
+        );
+        assert_eq!(c.lost, 3);
+    }
+}

@@ -1,0 +1,908 @@
+//! Opening the perf events on a target (counting and sampling), and the two
+//! threads that run beside it: the ring-buffer reader and the page-size
+//! sampler.
+
+use super::collect::{Collector, Sampled, TpFields};
+use super::parse::{self, FieldSpec, MapsEntry, PageSizeTotals};
+use super::report::{Hardware, MappingPages, Skipped};
+use super::symbols::AddressSpaces;
+use crate::sys::perf::{
+    self, Event, EventAttr, EventType, RingBuffer, SAMPLE_ADDR, SAMPLE_CALLCHAIN,
+    SAMPLE_IDENTIFIER, SAMPLE_IP, SAMPLE_PERIOD, SAMPLE_RAW, SAMPLE_STACK_USER, SAMPLE_TID,
+    SAMPLE_TIME,
+};
+use crate::sys::SysError;
+use std::collections::{BTreeSet, HashMap};
+use std::os::fd::AsFd;
+use std::os::unix::net::UnixStream;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// What this machine and privilege level allow.
+#[derive(Debug, Clone)]
+pub struct Env {
+    /// Running as root.
+    pub root: bool,
+    /// `kernel.perf_event_paranoid`.
+    pub paranoid: Option<i64>,
+    /// Where tracefs is mounted.
+    pub tracefs: Option<String>,
+    /// Online CPUs.
+    pub cpus: Vec<i32>,
+}
+
+impl Env {
+    /// Reads `/proc` and asks the kernel. A few file reads.
+    pub fn probe() -> Env {
+        Env {
+            root: crate::sys::libc_info::is_root(),
+            paranoid: std::fs::read_to_string("/proc/sys/kernel/perf_event_paranoid")
+                .ok()
+                .and_then(|t| t.trim().parse().ok()),
+            tracefs: std::fs::read_to_string("/proc/mounts")
+                .ok()
+                .and_then(|m| crate::probe::parse::tracefs_mount(&m))
+                .filter(|p| std::path::Path::new(p).is_dir()),
+            cpus: perf::online_cpus(),
+        }
+    }
+
+    fn paranoid_text(&self) -> String {
+        match self.paranoid {
+            Some(p) => format!("perf_event_paranoid={p}"),
+            None => "perf_event_paranoid unknown".to_owned(),
+        }
+    }
+
+    /// Why a perf event could not be opened, in words.
+    pub fn explain(&self, err: &SysError) -> String {
+        match err.errno() {
+            Some(libc::EACCES) | Some(libc::EPERM) => format!(
+                "not permitted ({}, {}): run as root, or lower kernel.perf_event_paranoid",
+                err,
+                self.paranoid_text()
+            ),
+            Some(libc::ENOENT) | Some(libc::EOPNOTSUPP) | Some(libc::ENODEV) => {
+                format!("not supported by this kernel or machine ({err})")
+            }
+            _ => err.to_string(),
+        }
+    }
+}
+
+/// A tracepoint's id and fields.
+#[derive(Debug, Clone)]
+pub struct Tracepoint {
+    /// The id for `PERF_TYPE_TRACEPOINT`.
+    pub id: u64,
+    /// Field positions from the `format` file.
+    pub fields: HashMap<String, FieldSpec>,
+}
+
+/// Reads `events/GROUP/NAME/{id,format}` under tracefs.
+pub fn tracepoint(env: &Env, group: &str, name: &str) -> Result<Tracepoint, String> {
+    let Some(tracefs) = &env.tracefs else {
+        return Err(
+            "tracefs is not mounted (as root: mount -t tracefs nodev /sys/kernel/tracing)"
+                .to_owned(),
+        );
+    };
+    let dir = format!("{tracefs}/events/{group}/{name}");
+    let id = std::fs::read_to_string(format!("{dir}/id"))
+        .map_err(|e| match e.kind() {
+            std::io::ErrorKind::PermissionDenied => format!(
+                "cannot read {dir}/id ({e}): tracefs and tracepoints need root \
+                 (or CAP_PERFMON and a readable tracefs)"
+            ),
+            std::io::ErrorKind::NotFound
+                if !std::path::Path::new(&format!("{tracefs}/events")).exists() =>
+            {
+                "tracefs is not mounted (as root: mount -t tracefs nodev /sys/kernel/tracing)"
+                    .to_owned()
+            }
+            _ => format!("cannot read {dir}/id: {e}"),
+        })?
+        .trim()
+        .parse()
+        .map_err(|_| format!("{dir}/id holds no number"))?;
+    let format = std::fs::read_to_string(format!("{dir}/format"))
+        .map_err(|e| format!("cannot read {dir}/format: {e}"))?;
+    Ok(Tracepoint {
+        id,
+        fields: parse::trace_format(&format),
+    })
+}
+
+/// The counting events.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Count {
+    /// All page faults.
+    Faults,
+    /// Minor faults.
+    Minor,
+    /// Major faults.
+    Major,
+    /// Context switches.
+    Switches,
+    /// Page faults in kernel mode (inside system calls).
+    KernelFaults,
+    /// Cycles.
+    Cycles,
+    /// Instructions.
+    Instructions,
+    /// dTLB load misses.
+    DtlbMisses,
+    /// iTLB load misses.
+    ItlbMisses,
+}
+
+/// Open counting events, one per task per kind.
+#[derive(Debug, Default)]
+pub struct Counters {
+    events: Vec<(Count, Event)>,
+    /// Only user mode could be counted (unprivileged with `perf_event_paranoid` >= 2).
+    pub user_only: bool,
+}
+
+impl Counters {
+    /// Closes the counters without waiting for the kernel (see
+    /// [`crate::sys::process::close_in_background`]).
+    pub fn close(self) {
+        close_events(self.events.into_iter().map(|(_, e)| e).collect());
+    }
+
+    /// Sums each kind over its tasks (scaled for multiplexing).
+    pub fn read(&self) -> HashMap<Count, u64> {
+        let mut out = HashMap::new();
+        for (kind, ev) in &self.events {
+            if let Ok(v) = ev.read() {
+                *out.entry(*kind).or_insert(0) += v.scaled();
+            }
+        }
+        out
+    }
+
+    /// Stops every counter (`--pid` mode, at the end of the window).
+    pub fn disable(&self) {
+        for (_, ev) in &self.events {
+            let _ = ev.disable();
+        }
+    }
+}
+
+/// Which tasks to open events on and how.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    /// Thread ids (one for a fresh command; every thread for `--pid`).
+    pub tasks: Vec<i32>,
+    /// Enable at `exec` (a stopped child) rather than at once.
+    pub on_exec: bool,
+    /// Sample every fault with its stack.
+    pub sites: bool,
+}
+
+fn base(event_type: EventType, config: u64, plan: &Plan) -> EventAttr {
+    EventAttr {
+        inherit: true,
+        disabled: plan.on_exec,
+        enable_on_exec: plan.on_exec,
+        ..EventAttr::counting(event_type, config)
+    }
+}
+
+fn open_on_tasks(attr: &EventAttr, plan: &Plan, cpu: i32) -> Result<Vec<Event>, SysError> {
+    plan.tasks
+        .iter()
+        .map(|&t| Event::open(attr, t, cpu))
+        .collect()
+}
+
+/// Opens the counting events; whatever cannot be opened goes to `skipped`
+/// (or `hardware.reason`).
+pub fn open_counters(
+    env: &Env,
+    plan: &Plan,
+    skipped: &mut Vec<Skipped>,
+    hardware: &mut Hardware,
+) -> Counters {
+    let mut c = Counters::default();
+    let sw = |config| base(EventType::Software, config, plan);
+    // Every event costs time on every fault, so only what the report needs:
+    // minor and major faults, context switches; user-mode faults come from the
+    // fault-kind tracepoint (or, unprivileged, a user-mode page-fault counter).
+    // All modes first; fall back to user mode only when the kernel refuses.
+    match open_on_tasks(&sw(perf::SW_PAGE_FAULTS_MIN), plan, -1) {
+        Ok(evs) => c.events.extend(evs.into_iter().map(|e| (Count::Minor, e))),
+        Err(e) if matches!(e.errno(), Some(libc::EACCES) | Some(libc::EPERM)) => {
+            c.user_only = true;
+            skipped.push(Skipped {
+                what: "faults inside system calls (perf counts)".to_owned(),
+                why: format!(
+                    "{}; perf counts user mode only, fault totals come from getrusage",
+                    env.explain(&e)
+                ),
+            });
+        }
+        Err(e) => skipped.push(Skipped {
+            what: "perf software counters".to_owned(),
+            why: format!("{}; fault totals come from getrusage", env.explain(&e)),
+        }),
+    }
+    let user_only = c.user_only;
+    let user = |mut a: EventAttr| {
+        a.exclude_kernel = user_only;
+        a
+    };
+    let add = |c: &mut Counters, kind: Count, attr: EventAttr| -> Result<(), SysError> {
+        let evs = open_on_tasks(&attr, plan, -1)?;
+        c.events.extend(evs.into_iter().map(|e| (kind, e)));
+        Ok(())
+    };
+    let mut list = vec![
+        (Count::Major, perf::SW_PAGE_FAULTS_MAJ),
+        (Count::Switches, perf::SW_CONTEXT_SWITCHES),
+    ];
+    if user_only {
+        // User-mode faults; the totals come from getrusage.
+        list.push((Count::Faults, perf::SW_PAGE_FAULTS));
+    }
+    for (kind, config) in list {
+        let _ = add(&mut c, kind, user(sw(config)));
+    }
+    // Faults inside system calls: all faults minus the user-mode ones that the
+    // fault-kind tracepoint counts; without it, a kernel-mode page-fault counter
+    // (one more event on every fault, so only when needed).
+    let kinds_available = tracepoint(env, "exceptions", "page_fault_user").is_ok();
+    if !user_only && !kinds_available {
+        let kernel = EventAttr {
+            exclude_user: true,
+            ..sw(perf::SW_PAGE_FAULTS)
+        };
+        if let Err(e) = add(&mut c, Count::KernelFaults, kernel) {
+            skipped.push(Skipped {
+                what: "faults inside system calls".to_owned(),
+                why: env.explain(&e),
+            });
+        }
+    }
+    // Hardware counters: all or nothing is not required; cycles decides availability.
+    let hw = |config| user(base(EventType::Hardware, config, plan));
+    let cache = |id| user(base(EventType::HwCache, perf::hw_cache_read_miss(id), plan));
+    match add(&mut c, Count::Cycles, hw(perf::HW_CPU_CYCLES)) {
+        Ok(()) => {
+            hardware.available = true;
+            let _ = add(&mut c, Count::Instructions, hw(perf::HW_INSTRUCTIONS));
+            let _ = add(&mut c, Count::DtlbMisses, cache(perf::HW_CACHE_DTLB));
+            let _ = add(&mut c, Count::ItlbMisses, cache(perf::HW_CACHE_ITLB));
+        }
+        Err(e) => {
+            hardware.available = false;
+            hardware.reason = Some(match e.errno() {
+                Some(libc::ENOENT) | Some(libc::EOPNOTSUPP) | Some(libc::ENODEV) => format!(
+                    "no hardware PMU is exposed here (perf_event_open(cycles): {}); \
+                     virtual machines often have none",
+                    e.source
+                ),
+                _ => env.explain(&e),
+            });
+        }
+    }
+    c
+}
+
+/// Sample period of the user-mode `cpu-clock` event, in nanoseconds (4 kHz, perf's default rate).
+pub const CLOCK_PERIOD_NS: u64 = 250_000;
+
+/// The sampling events and their ring buffers (one per CPU).
+pub struct Sampling {
+    events: Vec<Event>,
+    rings: Vec<RingBuffer>,
+    leaders: Vec<usize>,
+    /// Event id -> kind and `sample_type`.
+    pub ids: HashMap<u64, (Sampled, u64)>,
+    /// Tracepoint fields.
+    pub fields: TpFields,
+    /// Event id -> kind, kept by the reader after `ids` goes to the collector.
+    kinds_of: HashMap<u64, Sampled>,
+}
+
+fn attr_for(
+    kind: Sampled,
+    config: (EventType, u64),
+    plan: &Plan,
+    user_only: bool,
+    read_lost: bool,
+) -> EventAttr {
+    let mut a = base(config.0, config.1, plan);
+    a.sample_period = 1;
+    a.exclude_kernel = user_only;
+    a.exclude_callchain_kernel = true;
+    a.sample_max_stack = 64;
+    a.read_lost = read_lost;
+    match kind {
+        Sampled::CpuClock => {
+            a.sample_period = CLOCK_PERIOD_NS;
+            a.sample_type = SAMPLE_IDENTIFIER | SAMPLE_IP | SAMPLE_TID;
+            a.exclude_kernel = true;
+            a.side_band = true;
+        }
+        Sampled::Faults => {
+            a.sample_type = SAMPLE_IDENTIFIER
+                | SAMPLE_IP
+                | SAMPLE_TID
+                | SAMPLE_ADDR
+                | SAMPLE_CALLCHAIN
+                | SAMPLE_STACK_USER;
+            // The caller of a frameless leaf (memset) is at the stack pointer.
+            a.sample_stack_user = 128;
+        }
+        Sampled::MajorFaults => {
+            a.sample_type = SAMPLE_IDENTIFIER
+                | SAMPLE_IP
+                | SAMPLE_TID
+                | SAMPLE_ADDR
+                | SAMPLE_CALLCHAIN
+                | SAMPLE_STACK_USER;
+            a.sample_stack_user = 512;
+        }
+        Sampled::EnterMmap => {
+            a.sample_type = SAMPLE_IDENTIFIER
+                | SAMPLE_TID
+                | SAMPLE_TIME
+                | SAMPLE_RAW
+                | SAMPLE_CALLCHAIN
+                | SAMPLE_STACK_USER;
+            a.sample_stack_user = 2048;
+        }
+        Sampled::ExitMmap | Sampled::EnterMunmap | Sampled::EnterMadvise => {
+            a.sample_type = SAMPLE_IDENTIFIER | SAMPLE_TID | SAMPLE_TIME | SAMPLE_RAW;
+        }
+        Sampled::EnterBrk => {
+            a.sample_type = SAMPLE_IDENTIFIER | SAMPLE_TID | SAMPLE_TIME;
+        }
+        Sampled::FaultKinds => {
+            // Every fault is counted; the kernel adjusts the period so that about
+            // KIND_SAMPLES_PER_S carry their error code (all of them while faults are rare).
+            a.freq = true;
+            a.sample_period = KIND_SAMPLES_PER_S;
+            a.sample_type = SAMPLE_IDENTIFIER | SAMPLE_PERIOD | SAMPLE_RAW;
+        }
+    }
+    a
+}
+
+/// Samples per second of `exceptions:page_fault_user` for the fault kinds.
+/// Counting every kind exactly needs a filtered counter per kind, which costs
+/// about 5% of the run time of a fault-bound program; sampling at this rate
+/// costs well under 1%.
+pub const KIND_SAMPLES_PER_S: u64 = 4_000;
+
+/// Opens the sampling events: per CPU, a user-mode `cpu-clock` leader that owns
+/// the ring buffer and emits the side-band records, and the other events
+/// redirected into it. A kind that cannot be opened everywhere is dropped and
+/// reported in `skipped`. `None` when not even the leaders open.
+pub fn open_sampling(
+    env: &Env,
+    plan: &Plan,
+    user_only: bool,
+    skipped: &mut Vec<Skipped>,
+) -> Option<Sampling> {
+    // Data pages per ring: 1 MiB for clock samples, calls and mappings; 16 MiB for
+    // fault samples (a fault every microsecond or two). Unprivileged users may lock
+    // only perf_event_mlock_kb (516 KiB) per CPU, then RLIMIT_MEMLOCK.
+    let (pages, fault_pages) = if env.root { (256, 4096) } else { (64, 64) };
+    let mut s = Sampling {
+        events: vec![],
+        rings: vec![],
+        leaders: vec![],
+        ids: HashMap::new(),
+        fields: TpFields::default(),
+        kinds_of: HashMap::new(),
+    };
+    let clock = (EventType::Software, perf::SW_CPU_CLOCK);
+    let mut lead = attr_for(Sampled::CpuClock, clock, plan, user_only, true);
+    lead.build_id = true;
+    // Leaders: (cpu, index of the ring-owning event).
+    let mut owner: Vec<(i32, usize)> = vec![];
+    for &cpu in &env.cpus {
+        for (n, &task) in plan.tasks.iter().enumerate() {
+            let ev = match Event::open(&lead, task, cpu) {
+                Ok(ev) => ev,
+                Err(e) if lead.build_id && e.errno() == Some(libc::EINVAL) => {
+                    // Kernels before 5.12 have no build ids in MMAP2 records, and before
+                    // 6.0 no lost-sample counts.
+                    lead.build_id = false;
+                    lead.read_lost = false;
+                    match Event::open(&lead, task, cpu) {
+                        Ok(ev) => ev,
+                        Err(e) => return fail_sampling(env, &e, skipped),
+                    }
+                }
+                Err(e) => return fail_sampling(env, &e, skipped),
+            };
+            if n == 0 {
+                let mut size = pages;
+                let ring = loop {
+                    match RingBuffer::map(&ev, size) {
+                        Ok(r) => break r,
+                        Err(e) if size > 8 && e.errno() == Some(libc::EPERM) => size /= 2,
+                        Err(e) => return fail_sampling(env, &e, skipped),
+                    }
+                };
+                s.rings.push(ring);
+                owner.push((cpu, s.events.len()));
+                s.leaders.push(s.events.len());
+            } else {
+                let to = owner.last().expect("leader first").1;
+                if let Err(e) = ev.set_output(&s.events[to]) {
+                    return fail_sampling(env, &e, skipped);
+                }
+            }
+            if let Ok(id) = ev.id() {
+                s.ids.insert(id, (Sampled::CpuClock, lead.sample_type));
+            }
+            s.events.push(ev);
+        }
+    }
+    let mut kinds: Vec<(Sampled, (EventType, u64), &str)> = vec![(
+        Sampled::MajorFaults,
+        (EventType::Software, perf::SW_PAGE_FAULTS_MAJ),
+        "major fault sites",
+    )];
+    if plan.sites {
+        kinds.push((
+            Sampled::Faults,
+            (EventType::Software, perf::SW_PAGE_FAULTS),
+            "fault sites",
+        ));
+    }
+    let syscalls = [
+        (Sampled::EnterMmap, "sys_enter_mmap"),
+        (Sampled::ExitMmap, "sys_exit_mmap"),
+        (Sampled::EnterMunmap, "sys_enter_munmap"),
+        (Sampled::EnterBrk, "sys_enter_brk"),
+        (Sampled::EnterMadvise, "sys_enter_madvise"),
+    ];
+    let mut tps = vec![];
+    let mut tp_error = None;
+    for (kind, name) in syscalls {
+        match tracepoint(env, "syscalls", name) {
+            Ok(tp) => tps.push((kind, tp)),
+            Err(e) => {
+                tp_error.get_or_insert(e);
+            }
+        }
+    }
+    if let Some(why) = tp_error {
+        skipped.push(Skipped {
+            what: "mmap, munmap, brk and madvise calls (syscalls tracepoints)".to_owned(),
+            why,
+        });
+        tps.clear();
+    }
+    let mut kind_tp = None;
+    match tracepoint(env, "exceptions", "page_fault_user") {
+        Ok(tp) => {
+            s.fields.error_code = tp.fields.get("error_code").copied();
+            kind_tp = Some(tp.id);
+        }
+        Err(why) => skipped.push(Skipped {
+            what: "fault kinds (exceptions:page_fault_user)".to_owned(),
+            why,
+        }),
+    }
+    let f = |tp: &Tracepoint, name: &str| tp.fields.get(name).copied();
+    for (kind, tp) in &tps {
+        match kind {
+            Sampled::EnterMmap => {
+                if let (Some(a), Some(b), Some(c)) = (f(tp, "len"), f(tp, "prot"), f(tp, "flags")) {
+                    s.fields.mmap = Some((a, b, c));
+                }
+            }
+            Sampled::ExitMmap => s.fields.mmap_ret = f(tp, "ret"),
+            Sampled::EnterMunmap => {
+                if let (Some(a), Some(b)) = (f(tp, "addr"), f(tp, "len")) {
+                    s.fields.munmap = Some((a, b));
+                }
+            }
+            Sampled::EnterMadvise => {
+                if let (Some(a), Some(b)) = (f(tp, "len_in"), f(tp, "behavior")) {
+                    s.fields.madvise = Some((a, b));
+                }
+            }
+            _ => {}
+        }
+    }
+    // Each group opens on every CPU and task, or not at all: a partial set would
+    // miscount. Fault samples get rings of their own, so that a flood of them
+    // never crowds out the calls, clock samples and mappings.
+    let mut groups: Vec<Group<'_>> = kinds
+        .into_iter()
+        .map(|(k, c, what)| (vec![(k, c)], what))
+        .collect();
+    if let (Some(id), Some(_)) = (kind_tp, s.fields.error_code) {
+        groups.push((
+            vec![(Sampled::FaultKinds, (EventType::Tracepoint, id))],
+            "fault kinds (exceptions:page_fault_user)",
+        ));
+    }
+    if !tps.is_empty() {
+        groups.push((
+            tps.iter()
+                .map(|(k, tp)| (*k, (EventType::Tracepoint, tp.id)))
+                .collect(),
+            "mmap, munmap, brk and madvise calls (syscalls tracepoints)",
+        ));
+    }
+    for (group, what) in groups {
+        let flags = (user_only, lead.read_lost);
+        match open_group(&group, &owner, plan, flags, fault_pages, &s.events) {
+            Ok(opened) => {
+                for (kind, sample_type, ev, ring) in opened {
+                    if let Ok(id) = ev.id() {
+                        s.ids.insert(id, (kind, sample_type));
+                    }
+                    if let Some(ring) = ring {
+                        s.rings.push(ring);
+                        s.leaders.push(s.events.len());
+                    }
+                    s.events.push(ev);
+                }
+            }
+            Err(e) => {
+                if what.starts_with("mmap") {
+                    s.fields = TpFields {
+                        error_code: s.fields.error_code,
+                        ..TpFields::default()
+                    };
+                }
+                skipped.push(Skipped {
+                    what: what.to_owned(),
+                    why: env.explain(&e),
+                });
+            }
+        }
+    }
+    Some(s)
+}
+
+type Opened = (Sampled, u64, Event, Option<RingBuffer>);
+/// Event kinds that open together, and what they measure.
+type Group<'a> = (Vec<(Sampled, (EventType, u64))>, &'a str);
+
+fn open_group(
+    group: &[(Sampled, (EventType, u64))],
+    owner: &[(i32, usize)],
+    plan: &Plan,
+    (user_only, read_lost): (bool, bool),
+    pages: usize,
+    leaders: &[Event],
+) -> Result<Vec<Opened>, SysError> {
+    let mut out: Vec<Opened> = vec![];
+    for &(kind, config) in group {
+        let attr = attr_for(kind, config, plan, user_only, read_lost);
+        for &(cpu, leader) in owner {
+            // Fault samples: the first event on each CPU owns a ring.
+            let mut own_ring: Option<usize> = None;
+            for &task in &plan.tasks {
+                let ev = Event::open(&attr, task, cpu)?;
+                let mut ring = None;
+                if kind == Sampled::Faults {
+                    match own_ring {
+                        None => {
+                            let mut size = pages;
+                            ring = Some(loop {
+                                match RingBuffer::map(&ev, size) {
+                                    Ok(r) => break r,
+                                    Err(e) if size > 8 && e.errno() == Some(libc::EPERM) => {
+                                        size /= 2
+                                    }
+                                    Err(e) => return Err(e),
+                                }
+                            });
+                            own_ring = Some(out.len());
+                        }
+                        Some(i) => ev.set_output(&out[i].2)?,
+                    }
+                } else {
+                    ev.set_output(&leaders[leader])?;
+                }
+                out.push((kind, attr.sample_type, ev, ring));
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Closes perf events without waiting for the kernel's tracepoint teardown.
+pub fn close_events(events: Vec<Event>) {
+    crate::sys::process::close_in_background(events.into_iter().map(Into::into).collect());
+}
+
+fn fail_sampling(env: &Env, e: &SysError, skipped: &mut Vec<Skipped>) -> Option<Sampling> {
+    skipped.push(Skipped {
+        what: "sampling (hot text, sites, mmap calls)".to_owned(),
+        why: env.explain(e),
+    });
+    None
+}
+
+impl Sampling {
+    /// Whether the system-call events are open.
+    pub fn has(&self, kind: Sampled) -> bool {
+        self.ids.values().any(|(k, _)| *k == kind)
+    }
+}
+
+/// Resident page sizes over the run.
+#[derive(Debug, Default, Clone)]
+pub struct PageSamples {
+    /// Snapshots that read at least one process.
+    pub samples: u64,
+    /// Peak of each field over the snapshots.
+    pub peak: PageSizeTotals,
+    /// Peak of the total resident bytes.
+    pub peak_total: u64,
+    /// Largest mappings in the snapshot with the highest total.
+    pub top_mappings: Vec<MappingPages>,
+    /// Executable file mappings seen, per process (for symbolization).
+    pub exec_maps: HashMap<u32, Vec<MapsEntry>>,
+    /// Why smaps could not be read, if it never could.
+    pub error: Option<String>,
+}
+
+fn snapshot(pids: &BTreeSet<u32>, out: &mut PageSamples) {
+    let mut total = PageSizeTotals::default();
+    let mut read_any = false;
+    let mut by_name: HashMap<String, MappingPages> = HashMap::new();
+    for &pid in pids {
+        let text = match std::fs::read_to_string(format!("/proc/{pid}/smaps")) {
+            Ok(t) => t,
+            Err(e) => {
+                if out.samples == 0 && e.raw_os_error() != Some(libc::ENOENT) {
+                    out.error.get_or_insert(format!("/proc/{pid}/smaps: {e}"));
+                }
+                continue;
+            }
+        };
+        let entries = parse::smaps(&text);
+        if entries.is_empty() {
+            continue;
+        }
+        read_any = true;
+        total.add(&PageSizeTotals::of(&entries));
+        let seen = out.exec_maps.entry(pid).or_default();
+        for e in &entries {
+            let name = e.map.path.clone().unwrap_or_else(|| "[anon]".to_owned());
+            let m = by_name.entry(name.clone()).or_insert_with(|| MappingPages {
+                name,
+                size_bytes: 0,
+                base_bytes: 0,
+                thp_bytes: 0,
+                hugetlb_bytes: 0,
+            });
+            m.size_bytes += e.map.len();
+            m.base_bytes += e.base_page_bytes();
+            m.thp_bytes += e.thp_bytes();
+            m.hugetlb_bytes += e.hugetlb;
+            if e.map.perms.exec && e.map.is_file() && !seen.contains(&e.map) {
+                seen.push(e.map.clone());
+            }
+        }
+    }
+    if !read_any {
+        return;
+    }
+    out.samples += 1;
+    let p = &mut out.peak;
+    p.base_bytes = p.base_bytes.max(total.base_bytes);
+    p.thp_bytes = p.thp_bytes.max(total.thp_bytes);
+    p.hugetlb_bytes = p.hugetlb_bytes.max(total.hugetlb_bytes);
+    if total.asked_huge_bytes > p.asked_huge_bytes {
+        p.asked_huge_bytes = total.asked_huge_bytes;
+        p.asked_huge_granted_bytes = total.asked_huge_granted_bytes;
+    }
+    if total.total() >= out.peak_total {
+        out.peak_total = total.total();
+        let mut top: Vec<MappingPages> = by_name.into_values().collect();
+        top.sort_by_key(|m| std::cmp::Reverse(m.base_bytes + m.thp_bytes + m.hugetlb_bytes));
+        top.truncate(5);
+        out.top_mappings = top;
+    }
+}
+
+/// The page-size sampler waits at least this many times as long as its last
+/// `/proc/PID/smaps` read took before the next one.
+pub const SMAPS_BACKOFF: u32 = 40;
+
+/// The threads that run beside the program.
+pub struct Running {
+    stop: Arc<AtomicBool>,
+    /// Wakes the page-size sampler when the run ends.
+    stop_signal: Arc<(Mutex<bool>, Condvar)>,
+    /// Dropping it wakes the reader's `poll`.
+    wake: Option<UnixStream>,
+    go: Arc<AtomicBool>,
+    reader: Option<JoinHandle<(Collector, Vec<Event>)>>,
+    pager: JoinHandle<PageSamples>,
+}
+
+/// Starts the reader (when sampling is open) and the page-size sampler.
+/// The sampler waits for [`Running::go`] so that it never reads the stopped
+/// child before `exec` (it would see pagewise's own pages).
+pub fn start(
+    sampling: Option<Sampling>,
+    spaces: AddressSpaces,
+    live: Arc<Mutex<BTreeSet<u32>>>,
+    interval: Duration,
+) -> Running {
+    let stop = Arc::new(AtomicBool::new(false));
+    let stop_signal = Arc::new((Mutex::new(false), Condvar::new()));
+    let go = Arc::new(AtomicBool::new(false));
+    let (wake, wake_reader) = match UnixStream::pair() {
+        Ok((a, b)) => (Some(a), Some(b)),
+        Err(_) => (None, None),
+    };
+    let reader = sampling.map(|mut s| {
+        let stop = stop.clone();
+        s.kinds_of = s.ids.iter().map(|(&id, &(k, _))| (id, k)).collect();
+        let collector = Collector::new(
+            std::mem::take(&mut s.ids),
+            s.fields.clone(),
+            spaces,
+            live.clone(),
+        );
+        std::thread::Builder::new()
+            .name("pagewise-reader".into())
+            .spawn(move || read_loop(s, collector, &stop, wake_reader.as_ref()))
+            .expect("spawn reader thread")
+    });
+    let pager = {
+        let (go, signal) = (go.clone(), stop_signal.clone());
+        std::thread::Builder::new()
+            .name("pagewise-smaps".into())
+            .spawn(move || {
+                let mut out = PageSamples::default();
+                // Sleeps until `until`; true when the run is over.
+                let wait_until = |until: Instant| {
+                    let (lock, cvar) = &*signal;
+                    let mut stopped = lock.lock().unwrap_or_else(|e| e.into_inner());
+                    while !*stopped {
+                        let now = Instant::now();
+                        if now >= until {
+                            return false;
+                        }
+                        stopped = cvar
+                            .wait_timeout(stopped, until - now)
+                            .unwrap_or_else(|e| e.into_inner())
+                            .0;
+                    }
+                    true
+                };
+                while !go.load(Ordering::Acquire) {
+                    if wait_until(Instant::now() + Duration::from_millis(1)) {
+                        return out;
+                    }
+                }
+                loop {
+                    let pids = live.lock().map(|l| l.clone()).unwrap_or_default();
+                    let started = Instant::now();
+                    snapshot(&pids, &mut out);
+                    // Reading smaps walks the page tables (about 15 ms for 1 GiB of
+                    // 4 KiB pages) and takes the same page-table locks as the
+                    // program's faults: back off so that it costs at most 2.5% of a CPU.
+                    let took = started.elapsed();
+                    if wait_until(started + interval.max(took * SMAPS_BACKOFF)) {
+                        return out;
+                    }
+                }
+            })
+            .expect("spawn smaps thread")
+    };
+    Running {
+        stop,
+        stop_signal,
+        wake,
+        go,
+        reader,
+        pager,
+    }
+}
+
+fn read_loop(
+    mut s: Sampling,
+    mut collector: Collector,
+    stop: &AtomicBool,
+    wake: Option<&UnixStream>,
+) -> (Collector, Vec<Event>) {
+    let mut bufs: Vec<Vec<u8>> = vec![Vec::new(); s.rings.len()];
+    let mut disabled = false;
+    // Ring owners still worth polling: an event hangs up once the task it follows
+    // and all its children have exited, and would then make poll return at once.
+    let mut polled: Vec<usize> = s.leaders.clone();
+    loop {
+        let stopping = stop.load(Ordering::Acquire);
+        if stopping && !disabled {
+            // A process we attached to keeps running: stop its samples so the
+            // last drain ends.
+            for ev in &s.events {
+                let _ = ev.disable();
+            }
+            disabled = true;
+        }
+        if !stopping {
+            let mut fds: Vec<_> = polled.iter().map(|&i| s.events[i].as_fd()).collect();
+            // The wake socket ends the wait as soon as the run is over.
+            fds.extend(wake.map(|w| w.as_fd()));
+            let timeout = Duration::from_millis(if wake.is_some() { 100 } else { 10 });
+            if let Ok(ready) = perf::poll_readable(&fds, timeout) {
+                let hung: Vec<usize> = polled
+                    .iter()
+                    .zip(&ready)
+                    .filter(|(_, r)| r.hung_up && !r.readable)
+                    .map(|(&i, _)| i)
+                    .collect();
+                polled.retain(|i| !hung.contains(i));
+            }
+        }
+        let mut got = 0;
+        for (ring, buf) in s.rings.iter_mut().zip(bufs.iter_mut()) {
+            buf.clear();
+            got += ring.read_into(buf);
+        }
+        if got > 0 {
+            collector.consume(&bufs);
+        }
+        if stopping && got == 0 {
+            break;
+        }
+    }
+    // The kernel reports a loss in the ring only when a later record fits, so
+    // the losses at the very end come from the events' own lost counts.
+    let mut lost = 0;
+    for ev in &s.events {
+        let Ok(v) = ev.read() else { continue };
+        lost += v.lost.unwrap_or(0);
+        let is_kinds = ev
+            .id()
+            .ok()
+            .and_then(|id| s.kinds_of.get(&id))
+            .is_some_and(|k| *k == Sampled::FaultKinds);
+        if is_kinds {
+            *collector.kind_total.get_or_insert(0) += v.value;
+        }
+    }
+    collector.lost = collector.lost.max(lost);
+    // The rings go now; the events are closed by the caller, off the critical path.
+    drop(s.rings);
+    (collector, s.events)
+}
+
+impl Running {
+    /// The program has exec'd: page-size snapshots may start.
+    pub fn go(&self) {
+        self.go.store(true, Ordering::Release);
+    }
+
+    /// Stops both threads after a last drain and returns what they gathered.
+    /// The sampling events are closed in the background.
+    pub fn finish(mut self) -> (Option<Collector>, PageSamples) {
+        self.stop.store(true, Ordering::Release);
+        // Wake both threads: the reader from poll, the sampler from its wait.
+        drop(self.wake.take());
+        {
+            let (lock, cvar) = &*self.stop_signal;
+            *lock.lock().unwrap_or_else(|e| e.into_inner()) = true;
+            cvar.notify_all();
+        }
+        let collector = self.reader.map(|h| {
+            let (collector, events) = h.join().expect("reader thread panicked");
+            close_events(events);
+            collector
+        });
+        let pages = self.pager.join().expect("smaps thread panicked");
+        (collector, pages)
+    }
+}
