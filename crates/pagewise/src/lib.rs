@@ -7,6 +7,8 @@
 //!   features, perf access, CPU, glibc) and what to change; behind `pagewise doctor`.
 //! - [`region`]: huge-page regions populated before the hot path touches
 //!   them, with a verified report of what the kernel granted.
+//! - [`queue`]: a persistent single-writer, many-reader queue in a shared
+//!   file mapping whose appends never fault.
 //! - [`observe`]: what the kernel says about memory (smaps).
 //! - [`bench`]: statistics, progress and machine description shared by every
 //!   `pagewise bench` experiment.
@@ -22,6 +24,7 @@
 pub mod bench;
 pub mod observe;
 pub mod probe;
+pub mod queue;
 pub mod region;
 #[allow(unsafe_code)]
 pub mod sys;

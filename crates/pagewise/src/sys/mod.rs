@@ -4,7 +4,10 @@
 //! functions. Every `unsafe` block carries a `// SAFETY:` line saying why it is
 //! sound. Code above this layer never touches raw pointers or errno.
 
+pub mod clock;
 pub mod cpu;
+pub mod file;
+pub mod file_map;
 pub mod libc_info;
 pub mod mem;
 pub mod pagemap;
