@@ -29,11 +29,17 @@ impl CommonArgs {
 pub enum Experiment {
     /// Allocate, write three times: what the first touch costs per allocation strategy.
     FirstTouch(crate::bench_first_touch::FirstTouchArgs),
+    /// Write through a shared file mapping: what each way of prefaulting costs.
+    MmapPrefault(crate::bench_mmap_prefault::MmapPrefaultArgs),
+    /// pagewise::queue between two processes: throughput, latency, faults.
+    Queue(crate::bench_queue::QueueArgs),
 }
 
 /// Runs one experiment.
 pub fn run(experiment: &Experiment) -> anyhow::Result<ExitCode> {
     match experiment {
         Experiment::FirstTouch(args) => crate::bench_first_touch::run(args),
+        Experiment::MmapPrefault(args) => crate::bench_mmap_prefault::run(args),
+        Experiment::Queue(args) => crate::bench_queue::run(args),
     }
 }

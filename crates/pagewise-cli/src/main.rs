@@ -5,9 +5,12 @@
 
 mod bench;
 mod bench_first_touch;
+mod bench_mmap_prefault;
+mod bench_queue;
 mod doctor;
 mod format;
 mod progress;
+mod queue;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -29,6 +32,17 @@ enum Command {
         #[command(subcommand)]
         experiment: bench::Experiment,
     },
+    /// A persistent single-writer, many-reader queue file: inspect, tail, append.
+    Queue {
+        #[command(subcommand)]
+        command: queue::QueueCommand,
+    },
+    /// Internal: one side of `pagewise bench queue` (started by it).
+    #[command(name = "__bench-queue-child", hide = true)]
+    BenchQueueChild {
+        /// The child's spec, as JSON.
+        spec: String,
+    },
 }
 
 fn main() -> ExitCode {
@@ -39,6 +53,8 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Doctor(args) => doctor::run(&args),
         Command::Bench { experiment } => bench::run(&experiment),
+        Command::Queue { command } => queue::run(&command),
+        Command::BenchQueueChild { spec } => bench_queue::child(&spec),
     };
     match result {
         Ok(code) => code,

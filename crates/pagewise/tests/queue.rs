@@ -574,3 +574,42 @@ fn truncation_by_another_process_is_a_clear_error() {
         drop(w);
     }
 }
+
+#[test]
+fn appends_take_no_page_faults_with_pretouch() {
+    use pagewise::sys::perf::{Counter, CounterSpec, EventType, SW_PAGE_FAULTS};
+    let spec = CounterSpec {
+        exclude_kernel: !pagewise::sys::libc_info::is_root(),
+        ..CounterSpec::new(EventType::Software, SW_PAGE_FAULTS)
+    };
+    let counter = match Counter::open(&spec, 0) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("skipped: the page-faults software event does not open here: {e}");
+            return;
+        }
+    };
+    let d = dir();
+    let path = d.path().join("q");
+    for pretouch in [true, false] {
+        let options = Options {
+            chunk_size: 1 << 20,
+            ..small(pretouch)
+        };
+        let _ = std::fs::remove_file(&path);
+        let mut w = Writer::create(&path, options).unwrap();
+        w.wait_pretouched(256 << 10).unwrap();
+        let record = [7u8; 128];
+        let before = counter.read().unwrap();
+        for _ in 0..40_000 {
+            w.append(&record).unwrap();
+        }
+        let faults = counter.read().unwrap() - before;
+        assert!(w.position().0 > 4096 + 5 * (1 << 20), "crossed chunks");
+        if pretouch {
+            assert_eq!(faults, 0, "{:?}", w.report().window);
+        } else {
+            assert!(faults >= 1000, "without pre-touch every page faults: {faults}");
+        }
+    }
+}

@@ -7,6 +7,8 @@
 //! medians with min–max, and comparisons are ratios of medians.
 
 pub mod first_touch;
+pub mod mmap_prefault;
+pub mod queue;
 
 use crate::probe::MachineReport;
 use serde::Serialize;

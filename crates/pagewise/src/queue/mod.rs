@@ -71,6 +71,7 @@ pub use layout::Geometry;
 pub use notify::wait_path;
 pub use reader::{Blocking, Reader, ReaderOptions, Record, Start, TruncationCheck, Wait};
 pub use window::{PreTouch, WindowReport};
+pub(crate) use window::{Prepare, Window};
 pub use writer::{Options, Recovery, Reservation, RetainReport, Retention, Writer, WriterReport};
 
 /// Where a record is: its byte offset in the queue file. Positions grow

@@ -326,6 +326,12 @@ impl Reader {
         }
     }
 
+    /// Whether a record is ready to be read now (the next `next` returns it).
+    /// Never blocks; skips padding and enters new chunks on the way.
+    pub fn poll(&mut self) -> Result<bool, QueueError> {
+        Ok(self.locate()?.is_some())
+    }
+
     /// The next record, waiting for it with `wait` up to `timeout` (`None`:
     /// forever). Returns `Ok(None)` on timeout.
     pub fn next_wait(
@@ -336,8 +342,8 @@ impl Reader {
         let deadline = timeout.map(|t| Instant::now() + t);
         let mut polls: u32 = 0;
         loop {
-            if self.locate()?.is_some() {
-                return self.next();
+            if let Some((off, len)) = self.locate()? {
+                return self.consume(off, len);
             }
             if deadline.is_some_and(|d| Instant::now() >= d) {
                 return Ok(None);

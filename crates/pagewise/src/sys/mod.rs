@@ -13,6 +13,7 @@ pub mod mem;
 pub mod pagemap;
 pub mod perf;
 pub mod prctl;
+pub mod process;
 
 use std::io;
 
