@@ -33,6 +33,11 @@ pub enum Experiment {
     MmapPrefault(crate::bench_mmap_prefault::MmapPrefaultArgs),
     /// pagewise::queue between two processes: throughput, latency, faults.
     Queue(crate::bench_queue::QueueArgs),
+    /// Threads that malloc, fill and free large buffers: glibc vs keep-heap vs Buffer.
+    HeapChurn(crate::bench_heap_churn::HeapChurnArgs),
+    /// One heap-churn worker process (internal).
+    #[command(hide = true)]
+    HeapChurnWorker(crate::bench_heap_churn::WorkerArgs),
 }
 
 /// Runs one experiment.
@@ -41,5 +46,7 @@ pub fn run(experiment: &Experiment) -> anyhow::Result<ExitCode> {
         Experiment::FirstTouch(args) => crate::bench_first_touch::run(args),
         Experiment::MmapPrefault(args) => crate::bench_mmap_prefault::run(args),
         Experiment::Queue(args) => crate::bench_queue::run(args),
+        Experiment::HeapChurn(args) => crate::bench_heap_churn::run(args),
+        Experiment::HeapChurnWorker(args) => crate::bench_heap_churn::worker(args),
     }
 }

@@ -5,12 +5,15 @@
 
 mod bench;
 mod bench_first_touch;
+mod bench_heap_churn;
 mod bench_mmap_prefault;
 mod bench_queue;
 mod doctor;
 mod format;
 mod progress;
 mod queue;
+mod run;
+mod text;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -27,6 +30,13 @@ struct Cli {
 enum Command {
     /// What this machine offers for memory-path performance, and what to change.
     Doctor(doctor::DoctorArgs),
+    /// Run an unmodified program with memory-path fixes applied (`-- CMD ARGS`).
+    Run(run::RunArgs),
+    /// Hot text: function ordering and footprints from profiles.
+    Text {
+        #[command(subcommand)]
+        command: text::TextCommand,
+    },
     /// Rerun a claim side by side with its baseline, as ratios, on this machine.
     Bench {
         #[command(subcommand)]
@@ -55,6 +65,8 @@ fn main() -> ExitCode {
         Command::Bench { experiment } => bench::run(&experiment),
         Command::Queue { command } => queue::run(&command),
         Command::BenchQueueChild { spec } => bench_queue::child(&spec),
+        Command::Run(args) => run::run(&args),
+        Command::Text { command } => text::run(&command),
     };
     match result {
         Ok(code) => code,

@@ -9,7 +9,13 @@
 //!   them, with a verified report of what the kernel granted.
 //! - [`queue`]: a persistent single-writer, many-reader queue in a shared
 //!   file mapping whose appends never fault.
+//! - [`buffer`]: a growable buffer over reserved address space that keeps
+//!   its pages across `clear`, so reuse never faults.
+//! - [`launch`]: what `pagewise run` needs to start unmodified programs
+//!   (linkage checks, glibc tunables for `--keep-heap`).
 //! - [`observe`]: what the kernel says about memory (smaps).
+//! - [`text`]: hot text on huge pages (the move behind `pagewise run
+//!   --huge-text`) and perf map files.
 //! - [`bench`]: statistics, progress and machine description shared by every
 //!   `pagewise bench` experiment.
 //! - [`sys`]: the only layer with raw system calls and `unsafe`; everything
@@ -22,10 +28,13 @@
 #![deny(unsafe_code)]
 
 pub mod bench;
+pub mod buffer;
+pub mod launch;
 pub mod observe;
 pub mod probe;
 pub mod queue;
 pub mod region;
 #[allow(unsafe_code)]
 pub mod sys;
+pub mod text;
 pub mod units;

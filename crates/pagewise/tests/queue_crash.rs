@@ -76,7 +76,7 @@ fn child(spec: &str) {
         let mut commits = start;
         w.set_commit_hook(Some(Box::new(move |_| {
             if commits == stop {
-                pagewise::sys::process::sigkill(std::process::id()).unwrap();
+                pagewise::sys::process::sigkill(std::process::id() as libc::pid_t).unwrap();
                 std::thread::sleep(Duration::from_secs(60));
             }
             commits += 1;

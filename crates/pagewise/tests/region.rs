@@ -3,12 +3,12 @@
 //! Tests that change the hugetlb pool need root; they serialise on one lock
 //! and give the pages back.
 
+use pagewise::observe::faults_during;
 use pagewise::observe::smaps;
 use pagewise::region::{
     PagePolicy, PageSize, PoolReservation, Populate, RegionBuilder, RegionError,
 };
 use pagewise::sys::mem::{AnonMapping, MapOptions};
-use pagewise::sys::perf::{self, Counter, CounterSpec, EventType};
 use std::sync::Mutex;
 
 const MIB2: usize = 2 << 20;
@@ -33,18 +33,6 @@ fn thp_usable() -> bool {
         pagewise::probe::thp_enabled_mode().as_deref(),
         Some("always") | Some("madvise")
     )
-}
-
-/// Page faults taken by this thread while `f` runs.
-fn faults_during(f: impl FnOnce()) -> Option<u64> {
-    let spec = CounterSpec {
-        exclude_kernel: !is_root(),
-        ..CounterSpec::new(EventType::Software, perf::SW_PAGE_FAULTS)
-    };
-    let counter = Counter::open(&spec, 0).ok()?;
-    let before = counter.read().ok()?;
-    f();
-    Some(counter.read().ok()? - before)
 }
 
 fn smaps_for(addr: usize, len: usize) -> smaps::SmapsEntry {

@@ -11,7 +11,7 @@
 use super::{Machine, Progress, Summary};
 use crate::region::{PageSize, PoolReservation, Populate, Region, RegionBuilder};
 use crate::sys::mem::{Advice, AnonMapping, CHeapBlock, MapOptions};
-use crate::sys::perf::{self, Counter, CounterSpec, EventType};
+use crate::sys::perf::Counter;
 use serde::Serialize;
 use std::time::Instant;
 
@@ -290,14 +290,6 @@ struct Trial {
     faults: [u64; 3],
 }
 
-fn fault_counter() -> Option<Counter> {
-    let spec = CounterSpec {
-        exclude_kernel: !crate::sys::libc_info::is_root(),
-        ..CounterSpec::new(EventType::Software, perf::SW_PAGE_FAULTS)
-    };
-    Counter::open(&spec, 0).ok()
-}
-
 fn run_trial(
     strategy: Strategy,
     config: &Config,
@@ -365,7 +357,7 @@ fn hugetlb_for_trial(config: &Config) -> Result<Option<PoolReservation>, String>
 /// Runs the experiment. Takes roughly `trials × strategies × 4 × size / (2 GB/s)`.
 pub fn run(config: &Config, progress: &dyn Progress) -> Report {
     let machine = Machine::describe();
-    let counter = fault_counter();
+    let counter = crate::observe::thread_page_fault_counter().ok();
     let mut trials: Vec<Vec<Trial>> = config.strategies.iter().map(|_| Vec::new()).collect();
     let mut backings: Vec<Option<String>> = vec![None; config.strategies.len()];
     let mut failures: Vec<Option<String>> = vec![None; config.strategies.len()];

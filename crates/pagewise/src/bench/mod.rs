@@ -9,6 +9,8 @@
 pub mod first_touch;
 pub mod mmap_prefault;
 pub mod queue;
+pub mod heap_churn;
+pub mod itlb;
 
 use crate::probe::MachineReport;
 use serde::Serialize;

@@ -410,6 +410,17 @@ pub fn hugetlb_available(page_size: usize) -> u64 {
         .unwrap_or(0)
 }
 
+/// The perf id of a tracepoint such as `syscalls:sys_enter_mmap`, read from
+/// the live tracefs; the error says what is missing (tracefs not mounted, no
+/// permission). Costs a read of `/proc/mounts` and of one small file.
+pub fn live_tracepoint_id(name: &str) -> Result<u64, String> {
+    let root = SysRoot::live();
+    let tracefs = root
+        .read("/proc/mounts")
+        .and_then(|m| parse::tracefs_mount(&m));
+    tracepoint_id(&root, tracefs.as_deref(), name)
+}
+
 /// The live THP `enabled` mode (`always`, `madvise`, `never`), if readable.
 pub fn thp_enabled_mode() -> Option<String> {
     let root = SysRoot::live();

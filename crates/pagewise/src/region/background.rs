@@ -27,6 +27,9 @@ struct Progress {
 
 #[derive(Debug)]
 struct Shared {
+    /// Offset of the first byte to populate within the mapping.
+    base: usize,
+    /// Bytes to populate from `base`.
     len: usize,
     next_chunk: AtomicUsize,
     cancel: AtomicBool,
@@ -78,8 +81,21 @@ impl BackgroundPopulate {
     /// with `advice` (normally `MADV_POPULATE_WRITE`).
     pub fn start(populator: Populator, threads: usize, advice: Advice) -> std::io::Result<Self> {
         let len = populator.len();
+        Self::start_range(populator, 0, len, threads, advice)
+    }
+
+    /// Like [`start`](Self::start), for bytes `[base, base+len)` of the mapping only;
+    /// frontiers and waits are then relative to `base`.
+    pub fn start_range(
+        populator: Populator,
+        base: usize,
+        len: usize,
+        threads: usize,
+        advice: Advice,
+    ) -> std::io::Result<Self> {
         let chunks = len.div_ceil(CHUNK);
         let shared = Arc::new(Shared {
+            base,
             len,
             next_chunk: AtomicUsize::new(0),
             cancel: AtomicBool::new(false),
@@ -116,6 +132,11 @@ impl BackgroundPopulate {
             populator,
             advice,
         })
+    }
+
+    /// Whether every chunk is populated (or the work stopped on an error). Lock-free.
+    pub fn is_done(&self) -> bool {
+        self.frontier() >= self.shared.len || self.shared.cancel.load(Ordering::Relaxed)
     }
 
     /// Bytes from the start that are populated for sure. Lock-free.
@@ -173,6 +194,7 @@ impl BackgroundPopulate {
 fn populate_chunk(shared: &Shared, populator: &Populator, advice: Advice, chunk: usize) {
     let offset = chunk * CHUNK;
     let len = CHUNK.min(shared.len - offset);
+    let offset = shared.base + offset;
     let result = populator
         .advise(offset, len, advice)
         .map_err(|e| format!("background populate at offset {offset}: {e}"));

@@ -23,7 +23,7 @@
 //! fault; eager population turns that into an error too, since
 //! `MADV_POPULATE_WRITE` reports it.)
 
-mod background;
+pub(crate) mod background;
 mod pool;
 mod verify;
 

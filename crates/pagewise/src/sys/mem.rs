@@ -331,6 +331,14 @@ impl AnonMapping {
         })
     }
 
+    /// Gives up ownership of the range without unmapping it: for a mapping
+    /// that `mremap` has moved elsewhere (its old address range is gone).
+    pub(crate) fn forget_moved(self) {
+        if let Ok(range) = Arc::try_unwrap(self.range) {
+            std::mem::forget(range);
+        }
+    }
+
     /// A handle that can populate this mapping from another thread.
     pub fn populator(&self) -> Populator {
         Populator {
@@ -366,6 +374,228 @@ impl Populator {
     }
 }
 
+/// Address space reserved up front (`PROT_NONE`, nothing committed) whose
+/// leading part is committed (made readable and writable) as it grows.
+///
+/// Committing changes protection only; pages are still faulted in on first
+/// touch unless populated. Unmapped on drop.
+#[derive(Debug)]
+pub struct Reservation {
+    range: Arc<RawRange>,
+    committed: usize,
+}
+
+impl Reservation {
+    /// Reserves `len` bytes (> 0) aligned to `align` (a power of two, at least
+    /// the base page size). One `mmap` and up to two `munmap`s; no memory is
+    /// committed, so it counts against no overcommit limit.
+    pub fn reserve(len: usize, align: usize) -> SysResult<Reservation> {
+        let invalid = |call| SysError {
+            call,
+            source: std::io::Error::from_raw_os_error(libc::EINVAL),
+        };
+        if len == 0 || !align.is_power_of_two() {
+            return Err(invalid("mmap(PROT_NONE)"));
+        }
+        let over = len
+            .checked_add(align)
+            .ok_or_else(|| invalid("mmap(PROT_NONE)"))?;
+        // SAFETY: a fresh inaccessible anonymous mapping at a kernel-chosen address.
+        let addr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                over,
+                libc::PROT_NONE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                -1,
+                0,
+            )
+        };
+        if addr == libc::MAP_FAILED {
+            return Err(SysError::last("mmap(PROT_NONE)"));
+        }
+        let base = addr as usize;
+        let start = base.next_multiple_of(align);
+        let head = start - base;
+        let tail = over - head - len;
+        // SAFETY: head and tail are inside the mapping just made and nothing refers to them.
+        unsafe {
+            if head > 0 {
+                libc::munmap(addr, head);
+            }
+            if tail > 0 {
+                libc::munmap((start + len) as *mut libc::c_void, tail);
+            }
+        }
+        let addr = NonNull::new(start as *mut u8).ok_or_else(|| invalid("mmap(PROT_NONE)"))?;
+        Ok(Reservation {
+            range: Arc::new(RawRange { addr, len }),
+            committed: 0,
+        })
+    }
+
+    /// Start address.
+    pub fn addr(&self) -> usize {
+        self.range.addr.as_ptr() as usize
+    }
+
+    /// Bytes reserved.
+    pub fn reserved(&self) -> usize {
+        self.range.len
+    }
+
+    /// Bytes committed (readable and writable) from the start.
+    pub fn committed(&self) -> usize {
+        self.committed
+    }
+
+    /// Makes `[0, new_committed)` readable and writable. `new_committed` must be
+    /// a multiple of the base page size and within the reservation; shrinking is
+    /// not done here (see [`discard`](Self::discard)). One `mprotect`.
+    pub fn commit(&mut self, new_committed: usize) -> SysResult<()> {
+        check_subrange(self.range.len, 0, new_committed, "mprotect")?;
+        if new_committed <= self.committed {
+            return Ok(());
+        }
+        let grow = new_committed - self.committed;
+        // SAFETY: the range lies inside our reservation and is not yet accessible, so no
+        // reference to it exists; making it RW cannot invalidate anything.
+        let rc = unsafe {
+            libc::mprotect(
+                self.range.addr.as_ptr().add(self.committed).cast(),
+                grow,
+                libc::PROT_READ | libc::PROT_WRITE,
+            )
+        };
+        if rc != 0 {
+            return Err(SysError::last("mprotect"));
+        }
+        self.committed = new_committed;
+        Ok(())
+    }
+
+    /// The committed bytes, read-only.
+    pub fn as_slice(&self) -> &[u8] {
+        // SAFETY: [addr, addr+committed) is mapped readable; &self excludes &mut views.
+        unsafe { std::slice::from_raw_parts(self.range.addr.as_ptr(), self.committed) }
+    }
+
+    /// The committed bytes, writable.
+    pub fn as_mut_slice(&mut self) -> &mut [u8] {
+        // SAFETY: [addr, addr+committed) is mapped writable; &mut self makes this unique.
+        unsafe { std::slice::from_raw_parts_mut(self.range.addr.as_ptr(), self.committed) }
+    }
+
+    /// Non-destructive advice on a committed subrange. One `madvise`.
+    pub fn advise(&self, offset: usize, len: usize, advice: Advice) -> SysResult<()> {
+        check_subrange(self.committed, offset, len, advice.call_name())?;
+        self.range
+            .madvise(offset, len, advice.raw(), advice.call_name())
+    }
+
+    /// Non-destructive advice on the whole reservation, committed or not
+    /// (e.g. `MADV_HUGEPAGE` before anything is committed). One `madvise`.
+    pub fn advise_all(&self, advice: Advice) -> SysResult<()> {
+        self.range
+            .madvise(0, self.range.len, advice.raw(), advice.call_name())
+    }
+
+    /// Drops the contents of a committed subrange, which stays committed and
+    /// reads back as zeros (`DontNeed`) or undefined-until-written (`Free`).
+    pub fn discard(&mut self, offset: usize, len: usize, how: Discard) -> SysResult<()> {
+        check_subrange(self.committed, offset, len, "madvise")?;
+        let (raw, name) = match how {
+            Discard::DontNeed => (libc::MADV_DONTNEED, "madvise(MADV_DONTNEED)"),
+            Discard::Free => (libc::MADV_FREE, "madvise(MADV_FREE)"),
+        };
+        self.range.madvise(offset, len, raw, name)
+    }
+
+    /// A handle that can populate committed pages from another thread.
+    pub fn populator(&self) -> Populator {
+        Populator {
+            range: Arc::clone(&self.range),
+        }
+    }
+
+    /// Moves the committed pages, without copying them, to the start of a new
+    /// reservation of `new_len` bytes (`mremap(MREMAP_MAYMOVE|MREMAP_FIXED)`),
+    /// and releases the old reservation. Fails with `EBUSY` while a
+    /// [`Populator`] of this reservation is alive. On failure the old
+    /// reservation is returned unharmed inside the error path's `Err`.
+    pub fn move_to_larger(
+        self,
+        new_len: usize,
+        align: usize,
+    ) -> Result<Reservation, (Reservation, SysError)> {
+        if new_len < self.committed {
+            let err = SysError {
+                call: "mremap",
+                source: std::io::Error::from_raw_os_error(libc::EINVAL),
+            };
+            return Err((self, err));
+        }
+        let mut target = match Reservation::reserve(new_len, align) {
+            Ok(t) => t,
+            Err(e) => return Err((self, e)),
+        };
+        if self.committed == 0 {
+            return Ok(target);
+        }
+        let committed = self.committed;
+        let range = match Arc::try_unwrap(self.range) {
+            Ok(r) => r,
+            Err(shared) => {
+                let err = SysError {
+                    call: "mremap",
+                    source: std::io::Error::from_raw_os_error(libc::EBUSY),
+                };
+                return Err((
+                    Reservation {
+                        range: shared,
+                        committed,
+                    },
+                    err,
+                ));
+            }
+        };
+        // SAFETY: the source is our committed (RW) range, owned exclusively (try_unwrap); the
+        // destination lies inside the fresh reservation `target`, which MREMAP_FIXED replaces.
+        // On success the pages now live at the target and the source range is unmapped.
+        let moved = unsafe {
+            libc::mremap(
+                range.addr.as_ptr().cast(),
+                committed,
+                committed,
+                libc::MREMAP_MAYMOVE | libc::MREMAP_FIXED,
+                target.range.addr.as_ptr().cast::<libc::c_void>(),
+            )
+        };
+        if moved == libc::MAP_FAILED {
+            let err = SysError::last("mremap");
+            return Err((
+                Reservation {
+                    range: Arc::new(range),
+                    committed,
+                },
+                err,
+            ));
+        }
+        // The committed part moved away; unmap what is left of the old reservation.
+        let old_base = range.addr.as_ptr();
+        let old_len = range.len;
+        std::mem::forget(range);
+        if old_len > committed {
+            // SAFETY: the uncommitted tail of the old reservation is still ours and unused.
+            unsafe {
+                libc::munmap(old_base.add(committed).cast(), old_len - committed);
+            }
+        }
+        target.committed = committed;
+        Ok(target)
+    }
+}
+
 /// A zeroed block from the C heap (`calloc`), freed with `free` on drop.
 ///
 /// Above glibc's mmap threshold this is a fresh `mmap` that glibc does not
@@ -377,11 +607,12 @@ pub struct CHeapBlock {
     len: usize,
 }
 
-// SAFETY: the block is exclusively owned; glibc's free may be called from any thread.
+// SAFETY: the block is exclusively owned and fully initialised (calloc zeroes, malloc_filled
+// writes every byte); glibc's free may be called from any thread.
 unsafe impl Send for CHeapBlock {}
 
 impl CHeapBlock {
-    /// Allocates `len` zeroed bytes (`len` > 0). One `calloc` call.
+    /// Allocates `len` zeroed bytes. One `calloc` call.
     pub fn calloc(len: usize) -> SysResult<CHeapBlock> {
         // SAFETY: calloc has no preconditions; the result is checked for NULL.
         let ptr = unsafe { libc::calloc(len.max(1), 1) };
@@ -389,6 +620,20 @@ impl CHeapBlock {
             call: "calloc",
             source: std::io::Error::from_raw_os_error(libc::ENOMEM),
         })?;
+        Ok(CHeapBlock { ptr, len })
+    }
+
+    /// Allocates `len` bytes (> 0) with `malloc` and fills them with `byte`
+    /// (`memset`): the "malloc a buffer and fill it" step of a workload.
+    pub fn malloc_filled(len: usize, byte: u8) -> SysResult<CHeapBlock> {
+        // SAFETY: malloc has no preconditions; the result is checked for NULL.
+        let ptr = unsafe { libc::malloc(len.max(1)) };
+        let ptr = NonNull::new(ptr.cast::<u8>()).ok_or_else(|| SysError {
+            call: "malloc",
+            source: std::io::Error::from_raw_os_error(libc::ENOMEM),
+        })?;
+        // SAFETY: ptr points to at least len writable bytes; writing initialises them all.
+        unsafe { std::ptr::write_bytes(ptr.as_ptr(), byte, len) };
         Ok(CHeapBlock { ptr, len })
     }
 
@@ -430,6 +675,33 @@ mod tests {
         assert!(b.as_slice().iter().all(|&x| x == 0));
         b.as_mut_slice()[1000] = 3;
         assert_eq!(b.as_slice()[1000], 3);
+    }
+
+    #[test]
+    fn reservation_commits_and_moves_without_copying() {
+        let mut r = Reservation::reserve(64 << 20, 2 << 20).unwrap();
+        assert_eq!(r.addr() % (2 << 20), 0);
+        assert_eq!(r.as_slice().len(), 0);
+        r.commit(8192).unwrap();
+        r.as_mut_slice()[8191] = 5;
+        let old = r.addr();
+        let moved = r.move_to_larger(128 << 20, 2 << 20).unwrap();
+        assert_ne!(moved.addr(), old);
+        assert_eq!(moved.committed(), 8192);
+        assert_eq!(moved.as_slice()[8191], 5);
+        assert_eq!(moved.reserved(), 128 << 20);
+    }
+
+    #[test]
+    fn reservation_refuses_to_commit_past_its_end() {
+        let mut r = Reservation::reserve(1 << 20, 4096).unwrap();
+        assert_eq!(r.commit(2 << 20).unwrap_err().errno(), Some(libc::ERANGE));
+    }
+
+    #[test]
+    fn malloc_filled_fills() {
+        let b = CHeapBlock::malloc_filled(1 << 20, 0x5a).unwrap();
+        assert!(b.as_slice().iter().all(|&x| x == 0x5a));
     }
 
     #[test]

@@ -6,6 +6,7 @@
 
 pub mod clock;
 pub mod cpu;
+pub mod dl;
 pub mod file;
 pub mod file_map;
 pub mod libc_info;
@@ -14,6 +15,9 @@ pub mod pagemap;
 pub mod perf;
 pub mod prctl;
 pub mod process;
+pub mod text;
+pub mod time;
+pub mod tlb;
 
 use std::io;
 

@@ -1,18 +1,420 @@
-//! Signals to processes.
+//! Starting a command stopped before `exec`, waiting for it with its resource
+//! usage, and the signal plumbing around it.
+//!
+//! [`spawn_stopped`] forks a child that waits on a pipe before it calls
+//! `execv`: the parent can open perf events on the child's pid (with
+//! `enable_on_exec`) before the program runs its first instruction, so no event
+//! is missed. Between `fork` and `exec` the child only calls async-signal-safe
+//! functions (`read`, `sigprocmask`, `sigaction`, `execv`, `write`, `_exit`).
 
 use super::{SysError, SysResult};
+use std::ffi::CString;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::time::Duration;
+
+/// A forked child that has not yet called `exec`.
+#[derive(Debug)]
+pub struct StoppedChild {
+    pid: libc::pid_t,
+    go: Option<OwnedFd>,
+    exec_status: OwnedFd,
+}
+
+/// Why `exec` failed in the child.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ExecFailed {
+    /// The errno `execv` returned.
+    pub errno: i32,
+}
+
+fn pipe_cloexec() -> SysResult<(OwnedFd, OwnedFd)> {
+    let mut fds = [0 as libc::c_int; 2];
+    // SAFETY: pipe2 writes two fds into the array we pass.
+    let rc = unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) };
+    if rc != 0 {
+        return Err(SysError::last("pipe2"));
+    }
+    // SAFETY: both fds were just created and are owned by nobody else.
+    unsafe { Ok((OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1]))) }
+}
+
+/// Forks a child that will `execv(path, argv)` with this process's
+/// environment once [`StoppedChild::release`] is called. The child gets the
+/// default dispositions for `SIGPIPE`, `SIGINT` and `SIGQUIT` and an empty
+/// signal mask, as a shell would give it (Rust ignores `SIGPIPE` in its own
+/// process). Costs one `fork` and two pipes.
+pub fn spawn_stopped(path: &CString, argv: &[CString]) -> SysResult<StoppedChild> {
+    let (go_read, go_write) = pipe_cloexec()?;
+    let (status_read, status_write) = pipe_cloexec()?;
+    let mut argv_ptrs: Vec<*const libc::c_char> = argv.iter().map(|a| a.as_ptr()).collect();
+    argv_ptrs.push(std::ptr::null());
+    let parent_ends = [go_write.as_raw_fd(), status_read.as_raw_fd()];
+    // SAFETY: fork has no memory-safety preconditions; the child branch below only uses
+    // async-signal-safe calls on memory prepared before the fork, then execs or _exits.
+    let pid = unsafe { libc::fork() };
+    if pid < 0 {
+        return Err(SysError::last("fork"));
+    }
+    if pid == 0 {
+        // SAFETY: in the child, between fork and exec: only async-signal-safe calls on
+        // data allocated before the fork (path, argv_ptrs, fds). Never returns.
+        unsafe {
+            // The parent's ends: holding the write end of the go pipe would keep our
+            // own read from ever seeing end-of-file.
+            for fd in parent_ends {
+                libc::close(fd);
+            }
+            let mut byte = 0u8;
+            let n = libc::read(go_read.as_raw_fd(), (&mut byte as *mut u8).cast(), 1);
+            if n != 1 {
+                // The parent gave up (it closed the pipe without a go byte).
+                libc::_exit(127);
+            }
+            let mut empty: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut empty);
+            libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
+            for sig in [libc::SIGPIPE, libc::SIGINT, libc::SIGQUIT] {
+                libc::signal(sig, libc::SIG_DFL);
+            }
+            libc::execv(path.as_ptr(), argv_ptrs.as_ptr());
+            let errno = *libc::__errno_location();
+            let bytes = errno.to_ne_bytes();
+            libc::write(status_write.as_raw_fd(), bytes.as_ptr().cast(), bytes.len());
+            libc::_exit(127);
+        }
+    }
+    drop(go_read);
+    drop(status_write);
+    Ok(StoppedChild {
+        pid,
+        go: Some(go_write),
+        exec_status: status_read,
+    })
+}
+
+impl StoppedChild {
+    /// The child's pid.
+    pub fn pid(&self) -> libc::pid_t {
+        self.pid
+    }
+
+    /// Lets the child call `exec` and waits until it has (or has failed to).
+    /// On failure the child has exited with status 127 and has been reaped.
+    pub fn release(mut self) -> SysResult<Result<libc::pid_t, ExecFailed>> {
+        let go = self.go.take().expect("released once");
+        let byte = [1u8];
+        // SAFETY: writing one byte from a live array to a pipe we own.
+        let n = unsafe { libc::write(go.as_raw_fd(), byte.as_ptr().cast(), 1) };
+        if n != 1 {
+            return Err(SysError::last("write(go pipe)"));
+        }
+        drop(go);
+        let mut buf = [0u8; 4];
+        let mut got = 0;
+        loop {
+            // SAFETY: reading into the unfilled tail of a 4-byte array we own.
+            let n = unsafe {
+                libc::read(
+                    self.exec_status.as_raw_fd(),
+                    buf[got..].as_mut_ptr().cast(),
+                    buf.len() - got,
+                )
+            };
+            if n < 0 {
+                let err = SysError::last("read(exec status pipe)");
+                if err.errno() == Some(libc::EINTR) {
+                    continue;
+                }
+                return Err(err);
+            }
+            if n == 0 {
+                break;
+            }
+            got += n as usize;
+            if got == buf.len() {
+                break;
+            }
+        }
+        if got == 0 {
+            // The pipe closed on exec: the program is running.
+            return Ok(Ok(self.pid));
+        }
+        let errno = i32::from_ne_bytes(buf);
+        let _ = wait(self.pid);
+        self.pid = 0;
+        Ok(Err(ExecFailed { errno }))
+    }
+}
+
+impl Drop for StoppedChild {
+    fn drop(&mut self) {
+        if self.go.is_some() && self.pid > 0 {
+            // Never released: the child is still waiting before exec. Closing the go pipe
+            // makes it _exit(127); SIGKILL makes sure. Then reap it.
+            self.go = None;
+            // SAFETY: kill has no memory-safety preconditions; pid is our unreaped child.
+            unsafe { libc::kill(self.pid, libc::SIGKILL) };
+            let _ = wait(self.pid);
+        }
+    }
+}
+
+/// How a process ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExitKind {
+    /// It called `exit` with this status.
+    Exited(i32),
+    /// A signal killed it.
+    Signaled {
+        /// The signal number.
+        signal: i32,
+        /// Whether it dumped core.
+        core_dumped: bool,
+    },
+}
+
+impl ExitKind {
+    /// The status a shell reports: the exit code, or 128 + the signal number.
+    pub fn shell_status(&self) -> i32 {
+        match *self {
+            ExitKind::Exited(code) => code,
+            ExitKind::Signaled { signal, .. } => 128 + signal,
+        }
+    }
+}
+
+/// Resource usage of a waited-for child (and the descendants it waited for).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Rusage {
+    /// CPU time in user mode.
+    pub user: Duration,
+    /// CPU time in the kernel.
+    pub sys: Duration,
+    /// Page faults served without I/O.
+    pub minor_faults: u64,
+    /// Page faults that needed I/O.
+    pub major_faults: u64,
+    /// Voluntary context switches.
+    pub voluntary_switches: u64,
+    /// Involuntary context switches.
+    pub involuntary_switches: u64,
+    /// Peak resident set size in bytes.
+    pub max_rss_bytes: u64,
+}
+
+fn timeval(tv: libc::timeval) -> Duration {
+    Duration::new(tv.tv_sec.max(0) as u64, (tv.tv_usec.max(0) as u32) * 1000)
+}
+
+/// Waits for child `pid` to end (`wait4`, retried on `EINTR`).
+pub fn wait(pid: libc::pid_t) -> SysResult<(ExitKind, Rusage)> {
+    let mut status = 0;
+    // SAFETY: rusage is plain old data; wait4 fills it in.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    loop {
+        // SAFETY: status and ru are valid for writes for the duration of the call.
+        let rc = unsafe { libc::wait4(pid, &mut status, 0, &mut ru) };
+        if rc == pid {
+            break;
+        }
+        let err = SysError::last("wait4");
+        if err.errno() != Some(libc::EINTR) {
+            return Err(err);
+        }
+    }
+    let kind = if libc::WIFSIGNALED(status) {
+        ExitKind::Signaled {
+            signal: libc::WTERMSIG(status),
+            core_dumped: libc::WCOREDUMP(status),
+        }
+    } else {
+        ExitKind::Exited(libc::WEXITSTATUS(status))
+    };
+    let usage = Rusage {
+        user: timeval(ru.ru_utime),
+        sys: timeval(ru.ru_stime),
+        minor_faults: ru.ru_minflt.max(0) as u64,
+        major_faults: ru.ru_majflt.max(0) as u64,
+        voluntary_switches: ru.ru_nvcsw.max(0) as u64,
+        involuntary_switches: ru.ru_nivcsw.max(0) as u64,
+        max_rss_bytes: ru.ru_maxrss.max(0) as u64 * 1024,
+    };
+    Ok((kind, usage))
+}
+
+/// Whether process `pid` exists (`kill(pid, 0)`; a process owned by someone
+/// else that we may not signal still counts as existing).
+pub fn exists(pid: libc::pid_t) -> bool {
+    // SAFETY: signal 0 only checks for existence and permission.
+    let rc = unsafe { libc::kill(pid, 0) };
+    rc == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
+}
 
 /// Sends `SIGKILL` to process `pid`: it dies at once, running no destructors
 /// and flushing nothing (what crash tests need). One `kill` call.
-pub fn sigkill(pid: u32) -> SysResult<()> {
-    let pid = libc::pid_t::try_from(pid).map_err(|_| SysError {
-        call: "kill",
-        source: std::io::Error::from_raw_os_error(libc::ESRCH),
-    })?;
+pub fn sigkill(pid: libc::pid_t) -> SysResult<()> {
     // SAFETY: kill takes integers; it does not touch our memory.
     let rc = unsafe { libc::kill(pid, libc::SIGKILL) };
     if rc != 0 {
         return Err(SysError::last("kill"));
     }
     Ok(())
+}
+
+/// Clock ticks per second (`sysconf(_SC_CLK_TCK)`), the unit of `/proc/PID/stat` times.
+pub fn clock_ticks_per_second() -> u64 {
+    // SAFETY: sysconf has no memory-safety preconditions.
+    let n = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    if n > 0 {
+        n as u64
+    } else {
+        100
+    }
+}
+
+/// Ignores `SIGINT` and `SIGQUIT` in this process until dropped, as `time`
+/// does while its command runs: a Ctrl-C goes to the command (same process
+/// group), and we stay alive to report how it ended.
+#[derive(Debug)]
+pub struct IgnoreInterrupts {
+    previous: [libc::sighandler_t; 2],
+}
+
+const INTERRUPTS: [libc::c_int; 2] = [libc::SIGINT, libc::SIGQUIT];
+
+impl IgnoreInterrupts {
+    /// Starts ignoring. Call it after forking the child (which resets them anyway).
+    pub fn new() -> Self {
+        // SAFETY: setting a signal disposition to SIG_IGN has no memory-safety preconditions.
+        let previous = INTERRUPTS.map(|sig| unsafe { libc::signal(sig, libc::SIG_IGN) });
+        IgnoreInterrupts { previous }
+    }
+}
+
+impl Default for IgnoreInterrupts {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Drop for IgnoreInterrupts {
+    fn drop(&mut self) {
+        for (sig, handler) in INTERRUPTS.iter().zip(self.previous) {
+            if handler != libc::SIG_ERR {
+                // SAFETY: restoring the disposition that signal() returned earlier.
+                unsafe { libc::signal(*sig, handler) };
+            }
+        }
+    }
+}
+
+/// The name of a signal: `SIGKILL`, `SIGSEGV`, … or `signal N`.
+pub fn signal_name(signal: i32) -> String {
+    const NAMES: [&str; 32] = [
+        "",
+        "SIGHUP",
+        "SIGINT",
+        "SIGQUIT",
+        "SIGILL",
+        "SIGTRAP",
+        "SIGABRT",
+        "SIGBUS",
+        "SIGFPE",
+        "SIGKILL",
+        "SIGUSR1",
+        "SIGSEGV",
+        "SIGUSR2",
+        "SIGPIPE",
+        "SIGALRM",
+        "SIGTERM",
+        "SIGSTKFLT",
+        "SIGCHLD",
+        "SIGCONT",
+        "SIGSTOP",
+        "SIGTSTP",
+        "SIGTTIN",
+        "SIGTTOU",
+        "SIGURG",
+        "SIGXCPU",
+        "SIGXFSZ",
+        "SIGVTALRM",
+        "SIGPROF",
+        "SIGWINCH",
+        "SIGIO",
+        "SIGPWR",
+        "SIGSYS",
+    ];
+    match NAMES.get(signal as usize) {
+        Some(name) if signal > 0 => (*name).to_owned(),
+        _ => format!("signal {signal}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn c(s: &str) -> CString {
+        CString::new(s).unwrap()
+    }
+
+    #[test]
+    fn runs_a_command_and_reports_its_status() {
+        let child = spawn_stopped(&c("/bin/sh"), &[c("sh"), c("-c"), c("exit 7")]).unwrap();
+        let pid = child.release().unwrap().unwrap();
+        let (kind, _) = wait(pid).unwrap();
+        assert_eq!(kind, ExitKind::Exited(7));
+        assert_eq!(kind.shell_status(), 7);
+    }
+
+    #[test]
+    fn reports_a_signal_death() {
+        let child = spawn_stopped(&c("/bin/sh"), &[c("sh"), c("-c"), c("kill -9 $$")]).unwrap();
+        let pid = child.release().unwrap().unwrap();
+        let (kind, _) = wait(pid).unwrap();
+        assert_eq!(
+            kind,
+            ExitKind::Signaled {
+                signal: 9,
+                core_dumped: false
+            }
+        );
+        assert_eq!(kind.shell_status(), 137);
+        assert_eq!(signal_name(9), "SIGKILL");
+        assert_eq!(signal_name(99), "signal 99");
+    }
+
+    #[test]
+    fn exec_failure_comes_back_as_errno() {
+        let child = spawn_stopped(&c("/nonexistent/program"), &[c("program")]).unwrap();
+        let failed = child.release().unwrap().unwrap_err();
+        assert_eq!(failed.errno, libc::ENOENT);
+    }
+
+    #[test]
+    fn dropping_an_unreleased_child_reaps_it() {
+        let child = spawn_stopped(&c("/bin/true"), &[c("true")]).unwrap();
+        let pid = child.pid();
+        assert!(exists(pid));
+        drop(child);
+        assert!(!exists(pid));
+    }
+
+    #[test]
+    fn rusage_counts_the_childs_faults() {
+        let child = spawn_stopped(
+            &c("/bin/sh"),
+            &[
+                c("sh"),
+                c("-c"),
+                c("head -c 4000000 /dev/zero | cat > /dev/null"),
+            ],
+        )
+        .unwrap();
+        let pid = child.release().unwrap().unwrap();
+        let (kind, usage) = wait(pid).unwrap();
+        assert_eq!(kind, ExitKind::Exited(0));
+        assert!(usage.minor_faults > 0);
+        assert!(usage.max_rss_bytes > 0);
+    }
 }

@@ -1,0 +1,127 @@
+//! `pagewise bench heap-churn` and its hidden worker.
+
+use crate::bench::CommonArgs;
+use crate::format::{bytes, parse_size_arg, table};
+use anyhow::{anyhow, Context};
+use pagewise::bench::heap_churn::{self, Config, WorkerMode, Workload};
+use std::process::ExitCode;
+
+/// The workload's shape, shared by the experiment and its worker.
+#[derive(Debug, Clone, clap::Args)]
+pub struct WorkloadArgs {
+    /// Threads that allocate, fill and free.
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=256))]
+    threads: u32,
+    /// Smallest buffer.
+    #[arg(long, default_value = "256KiB", value_parser = parse_size_arg)]
+    min_size: u64,
+    /// Largest buffer.
+    #[arg(long, default_value = "64MiB", value_parser = parse_size_arg)]
+    max_size: u64,
+    /// Measured iterations per thread.
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..))]
+    iterations: u32,
+    /// Warm-up iterations per thread, not measured.
+    #[arg(long, default_value_t = 10)]
+    warmup: u32,
+}
+
+impl WorkloadArgs {
+    fn workload(&self) -> anyhow::Result<Workload> {
+        let w = Workload {
+            threads: self.threads as usize,
+            min_size: usize::try_from(self.min_size)?,
+            max_size: usize::try_from(self.max_size)?,
+            iterations: self.iterations as usize,
+            warmup: self.warmup as usize,
+        };
+        anyhow::ensure!(
+            w.min_size > 0 && w.min_size <= w.max_size,
+            "--min-size must be at least 1 byte and at most --max-size"
+        );
+        Ok(w)
+    }
+}
+
+/// Threads allocate, fill and free buffers of varying size: glibc vs keep-heap vs Buffer.
+#[derive(Debug, clap::Args)]
+pub struct HeapChurnArgs {
+    #[command(flatten)]
+    workload: WorkloadArgs,
+    #[command(flatten)]
+    common: CommonArgs,
+}
+
+/// One worker process (started by `bench heap-churn`; prints one JSON result).
+#[derive(Debug, clap::Args)]
+pub struct WorkerArgs {
+    /// `malloc` or `buffer`.
+    #[arg(long)]
+    mode: String,
+    #[command(flatten)]
+    workload: WorkloadArgs,
+}
+
+/// Runs the experiment and prints it.
+pub fn run(args: &HeapChurnArgs) -> anyhow::Result<ExitCode> {
+    let config = Config {
+        workload: args.workload.workload()?,
+        trials: args.common.trials as usize,
+        exe: std::env::current_exe().context("cannot find the pagewise binary to start workers")?,
+    };
+    let report = heap_churn::run(&config, &args.common.progress()).map_err(|e| anyhow!(e))?;
+    if args.common.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    let w = &report.workload;
+    println!(
+        "heap churn: {} threads x {} iterations of malloc/fill/free, {}-{}, {} trials, medians",
+        w.threads,
+        w.iterations,
+        bytes(w.min_size as u64),
+        bytes(w.max_size as u64),
+        report.trials
+    );
+    let mut t = table(&[
+        "row",
+        "GB/s (min-max)",
+        "speedup",
+        "faults/iter",
+        "mmap+munmap/iter",
+        "user s",
+        "sys s",
+    ]);
+    for r in &report.rows {
+        t.add_row(vec![
+            r.name.to_owned(),
+            format!(
+                "{:.2} ({:.2}-{:.2})",
+                r.gbps, r.gbps_range[0], r.gbps_range[1]
+            ),
+            format!("{:.2}x", r.speedup),
+            format!("{:.2}", r.faults_per_iter),
+            r.mmaps_per_iter.map_or("n/a".into(), |m| format!("{m:.2}")),
+            format!("{:.2}", r.user_s),
+            format!("{:.2}", r.sys_s),
+        ]);
+    }
+    println!("{t}");
+    if let Some(note) = &report.map_calls_note {
+        println!("{note}");
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Runs one worker and prints its JSON result.
+pub fn worker(args: &WorkerArgs) -> anyhow::Result<ExitCode> {
+    let mode = match args.mode.as_str() {
+        "malloc" => WorkerMode::Malloc,
+        "buffer" => WorkerMode::Buffer,
+        other => anyhow::bail!("unknown worker mode {other:?}: expected malloc or buffer"),
+    };
+    let result =
+        heap_churn::run_worker(mode, &args.workload.workload()?).map_err(|e| anyhow!(e))?;
+    println!("{}", serde_json::to_string(&result)?);
+    Ok(ExitCode::SUCCESS)
+}

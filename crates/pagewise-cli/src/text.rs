@@ -1,0 +1,286 @@
+//! `pagewise text …`: function ordering and hot-text footprints from profiles.
+
+use crate::format::table;
+use anyhow::Context;
+use pagewise::text::order::{self, OrderOptions};
+use pagewise::text::profile::Profile;
+use pagewise::text::symbols::FunctionTable;
+use serde::Serialize;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+/// Subcommands of `pagewise text`.
+#[derive(Debug, clap::Subcommand)]
+pub enum TextCommand {
+    /// Sample user instruction pointers with call chains (cpu-clock) into a profile.
+    Profile(ProfileArgs),
+    /// Compute a hot-function order (C3 call-chain clustering) for the linker.
+    Order(OrderArgs),
+    /// Pages of 4 KiB and 2 MiB that hold 50/90/99% of the samples, now and after an order.
+    Footprint(FootprintArgs),
+}
+
+/// `pagewise text order`.
+#[derive(Debug, clap::Args)]
+pub struct OrderArgs {
+    /// Profiles (pagewise's format or `perf script` output); several are merged by weight.
+    #[arg(required = true)]
+    profiles: Vec<PathBuf>,
+    /// The binary whose functions are ordered (with its symbol table).
+    #[arg(long)]
+    binary: PathBuf,
+    /// Where to write the order file.
+    #[arg(short, long)]
+    output: PathBuf,
+    /// Write gold's --section-ordering-file format (.text.SYMBOL) instead of
+    /// ld.lld's --symbol-ordering-file (SYMBOL).
+    #[arg(long)]
+    gold: bool,
+    /// Largest cluster in bytes.
+    #[arg(long, default_value = "2MiB", value_parser = crate::format::parse_size_arg)]
+    max_cluster: u64,
+    /// Print a JSON summary (schema pagewise.text.order/1).
+    #[arg(long)]
+    json: bool,
+}
+
+/// `pagewise text footprint`.
+#[derive(Debug, clap::Args)]
+pub struct FootprintArgs {
+    /// Profiles; several are merged by weight.
+    #[arg(required = true)]
+    profiles: Vec<PathBuf>,
+    /// The binary the samples are in.
+    #[arg(long)]
+    binary: PathBuf,
+    /// An order file: also report the footprint after applying it (from symbol sizes).
+    #[arg(long)]
+    order: Option<PathBuf>,
+    /// JSON (schema pagewise.text.footprint/1).
+    #[arg(long)]
+    json: bool,
+}
+
+fn load(profiles: &[PathBuf], binary: &Path) -> anyhow::Result<(Profile, FunctionTable)> {
+    let mut merged = Profile::default();
+    for p in profiles {
+        merged.merge(Profile::read(p)?);
+    }
+    let table = FunctionTable::read(binary)?;
+    Ok((merged, table))
+}
+
+#[derive(Serialize)]
+struct OrderSummary<'a> {
+    schema: &'static str,
+    output: &'a Path,
+    functions: usize,
+    clusters: usize,
+    resolved_samples: u64,
+    total_samples: u64,
+    before: order::Footprint,
+    after: order::Footprint,
+}
+
+#[derive(Serialize)]
+struct FootprintReport {
+    schema: &'static str,
+    binary: String,
+    before: order::Footprint,
+    after: Option<order::Footprint>,
+}
+
+/// Runs a `text` subcommand.
+pub fn run(command: &TextCommand) -> anyhow::Result<ExitCode> {
+    match command {
+        TextCommand::Profile(args) => run_profile(args),
+        TextCommand::Order(args) => run_order(args),
+        TextCommand::Footprint(args) => run_footprint(args),
+    }
+}
+
+fn no_samples_check(resolved: u64, binary: &Path) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        resolved > 0,
+        "no sample of the profile falls in {} (profiled a different binary, or a stripped one?)",
+        binary.display()
+    );
+    Ok(())
+}
+
+fn run_order(args: &OrderArgs) -> anyhow::Result<ExitCode> {
+    let (profile, table) = load(&args.profiles, &args.binary)?;
+    let options = OrderOptions {
+        max_cluster_bytes: args.max_cluster,
+        ..OrderOptions::default()
+    };
+    let computed = order::c3(&profile, &table, &args.binary, &options);
+    no_samples_check(computed.resolved_samples, &args.binary)?;
+    std::fs::write(&args.output, order::order_file(&computed, args.gold))
+        .with_context(|| format!("cannot write {}", args.output.display()))?;
+    let before = order::footprint(&profile, &table, &args.binary, None);
+    let after = order::footprint(&profile, &table, &args.binary, Some(&computed.functions));
+    if args.json {
+        let summary = OrderSummary {
+            schema: "pagewise.text.order/1",
+            output: &args.output,
+            functions: computed.functions.len(),
+            clusters: computed.clusters,
+            resolved_samples: computed.resolved_samples,
+            total_samples: computed.total_samples,
+            before,
+            after,
+        };
+        println!("{}", serde_json::to_string_pretty(&summary)?);
+    } else {
+        println!(
+            "wrote {} hot functions in {} clusters to {} ({} of {} samples in {})",
+            computed.functions.len(),
+            computed.clusters,
+            args.output.display(),
+            computed.resolved_samples,
+            computed.total_samples,
+            args.binary.display()
+        );
+        print_footprints(&before, Some(&after));
+        println!(
+            "link with -ffunction-sections and {} {}",
+            if args.gold {
+                "gold's --section-ordering-file"
+            } else {
+                "ld.lld --symbol-ordering-file"
+            },
+            args.output.display()
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn print_footprints(before: &order::Footprint, after: Option<&order::Footprint>) {
+    let mut t = table(&["layout", "4 KiB pages 50/90/99%", "2 MiB pages 50/90/99%"]);
+    let row = |f: &order::Footprint| {
+        vec![
+            format!("{}/{}/{}", f.pages_4k.p50, f.pages_4k.p90, f.pages_4k.p99),
+            format!("{}/{}/{}", f.pages_2m.p50, f.pages_2m.p90, f.pages_2m.p99),
+        ]
+    };
+    let mut first = vec!["as built".to_owned()];
+    first.extend(row(before));
+    t.add_row(first);
+    if let Some(after) = after {
+        let mut second = vec!["ordered".to_owned()];
+        second.extend(row(after));
+        t.add_row(second);
+    }
+    println!("{t}");
+}
+
+fn run_footprint(args: &FootprintArgs) -> anyhow::Result<ExitCode> {
+    let (profile, table) = load(&args.profiles, &args.binary)?;
+    let before = order::footprint(&profile, &table, &args.binary, None);
+    no_samples_check(before.resolved_samples, &args.binary)?;
+    let after = match &args.order {
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("cannot read {}", path.display()))?;
+            Some(order::footprint(
+                &profile,
+                &table,
+                &args.binary,
+                Some(&order::read_order_file(&text)),
+            ))
+        }
+        None => None,
+    };
+    if args.json {
+        let report = FootprintReport {
+            schema: "pagewise.text.footprint/1",
+            binary: args.binary.display().to_string(),
+            before,
+            after,
+        };
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        println!(
+            "{} samples resolved in {}",
+            before.resolved_samples,
+            args.binary.display()
+        );
+        print_footprints(&before, after.as_ref());
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `pagewise text profile`.
+#[derive(Debug, clap::Args)]
+pub struct ProfileArgs {
+    /// Where to write the profile.
+    #[arg(short, long, default_value = "pagewise.profile")]
+    output: PathBuf,
+    /// Samples per second of CPU time per thread.
+    #[arg(long, default_value_t = 999, value_parser = clap::value_parser!(u64).range(1..=100_000))]
+    frequency: u64,
+    /// Profile this running process instead of starting a command.
+    #[arg(long, conflicts_with = "command")]
+    pid: Option<i32>,
+    /// With --pid: how long to sample.
+    #[arg(long, default_value_t = 10.0, requires = "pid")]
+    seconds: f64,
+    /// The command to start and profile, after `--`.
+    #[arg(last = true, value_name = "CMD", required_unless_present = "pid")]
+    command: Vec<String>,
+}
+
+/// Samples a command or a process into a profile file; exits with the command's status.
+pub fn run_profile(args: &ProfileArgs) -> anyhow::Result<ExitCode> {
+    use pagewise::text::sampler::{self, Target};
+    anyhow::ensure!(
+        args.seconds > 0.0 && args.seconds.is_finite(),
+        "--seconds must be a positive number"
+    );
+    let target = match args.pid {
+        Some(pid) => Target::Pid {
+            pid,
+            duration: std::time::Duration::from_secs_f64(args.seconds),
+        },
+        None => Target::Command(args.command.clone()),
+    };
+    if matches!(target, Target::Pid { .. }) {
+        eprintln!(
+            "pagewise: sampling process {} for {} s",
+            args.pid.unwrap_or(0),
+            args.seconds
+        );
+    }
+    let sampled = match sampler::sample(&target, 1_000_000_000 / args.frequency) {
+        Ok(s) => s,
+        Err(sampler::SampleError::NotFound(program)) => {
+            eprintln!("pagewise: {program}: command not found");
+            return Ok(ExitCode::from(127));
+        }
+        Err(e) => return Err(e.into()),
+    };
+    std::fs::write(&args.output, sampled.profile.to_text())
+        .with_context(|| format!("cannot write {}", args.output.display()))?;
+    eprintln!(
+        "pagewise: {} samples in {} distinct stacks written to {}{}",
+        sampled.profile.total(),
+        sampled.profile.stacks.len(),
+        args.output.display(),
+        if sampled.lost > 0 {
+            format!(" ({} samples lost: lower --frequency)", sampled.lost)
+        } else {
+            String::new()
+        }
+    );
+    Ok(match sampled.exit {
+        Some(pagewise::sys::process::ExitKind::Exited(code)) => {
+            ExitCode::from(code.clamp(0, 255) as u8)
+        }
+        Some(pagewise::sys::process::ExitKind::Signaled { signal, .. }) => {
+            eprintln!("pagewise: the command was killed by signal {signal}");
+            ExitCode::from((128 + signal).clamp(0, 255) as u8)
+        }
+        None => ExitCode::SUCCESS,
+    })
+}

@@ -1,0 +1,399 @@
+//! CLI tests for `pagewise run --huge-text`: real programs (a PIE and a
+//! non-PIE C program with 6 MiB of text, a Rust binary, python3, a compiler
+//! driver and its back end), checked against plain runs and the kernel's smaps.
+
+use assert_cmd::Command;
+use pagewise::text::perfmap::PerfMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, OnceLock};
+
+/// The preload library: next to the test's pagewise binary when `cargo build
+/// --workspace` made it, else built once here into a separate target folder
+/// (cargo test does not build cdylibs).
+fn preload() -> PathBuf {
+    static LIB: OnceLock<PathBuf> = OnceLock::new();
+    LIB.get_or_init(|| {
+        let bin = assert_cmd::cargo::cargo_bin("pagewise");
+        let beside = bin.parent().unwrap().join("libpagewise_preload.so");
+        if beside.is_file() {
+            return beside;
+        }
+        let target = bin
+            .parent()
+            .unwrap()
+            .parent()
+            .unwrap()
+            .join("preload-for-tests");
+        let status = std::process::Command::new(env!("CARGO"))
+            .args(["build", "-q", "-p", "pagewise-preload", "--target-dir"])
+            .arg(&target)
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .status()
+            .expect("run cargo");
+        assert!(status.success(), "building pagewise-preload failed");
+        target.join("debug").join("libpagewise_preload.so")
+    })
+    .clone()
+}
+
+/// Tests that touch the hugetlb pool or run many processes take turns.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn pagewise() -> Command {
+    let mut c = Command::cargo_bin("pagewise").unwrap();
+    c.env("PAGEWISE_PRELOAD", preload());
+    c
+}
+
+const BIG_TEXT: &str = include_str!("fixtures/big_text.c");
+
+fn build_fixture(dir: &Path, name: &str, pie: bool) -> Option<PathBuf> {
+    let src = dir.join("big_text.c");
+    std::fs::write(&src, BIG_TEXT).unwrap();
+    let out = dir.join(name);
+    let mut cc = std::process::Command::new("cc");
+    cc.args(["-O1", "-fno-toplevel-reorder", "-o"])
+        .arg(&out)
+        .arg(&src);
+    cc.arg(if pie { "-pie" } else { "-no-pie" });
+    cc.status().ok()?.success().then_some(out)
+}
+
+struct Outcome {
+    stdout: String,
+    stderr: String,
+    report: serde_json::Value,
+}
+
+fn run_huge(program: &[&str], extra_env: &[(&str, &str)], flags: &[&str]) -> Outcome {
+    let dir = tempfile::tempdir().unwrap();
+    let report = dir.path().join("report.json");
+    let mut cmd = pagewise();
+    cmd.arg("run").args(flags).arg("--").args(program);
+    cmd.env("PAGEWISE_REPORT", &report);
+    for (k, v) in extra_env {
+        cmd.env(k, v);
+    }
+    let out = cmd.assert().success().get_output().clone();
+    let text = std::fs::read_to_string(&report)
+        .unwrap_or_else(|e| panic!("no report at {}: {e}", report.display()));
+    Outcome {
+        stdout: String::from_utf8(out.stdout).unwrap(),
+        stderr: String::from_utf8(out.stderr).unwrap(),
+        report: serde_json::from_str(&text).unwrap(),
+    }
+}
+
+fn plain_stdout(program: &[&str]) -> String {
+    let out = std::process::Command::new(program[0])
+        .args(&program[1..])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    String::from_utf8(out.stdout).unwrap()
+}
+
+fn moved_ranges(report: &serde_json::Value) -> Vec<&serde_json::Value> {
+    report["ranges"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| !r["page_kind"].is_null())
+        .collect()
+}
+
+fn check_moved_and_identical(bin: &Path) {
+    let program = [bin.to_str().unwrap()];
+    let expected = plain_stdout(&program);
+    let outcome = run_huge(
+        &program,
+        &[("SHOW_SMAPS", "1"), ("SHOW_ADDR", "1")],
+        &["--huge-text", "--report"],
+    );
+    assert_eq!(outcome.stdout, expected, "output differs from a plain run");
+    assert_eq!(outcome.report["schema"], "pagewise.run/1");
+    let moved = moved_ranges(&outcome.report);
+    assert_eq!(moved.len(), 1, "{:#}", outcome.report);
+    let r = moved[0];
+    assert_eq!(
+        r["end"].as_u64().unwrap() - r["start"].as_u64().unwrap(),
+        4 << 20
+    );
+    assert_eq!(r["huge_bytes"].as_u64().unwrap(), 4 << 20, "{r}");
+    // The program's own view of its smaps (hot_function lies in the moved range).
+    let huge_line = outcome.stderr.lines().any(|l| {
+        l.starts_with("AnonHugePages:") && l.contains("4096 kB")
+            || l.starts_with("KernelPageSize:") && l.contains("2048 kB")
+    });
+    assert!(
+        huge_line,
+        "smaps of the running program shows no huge pages:\n{}",
+        outcome.stderr
+    );
+    assert!(
+        outcome.stderr.contains("moved 4 MiB onto"),
+        "{}",
+        outcome.stderr
+    );
+    // The perf map names hot_function at the address the program printed.
+    let addr_line = outcome
+        .stderr
+        .lines()
+        .find(|l| l.starts_with("hot_function="))
+        .unwrap();
+    let addr = u64::from_str_radix(
+        addr_line
+            .split(['=', ' '])
+            .nth(1)
+            .unwrap()
+            .trim_start_matches("0x"),
+        16,
+    )
+    .unwrap();
+    let map_path = outcome.report["perf_map"]
+        .as_str()
+        .expect("perf map written");
+    let map = PerfMap::read(Path::new(map_path)).unwrap();
+    let _ = std::fs::remove_file(map_path);
+    assert_eq!(
+        map.lookup(addr + 2).map(|s| s.name.as_str()),
+        Some("hot_function")
+    );
+}
+
+fn fixture_moves(pie: bool) {
+    let _s = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let Some(bin) = build_fixture(dir.path(), "big", pie) else {
+        eprintln!("skipped: no working C compiler");
+        return;
+    };
+    if pagewise::probe::thp_enabled_mode().as_deref() == Some("never")
+        && pagewise::probe::hugetlb_available(2 << 20) < 2
+    {
+        eprintln!("skipped: THP is never and no hugetlb pool has room");
+        return;
+    }
+    check_moved_and_identical(&bin);
+}
+
+#[test]
+fn pie_program_moves_onto_huge_pages() {
+    fixture_moves(true);
+}
+
+#[test]
+fn non_pie_program_moves_onto_huge_pages() {
+    fixture_moves(false);
+}
+
+#[test]
+fn hugetlb_is_used_when_a_pool_has_room() {
+    let _s = serial();
+    if !pagewise::sys::libc_info::is_root() {
+        eprintln!("skipped: reserving hugetlb pages needs root");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let Some(bin) = build_fixture(dir.path(), "big_pie", true) else {
+        eprintln!("skipped: no working C compiler");
+        return;
+    };
+    let reservation = pagewise::region::PoolReservation::ensure_available(2 << 20, 2).unwrap();
+    if pagewise::probe::hugetlb_available(2 << 20) < 2 {
+        eprintln!(
+            "skipped: the kernel granted only {} pages",
+            reservation.obtained()
+        );
+        return;
+    }
+    let program = [bin.to_str().unwrap()];
+    let outcome = run_huge(&program, &[("SHOW_SMAPS", "1")], &["--huge-text"]);
+    assert_eq!(outcome.stdout, plain_stdout(&program));
+    let moved = moved_ranges(&outcome.report);
+    assert_eq!(moved[0]["page_kind"], "hugetlb", "{:#}", outcome.report);
+    assert!(
+        outcome.stderr.contains("KernelPageSize:     2048 kB"),
+        "{}",
+        outcome.stderr
+    );
+    if let Some(map) = outcome.report["perf_map"].as_str() {
+        let _ = std::fs::remove_file(map);
+    }
+}
+
+#[test]
+fn each_failed_step_leaves_a_working_program() {
+    let _s = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let Some(bin) = build_fixture(dir.path(), "big_pie", true) else {
+        eprintln!("skipped: no working C compiler");
+        return;
+    };
+    let program = [bin.to_str().unwrap()];
+    let expected = plain_stdout(&program);
+    for step in ["map", "copy", "protect", "remap"] {
+        let outcome = run_huge(&program, &[("PAGEWISE_FAIL_AT", step)], &["--huge-text"]);
+        assert_eq!(outcome.stdout, expected, "step {step}");
+        let ranges = outcome.report["ranges"].as_array().unwrap();
+        let skipped = ranges
+            .iter()
+            .find(|r| r["end"].as_u64() > r["start"].as_u64())
+            .unwrap();
+        assert!(skipped["page_kind"].is_null());
+        let why = skipped["skipped"].as_str().unwrap();
+        assert!(why.contains(&format!("the {step} step failed")), "{why}");
+        assert!(outcome.report["perf_map"].is_null());
+    }
+}
+
+#[test]
+fn rust_binary_and_python_skip_cleanly_when_text_is_small() {
+    let _s = serial();
+    let pagewise_bin = assert_cmd::cargo::cargo_bin("pagewise");
+    let rust = [pagewise_bin.to_str().unwrap(), "--version"];
+    let outcome = run_huge(&rust, &[], &["--huge-text"]);
+    assert_eq!(outcome.stdout, plain_stdout(&rust));
+    for r in outcome.report["ranges"].as_array().unwrap() {
+        let moved = !r["page_kind"].is_null();
+        let small = r["skipped"]
+            .as_str()
+            .is_some_and(|s| s.contains("under 2 MiB"));
+        assert!(moved || small, "{r}");
+    }
+    let python = ["/usr/bin/python3", "-c", "print(sum(range(10)))"];
+    if !Path::new(python[0]).exists() {
+        eprintln!("skipped the python3 part: /usr/bin/python3 is missing");
+        return;
+    }
+    let outcome = run_huge(&python, &[], &["--huge-text"]);
+    assert_eq!(outcome.stdout, "45\n");
+    for r in outcome.report["ranges"].as_array().unwrap() {
+        assert!(!r["page_kind"].is_null() || r["skipped"].is_string(), "{r}");
+    }
+}
+
+#[test]
+fn children_of_the_program_are_handled() {
+    let _s = serial();
+    let cc1 = std::process::Command::new("gcc")
+        .arg("-print-prog-name=cc1")
+        .output();
+    let Ok(cc1) = cc1 else {
+        eprintln!("skipped: gcc is not installed");
+        return;
+    };
+    let cc1 = String::from_utf8_lossy(&cc1.stdout).trim().to_owned();
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("x.c");
+    std::fs::write(&src, "int answer(void) { return 42; }\n").unwrap();
+    let obj = dir.path().join("x.o");
+    let report = dir.path().join("r.json");
+    pagewise()
+        .args(["run", "--huge-text", "--", "gcc", "-c"])
+        .arg(&src)
+        .arg("-o")
+        .arg(&obj)
+        .env("PAGEWISE_REPORT", &report)
+        .assert()
+        .success();
+    assert!(obj.is_file());
+    // The driver's report is FILE; each child's is FILE.PID.
+    let reports: Vec<serde_json::Value> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_name().to_string_lossy().starts_with("r.json."))
+        .map(|e| serde_json::from_str(&std::fs::read_to_string(e.path()).unwrap()).unwrap())
+        .collect();
+    let back_end = reports
+        .iter()
+        .find(|r| {
+            r["program"].as_str() == Some(cc1.as_str())
+                || r["program"].as_str().is_some_and(|p| p.ends_with("/cc1"))
+        })
+        .unwrap_or_else(|| panic!("no report from cc1 among {reports:#?}"));
+    let moved = moved_ranges(back_end);
+    assert!(!moved.is_empty(), "cc1 was not moved: {back_end:#}");
+    assert!(moved[0]["huge_bytes"].as_u64().unwrap() >= 2 << 20);
+    for r in &reports {
+        if let Some(map) = r["perf_map"].as_str() {
+            let _ = std::fs::remove_file(map);
+        }
+    }
+}
+
+#[test]
+fn hot_profile_limits_the_move_to_hot_pages() {
+    let _s = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let Some(bin) = build_fixture(dir.path(), "big_pie", true) else {
+        eprintln!("skipped: no working C compiler");
+        return;
+    };
+    let table = pagewise::text::symbols::FunctionTable::read(&bin).unwrap();
+    let hot = &table.functions()[table.by_name("hot_function").unwrap()];
+    let profile = dir.path().join("hot.profile");
+    std::fs::write(
+        &profile,
+        format!(
+            "# pagewise-profile 1\n# event cpu-clock\nobject 0 {}\nstack 100 0:{:x}\n",
+            bin.display(),
+            hot.vaddr + 1
+        ),
+    )
+    .unwrap();
+    let flag = format!("--huge-text=hot:{}", profile.display());
+    let program = [bin.to_str().unwrap()];
+    let outcome = run_huge(&program, &[], &[flag.as_str()]);
+    assert_eq!(outcome.stdout, plain_stdout(&program));
+    let moved = moved_ranges(&outcome.report);
+    assert_eq!(moved.len(), 1, "{:#}", outcome.report);
+    assert_eq!(
+        moved[0]["end"].as_u64().unwrap() - moved[0]["start"].as_u64().unwrap(),
+        2 << 20
+    );
+    if let Some(map) = outcome.report["perf_map"].as_str() {
+        let _ = std::fs::remove_file(map);
+    }
+}
+
+#[test]
+fn bad_huge_text_arguments_are_one_line_errors() {
+    let out = pagewise()
+        .args(["run", "--huge-text=warm", "--", "true"])
+        .assert()
+        .failure()
+        .get_output()
+        .clone();
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert!(stderr.contains("expected all or hot:PROFILE"), "{stderr}");
+    assert_eq!(stderr.trim_end().lines().count(), 1);
+    let out = pagewise()
+        .args(["run", "--huge-text=hot:/no/such/profile", "--", "true"])
+        .assert()
+        .failure()
+        .get_output()
+        .clone();
+    assert_eq!(
+        String::from_utf8(out.stderr)
+            .unwrap()
+            .trim_end()
+            .lines()
+            .count(),
+        1
+    );
+    let out = pagewise()
+        .args(["run", "--huge-text", "--", "true"])
+        .env("PAGEWISE_PRELOAD", "/no/such/lib.so")
+        .assert()
+        .failure()
+        .get_output()
+        .clone();
+    assert!(String::from_utf8(out.stderr)
+        .unwrap()
+        .contains("PAGEWISE_PRELOAD"));
+}

@@ -1,0 +1,245 @@
+//! CLI tests for `pagewise run --keep-heap` and `pagewise bench heap-churn`.
+//! Fixtures are compiled with the system C compiler; tests skip with a reason without one.
+
+use assert_cmd::Command;
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+
+fn pagewise() -> Command {
+    Command::cargo_bin("pagewise").unwrap()
+}
+
+fn compile(dir: &Path, name: &str, source: &str, extra: &[&str]) -> Option<PathBuf> {
+    let src = dir.join(format!("{name}.c"));
+    std::fs::write(&src, source).unwrap();
+    let out = dir.join(name);
+    let status = std::process::Command::new("cc")
+        .args(["-O1", "-o"])
+        .arg(&out)
+        .arg(&src)
+        .args(extra)
+        .status()
+        .ok()?;
+    status.success().then_some(out)
+}
+
+const CHURN: &str = include_str!("fixtures/churn_count.c");
+
+#[test]
+fn keep_heap_stops_the_mmaps_in_the_child() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(bin) = compile(dir.path(), "churn", CHURN, &[]) else {
+        eprintln!("skipped: no working C compiler (cc)");
+        return;
+    };
+    let plain = std::process::Command::new(&bin)
+        .env_remove("GLIBC_TUNABLES")
+        .output()
+        .unwrap();
+    let plain: u32 = String::from_utf8_lossy(&plain.stdout)
+        .trim()
+        .parse()
+        .unwrap();
+    assert_eq!(plain, 10, "glibc maps every 48 MiB block by default");
+    let out = pagewise()
+        .args(["run", "--keep-heap", "--"])
+        .arg(&bin)
+        .env_remove("GLIBC_TUNABLES")
+        .assert()
+        .success()
+        .get_output()
+        .clone();
+    let kept: u32 = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap();
+    assert_eq!(kept, 0, "with --keep-heap no block should be a fresh mmap");
+}
+
+#[test]
+fn report_shows_the_environment() {
+    let out = pagewise()
+        .args([
+            "run",
+            "--keep-heap",
+            "--keep-heap-pad",
+            "128MiB",
+            "--report",
+            "--",
+            "true",
+        ])
+        .env("GLIBC_TUNABLES", "glibc.malloc.trim_threshold=1")
+        .assert()
+        .success()
+        .get_output()
+        .clone();
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert!(
+        stderr.contains("glibc.malloc.top_pad = 128 MiB"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("kept your GLIBC_TUNABLES value"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains(
+            "GLIBC_TUNABLES=glibc.malloc.trim_threshold=1:glibc.malloc.mmap_threshold=33554432"
+        ),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn exit_status_is_the_programs() {
+    pagewise()
+        .args(["run", "--keep-heap", "--", "sh", "-c", "exit 7"])
+        .assert()
+        .code(7);
+    let status = std::process::Command::new(assert_cmd::cargo::cargo_bin("pagewise"))
+        .args(["run", "--keep-heap", "--", "sh", "-c", "kill -9 $$"])
+        .status()
+        .unwrap();
+    assert_eq!(
+        status.signal(),
+        Some(9),
+        "pagewise becomes the program, so its signal is ours"
+    );
+}
+
+#[test]
+fn missing_command_exits_127() {
+    let out = pagewise()
+        .args(["run", "--keep-heap", "--", "no-such-command-pagewise"])
+        .assert()
+        .code(127)
+        .get_output()
+        .clone();
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert_eq!(
+        stderr.trim(),
+        "pagewise: no-such-command-pagewise: command not found"
+    );
+}
+
+#[test]
+fn no_fix_and_no_command_are_errors() {
+    pagewise().args(["run", "--", "true"]).assert().failure();
+    let out = pagewise()
+        .args(["run", "--keep-heap"])
+        .assert()
+        .code(2)
+        .get_output()
+        .clone();
+    assert_eq!(
+        String::from_utf8(out.stderr)
+            .unwrap()
+            .trim_end()
+            .lines()
+            .count(),
+        1
+    );
+}
+
+fn assert_refused(bin: &Path, expected: &str) {
+    let out = pagewise()
+        .args(["run", "--keep-heap", "--"])
+        .arg(bin)
+        .assert()
+        .failure()
+        .get_output()
+        .clone();
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert!(stderr.contains(expected), "{stderr}");
+    assert_eq!(stderr.trim_end().lines().count(), 1, "{stderr}");
+}
+
+#[test]
+fn static_and_musl_programs_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = "int main(void) { return 0; }\n";
+    let cases = [
+        ("static", &["-static"][..], "statically linked"),
+        (
+            "musl",
+            &["-Wl,--dynamic-linker=/lib/ld-musl-x86_64.so.1"][..],
+            "linked against musl",
+        ),
+    ];
+    for (name, flags, expected) in cases {
+        match compile(dir.path(), name, src, flags) {
+            Some(bin) => assert_refused(&bin, expected),
+            None => eprintln!("skipped the {name} case: cc {flags:?} does not work here"),
+        }
+    }
+}
+
+#[test]
+fn heap_churn_bench_json() {
+    let out = pagewise()
+        .args([
+            "bench",
+            "heap-churn",
+            "--threads",
+            "2",
+            "--max-size",
+            "4MiB",
+            "--min-size",
+            "64KiB",
+            "--iterations",
+            "8",
+            "--warmup",
+            "2",
+            "--trials",
+            "1",
+            "--json",
+            "-q",
+        ])
+        .assert()
+        .success()
+        .get_output()
+        .clone();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["schema"], "pagewise.bench.heap-churn/1");
+    let names: Vec<&str> = v["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["glibc", "keep-heap", "buffer"]);
+    for r in v["rows"].as_array().unwrap() {
+        for key in [
+            "gbps",
+            "speedup",
+            "faults_per_iter",
+            "mmaps_per_iter",
+            "user_s",
+            "sys_s",
+        ] {
+            assert!(r.get(key).is_some(), "{key} missing: {r}");
+        }
+        assert!(r["gbps"].as_f64().unwrap() > 0.0);
+    }
+    assert_eq!(v["rows"][0]["speedup"], 1.0);
+    assert!(v["rows"][1]["glibc_tunables"]
+        .as_str()
+        .unwrap()
+        .contains("top_pad=4194304"));
+}
+
+#[test]
+fn heap_churn_rejects_bad_sizes() {
+    let out = pagewise()
+        .args([
+            "bench",
+            "heap-churn",
+            "--min-size",
+            "8MiB",
+            "--max-size",
+            "1MiB",
+        ])
+        .assert()
+        .failure()
+        .get_output()
+        .clone();
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert!(stderr.contains("--min-size"), "{stderr}");
+}

@@ -1,0 +1,225 @@
+//! Finding a program on PATH and telling how it is linked, from its ELF headers.
+
+use object::elf;
+use object::read::elf::{ElfFile64, FileHeader, ProgramHeader};
+use object::Endianness;
+use serde::Serialize;
+use std::path::{Path, PathBuf};
+
+/// How a program is linked, as far as pagewise cares.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Linkage {
+    /// Dynamically linked against glibc (an `ld-linux` interpreter).
+    Glibc {
+        /// The program interpreter (`PT_INTERP`).
+        interpreter: String,
+    },
+    /// Dynamically linked against musl.
+    Musl {
+        /// The program interpreter.
+        interpreter: String,
+    },
+    /// No program interpreter: statically linked.
+    Static,
+    /// Dynamically linked, but neither glibc nor musl was recognised.
+    Other {
+        /// The program interpreter.
+        interpreter: String,
+    },
+}
+
+/// Why a program cannot be launched as asked.
+#[derive(Debug, thiserror::Error)]
+pub enum LaunchError {
+    /// Not found on PATH or at the given path.
+    #[error("{0}: command not found")]
+    NotFound(String),
+    /// Could not be read.
+    #[error("cannot read {path}: {source}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Not an ELF file pagewise understands.
+    #[error("{path} is not a 64-bit ELF program ({reason})")]
+    NotElf {
+        /// The file.
+        path: PathBuf,
+        /// What was wrong.
+        reason: String,
+    },
+    /// The program does not use glibc, so glibc tunables would do nothing.
+    #[error("{path} is {what}: --keep-heap works through glibc's malloc tunables and would change nothing; use pagewise::buffer in the program instead")]
+    NotGlibc {
+        /// The file.
+        path: PathBuf,
+        /// `statically linked`, `linked against musl`…
+        what: String,
+    },
+}
+
+/// Finds `program` the way `execvp` does: as given when it contains a `/`,
+/// else in each `PATH` folder, the first executable file.
+pub fn resolve_program(program: &str) -> Result<PathBuf, LaunchError> {
+    if program.contains('/') {
+        let path = PathBuf::from(program);
+        return if path.is_file() {
+            Ok(path)
+        } else {
+            Err(LaunchError::NotFound(program.to_owned()))
+        };
+    }
+    let path_var =
+        std::env::var_os("PATH").unwrap_or_else(|| "/usr/local/bin:/usr/bin:/bin".into());
+    std::env::split_paths(&path_var)
+        .map(|dir| dir.join(program))
+        .find(|candidate| is_executable_file(candidate))
+        .ok_or_else(|| LaunchError::NotFound(program.to_owned()))
+}
+
+fn is_executable_file(path: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    path.metadata()
+        .map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        .unwrap_or(false)
+}
+
+/// Reads `path` (following a `#!` line to its interpreter, and `env NAME` to
+/// NAME on PATH) and tells how the program that will really run is linked.
+/// Returns the file inspected and its linkage. Reads the file once.
+pub fn inspect_program(path: &Path) -> Result<(PathBuf, Linkage), LaunchError> {
+    let data = std::fs::read(path).map_err(|source| LaunchError::Read {
+        path: path.to_owned(),
+        source,
+    })?;
+    if let Some(rest) = data.strip_prefix(b"#!") {
+        let line = rest.split(|&b| b == b'\n').next().unwrap_or_default();
+        let line = String::from_utf8_lossy(line);
+        let mut words = line.split_whitespace();
+        let interpreter = words.next().ok_or_else(|| LaunchError::NotElf {
+            path: path.to_owned(),
+            reason: "empty #! line".into(),
+        })?;
+        let target = if Path::new(interpreter)
+            .file_name()
+            .is_some_and(|n| n == "env")
+        {
+            let name = words
+                .find(|w| !w.starts_with('-'))
+                .ok_or_else(|| LaunchError::NotElf {
+                    path: path.to_owned(),
+                    reason: "#!env without a program".into(),
+                })?;
+            resolve_program(name)?
+        } else {
+            PathBuf::from(interpreter)
+        };
+        if target == path {
+            return Err(LaunchError::NotElf {
+                path: path.to_owned(),
+                reason: "#! line names itself".into(),
+            });
+        }
+        return inspect_program(&target);
+    }
+    let linkage = linkage_of(&data).map_err(|reason| LaunchError::NotElf {
+        path: path.to_owned(),
+        reason,
+    })?;
+    Ok((path.to_owned(), linkage))
+}
+
+/// Tells how an ELF image is linked from its program interpreter
+/// (`PT_INTERP`): `ld-linux*` is glibc's, `ld-musl*` musl's, none is static.
+pub fn linkage_of(data: &[u8]) -> Result<Linkage, String> {
+    let file = ElfFile64::<Endianness>::parse(data).map_err(|e| e.to_string())?;
+    let endian = file.endian();
+    let segments = file
+        .elf_header()
+        .program_headers(endian, data)
+        .map_err(|e| e.to_string())?;
+    let mut interpreter = None;
+    for segment in segments {
+        if segment.p_type(endian) == elf::PT_INTERP {
+            let bytes = segment
+                .data(endian, data)
+                .map_err(|_| "bad PT_INTERP".to_owned())?;
+            let text = bytes.split(|&b| b == 0).next().unwrap_or_default();
+            interpreter = Some(String::from_utf8_lossy(text).into_owned());
+        }
+    }
+    Ok(match interpreter {
+        None => Linkage::Static,
+        Some(i) if i.contains("ld-musl") => Linkage::Musl { interpreter: i },
+        Some(i) if i.contains("ld-linux") => Linkage::Glibc { interpreter: i },
+        Some(i) => Linkage::Other { interpreter: i },
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn this_test_binary_is_glibc() {
+        let exe = std::env::current_exe().unwrap();
+        let (_, linkage) = inspect_program(&exe).unwrap();
+        assert!(matches!(linkage, Linkage::Glibc { .. }), "{linkage:?}");
+    }
+
+    #[test]
+    fn path_lookup_finds_sh() {
+        let sh = resolve_program("sh").unwrap();
+        assert!(sh.is_absolute());
+        assert!(matches!(
+            resolve_program("no-such-program-pagewise"),
+            Err(LaunchError::NotFound(_))
+        ));
+    }
+
+    #[test]
+    fn garbage_is_not_elf() {
+        assert!(linkage_of(b"hello world").is_err());
+        assert!(linkage_of(&[0x7f, b'E', b'L', b'F', 2, 1, 1]).is_err());
+        assert!(linkage_of(&[]).is_err());
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn corrupted_elf_never_panics(flips in proptest::collection::vec((0usize..4096, proptest::num::u8::ANY), 1..16)) {
+            static HEAD: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
+            let mut data = HEAD
+                .get_or_init(|| {
+                    use std::io::Read;
+                    let mut head = Vec::new();
+                    let file = std::fs::File::open(std::env::current_exe().unwrap()).unwrap();
+                    file.take(64 << 10).read_to_end(&mut head).unwrap();
+                    head
+                })
+                .clone();
+            for (at, value) in flips {
+                data[at] = value;
+            }
+            let _ = linkage_of(&data);
+        }
+
+        #[test]
+        fn random_bytes_never_panic(data in proptest::collection::vec(proptest::num::u8::ANY, 0..512)) {
+            let _ = linkage_of(&data);
+        }
+    }
+
+    #[test]
+    fn scripts_follow_their_interpreter() {
+        let dir = tempfile::tempdir().unwrap();
+        let script = dir.path().join("s");
+        std::fs::write(&script, "#!/usr/bin/env sh\necho hi\n").unwrap();
+        let (target, linkage) = inspect_program(&script).unwrap();
+        assert!(target.ends_with("sh"), "{target:?}");
+        assert!(matches!(linkage, Linkage::Glibc { .. }), "{linkage:?}");
+    }
+}

@@ -1,0 +1,425 @@
+//! Moving the 2 MiB-aligned part of executable text onto huge pages.
+//!
+//! Used by `pagewise run --huge-text` (through the `pagewise-preload`
+//! library, before `main`) and callable directly, early in `main`, by
+//! programs that link pagewise ([`remap_text`]). For each executable
+//! `PT_LOAD` segment of the chosen objects: round its start up and its end
+//! down to 2 MiB; if at least one 2 MiB page remains, copy it onto hugetlb
+//! memory (when a 2 MiB pool has room) or THP, make it R+X, and move it over
+//! the original with one `mremap`. A failure at any step leaves the original
+//! text in place. Then: verify from smaps, write a perf map, name the range.
+
+use super::perfmap::{self, Symbol};
+use crate::observe::smaps;
+use crate::probe;
+use crate::sys::dl::{self, LoadedObject};
+use crate::sys::text::{self, HugeKind, MoveStep};
+use crate::sys::{self as rawsys};
+use serde::Serialize;
+use std::path::PathBuf;
+
+/// The JSON schema of a [`RunReport`].
+pub const SCHEMA: &str = "pagewise.run/1";
+const HUGE: u64 = 2 << 20;
+
+/// What to move.
+#[derive(Debug, Clone, Default)]
+pub struct HugeTextOptions {
+    /// Shared libraries to move too, matched against the file name (`libc.so.6`,
+    /// or a prefix such as `libpython`).
+    pub libs: Vec<String>,
+    /// When set, only the 2 MiB pages (by runtime address) in this list are moved:
+    /// the pages that hold the profile's hot functions.
+    pub hot_pages: Option<Vec<HotPages>>,
+    /// Fault injection for tests: fail before this step.
+    pub fail_at: Option<MoveStep>,
+    /// Write `/tmp/perf-PID.map` for moved ranges.
+    pub perf_map: bool,
+}
+
+/// Hot 2 MiB pages of one object, as link-time virtual addresses.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HotPages {
+    /// File name of the object (`""` or the executable's name for the main program).
+    pub object: String,
+    /// Link-time addresses of hot code; their 2 MiB pages are moved.
+    pub addresses: Vec<u64>,
+}
+
+/// One range considered for moving.
+#[derive(Debug, Clone, Serialize)]
+pub struct RangeReport {
+    /// The object's path.
+    pub object: String,
+    /// First byte of the 2 MiB-aligned range (runtime address).
+    pub start: u64,
+    /// One past its last byte.
+    pub end: u64,
+    /// Bytes the kernel reports on huge pages there after the move (from smaps).
+    pub huge_bytes: u64,
+    /// `hugetlb` or `thp` when moved.
+    pub page_kind: Option<&'static str>,
+    /// Why it was not moved, when it was not.
+    pub skipped: Option<String>,
+}
+
+/// Everything one process did, as `PAGEWISE_REPORT` JSON.
+#[derive(Debug, Clone, Serialize)]
+pub struct RunReport {
+    /// Always [`SCHEMA`].
+    pub schema: &'static str,
+    /// The process.
+    pub pid: u32,
+    /// Its executable.
+    pub program: String,
+    /// Ranges considered, moved or skipped.
+    pub ranges: Vec<RangeReport>,
+    /// The perf map written, if any.
+    pub perf_map: Option<String>,
+    /// Why no perf map was written, when ranges moved but none was.
+    pub perf_map_note: Option<String>,
+    /// Whether the moved ranges carry a `PR_SET_VMA_ANON_NAME` name.
+    pub vma_named: bool,
+}
+
+impl RunReport {
+    /// Bytes moved onto huge pages in total.
+    pub fn moved_bytes(&self) -> u64 {
+        self.ranges
+            .iter()
+            .filter(|r| r.page_kind.is_some())
+            .map(|r| r.end - r.start)
+            .sum()
+    }
+}
+
+fn exe_path() -> String {
+    std::fs::read_link("/proc/self/exe")
+        .map(|p| p.display().to_string())
+        .unwrap_or_default()
+}
+
+fn object_path(object: &LoadedObject) -> String {
+    if object.name.is_empty() {
+        exe_path()
+    } else {
+        object.name.clone()
+    }
+}
+
+fn file_name(path: &str) -> &str {
+    path.rsplit('/').next().unwrap_or(path)
+}
+
+fn threads_running() -> usize {
+    std::fs::read_dir("/proc/self/task").map_or(1, |d| d.count())
+}
+
+/// The aligned candidate ranges of one object: `(start, end)` runtime addresses.
+fn aligned_text(object: &LoadedObject) -> Vec<(u64, u64, u64)> {
+    object
+        .segments
+        .iter()
+        .filter(|s| s.executable && !s.writable)
+        .map(|s| {
+            let seg_start = object.bias + s.vaddr;
+            let seg_end = seg_start + s.filesz.min(s.memsz);
+            let start = seg_start.next_multiple_of(HUGE);
+            let end = seg_end / HUGE * HUGE;
+            (start, end.max(start), s.memsz)
+        })
+        .collect()
+}
+
+/// Splits `[start, end)` into the runs of 2 MiB pages that hold hot addresses.
+fn hot_runs(start: u64, end: u64, bias: u64, hot: &[u64]) -> Vec<(u64, u64)> {
+    let mut pages: Vec<u64> = hot
+        .iter()
+        .map(|a| (a + bias) / HUGE * HUGE)
+        .filter(|p| *p >= start && *p < end)
+        .collect();
+    pages.sort_unstable();
+    pages.dedup();
+    let mut runs: Vec<(u64, u64)> = Vec::new();
+    for p in pages {
+        match runs.last_mut() {
+            Some((_, e)) if *e == p => *e = p + HUGE,
+            _ => runs.push((p, p + HUGE)),
+        }
+    }
+    runs
+}
+
+fn choose_kind(pages: u64) -> Result<HugeKind, String> {
+    if probe::hugetlb_available(HUGE as usize) >= pages {
+        return Ok(HugeKind::Hugetlb);
+    }
+    let thp = probe::thp_enabled_mode();
+    if matches!(thp.as_deref(), Some("never") | None) {
+        return Err("THP is never and no 2 MiB hugetlb pool has room".into());
+    }
+    if rawsys::prctl::thp_disabled().unwrap_or(false) {
+        return Err("THP is disabled for this process (PR_SET_THP_DISABLE) and no 2 MiB hugetlb pool has room".into());
+    }
+    Ok(HugeKind::Thp)
+}
+
+fn huge_bytes_now(start: u64, end: u64) -> u64 {
+    smaps::entries_overlapping(start, end)
+        .map(|entries| {
+            entries
+                .iter()
+                .map(|e| {
+                    let overlap = e.end.min(end).saturating_sub(e.start.max(start));
+                    if e.kernel_page_bytes >= HUGE {
+                        e.hugetlb_bytes.min(overlap)
+                    } else {
+                        e.anon_huge_bytes.min(overlap)
+                    }
+                })
+                .sum()
+        })
+        .unwrap_or(0)
+}
+
+/// Function symbols of an ELF file that fall in `[vstart, vend)` (link-time
+/// addresses), shifted by `bias`. Symbol table first, dynamic symbols as fallback.
+fn symbols_in(path: &str, bias: u64, vstart: u64, vend: u64) -> Result<Vec<Symbol>, String> {
+    use object::{Object, ObjectSymbol, SymbolKind};
+    let data = std::fs::read(path).map_err(|e| format!("cannot read {path}: {e}"))?;
+    let file = object::File::parse(&*data).map_err(|e| format!("{path}: {e}"))?;
+    let mut out: Vec<Symbol> = file
+        .symbols()
+        .chain(file.dynamic_symbols())
+        .filter(|s| s.kind() == SymbolKind::Text && s.size() > 0)
+        .filter(|s| s.address() < vend && s.address() + s.size() > vstart)
+        .filter_map(|s| {
+            Some(Symbol {
+                start: s.address() + bias,
+                size: s.size(),
+                name: s.name().ok()?.to_owned(),
+            })
+        })
+        .collect();
+    out.sort_by_key(|s| (s.start, s.name.clone()));
+    out.dedup_by_key(|s| s.start);
+    Ok(out)
+}
+
+/// Moves the executable's text (and `options.libs`) onto huge pages. Call it
+/// before starting other threads and from code outside the moved range (the
+/// pagewise library itself is never moved). Never fails: everything that did
+/// not happen is in the report with its reason.
+pub fn remap_text(options: &HugeTextOptions) -> RunReport {
+    let objects = dl::loaded_objects();
+    let threads = threads_running();
+    let mut report = RunReport {
+        schema: SCHEMA,
+        pid: std::process::id(),
+        program: exe_path(),
+        ranges: Vec::new(),
+        perf_map: None,
+        perf_map_note: None,
+        vma_named: false,
+    };
+    let mut perf_symbols = Vec::new();
+    let mut vma_named = true;
+    for (index, object) in objects.iter().enumerate() {
+        let path = object_path(object);
+        let name = file_name(&path).to_owned();
+        let chosen = index == 0 || options.libs.iter().any(|l| name.starts_with(l.as_str()));
+        if !chosen || name.starts_with("libpagewise_preload") {
+            continue;
+        }
+        for (start, end, memsz) in aligned_text(object) {
+            let mut range = RangeReport {
+                object: path.clone(),
+                start,
+                end,
+                huge_bytes: 0,
+                page_kind: None,
+                skipped: None,
+            };
+            if end - start < HUGE {
+                range.skipped = Some(format!(
+                    "the 2 MiB-aligned part of its {} KiB of text is under 2 MiB",
+                    memsz.div_ceil(1024)
+                ));
+                report.ranges.push(range);
+                continue;
+            }
+            if threads > 1 {
+                range.skipped = Some(format!(
+                    "{threads} threads already run; text is only moved while there is one"
+                ));
+                report.ranges.push(range);
+                continue;
+            }
+            let runs = match &options.hot_pages {
+                None => vec![(start, end)],
+                Some(hot) => {
+                    let addresses: Vec<u64> = hot
+                        .iter()
+                        .filter(|h| h.object == name || (index == 0 && h.object.is_empty()))
+                        .flat_map(|h| h.addresses.iter().copied())
+                        .collect();
+                    let runs = hot_runs(start, end, object.bias, &addresses);
+                    if runs.is_empty() {
+                        range.skipped = Some("the profile has no hot code in this range".into());
+                        report.ranges.push(range);
+                        continue;
+                    }
+                    runs
+                }
+            };
+            for (run_start, run_end) in runs {
+                let mut r = RangeReport {
+                    start: run_start,
+                    end: run_end,
+                    ..range.clone()
+                };
+                let pages = (run_end - run_start) / HUGE;
+                match choose_kind(pages) {
+                    Err(why) => r.skipped = Some(why),
+                    Ok(kind) => match text::move_to_huge(
+                        run_start as usize,
+                        (run_end - run_start) as usize,
+                        kind,
+                        options.fail_at,
+                    ) {
+                        Ok(()) => {
+                            r.page_kind = Some(match kind {
+                                HugeKind::Hugetlb => "hugetlb",
+                                HugeKind::Thp => "thp",
+                            });
+                            r.huge_bytes = huge_bytes_now(run_start, run_end);
+                            let label = format!("pagewise-text:{name}");
+                            if rawsys::prctl::set_vma_anon_name(
+                                run_start as usize,
+                                (run_end - run_start) as usize,
+                                &label,
+                            )
+                            .is_err()
+                            {
+                                vma_named = false;
+                            }
+                            match symbols_in(
+                                &path,
+                                object.bias,
+                                run_start - object.bias,
+                                run_end - object.bias,
+                            ) {
+                                Ok(mut syms) => perf_symbols.append(&mut syms),
+                                Err(e) => report.perf_map_note = Some(e),
+                            }
+                        }
+                        Err(e) => {
+                            let why = match (e.step, e.error.errno()) {
+                                (MoveStep::Protect, Some(libc::EACCES) | Some(libc::EPERM)) => {
+                                    format!(
+                                        "a W^X policy refused making the copy executable ({})",
+                                        e.error
+                                    )
+                                }
+                                _ => format!(
+                                    "the {} step failed: {}; the original text stays",
+                                    e.step.name(),
+                                    e.error
+                                ),
+                            };
+                            r.skipped = Some(why);
+                        }
+                    },
+                }
+                report.ranges.push(r);
+            }
+        }
+    }
+    let moved = report.ranges.iter().any(|r| r.page_kind.is_some());
+    report.vma_named = moved && vma_named;
+    if moved && options.perf_map {
+        let path = PathBuf::from(format!("/tmp/perf-{}.map", report.pid));
+        match perfmap::write_new(&path, &perf_symbols) {
+            Ok(()) => report.perf_map = Some(path.display().to_string()),
+            Err(e) => {
+                report.perf_map_note = Some(format!("{}: {e} (not overwritten)", path.display()))
+            }
+        }
+    }
+    report
+}
+
+/// A one-line-per-range summary for humans (`--report`).
+pub fn summary(report: &RunReport) -> Vec<String> {
+    let mut lines = Vec::new();
+    let program = file_name(&report.program);
+    for r in &report.ranges {
+        let object = file_name(&r.object);
+        let what = match (&r.page_kind, &r.skipped) {
+            (Some(kind), _) => format!(
+                "moved {} MiB onto {kind} pages, {} MiB huge per smaps",
+                (r.end - r.start) >> 20,
+                r.huge_bytes >> 20
+            ),
+            (None, Some(why)) => format!("skipped: {why}"),
+            (None, None) => "not moved".into(),
+        };
+        lines.push(format!(
+            "pagewise[{}] {program}: {object} {:#x}-{:#x}: {what}",
+            report.pid, r.start, r.end
+        ));
+    }
+    if report.ranges.is_empty() {
+        lines.push(format!(
+            "pagewise[{}] {program}: no executable text to consider",
+            report.pid
+        ));
+    }
+    if let Some(map) = &report.perf_map {
+        lines.push(format!(
+            "pagewise[{}] {program}: perf map {map}",
+            report.pid
+        ));
+    }
+    if let Some(note) = &report.perf_map_note {
+        lines.push(format!(
+            "pagewise[{}] {program}: perf map: {note}",
+            report.pid
+        ));
+    }
+    lines
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hot_runs_merge_adjacent_pages() {
+        let start = 0x400000;
+        let end = 0x1000000;
+        let hot = [0x400010, 0x5fffff, 0x600000, 0xa00000, 0x2000000];
+        assert_eq!(
+            hot_runs(start, end, 0, &hot),
+            vec![(0x400000, 0x800000), (0xa00000, 0xc00000)]
+        );
+        assert_eq!(
+            hot_runs(start, end, 0x100000, &[0x300000]),
+            vec![(0x400000, 0x600000)]
+        );
+        assert!(hot_runs(start, end, 0, &[]).is_empty());
+    }
+
+    #[test]
+    fn small_test_binary_is_skipped_with_a_reason() {
+        // This test binary's text may or may not reach 2 MiB aligned; either way the
+        // report must explain every range it did not move, and this process has
+        // several test threads, so nothing may be moved.
+        let report = remap_text(&HugeTextOptions::default());
+        assert!(!report.ranges.is_empty());
+        for r in &report.ranges {
+            assert!(r.page_kind.is_none());
+            assert!(r.skipped.is_some());
+        }
+    }
+}
