@@ -33,6 +33,9 @@ pub enum Experiment {
     MmapPrefault(crate::bench_mmap_prefault::MmapPrefaultArgs),
     /// pagewise::queue between two processes: throughput, latency, faults.
     Queue(crate::bench_queue::QueueArgs),
+    /// One side of `bench queue` (internal).
+    #[command(hide = true)]
+    QueueChild(crate::bench_queue::ChildArgs),
     /// Threads that malloc, fill and free large buffers: glibc vs keep-heap vs Buffer.
     HeapChurn(crate::bench_heap_churn::HeapChurnArgs),
     /// One heap-churn worker process (internal).
@@ -46,6 +49,7 @@ pub fn run(experiment: &Experiment) -> anyhow::Result<ExitCode> {
         Experiment::FirstTouch(args) => crate::bench_first_touch::run(args),
         Experiment::MmapPrefault(args) => crate::bench_mmap_prefault::run(args),
         Experiment::Queue(args) => crate::bench_queue::run(args),
+        Experiment::QueueChild(args) => crate::bench_queue::child(args),
         Experiment::HeapChurn(args) => crate::bench_heap_churn::run(args),
         Experiment::HeapChurnWorker(args) => crate::bench_heap_churn::worker(args),
     }

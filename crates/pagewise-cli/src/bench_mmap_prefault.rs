@@ -35,7 +35,10 @@ pub struct MmapPrefaultArgs {
 fn parse_method(name: &str) -> Result<Method, String> {
     Method::from_name(name).ok_or_else(|| {
         let names: Vec<_> = Method::ALL.iter().map(|m| m.name()).collect();
-        format!("unknown method {name:?}: expected one of {}", names.join(", "))
+        format!(
+            "unknown method {name:?}: expected one of {}",
+            names.join(", ")
+        )
     })
 }
 
@@ -43,7 +46,10 @@ fn parse_method(name: &str) -> Result<Method, String> {
 pub fn run(args: &MmapPrefaultArgs) -> anyhow::Result<ExitCode> {
     let size = usize::try_from(args.size)?;
     let record = usize::try_from(args.record)?;
-    anyhow::ensure!(record > 0 && size >= record, "--size must be at least one --record");
+    anyhow::ensure!(
+        record > 0 && size >= record,
+        "--size must be at least one --record"
+    );
     let window = PreTouch {
         window: args.window,
         max_window: args.max_window,
@@ -55,7 +61,11 @@ pub fn run(args: &MmapPrefaultArgs) -> anyhow::Result<ExitCode> {
         record_bytes: record,
         dir: args.dir.clone(),
         trials: args.common.trials as usize,
-        methods: if args.only.is_empty() { Method::ALL.to_vec() } else { args.only.clone() },
+        methods: if args.only.is_empty() {
+            Method::ALL.to_vec()
+        } else {
+            args.only.clone()
+        },
         window,
     };
     let report = mmap_prefault::run(&config, &args.common.progress());
@@ -71,14 +81,26 @@ pub fn run(args: &MmapPrefaultArgs) -> anyhow::Result<ExitCode> {
         report.fs,
         report.trials
     );
-    let mut t = table(&["method", "total ms", "prefault ms", "vs plain", "write-loop faults", "peak resident", "peak ahead of writer"]);
+    let mut t = table(&[
+        "method",
+        "total ms",
+        "prefault ms",
+        "vs plain",
+        "write-loop faults",
+        "peak resident",
+        "peak ahead of writer",
+    ]);
     for r in &report.rows {
         t.add_row(vec![
             r.name.to_owned(),
             format!("{:.1} ({:.1}-{:.1})", r.ms, r.ms_range[0], r.ms_range[1]),
             format!("{:.1}", r.prefault_ms),
             r.vs_plain.map_or_else(|| "-".into(), |v| format!("{v:.2}")),
-            if report.faults_counted { r.write_loop_faults.to_string() } else { "not counted".into() },
+            if report.faults_counted {
+                r.write_loop_faults.to_string()
+            } else {
+                "not counted".into()
+            },
             bytes(r.peak_resident_bytes),
             bytes(r.peak_ahead_bytes),
         ]);

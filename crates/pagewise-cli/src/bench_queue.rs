@@ -7,9 +7,6 @@ use pagewise::bench::queue::{self, ChildSpec, Config, RowSpec};
 use std::path::PathBuf;
 use std::process::{Command, ExitCode, Stdio};
 
-/// The hidden subcommand the experiment starts its writer and reader with.
-pub const CHILD_COMMAND: &str = "__bench-queue-child";
-
 /// One-way throughput and latency of pagewise::queue between two processes.
 #[derive(Debug, clap::Args)]
 pub struct QueueArgs {
@@ -43,9 +40,18 @@ pub struct QueueArgs {
 
 /// Runs the experiment and prints it.
 pub fn run(args: &QueueArgs) -> anyhow::Result<ExitCode> {
-    anyhow::ensure!(args.record >= 16, "--record must be at least 16 bytes (sequence number and timestamp)");
-    anyhow::ensure!(args.records > 0 && args.latency_records > 0, "--records and --latency-records must be positive");
-    anyhow::ensure!(args.rate > 0.0 && args.rate.is_finite(), "--rate must be a positive number");
+    anyhow::ensure!(
+        args.record >= 16,
+        "--record must be at least 16 bytes (sequence number and timestamp)"
+    );
+    anyhow::ensure!(
+        args.records > 0 && args.latency_records > 0,
+        "--records and --latency-records must be positive"
+    );
+    anyhow::ensure!(
+        args.rate > 0.0 && args.rate.is_finite(),
+        "--rate must be a positive number"
+    );
     let all = Config::default_rows(&args.tmpfs_dir, &args.disk_dir);
     let rows: Vec<RowSpec> = if args.only.is_empty() {
         all
@@ -73,7 +79,7 @@ pub fn run(args: &QueueArgs) -> anyhow::Result<ExitCode> {
     let spawn = |spec: &ChildSpec| {
         let json = serde_json::to_string(spec).map_err(std::io::Error::other)?;
         Command::new(&exe)
-            .arg(CHILD_COMMAND)
+            .args(["bench", "queue-child", "--spec"])
             .arg(json)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -97,7 +103,17 @@ pub fn run(args: &QueueArgs) -> anyhow::Result<ExitCode> {
         bytes(report.window_bytes)
     );
     let mut t = table(&[
-        "row", "fs", "M records/s (min-max)", "p50", "p90", "p99", "p99.9", "p99.99", "max", ">1ms ‰", "append faults",
+        "row",
+        "fs",
+        "M records/s (min-max)",
+        "p50",
+        "p90",
+        "p99",
+        "p99.9",
+        "p99.99",
+        "max",
+        ">1ms ‰",
+        "append faults",
     ]);
     for r in &report.rows {
         t.add_row(vec![
@@ -116,7 +132,8 @@ pub fn run(args: &QueueArgs) -> anyhow::Result<ExitCode> {
             r.p9999_ns.to_string(),
             r.max_ns.to_string(),
             format!("{:.3}", r.over_1ms_per_mille),
-            r.append_faults.map_or_else(|| "not counted".into(), |f| f.to_string()),
+            r.append_faults
+                .map_or_else(|| "not counted".into(), |f| f.to_string()),
         ]);
     }
     println!("{t}");
@@ -126,9 +143,17 @@ pub fn run(args: &QueueArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// One side of one phase of `bench queue` (started by it).
+#[derive(Debug, clap::Args)]
+pub struct ChildArgs {
+    /// What to do, as JSON (`pagewise::bench::queue::ChildSpec`).
+    #[arg(long)]
+    spec: String,
+}
+
 /// The child process: runs one side of one phase and reports on stdout.
-pub fn child(spec_json: &str) -> anyhow::Result<ExitCode> {
-    let spec: ChildSpec = serde_json::from_str(spec_json)?;
+pub fn child(args: &ChildArgs) -> anyhow::Result<ExitCode> {
+    let spec: ChildSpec = serde_json::from_str(&args.spec)?;
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
     queue::run_child(&spec, &mut out).map_err(anyhow::Error::msg)?;

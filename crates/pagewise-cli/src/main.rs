@@ -47,12 +47,6 @@ enum Command {
         #[command(subcommand)]
         command: queue::QueueCommand,
     },
-    /// Internal: one side of `pagewise bench queue` (started by it).
-    #[command(name = "__bench-queue-child", hide = true)]
-    BenchQueueChild {
-        /// The child's spec, as JSON.
-        spec: String,
-    },
 }
 
 fn main() -> ExitCode {
@@ -64,7 +58,6 @@ fn main() -> ExitCode {
         Command::Doctor(args) => doctor::run(&args),
         Command::Bench { experiment } => bench::run(&experiment),
         Command::Queue { command } => queue::run(&command),
-        Command::BenchQueueChild { spec } => bench_queue::child(&spec),
         Command::Run(args) => run::run(&args),
         Command::Text { command } => text::run(&command),
     };

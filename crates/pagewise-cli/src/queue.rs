@@ -3,18 +3,19 @@
 use crate::format::{bytes, table};
 use anyhow::Context;
 use pagewise::queue::{self, Options, PreTouch, Reader, ReaderOptions, Start, Wait, Writer};
-use std::io::{BufRead, Read, Write};
+use std::io::{BufRead, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 /// The queue commands.
 #[derive(Debug, clap::Subcommand)]
 pub enum QueueCommand {
-    /// Geometry, record count and whether a writer is alive.
+    /// Geometry, record count and whether a writer is alive (exit status 1
+    /// when a damaged record stops the walk).
     Inspect(InspectArgs),
     /// Print records, one per line (or raw).
     Tail(TailArgs),
-    /// Append one record per line of stdin (or all of stdin as one record).
+    /// Append one record per line of stdin.
     Append(AppendArgs),
 }
 
@@ -53,7 +54,9 @@ pub struct TailArgs {
 pub struct AppendArgs {
     /// The queue file (created if missing).
     path: PathBuf,
-    /// Append all of stdin as one record instead of one record per line.
+    /// Take each line's bytes as they are (only the newline is removed)
+    /// instead of decoding the escapes `pagewise queue tail` writes (`\n`,
+    /// `\r`, `\t`, `\\`, `\u{…}`, `\xNN`).
     #[arg(long)]
     raw: bool,
     /// Chunk size of a new queue (a power of two, 64KiB to 1GiB).
@@ -81,9 +84,15 @@ pub fn run(command: &QueueCommand) -> anyhow::Result<ExitCode> {
 
 fn inspect(args: &InspectArgs) -> anyhow::Result<ExitCode> {
     let info = queue::inspect(&args.path)?;
+    // A damaged record stops the walk: the report is printed, the exit status says so.
+    let status = if info.problem.is_some() {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    };
     if args.json {
         println!("{}", serde_json::to_string_pretty(&info)?);
-        return Ok(ExitCode::SUCCESS);
+        return Ok(status);
     }
     let pos = |p: Option<queue::Position>| p.map_or_else(|| "-".to_owned(), |p| p.to_string());
     let mut t = table(&["field", "value"]);
@@ -92,27 +101,47 @@ fn inspect(args: &InspectArgs) -> anyhow::Result<ExitCode> {
         ("format version", info.version.to_string()),
         ("chunk size", bytes(info.chunk_size)),
         ("largest record", format!("{} bytes", info.max_payload)),
-        ("record CRC", if info.record_crc { "yes".into() } else { "no".into() }),
+        (
+            "record CRC",
+            if info.record_crc {
+                "yes".into()
+            } else {
+                "no".into()
+            },
+        ),
         ("file system", info.fs.clone()),
         ("file size", bytes(info.file_size)),
         ("allocated", bytes(info.allocated_bytes)),
-        ("chunks", format!("{} (first kept: {})", info.chunks, info.first_chunk)),
+        (
+            "chunks",
+            format!("{} (first kept: {})", info.chunks, info.first_chunk),
+        ),
         ("records", info.records.to_string()),
         ("payload bytes", bytes(info.payload_bytes)),
-        ("first / last position", format!("{} / {}", pos(info.first_position), pos(info.last_position))),
+        (
+            "first / last position",
+            format!("{} / {}", pos(info.first_position), pos(info.last_position)),
+        ),
         ("next position", info.end_position.to_string()),
         (
             "writer",
             if info.writer_alive {
-                format!("alive (holds the lock; last opened by pid {})", info.last_writer_pid)
+                format!(
+                    "alive (holds the lock; last opened by pid {})",
+                    info.last_writer_pid
+                )
             } else {
-                format!("none (last: pid {}, {} opens)", info.last_writer_pid, info.writer_opens)
+                format!(
+                    "none (last: pid {}, {} opens)",
+                    info.last_writer_pid, info.writer_opens
+                )
             },
         ),
         (
             "after the end",
             if info.uncommitted_bytes_after_end {
-                "uncommitted bytes (a record being written, or a torn one the next writer discards)".into()
+                "uncommitted bytes (a record being written, or a torn one the next writer discards)"
+                    .into()
             } else {
                 "clean".into()
             },
@@ -124,9 +153,8 @@ fn inspect(args: &InspectArgs) -> anyhow::Result<ExitCode> {
     println!("{t}");
     if let Some(p) = &info.problem {
         println!("problem: {p}");
-        return Ok(ExitCode::FAILURE);
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(status)
 }
 
 /// Escapes a payload for one line: `\n`, `\r`, `\t`, `\\`, other control
@@ -151,9 +179,69 @@ pub fn escape(payload: &[u8]) -> String {
     out
 }
 
+/// Decodes what [`escape`] writes; the error names the offending escape.
+pub fn unescape(line: &[u8]) -> Result<Vec<u8>, String> {
+    let mut out = Vec::with_capacity(line.len());
+    let mut i = 0;
+    while i < line.len() {
+        let b = line[i];
+        i += 1;
+        if b != b'\\' {
+            out.push(b);
+            continue;
+        }
+        let Some(&e) = line.get(i) else {
+            return Err("a lone backslash at the end of the line".into());
+        };
+        i += 1;
+        match e {
+            b'n' => out.push(b'\n'),
+            b'r' => out.push(b'\r'),
+            b't' => out.push(b'\t'),
+            b'\\' => out.push(b'\\'),
+            b'x' => {
+                let hex = line
+                    .get(i..i + 2)
+                    .and_then(|h| std::str::from_utf8(h).ok())
+                    .and_then(|h| u8::from_str_radix(h, 16).ok())
+                    .ok_or("\\x must be followed by two hex digits")?;
+                out.push(hex);
+                i += 2;
+            }
+            b'u' => {
+                let rest = &line[i..];
+                let close = rest
+                    .iter()
+                    .position(|&c| c == b'}')
+                    .filter(|_| rest.first() == Some(&b'{'))
+                    .ok_or("\\u must be followed by {hex}")?;
+                let c = std::str::from_utf8(&rest[1..close])
+                    .ok()
+                    .and_then(|h| u32::from_str_radix(h, 16).ok())
+                    .and_then(char::from_u32)
+                    .ok_or("\\u{…} must hold a Unicode scalar value in hex")?;
+                let mut buf = [0u8; 4];
+                out.extend_from_slice(c.encode_utf8(&mut buf).as_bytes());
+                i += close + 1;
+            }
+            other => {
+                return Err(format!(
+                    "\\{} is not an escape `pagewise queue tail` writes",
+                    char::from(other).escape_default()
+                ))
+            }
+        }
+    }
+    Ok(out)
+}
+
 fn tail(args: &TailArgs) -> anyhow::Result<ExitCode> {
     let options = ReaderOptions {
-        start: if args.from_end { Start::End } else { Start::Beginning },
+        start: if args.from_end {
+            Start::End
+        } else {
+            Start::Beginning
+        },
         ..ReaderOptions::default()
     };
     let mut reader = Reader::open_with(&args.path, options)?;
@@ -211,35 +299,49 @@ fn append(args: &AppendArgs) -> anyhow::Result<ExitCode> {
     };
     let mut writer = Writer::open_or_create(&args.path, options)?;
     let mut count = 0u64;
-    let mut first = None;
+    let mut positions = None;
     let stdin = std::io::stdin();
     let mut input = stdin.lock();
-    if args.raw {
-        let mut all = Vec::new();
-        input.read_to_end(&mut all).context("reading stdin")?;
-        first = Some(writer.append(&all)?);
-        count = 1;
-    } else {
-        let mut line = Vec::new();
-        loop {
-            line.clear();
-            let n = input.read_until(b'\n', &mut line).context("reading stdin")?;
-            if n == 0 {
-                break;
-            }
-            if line.last() == Some(&b'\n') {
-                line.pop();
-            }
-            let p = writer.append(&line)?;
-            first.get_or_insert(p);
-            count += 1;
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        let n = input
+            .read_until(b'\n', &mut line)
+            .context("reading stdin")?;
+        if n == 0 {
+            break;
         }
+        if line.last() == Some(&b'\n') {
+            line.pop();
+        }
+        let p = if args.raw {
+            writer.append(&line)?
+        } else {
+            let payload = unescape(&line).map_err(|e| {
+                anyhow::anyhow!(
+                    "line {}: {e}; {count} records were appended before it (use --raw to append lines as they are)",
+                    count + 1
+                )
+            });
+            let payload = match payload {
+                Ok(p) => p,
+                Err(e) => {
+                    if !args.no_flush {
+                        writer.flush()?;
+                    }
+                    return Err(e);
+                }
+            };
+            writer.append(&payload)?
+        };
+        positions = Some((positions.map_or(p, |(first, _)| first), p));
+        count += 1;
     }
     if !args.no_flush {
         writer.flush()?;
     }
-    match first {
-        Some(p) => eprintln!("appended {count} records at positions {p} to {}", writer.position()),
+    match positions {
+        Some((first, last)) => eprintln!("appended {count} records, positions {first} to {last}"),
         None => eprintln!("appended 0 records"),
     }
     Ok(ExitCode::SUCCESS)
@@ -247,7 +349,7 @@ fn append(args: &AppendArgs) -> anyhow::Result<ExitCode> {
 
 #[cfg(test)]
 mod tests {
-    use super::escape;
+    use super::{escape, unescape};
 
     #[test]
     fn escaping_keeps_one_record_per_line() {
@@ -255,5 +357,35 @@ mod tests {
         assert_eq!(escape(b"a\nb\tc\\d\re"), "a\\nb\\tc\\\\d\\re");
         assert_eq!(escape(b"\x00\xff"), "\\u{0}\\xff");
         assert_eq!(escape("h\u{e9}llo".as_bytes()), "h\u{e9}llo");
+    }
+
+    #[test]
+    fn unescape_inverts_escape() {
+        let samples: [&[u8]; 6] = [
+            b"",
+            b"plain",
+            b"a\nb\tc\\d\re",
+            b"\x00\x01\x7f\xff\xc3",
+            "h\u{e9}llo \u{1f600}".as_bytes(),
+            b"\\x41 stays as written",
+        ];
+        for s in samples {
+            assert_eq!(unescape(escape(s).as_bytes()).unwrap(), s);
+        }
+        for all in 0..=255u8 {
+            assert_eq!(
+                unescape(escape(&[all, b'z']).as_bytes()).unwrap(),
+                [all, b'z']
+            );
+        }
+    }
+
+    #[test]
+    fn unescape_names_bad_escapes() {
+        assert!(unescape(b"C:\\path").unwrap_err().contains("\\p"));
+        assert!(unescape(b"end\\").unwrap_err().contains("lone backslash"));
+        assert!(unescape(b"\\xZZ").is_err());
+        assert!(unescape(b"\\u{d800}").is_err());
+        assert!(unescape(b"\\u{41").is_err());
     }
 }

@@ -67,7 +67,11 @@ fn child(spec: &str) {
     let (path, ack_path) = (Path::new(parts[0]), Path::new(parts[1]));
     let start: u64 = parts[2].parse().unwrap();
     let stop_at: Option<u64> = parts[3].parse().ok();
-    let ack_file = std::fs::OpenOptions::new().read(true).write(true).open(ack_path).unwrap();
+    let ack_file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(ack_path)
+        .unwrap();
     let ack = WriteMap::map(&ack_file, 0, 4096, false).unwrap();
     let mut w = Writer::open(path, options()).unwrap();
     println!("PWCRASH started {}", w.position());
@@ -149,7 +153,11 @@ fn writer_killed_at_random_points_loses_nothing() {
         }
         let status = child.wait().unwrap();
         use std::os::unix::process::ExitStatusExt;
-        assert_eq!(status.signal(), Some(9), "run {run}: the writer must die by SIGKILL: {status}");
+        assert_eq!(
+            status.signal(),
+            Some(9),
+            "run {run}: the writer must die by SIGKILL: {status}"
+        );
 
         let mut ack = [0u8; 8];
         ack_file.read_exact_at(&mut ack, 0).unwrap();
@@ -158,10 +166,16 @@ fn writer_killed_at_random_points_loses_nothing() {
         let full = run % 40 == 39;
         if full {
             let info = inspect(&path).unwrap();
-            assert!(!info.writer_alive, "run {run}: the lock died with the writer");
+            assert!(
+                !info.writer_alive,
+                "run {run}: the lock died with the writer"
+            );
             assert!(info.problem.is_none(), "run {run}: {:?}", info.problem);
             let extra = u64::from(stop_at.is_none());
-            assert!((acked..=acked + extra).contains(&info.records), "run {run}: {info:?}");
+            assert!(
+                (acked..=acked + extra).contains(&info.records),
+                "run {run}: {info:?}"
+            );
         }
         let (mut reader, mut n) = match last {
             Some(p) if !full => {
@@ -183,11 +197,19 @@ fn writer_killed_at_random_points_loses_nothing() {
                 // Killed between payload and commit of record `stop`: exactly the
                 // records before it, and the torn payload is sitting after the end.
                 assert_eq!(acked, stop, "run {run}");
-                assert_eq!(n, stop, "run {run}: a reader saw {n} records, {stop} appends returned");
+                assert_eq!(
+                    n, stop,
+                    "run {run}: a reader saw {n} records, {stop} appends returned"
+                );
                 let torn = payload(stop);
                 let mut after = vec![0u8; torn.len()];
-                data_file.read_exact_at(&mut after, reader.position().0 + 8).unwrap();
-                assert_eq!(after, torn, "run {run}: the hook ran before the payload was written");
+                data_file
+                    .read_exact_at(&mut after, reader.position().0 + 8)
+                    .unwrap();
+                assert_eq!(
+                    after, torn,
+                    "run {run}: the hook ran before the payload was written"
+                );
                 hook_kills += 1;
             }
             None => {
@@ -196,7 +218,10 @@ fn writer_killed_at_random_points_loses_nothing() {
                 }
                 // Killed anywhere: between a commit and its ack the record exists
                 // although the ack does not say so yet.
-                assert!(n == acked || n == acked + 1, "run {run}: reader saw {n}, {acked} appends returned");
+                assert!(
+                    n == acked || n == acked + 1,
+                    "run {run}: reader saw {n}, {acked} appends returned"
+                );
             }
         }
         assert!(n >= total, "run {run}: records were lost");

@@ -13,7 +13,7 @@ use super::{Machine, Progress, Summary};
 use crate::queue::{PreTouch, Prepare, QueueError, Window};
 use crate::sys::file::{self, FsKind};
 use crate::sys::file_map::{FileAdvice, MapPopulator, WriteMap};
-use crate::sys::perf::{self, Counter, CounterSpec, EventType};
+use crate::sys::perf::Counter;
 use serde::Serialize;
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
@@ -238,19 +238,16 @@ struct Trial {
     peak_window: Option<u64>,
 }
 
-fn fault_counter() -> Option<Counter> {
-    let spec = CounterSpec {
-        exclude_kernel: !crate::sys::libc_info::is_root(),
-        ..CounterSpec::new(EventType::Software, perf::SW_PAGE_FAULTS)
-    };
-    Counter::open(&spec, 0).ok()
-}
-
 fn allocated(file: &File) -> u64 {
     file.metadata().map_or(0, |m| m.blocks() * 512)
 }
 
-fn run_trial(method: Method, config: &Config, path: &Path, counter: Option<&Counter>) -> Result<Trial, String> {
+fn run_trial(
+    method: Method,
+    config: &Config,
+    path: &Path,
+    counter: Option<&Counter>,
+) -> Result<Trial, String> {
     let size = config.size;
     let err = |what: &str, e: &dyn std::fmt::Display| format!("{}: {what}: {e}", method.name());
     let _ = std::fs::remove_file(path);
@@ -270,7 +267,8 @@ fn run_trial(method: Method, config: &Config, path: &Path, counter: Option<&Coun
     if falloc {
         file::allocate(&file, 0, size as u64).map_err(|e| err("fallocate", &e))?;
     } else if method != Method::PagewiseWindow {
-        file.set_len(size as u64).map_err(|e| err("ftruncate", &e))?;
+        file.set_len(size as u64)
+            .map_err(|e| err("ftruncate", &e))?;
     }
     let populate = matches!(
         method,
@@ -282,16 +280,20 @@ fn run_trial(method: Method, config: &Config, path: &Path, counter: Option<&Coun
     );
     let map = WriteMap::map(&file, 0, size, populate).map_err(|e| err("mmap", &e))?;
     let advice = match method {
-        Method::PopulateWillneed | Method::FallocatePopulateWillneed | Method::Willneed | Method::ManualPrefaultWillneed => {
-            Some(FileAdvice::WillNeed)
-        }
+        Method::PopulateWillneed
+        | Method::FallocatePopulateWillneed
+        | Method::Willneed
+        | Method::ManualPrefaultWillneed => Some(FileAdvice::WillNeed),
         Method::PopulateSequential | Method::Sequential => Some(FileAdvice::Sequential),
         _ => None,
     };
     if let Some(a) = advice {
         map.advise(0, size, a).map_err(|e| err("madvise", &e))?;
     }
-    if matches!(method, Method::ManualPrefault | Method::ManualPrefaultWillneed) {
+    if matches!(
+        method,
+        Method::ManualPrefault | Method::ManualPrefaultWillneed
+    ) {
         let page = crate::sys::base_page_size();
         for off in (0..size).step_by(page) {
             map.write(off, &[0]);
@@ -304,10 +306,19 @@ fn run_trial(method: Method, config: &Config, path: &Path, counter: Option<&Coun
             size: size as u64,
         };
         let piece = config.window.piece();
-        Some(Window::start(0, piece, 0, config.window, Box::new(prep), true).map_err(|e| err("start the pre-toucher", &e))?)
+        Some(
+            Window::start(0, piece, 0, config.window, Box::new(prep), true)
+                .map_err(|e| err("start the pre-toucher", &e))?,
+        )
     } else {
         None
     };
+    // As `Writer::open` does: the first piece is ready before the first append.
+    let mut ready = 0u64;
+    if let Some(w) = &window {
+        let first = (config.record_bytes as u64).max(1);
+        ready = w.wait_ready(first).map_err(|e| err("pre-touch", &e))?;
+    }
     let prefault_s = start.elapsed().as_secs_f64();
 
     let record = vec![0xA5u8; config.record_bytes];
@@ -316,7 +327,6 @@ fn run_trial(method: Method, config: &Config, path: &Path, counter: Option<&Coun
     let mut next_sample = SAMPLE;
     let mut peak_resident = 0;
     let mut peak_ahead = 0;
-    let mut ready = 0u64;
     let before = read();
     let mut off = 0;
     while off + step <= size {
@@ -364,8 +374,10 @@ fn median_u64(values: impl Iterator<Item = u64>) -> u64 {
 /// Runs the experiment. Takes roughly `trials × methods × size / (1 GB/s)`.
 pub fn run(config: &Config, progress: &dyn Progress) -> Report {
     let machine = Machine::describe();
-    let counter = fault_counter();
-    let path = config.dir.join(format!("pagewise-mmap-prefault-{}", std::process::id()));
+    let counter = crate::observe::thread_page_fault_counter().ok();
+    let path = config
+        .dir
+        .join(format!("pagewise-mmap-prefault-{}", std::process::id()));
     let fs = OpenOptions::new()
         .read(true)
         .write(true)
@@ -382,7 +394,11 @@ pub fn run(config: &Config, progress: &dyn Progress) -> Report {
     let mut done = 0;
     for trial in 0..config.trials {
         for (i, &method) in config.methods.iter().enumerate() {
-            progress.update(done, total, &format!("trial {}/{}: {}", trial + 1, config.trials, method.name()));
+            progress.update(
+                done,
+                total,
+                &format!("trial {}/{}: {}", trial + 1, config.trials, method.name()),
+            );
             done += 1;
             if failures[i].is_some() {
                 continue;
@@ -407,7 +423,9 @@ pub fn run(config: &Config, progress: &dyn Progress) -> Report {
             });
             continue;
         }
-        let ms = |f: &dyn Fn(&Trial) -> f64| Summary::of(&t.iter().map(|x| f(x) * 1e3).collect::<Vec<_>>());
+        let ms = |f: &dyn Fn(&Trial) -> f64| {
+            Summary::of(&t.iter().map(|x| f(x) * 1e3).collect::<Vec<_>>())
+        };
         let (Some(total), Some(prefault)) = (ms(&|x| x.total_s), ms(&|x| x.prefault_s)) else {
             continue;
         };
@@ -484,12 +502,18 @@ mod tests {
         // The window never holds more than the written bytes plus its largest window
         // plus one piece in flight.
         let w = by("pagewise-window");
-        assert!(w.peak_ahead_bytes <= (2 << 20) + config.window.piece(), "{w:?}");
+        assert!(
+            w.peak_ahead_bytes <= (2 << 20) + config.window.piece(),
+            "{w:?}"
+        );
         assert!(by("fallocate").peak_ahead_bytes >= (8 << 20) - (1 << 20));
         if report.faults_counted {
             assert_eq!(w.write_loop_faults, 0, "{w:?}");
             assert!(by("plain").write_loop_faults >= 1024, "{:?}", by("plain"));
         }
-        assert!(std::fs::read_dir(dir.path()).unwrap().next().is_none(), "the file is removed");
+        assert!(
+            std::fs::read_dir(dir.path()).unwrap().next().is_none(),
+            "the file is removed"
+        );
     }
 }

@@ -7,10 +7,10 @@
 //! medians with min–max, and comparisons are ratios of medians.
 
 pub mod first_touch;
-pub mod mmap_prefault;
-pub mod queue;
 pub mod heap_churn;
 pub mod itlb;
+pub mod mmap_prefault;
+pub mod queue;
 
 use crate::probe::MachineReport;
 use serde::Serialize;

@@ -19,7 +19,7 @@ use super::{Machine, Progress, Summary};
 use crate::queue::{Options, PreTouch, Reader, ReaderOptions, Start, Wait, Writer};
 use crate::sys::clock::monotonic_ns;
 use crate::sys::file::{self};
-use crate::sys::perf::{self, Counter, CounterSpec, EventType};
+use crate::sys::perf::Counter;
 use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
 use std::io::{BufRead, BufReader, Write};
@@ -96,14 +96,6 @@ pub struct ChildResult {
 
 const READY: &str = "ready";
 
-fn fault_counter() -> Option<Counter> {
-    let spec = CounterSpec {
-        exclude_kernel: !crate::sys::libc_info::is_root(),
-        ..CounterSpec::new(EventType::Software, perf::SW_PAGE_FAULTS)
-    };
-    Counter::open(&spec, 0).ok()
-}
-
 /// Runs one side in this process: prints `ready` when set up, then the
 /// result as one line of JSON.
 pub fn run_child(spec: &ChildSpec, out: &mut dyn Write) -> Result<(), String> {
@@ -120,7 +112,9 @@ pub fn run_child(spec: &ChildSpec, out: &mut dyn Write) -> Result<(), String> {
 }
 
 fn ready(out: &mut dyn Write) -> Result<(), String> {
-    writeln!(out, "{READY}").and_then(|_| out.flush()).map_err(|e| e.to_string())
+    writeln!(out, "{READY}")
+        .and_then(|_| out.flush())
+        .map_err(|e| e.to_string())
 }
 
 fn run_writer(spec: &ChildSpec, out: &mut dyn Write) -> Result<ChildResult, String> {
@@ -135,7 +129,7 @@ fn run_writer(spec: &ChildSpec, out: &mut dyn Write) -> Result<ChildResult, Stri
     if spec.pretouch {
         w.wait_pretouched(spec.window).map_err(|e| e.to_string())?;
     }
-    let counter = fault_counter();
+    let counter = crate::observe::thread_page_fault_counter().ok();
     let read = |c: &Option<Counter>| c.as_ref().and_then(|c| c.read().ok());
     let mut payload = vec![0x5Au8; spec.record_bytes];
     ready(out)?;
@@ -186,7 +180,8 @@ fn run_reader(spec: &ChildSpec, out: &mut dyn Write) -> Result<ChildResult, Stri
         },
     )
     .map_err(|e| e.to_string())?;
-    let mut hist = Histogram::<u64>::new_with_bounds(1, 3_600_000_000_000, 3).map_err(|e| e.to_string())?;
+    let mut hist =
+        Histogram::<u64>::new_with_bounds(1, 3_600_000_000_000, 3).map_err(|e| e.to_string())?;
     let mut over_1ms = 0;
     ready(out)?;
     let latency = spec.phase == Phase::Latency;
@@ -198,7 +193,10 @@ fn run_reader(spec: &ChildSpec, out: &mut dyn Write) -> Result<ChildResult, Stri
         let mut seq = [0u8; 8];
         seq.copy_from_slice(&rec.payload[..8]);
         if u64::from_le_bytes(seq) != i {
-            return Err(format!("record {i} carries sequence {}", u64::from_le_bytes(seq)));
+            return Err(format!(
+                "record {i} carries sequence {}",
+                u64::from_le_bytes(seq)
+            ));
         }
         if latency {
             let now = monotonic_ns();
@@ -386,15 +384,22 @@ struct Running {
 
 impl Running {
     fn start(spawn: Spawn<'_>, spec: &ChildSpec) -> Result<Running, String> {
-        let mut child = spawn(spec).map_err(|e| format!("could not start the {:?} process: {e}", spec.role))?;
-        let stdout = child.stdout.take().ok_or("the child's stdout is not piped")?;
+        let mut child =
+            spawn(spec).map_err(|e| format!("could not start the {:?} process: {e}", spec.role))?;
+        let stdout = child
+            .stdout
+            .take()
+            .ok_or("the child's stdout is not piped")?;
         let mut r = Running {
             child,
             lines: BufReader::new(stdout),
         };
         let line = r.line()?;
         if line != READY {
-            return Err(format!("the {:?} process said {line:?} instead of ready", spec.role));
+            return Err(format!(
+                "the {:?} process said {line:?} instead of ready",
+                spec.role
+            ));
         }
         Ok(r)
     }
@@ -404,14 +409,17 @@ impl Running {
         self.lines.read_line(&mut line).map_err(|e| e.to_string())?;
         if line.is_empty() {
             let status = self.child.wait().map_err(|e| e.to_string())?;
-            return Err(format!("the child process ended ({status}) without a result (its error is above)"));
+            return Err(format!(
+                "the child process ended ({status}) without a result (its error is above)"
+            ));
         }
         Ok(line.trim().to_owned())
     }
 
     fn finish(mut self) -> Result<ChildResult, String> {
         let line = self.line()?;
-        let result = serde_json::from_str(&line).map_err(|e| format!("bad child result {line:?}: {e}"))?;
+        let result =
+            serde_json::from_str(&line).map_err(|e| format!("bad child result {line:?}: {e}"))?;
         let _ = self.child.wait();
         Ok(result)
     }
@@ -426,13 +434,28 @@ impl Drop for Running {
     }
 }
 
-fn phase(config: &Config, row: &RowSpec, phase: Phase, path: &Path, spawn: Spawn<'_>) -> Result<(ChildResult, ChildResult), String> {
+fn phase(
+    config: &Config,
+    row: &RowSpec,
+    phase: Phase,
+    path: &Path,
+    spawn: Spawn<'_>,
+) -> Result<(ChildResult, ChildResult), String> {
     let remove = || {
         let _ = std::fs::remove_file(path);
         let _ = std::fs::remove_file(crate::queue::wait_path(path));
     };
     remove();
-    drop(Writer::create(path, Options { pretouch: None, ..Options::default() }).map_err(|e| e.to_string())?);
+    drop(
+        Writer::create(
+            path,
+            Options {
+                pretouch: None,
+                ..Options::default()
+            },
+        )
+        .map_err(|e| e.to_string())?,
+    );
     let spec = |role| ChildSpec {
         role,
         path: path.to_owned(),
@@ -458,7 +481,9 @@ fn phase(config: &Config, row: &RowSpec, phase: Phase, path: &Path, spawn: Spawn
 }
 
 fn run_trial(config: &Config, row: &RowSpec, spawn: Spawn<'_>) -> Result<Trial, String> {
-    let path = row.dir.join(format!("pagewise-bench-queue-{}.q", std::process::id()));
+    let path = row
+        .dir
+        .join(format!("pagewise-bench-queue-{}.q", std::process::id()));
     let (tw, tr) = phase(config, row, Phase::Throughput, &path, spawn)?;
     let (lw, lr) = phase(config, row, Phase::Latency, &path, spawn)?;
     let span = tr.last_recv_ns.saturating_sub(tw.first_send_ns).max(1);
@@ -495,7 +520,11 @@ pub fn run(config: &Config, progress: &dyn Progress, spawn: Spawn<'_>) -> Report
     let mut done = 0;
     for trial in 0..config.trials {
         for (i, row) in config.rows.iter().enumerate() {
-            progress.update(done, total, &format!("trial {}/{}: {}", trial + 1, config.trials, row.name));
+            progress.update(
+                done,
+                total,
+                &format!("trial {}/{}: {}", trial + 1, config.trials, row.name),
+            );
             done += 1;
             if failures[i].is_some() {
                 continue;
@@ -518,10 +547,13 @@ pub fn run(config: &Config, progress: &dyn Progress, spawn: Spawn<'_>) -> Report
             });
             continue;
         }
-        let q = |k: usize| median(t.iter().map(|x| x.latency[k] as f64)).map_or(0, |s| s.median.round() as u64);
+        let q = |k: usize| {
+            median(t.iter().map(|x| x.latency[k] as f64)).map_or(0, |s| s.median.round() as u64)
+        };
         let opt = |f: &dyn Fn(&Trial) -> Option<u64>| {
             let v: Option<Vec<f64>> = t.iter().map(|x| f(x).map(|n| n as f64)).collect();
-            v.and_then(|v| Summary::of(&v)).map(|s| s.median.round() as u64)
+            v.and_then(|v| Summary::of(&v))
+                .map(|s| s.median.round() as u64)
         };
         let Some(rate) = median(t.iter().map(|x| x.records_per_s)) else {
             continue;
@@ -532,17 +564,20 @@ pub fn run(config: &Config, progress: &dyn Progress, spawn: Spawn<'_>) -> Report
             pretouch: spec.pretouch,
             records_per_s: rate.median,
             records_per_s_range: [rate.min, rate.max],
-            writer_records_per_s: median(t.iter().map(|x| x.writer_records_per_s)).map_or(0.0, |s| s.median),
+            writer_records_per_s: median(t.iter().map(|x| x.writer_records_per_s))
+                .map_or(0.0, |s| s.median),
             p50_ns: q(0),
             p90_ns: q(1),
             p99_ns: q(2),
             p999_ns: q(3),
             p9999_ns: q(4),
             max_ns: q(5),
-            over_1ms_per_mille: median(t.iter().map(|x| x.over_1ms_per_mille)).map_or(0.0, |s| s.median),
+            over_1ms_per_mille: median(t.iter().map(|x| x.over_1ms_per_mille))
+                .map_or(0.0, |s| s.median),
             append_faults: opt(&|x| x.faults),
             append_faults_throughput: opt(&|x| x.faults_throughput),
-            writer_pieces_inline: median(t.iter().map(|x| x.pieces_inline as f64)).map_or(0, |s| s.median.round() as u64),
+            writer_pieces_inline: median(t.iter().map(|x| x.pieces_inline as f64))
+                .map_or(0, |s| s.median.round() as u64),
             trials: t.len(),
         });
     }

@@ -771,6 +771,12 @@ fn find_end(
     let mut c = state
         .tail_chunk
         .clamp(first, chunks.saturating_sub(1).max(first));
+    // The hint is not checksummed: step back while the hinted chunk holds no
+    // committed first record, so a damaged hint cannot leave a gap of chunks
+    // that readers would never cross.
+    while c > first && !first_record_committed(file, g, c, size) {
+        c -= 1;
+    }
     let mut scan = Scan::default();
     loop {
         let base = g
@@ -794,7 +800,16 @@ fn find_end(
             let raw = map.load_u64(off, Ordering::Acquire).unwrap_or(0);
             match decode_mark(raw, pos) {
                 Ok(Mark::Empty) => return Ok((Position(pos), scan)),
-                Ok(Mark::Pad(_)) => break,
+                Ok(Mark::Pad(rest)) => {
+                    if u64::from(rest) != chunk_end - pos - MARK_LEN {
+                        return Err(QueueError::corrupt(
+                            path,
+                            pos,
+                            "padding that does not reach the end of the chunk",
+                        ));
+                    }
+                    break;
+                }
                 Ok(Mark::Data(len)) => {
                     let rec = g.record_size(u64::from(len));
                     if pos + rec > chunk_end || pos + rec > size {
@@ -818,6 +833,22 @@ fn find_end(
         }
         c += 1;
     }
+}
+
+/// Whether chunk `c` starts with a committed record or padding (one `pread`).
+fn first_record_committed(file: &File, g: &Geometry, c: u64, size: u64) -> bool {
+    let Some(pos) = g.first_record(c) else {
+        return false;
+    };
+    if pos.saturating_add(MARK_LEN) > size {
+        return false;
+    }
+    let mut word = [0u8; 8];
+    file.read_exact_at(&mut word, pos).is_ok()
+        && matches!(
+            decode_mark(u64::from_le_bytes(word), pos),
+            Ok(Mark::Data(_) | Mark::Pad(_))
+        )
 }
 
 /// Zeroes everything from `end` to the end of the file: the bytes of a torn
