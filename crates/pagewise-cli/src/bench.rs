@@ -31,6 +31,13 @@ impl CommonArgs {
 pub enum Experiment {
     /// Allocate, write three times: what the first touch costs per allocation strategy.
     FirstTouch(crate::bench_first_touch::FirstTouchArgs),
+    /// Write through a shared file mapping: what each way of prefaulting costs.
+    MmapPrefault(crate::bench_mmap_prefault::MmapPrefaultArgs),
+    /// pagewise::queue between two processes: throughput, latency, faults.
+    Queue(crate::bench_queue::QueueArgs),
+    /// One side of `bench queue` (internal).
+    #[command(hide = true)]
+    QueueChild(crate::bench_queue::ChildArgs),
     /// Threads that malloc, fill and free large buffers: glibc vs keep-heap vs Buffer.
     HeapChurn(crate::bench_heap_churn::HeapChurnArgs),
     /// A large-text program: baseline vs huge text vs function order vs both.
@@ -51,6 +58,9 @@ pub fn run(experiment: &Experiment) -> anyhow::Result<ExitCode> {
     use pagewise::bench::memcpy::Op;
     match experiment {
         Experiment::FirstTouch(args) => crate::bench_first_touch::run(args),
+        Experiment::MmapPrefault(args) => crate::bench_mmap_prefault::run(args),
+        Experiment::Queue(args) => crate::bench_queue::run(args),
+        Experiment::QueueChild(args) => crate::bench_queue::child(args),
         Experiment::HeapChurn(args) => crate::bench_heap_churn::run(args),
         Experiment::Itlb(args) => crate::bench_itlb::run(args),
         Experiment::HeapChurnWorker(args) => crate::bench_heap_churn::worker(args),

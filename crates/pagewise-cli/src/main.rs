@@ -8,10 +8,13 @@ mod bench_copy;
 mod bench_first_touch;
 mod bench_heap_churn;
 mod bench_itlb;
+mod bench_mmap_prefault;
+mod bench_queue;
 mod doctor;
 mod format;
 mod plot;
 mod progress;
+mod queue;
 mod run;
 mod stat;
 mod text;
@@ -46,6 +49,11 @@ enum Command {
         #[command(subcommand)]
         experiment: bench::Experiment,
     },
+    /// A persistent single-writer, many-reader queue file: inspect, tail, append.
+    Queue {
+        #[command(subcommand)]
+        command: queue::QueueCommand,
+    },
 }
 
 fn main() -> ExitCode {
@@ -57,6 +65,7 @@ fn main() -> ExitCode {
         Command::Doctor(args) => doctor::run(&args),
         Command::Stat(args) => stat::run(&args),
         Command::Bench { experiment } => bench::run(&experiment),
+        Command::Queue { command } => queue::run(&command),
         Command::Run(args) => run::run(&args),
         Command::Text { command } => text::run(&command),
     };

@@ -7,6 +7,8 @@
 //!   features, perf access, CPU, glibc) and what to change; behind `pagewise doctor`.
 //! - [`region`]: huge-page regions populated before the hot path touches
 //!   them, with a verified report of what the kernel granted.
+//! - [`queue`]: a persistent single-writer, many-reader queue in a shared
+//!   file mapping whose appends never fault.
 //! - [`buffer`]: a growable buffer over reserved address space that keeps
 //!   its pages across `clear`, so reuse never faults.
 //! - [`launch`]: what `pagewise run` needs to start unmodified programs
@@ -34,6 +36,7 @@ pub mod copy;
 pub mod launch;
 pub mod observe;
 pub mod probe;
+pub mod queue;
 pub mod region;
 #[allow(unsafe_code)]
 pub mod sys;

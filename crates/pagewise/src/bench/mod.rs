@@ -11,6 +11,8 @@ pub mod fleet;
 pub mod heap_churn;
 pub mod itlb;
 pub mod memcpy;
+pub mod mmap_prefault;
+pub mod queue;
 
 use crate::probe::MachineReport;
 use serde::Serialize;

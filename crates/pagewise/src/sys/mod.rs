@@ -4,9 +4,12 @@
 //! functions. Every `unsafe` block carries a `// SAFETY:` line saying why it is
 //! sound. Code above this layer never touches raw pointers or errno.
 
+pub mod clock;
 pub mod copy;
 pub mod cpu;
 pub mod dl;
+pub mod file;
+pub mod file_map;
 pub mod guard;
 pub mod libc_info;
 pub mod mem;

@@ -250,6 +250,17 @@ pub fn exists(pid: libc::pid_t) -> bool {
     rc == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
 }
 
+/// Sends `SIGKILL` to process `pid`: it dies at once, running no destructors
+/// and flushing nothing (what crash tests need). One `kill` call.
+pub fn sigkill(pid: libc::pid_t) -> SysResult<()> {
+    // SAFETY: kill takes integers; it does not touch our memory.
+    let rc = unsafe { libc::kill(pid, libc::SIGKILL) };
+    if rc != 0 {
+        return Err(SysError::last("kill"));
+    }
+    Ok(())
+}
+
 /// Clock ticks per second (`sysconf(_SC_CLK_TCK)`), the unit of `/proc/PID/stat` times.
 pub fn clock_ticks_per_second() -> u64 {
     // SAFETY: sysconf has no memory-safety preconditions.

@@ -1,0 +1,161 @@
+//! `pagewise bench queue`: printing for the queue experiment, and the hidden
+//! child-process entry point it re-executes the binary with.
+
+use crate::bench::CommonArgs;
+use crate::format::{bytes, table};
+use pagewise::bench::queue::{self, ChildSpec, Config, RowSpec};
+use std::path::PathBuf;
+use std::process::{Command, ExitCode, Stdio};
+
+/// One-way throughput and latency of pagewise::queue between two processes.
+#[derive(Debug, clap::Args)]
+pub struct QueueArgs {
+    /// Payload bytes per record (at least 16).
+    #[arg(long, default_value = "128", value_parser = crate::format::parse_size_arg)]
+    record: u64,
+    /// Records in the throughput phase.
+    #[arg(long, default_value_t = 2_000_000)]
+    records: u64,
+    /// Records in the latency phase.
+    #[arg(long, default_value_t = 1_000_000)]
+    latency_records: u64,
+    /// Offered rate of the latency phase, records per second.
+    #[arg(long, default_value_t = 1_000_000.0)]
+    rate: f64,
+    /// The writer's pre-touch window.
+    #[arg(long, default_value = "4MiB", value_parser = crate::format::parse_size_arg)]
+    window: u64,
+    /// Directory on tmpfs.
+    #[arg(long, default_value = "/dev/shm")]
+    tmpfs_dir: PathBuf,
+    /// Directory on a disk file system.
+    #[arg(long, default_value = "/var/tmp")]
+    disk_dir: PathBuf,
+    /// Rows to run, comma-separated (tmpfs+pretouch, tmpfs, disk+pretouch, disk); all by default.
+    #[arg(long, value_delimiter = ',')]
+    only: Vec<String>,
+    #[command(flatten)]
+    common: CommonArgs,
+}
+
+/// Runs the experiment and prints it.
+pub fn run(args: &QueueArgs) -> anyhow::Result<ExitCode> {
+    anyhow::ensure!(
+        args.record >= 16,
+        "--record must be at least 16 bytes (sequence number and timestamp)"
+    );
+    anyhow::ensure!(
+        args.records > 0 && args.latency_records > 0,
+        "--records and --latency-records must be positive"
+    );
+    anyhow::ensure!(
+        args.rate > 0.0 && args.rate.is_finite(),
+        "--rate must be a positive number"
+    );
+    let all = Config::default_rows(&args.tmpfs_dir, &args.disk_dir);
+    let rows: Vec<RowSpec> = if args.only.is_empty() {
+        all
+    } else {
+        let mut rows = Vec::new();
+        for name in &args.only {
+            let row = all.iter().find(|r| &r.name == name).ok_or_else(|| {
+                let names: Vec<_> = all.iter().map(|r| r.name.as_str()).collect();
+                anyhow::anyhow!("unknown row {name:?}: expected one of {}", names.join(", "))
+            })?;
+            rows.push(row.clone());
+        }
+        rows
+    };
+    let config = Config {
+        record_bytes: usize::try_from(args.record)?,
+        records: args.records,
+        latency_records: args.latency_records,
+        rate_per_s: args.rate,
+        window: args.window,
+        trials: args.common.trials as usize,
+        rows,
+    };
+    let exe = std::env::current_exe()?;
+    let spawn = |spec: &ChildSpec| {
+        let json = serde_json::to_string(spec).map_err(std::io::Error::other)?;
+        Command::new(&exe)
+            .args(["bench", "queue-child", "--spec"])
+            .arg(json)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+    };
+    let report = queue::run(&config, &args.common.progress(), &spawn);
+    if args.common.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!(
+        "queue: {}-byte records, writer and reader in separate processes, {} trials, medians",
+        report.record_bytes, report.trials
+    );
+    println!(
+        "throughput: {} records as fast as possible; latency: {} records offered at {:.0}/s, ns from scheduled send to read; pre-touch window {}",
+        report.records,
+        report.latency_records,
+        report.rate_per_s,
+        bytes(report.window_bytes)
+    );
+    let mut t = table(&[
+        "row",
+        "fs",
+        "M records/s (min-max)",
+        "p50",
+        "p90",
+        "p99",
+        "p99.9",
+        "p99.99",
+        "max",
+        ">1ms ‰",
+        "append faults",
+    ]);
+    for r in &report.rows {
+        t.add_row(vec![
+            r.name.clone(),
+            r.fs.clone(),
+            format!(
+                "{:.2} ({:.2}-{:.2})",
+                r.records_per_s / 1e6,
+                r.records_per_s_range[0] / 1e6,
+                r.records_per_s_range[1] / 1e6
+            ),
+            r.p50_ns.to_string(),
+            r.p90_ns.to_string(),
+            r.p99_ns.to_string(),
+            r.p999_ns.to_string(),
+            r.p9999_ns.to_string(),
+            r.max_ns.to_string(),
+            format!("{:.3}", r.over_1ms_per_mille),
+            r.append_faults
+                .map_or_else(|| "not counted".into(), |f| f.to_string()),
+        ]);
+    }
+    println!("{t}");
+    for n in &report.not_run {
+        println!("not run: {}: {}", n.name, n.reason);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// One side of one phase of `bench queue` (started by it).
+#[derive(Debug, clap::Args)]
+pub struct ChildArgs {
+    /// What to do, as JSON (`pagewise::bench::queue::ChildSpec`).
+    #[arg(long)]
+    spec: String,
+}
+
+/// The child process: runs one side of one phase and reports on stdout.
+pub fn child(args: &ChildArgs) -> anyhow::Result<ExitCode> {
+    let spec: ChildSpec = serde_json::from_str(&args.spec)?;
+    let stdout = std::io::stdout();
+    let mut out = stdout.lock();
+    queue::run_child(&spec, &mut out).map_err(anyhow::Error::msg)?;
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,370 @@
+//! CLI tests for `pagewise queue inspect|tail|append` and small runs of
+//! `pagewise bench mmap-prefault` and `pagewise bench queue`, with the real binary.
+
+use assert_cmd::Command;
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+fn pagewise() -> Command {
+    Command::cargo_bin("pagewise").unwrap()
+}
+
+fn shm_dir() -> tempfile::TempDir {
+    tempfile::tempdir_in("/dev/shm").unwrap_or_else(|_| tempfile::tempdir().unwrap())
+}
+
+fn inspect_json(path: &Path) -> serde_json::Value {
+    let out = pagewise()
+        .args(["queue", "inspect", "--json"])
+        .arg(path)
+        .assert()
+        .success()
+        .get_output()
+        .clone();
+    serde_json::from_slice(&out.stdout).expect("JSON")
+}
+
+#[test]
+fn append_then_tail_round_trips_every_byte() {
+    let d = shm_dir();
+    let q = d.path().join("q");
+    // Escaped lines decode: a newline, a tab, a backslash, a NUL and an invalid byte.
+    let out = pagewise()
+        .args(["queue", "append", "--chunk-size", "64KiB"])
+        .arg(&q)
+        .write_stdin("first\nsecond line\\nwith\\ttab \\\\ \\u{0} \\xff\n\nlast")
+        .assert()
+        .success()
+        .get_output()
+        .clone();
+    let said = String::from_utf8(out.stderr).unwrap();
+    assert!(said.contains("appended 4 records"), "{said}");
+    let v = inspect_json(&q);
+    assert_eq!(v["schema"], "pagewise.queue.inspect/1");
+    assert_eq!(v["records"], 4);
+    assert_eq!(v["chunk_size"], 64 << 10);
+    assert_eq!(v["writer_alive"], false);
+    assert_eq!(v["problem"], serde_json::Value::Null);
+    // Escaped output is one line per record and decodes back to the same bytes.
+    let out = pagewise()
+        .args(["queue", "tail"])
+        .arg(&q)
+        .assert()
+        .success();
+    let text = String::from_utf8(out.get_output().stdout.clone()).unwrap();
+    assert_eq!(
+        text,
+        "first\nsecond line\\nwith\\ttab \\\\ \\u{0} \\xff\n\nlast\n"
+    );
+    let copy = d.path().join("copy");
+    pagewise()
+        .args(["queue", "append"])
+        .arg(&copy)
+        .write_stdin(text.clone())
+        .assert()
+        .success();
+    let out = pagewise()
+        .args(["queue", "tail"])
+        .arg(&copy)
+        .assert()
+        .success();
+    assert_eq!(out.get_output().stdout, text.as_bytes());
+    // --raw writes the bytes themselves.
+    let out = pagewise()
+        .args(["queue", "tail", "--raw"])
+        .arg(&q)
+        .assert()
+        .success();
+    assert_eq!(
+        out.get_output().stdout,
+        b"first\nsecond line\nwith\ttab \\ \0 \xff\n\nlast\n"
+    );
+}
+
+#[test]
+fn append_raw_takes_lines_as_they_are() {
+    let d = shm_dir();
+    let q = d.path().join("q");
+    pagewise()
+        .args(["queue", "append", "--raw"])
+        .arg(&q)
+        .write_stdin(&b"C:\\path\\n\n\xfe\xff\n"[..])
+        .assert()
+        .success();
+    let out = pagewise()
+        .args(["queue", "tail", "--raw", "--positions"])
+        .arg(&q)
+        .assert()
+        .success();
+    let stdout = out.get_output().stdout.clone();
+    let lines: Vec<&[u8]> = stdout.split(|&b| b == b'\n').collect();
+    assert_eq!(lines.len(), 3, "{stdout:?}");
+    let (pos, payload) = lines[0].split_at(lines[0].iter().position(|&b| b == b'\t').unwrap());
+    assert_eq!(std::str::from_utf8(pos).unwrap(), (4096 + 64).to_string());
+    assert_eq!(payload, b"\tC:\\path\\n");
+    assert!(lines[1].ends_with(b"\t\xfe\xff"));
+}
+
+#[test]
+fn errors_are_one_line_with_a_non_zero_exit() {
+    let d = shm_dir();
+    let q = d.path().join("q");
+    let out = pagewise()
+        .args(["queue", "append"])
+        .arg(&q)
+        .write_stdin("ok\nC:\\path\nnever\n")
+        .assert()
+        .failure()
+        .get_output()
+        .clone();
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert!(
+        err.starts_with("pagewise: line 2: \\p is not an escape"),
+        "{err}"
+    );
+    assert!(err.contains("1 records were appended before it"), "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    assert_eq!(inspect_json(&q)["records"], 1);
+
+    // A damaged mark: inspect reports it and exits 1; tail stops with a one-line error.
+    pagewise()
+        .args(["queue", "append"])
+        .arg(&q)
+        .write_stdin("two\nthree\n")
+        .assert()
+        .success();
+    let mut bytes = std::fs::read(&q).unwrap();
+    let second = 4096 + 64 + 16; // after the 8-byte mark and 2 bytes of "ok", padded to 16
+    assert_eq!(&bytes[second + 8..second + 11], b"two");
+    bytes[second + 4] ^= 0x40; // the tag: the mark no longer matches its position
+    std::fs::write(&q, &bytes).unwrap();
+    let out = pagewise()
+        .args(["queue", "inspect", "--json"])
+        .arg(&q)
+        .assert()
+        .code(1)
+        .get_output()
+        .clone();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(v["records"], 1);
+    let problem = v["problem"].as_str().unwrap();
+    assert!(
+        problem.contains(&format!("corrupt record at position {second}")),
+        "{problem}"
+    );
+    let out = pagewise()
+        .args(["queue", "tail"])
+        .arg(&q)
+        .assert()
+        .failure()
+        .get_output()
+        .clone();
+    assert_eq!(out.stdout, b"ok\n");
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert!(
+        err.starts_with("pagewise: ") && err.contains("belongs to another position"),
+        "{err}"
+    );
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+
+    let not_a_queue = d.path().join("text");
+    std::fs::write(&not_a_queue, vec![b'x'; 8192]).unwrap();
+    for cmd in [["queue", "inspect"], ["queue", "tail"]] {
+        let out = pagewise()
+            .args(cmd)
+            .arg(&not_a_queue)
+            .assert()
+            .failure()
+            .get_output()
+            .clone();
+        let err = String::from_utf8(out.stderr).unwrap();
+        assert!(err.starts_with("pagewise: "), "{err}");
+        assert!(err.contains("not a pagewise queue"), "{err}");
+        assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    }
+    let out = pagewise()
+        .args(["queue", "tail"])
+        .arg(d.path().join("missing"))
+        .assert()
+        .failure()
+        .get_output()
+        .clone();
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert!(
+        err.starts_with("pagewise: ") && err.contains("No such file"),
+        "{err}"
+    );
+}
+
+#[test]
+fn tail_follow_prints_records_as_they_are_appended() {
+    let d = shm_dir();
+    let q = d.path().join("q");
+    pagewise()
+        .args(["queue", "append"])
+        .arg(&q)
+        .write_stdin("before\n")
+        .assert()
+        .success();
+    let bin = assert_cmd::cargo::cargo_bin("pagewise");
+    let mut tail = std::process::Command::new(&bin)
+        .args(["queue", "tail", "--follow"])
+        .arg(&q)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(tail.stdout.take().unwrap());
+    let mut line = String::new();
+    lines.read_line(&mut line).unwrap();
+    assert_eq!(line, "before\n");
+    let started = Instant::now();
+    pagewise()
+        .args(["queue", "append"])
+        .arg(&q)
+        .write_stdin("after 1\nafter 2\n")
+        .assert()
+        .success();
+    for expected in ["after 1\n", "after 2\n"] {
+        line.clear();
+        lines.read_line(&mut line).unwrap();
+        assert_eq!(line, expected);
+    }
+    assert!(started.elapsed() < Duration::from_secs(20));
+    // Still following: it has not exited.
+    assert!(tail.try_wait().unwrap().is_none());
+    tail.kill().unwrap();
+    tail.wait().unwrap();
+}
+
+#[test]
+fn bench_mmap_prefault_json_has_every_method() {
+    let out = pagewise()
+        .args([
+            "bench",
+            "mmap-prefault",
+            "--size",
+            "4MiB",
+            "--window",
+            "1MiB",
+            "--max-window",
+            "2MiB",
+            "--trials",
+            "1",
+            "--json",
+            "-q",
+        ])
+        .assert()
+        .success()
+        .get_output()
+        .clone();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(v["schema"], "pagewise.bench.mmap-prefault/1");
+    assert_eq!(v["size_bytes"], 4 << 20);
+    assert_eq!(
+        v["not_run"].as_array().unwrap().len(),
+        0,
+        "{}",
+        v["not_run"]
+    );
+    let rows = v["rows"].as_array().unwrap();
+    let names: Vec<&str> = rows.iter().map(|r| r["name"].as_str().unwrap()).collect();
+    assert_eq!(
+        names,
+        [
+            "plain",
+            "fallocate",
+            "populate",
+            "populate+willneed",
+            "populate+sequential",
+            "fallocate+populate",
+            "fallocate+populate+willneed",
+            "willneed",
+            "sequential",
+            "manual-prefault",
+            "manual-prefault+willneed",
+            "pagewise-window"
+        ]
+    );
+    for r in rows {
+        assert!(r["ms"].as_f64().unwrap() > 0.0, "{r}");
+        assert!(r["write_loop_faults"].is_u64(), "{r}");
+        assert!(r["peak_resident_bytes"].as_u64().unwrap() >= 4 << 20, "{r}");
+    }
+    if v["faults_counted"] == true {
+        let by = |n: &str| rows.iter().find(|r| r["name"] == n).unwrap();
+        assert_eq!(by("pagewise-window")["write_loop_faults"], 0);
+        assert_eq!(by("populate")["write_loop_faults"], 0);
+        assert!(by("plain")["write_loop_faults"].as_u64().unwrap() >= 1000);
+    } else {
+        eprintln!("page faults not countable here: fault columns not checked");
+    }
+}
+
+#[test]
+fn bench_queue_json_has_the_rows_asked_for() {
+    let disk = tempfile::tempdir_in("/var/tmp").unwrap_or_else(|_| tempfile::tempdir().unwrap());
+    let tmpfs = shm_dir();
+    let out = pagewise()
+        .args([
+            "bench",
+            "queue",
+            "--records",
+            "50000",
+            "--latency-records",
+            "20000",
+            "--rate",
+            "200000",
+            "--trials",
+            "1",
+            "--json",
+            "-q",
+            "--only",
+            "tmpfs+pretouch,tmpfs,disk+pretouch",
+            "--tmpfs-dir",
+        ])
+        .arg(tmpfs.path())
+        .arg("--disk-dir")
+        .arg(disk.path())
+        .assert()
+        .success()
+        .get_output()
+        .clone();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(v["schema"], "pagewise.bench.queue/1");
+    assert_eq!(v["record_bytes"], 128);
+    assert_eq!(
+        v["not_run"].as_array().unwrap().len(),
+        0,
+        "{}",
+        v["not_run"]
+    );
+    let rows = v["rows"].as_array().unwrap();
+    let names: Vec<&str> = rows.iter().map(|r| r["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["tmpfs+pretouch", "tmpfs", "disk+pretouch"]);
+    for r in rows {
+        assert!(r["records_per_s"].as_f64().unwrap() > 0.0, "{r}");
+        let p50 = r["p50_ns"].as_u64().unwrap();
+        let p99 = r["p99_ns"].as_u64().unwrap();
+        let p999 = r["p999_ns"].as_u64().unwrap();
+        assert!(p50 > 0 && p50 <= p99 && p99 <= p999, "{r}");
+        assert!(r["over_1ms_per_mille"].as_f64().unwrap() >= 0.0, "{r}");
+        assert!(r.get("append_faults").is_some(), "{r}");
+    }
+    // The queue files are removed.
+    assert!(std::fs::read_dir(tmpfs.path()).unwrap().next().is_none());
+    assert!(std::fs::read_dir(disk.path()).unwrap().next().is_none());
+    if rows[0]["append_faults"].is_u64() {
+        // Whether the pre-toucher stays ahead of the writer is a matter of timing on a
+        // shared machine (the benchmark reports it); the test checks the mechanism:
+        // with pre-touch the append loop faults far less than without.
+        let with = rows[0]["append_faults"].as_u64().unwrap();
+        let without = rows[1]["append_faults"].as_u64().unwrap();
+        assert!(without > 0, "{}", rows[1]);
+        assert!(
+            with * 10 < without,
+            "pre-touch {with} faults vs {without} without"
+        );
+    }
+}

@@ -1,0 +1,519 @@
+//! The mmap-prefault experiment: write SIZE through a shared file mapping in
+//! fixed-size records, after each way of getting the pages ready, and compare
+//! the total time (prefault included), the page faults the write loop takes,
+//! and how much of the file is resident along the way.
+//!
+//! Every method writes with the same loop (one bounds-checked copy per
+//! record, front to back); the `pagewise-window` method adds what a queue
+//! writer does per record: publish its position to the pre-toucher and, when
+//! it reaches the prepared frontier, wait for it or prepare the next piece
+//! itself. Faults are counted for the writing thread only.
+
+use super::{Machine, Progress, Summary};
+use crate::queue::{PreTouch, Prepare, QueueError, Window};
+use crate::sys::file::{self, FsKind};
+use crate::sys::file_map::{FileAdvice, MapPopulator, WriteMap};
+use crate::sys::perf::Counter;
+use serde::Serialize;
+use std::fs::{File, OpenOptions};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+/// The JSON schema of a [`Report`].
+pub const SCHEMA: &str = "pagewise.bench.mmap-prefault/1";
+
+/// A way of getting the file's pages ready before (or while) writing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Method {
+    /// `ftruncate` to size, map, write: a fault per page.
+    Plain,
+    /// `fallocate` the whole file first.
+    Fallocate,
+    /// `MAP_POPULATE`.
+    Populate,
+    /// `MAP_POPULATE`, then `MADV_WILLNEED`.
+    PopulateWillneed,
+    /// `MAP_POPULATE`, then `MADV_SEQUENTIAL`.
+    PopulateSequential,
+    /// `fallocate`, then `MAP_POPULATE`.
+    FallocatePopulate,
+    /// `fallocate`, `MAP_POPULATE`, `MADV_WILLNEED`.
+    FallocatePopulateWillneed,
+    /// `MADV_WILLNEED` only.
+    Willneed,
+    /// `MADV_SEQUENTIAL` only.
+    Sequential,
+    /// Write one byte per page before the loop.
+    ManualPrefault,
+    /// `MADV_WILLNEED`, then write one byte per page.
+    ManualPrefaultWillneed,
+    /// The queue's pre-toucher: a background thread keeps a window ahead of
+    /// the writer allocated and populated.
+    PagewiseWindow,
+}
+
+impl Method {
+    /// Every method, in report order.
+    pub const ALL: [Method; 12] = [
+        Method::Plain,
+        Method::Fallocate,
+        Method::Populate,
+        Method::PopulateWillneed,
+        Method::PopulateSequential,
+        Method::FallocatePopulate,
+        Method::FallocatePopulateWillneed,
+        Method::Willneed,
+        Method::Sequential,
+        Method::ManualPrefault,
+        Method::ManualPrefaultWillneed,
+        Method::PagewiseWindow,
+    ];
+
+    /// The row name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Method::Plain => "plain",
+            Method::Fallocate => "fallocate",
+            Method::Populate => "populate",
+            Method::PopulateWillneed => "populate+willneed",
+            Method::PopulateSequential => "populate+sequential",
+            Method::FallocatePopulate => "fallocate+populate",
+            Method::FallocatePopulateWillneed => "fallocate+populate+willneed",
+            Method::Willneed => "willneed",
+            Method::Sequential => "sequential",
+            Method::ManualPrefault => "manual-prefault",
+            Method::ManualPrefaultWillneed => "manual-prefault+willneed",
+            Method::PagewiseWindow => "pagewise-window",
+        }
+    }
+
+    /// Parses a row name.
+    pub fn from_name(name: &str) -> Option<Method> {
+        Method::ALL.into_iter().find(|m| m.name() == name)
+    }
+
+    /// Whether the method faults the whole file in before the loop.
+    pub fn full_prefault(self) -> bool {
+        matches!(
+            self,
+            Method::Populate
+                | Method::PopulateWillneed
+                | Method::PopulateSequential
+                | Method::FallocatePopulate
+                | Method::FallocatePopulateWillneed
+                | Method::ManualPrefault
+                | Method::ManualPrefaultWillneed
+        )
+    }
+}
+
+/// What to run.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Bytes to write (default 256 MiB).
+    pub size: usize,
+    /// Bytes per record (default 128).
+    pub record_bytes: usize,
+    /// Directory for the file (default `/dev/shm`).
+    pub dir: PathBuf,
+    /// Trials per method, interleaved (default 5).
+    pub trials: usize,
+    /// Methods to run, in order.
+    pub methods: Vec<Method>,
+    /// The pre-toucher's window for `pagewise-window`.
+    pub window: PreTouch,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            size: 256 << 20,
+            record_bytes: 128,
+            dir: PathBuf::from("/dev/shm"),
+            trials: 5,
+            methods: Method::ALL.to_vec(),
+            window: PreTouch::default(),
+        }
+    }
+}
+
+/// One method's results over all trials.
+#[derive(Debug, Clone, Serialize)]
+pub struct Row {
+    /// Method name.
+    pub name: &'static str,
+    /// Median total time, ms: preparation plus the write loop.
+    pub ms: f64,
+    /// Min and max of the total time.
+    pub ms_range: [f64; 2],
+    /// Median of the preparation before the loop, ms.
+    pub prefault_ms: f64,
+    /// Median total time over `plain`'s median total time.
+    pub vs_plain: Option<f64>,
+    /// Median page faults of the writing thread in the write loop.
+    pub write_loop_faults: u64,
+    /// The most file bytes resident (allocated, on tmpfs) at any sample,
+    /// largest over the trials.
+    pub peak_resident_bytes: u64,
+    /// The most resident bytes beyond what had been written, at any sample
+    /// (every 1 MiB written), largest over the trials.
+    pub peak_ahead_bytes: u64,
+    /// `pagewise-window` only: the largest window the pre-toucher used.
+    pub peak_window_bytes: Option<u64>,
+    /// Trials run.
+    pub trials: usize,
+}
+
+/// A method that could not run, and why.
+#[derive(Debug, Clone, Serialize)]
+pub struct NotRun {
+    /// Method name.
+    pub name: &'static str,
+    /// Why.
+    pub reason: String,
+}
+
+/// The whole experiment.
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    /// Always [`SCHEMA`].
+    pub schema: &'static str,
+    /// Bytes written per trial.
+    pub size_bytes: usize,
+    /// Bytes per record.
+    pub record_bytes: usize,
+    /// Directory of the file.
+    pub dir: String,
+    /// Its file system.
+    pub fs: String,
+    /// Trials per method.
+    pub trials: usize,
+    /// Whether page faults could be counted.
+    pub faults_counted: bool,
+    /// The pre-toucher's configured window.
+    pub window_bytes: u64,
+    /// Its largest adaptive window.
+    pub max_window_bytes: u64,
+    /// The machine.
+    pub machine: Machine,
+    /// Results.
+    pub rows: Vec<Row>,
+    /// Methods that did not run.
+    pub not_run: Vec<NotRun>,
+}
+
+/// Allocates and populates pieces of the benchmark file for the pre-toucher.
+struct FilePrepare {
+    file: File,
+    populator: MapPopulator,
+    size: u64,
+}
+
+impl Prepare for FilePrepare {
+    fn prepare(&self, offset: u64, len: u64) -> Result<(), QueueError> {
+        if offset >= self.size {
+            return Ok(());
+        }
+        let len = len.min(self.size - offset);
+        let fail = |what: &str, e: crate::sys::SysError| QueueError::Sys {
+            path: PathBuf::from("mmap-prefault"),
+            what: format!("{what} at {offset}"),
+            error: e,
+        };
+        file::allocate(&self.file, offset, len).map_err(|e| fail("allocate", e))?;
+        self.populator
+            .advise(offset as usize, len as usize, FileAdvice::PopulateWrite)
+            .map_err(|e| fail("populate", e))
+    }
+}
+
+struct Trial {
+    total_s: f64,
+    prefault_s: f64,
+    faults: u64,
+    peak_resident: u64,
+    peak_ahead: u64,
+    peak_window: Option<u64>,
+}
+
+fn allocated(file: &File) -> u64 {
+    file.metadata().map_or(0, |m| m.blocks() * 512)
+}
+
+fn run_trial(
+    method: Method,
+    config: &Config,
+    path: &Path,
+    counter: Option<&Counter>,
+) -> Result<Trial, String> {
+    let size = config.size;
+    let err = |what: &str, e: &dyn std::fmt::Display| format!("{}: {what}: {e}", method.name());
+    let _ = std::fs::remove_file(path);
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+        .map_err(|e| err("create the file", &e))?;
+    let read = || counter.and_then(|c| c.read().ok()).unwrap_or(0);
+    let start = Instant::now();
+    let falloc = matches!(
+        method,
+        Method::Fallocate | Method::FallocatePopulate | Method::FallocatePopulateWillneed
+    );
+    if falloc {
+        file::allocate(&file, 0, size as u64).map_err(|e| err("fallocate", &e))?;
+    } else if method != Method::PagewiseWindow {
+        file.set_len(size as u64)
+            .map_err(|e| err("ftruncate", &e))?;
+    }
+    let populate = matches!(
+        method,
+        Method::Populate
+            | Method::PopulateWillneed
+            | Method::PopulateSequential
+            | Method::FallocatePopulate
+            | Method::FallocatePopulateWillneed
+    );
+    let map = WriteMap::map(&file, 0, size, populate).map_err(|e| err("mmap", &e))?;
+    let advice = match method {
+        Method::PopulateWillneed
+        | Method::FallocatePopulateWillneed
+        | Method::Willneed
+        | Method::ManualPrefaultWillneed => Some(FileAdvice::WillNeed),
+        Method::PopulateSequential | Method::Sequential => Some(FileAdvice::Sequential),
+        _ => None,
+    };
+    if let Some(a) = advice {
+        map.advise(0, size, a).map_err(|e| err("madvise", &e))?;
+    }
+    if matches!(
+        method,
+        Method::ManualPrefault | Method::ManualPrefaultWillneed
+    ) {
+        let page = crate::sys::base_page_size();
+        for off in (0..size).step_by(page) {
+            map.write(off, &[0]);
+        }
+    }
+    let window = if method == Method::PagewiseWindow {
+        let prep = FilePrepare {
+            file: file.try_clone().map_err(|e| err("dup", &e))?,
+            populator: map.populator(),
+            size: size as u64,
+        };
+        let piece = config.window.piece();
+        Some(
+            Window::start(0, piece, 0, config.window, Box::new(prep), true)
+                .map_err(|e| err("start the pre-toucher", &e))?,
+        )
+    } else {
+        None
+    };
+    // As `Writer::open` does: the first piece is ready before the first append.
+    let mut ready = 0u64;
+    if let Some(w) = &window {
+        let first = (config.record_bytes as u64).max(1);
+        ready = w.wait_ready(first).map_err(|e| err("pre-touch", &e))?;
+    }
+    let prefault_s = start.elapsed().as_secs_f64();
+
+    let record = vec![0xA5u8; config.record_bytes];
+    let step = config.record_bytes;
+    const SAMPLE: usize = 1 << 20;
+    let mut next_sample = SAMPLE;
+    let mut peak_resident = 0;
+    let mut peak_ahead = 0;
+    let before = read();
+    let mut off = 0;
+    while off + step <= size {
+        if let Some(w) = &window {
+            let end = (off + step) as u64;
+            if end > ready {
+                ready = w.wait_ready(end).map_err(|e| err("pre-touch", &e))?;
+            }
+            w.note(off as u64);
+        }
+        map.write(off, &record);
+        off += step;
+        if off >= next_sample {
+            let resident = allocated(&file);
+            peak_resident = peak_resident.max(resident);
+            peak_ahead = peak_ahead.max(resident.saturating_sub(off as u64));
+            next_sample += SAMPLE;
+        }
+    }
+    let faults = read() - before;
+    let total_s = start.elapsed().as_secs_f64();
+    let peak_window = window.as_ref().map(|w| w.report().peak_window_bytes);
+    drop(window);
+    let resident = allocated(&file);
+    peak_resident = peak_resident.max(resident);
+    peak_ahead = peak_ahead.max(resident.saturating_sub(off as u64));
+    drop(map);
+    drop(file);
+    let _ = std::fs::remove_file(path);
+    Ok(Trial {
+        total_s,
+        prefault_s,
+        faults,
+        peak_resident,
+        peak_ahead,
+        peak_window,
+    })
+}
+
+fn median_u64(values: impl Iterator<Item = u64>) -> u64 {
+    let v: Vec<f64> = values.map(|x| x as f64).collect();
+    Summary::of(&v).map_or(0, |s| s.median.round() as u64)
+}
+
+/// Runs the experiment. Takes roughly `trials × methods × size / (1 GB/s)`.
+pub fn run(config: &Config, progress: &dyn Progress) -> Report {
+    let machine = Machine::describe();
+    let counter = crate::observe::thread_page_fault_counter().ok();
+    let path = config
+        .dir
+        .join(format!("pagewise-mmap-prefault-{}", std::process::id()));
+    let fs = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(&path)
+        .ok()
+        .and_then(|f| file::fs_kind(&f).ok())
+        .map_or_else(|| "unknown".to_owned(), FsKind::name);
+    let _ = std::fs::remove_file(&path);
+    let mut trials: Vec<Vec<Trial>> = config.methods.iter().map(|_| Vec::new()).collect();
+    let mut failures: Vec<Option<String>> = vec![None; config.methods.len()];
+    let total = config.trials * config.methods.len();
+    let mut done = 0;
+    for trial in 0..config.trials {
+        for (i, &method) in config.methods.iter().enumerate() {
+            progress.update(
+                done,
+                total,
+                &format!("trial {}/{}: {}", trial + 1, config.trials, method.name()),
+            );
+            done += 1;
+            if failures[i].is_some() {
+                continue;
+            }
+            match run_trial(method, config, &path, counter.as_ref()) {
+                Ok(t) => trials[i].push(t),
+                Err(e) => failures[i] = Some(e),
+            }
+        }
+    }
+    progress.update(total, total, "done");
+    let _ = std::fs::remove_file(&path);
+
+    let mut rows = Vec::new();
+    let mut not_run = Vec::new();
+    for (i, &method) in config.methods.iter().enumerate() {
+        let t = &trials[i];
+        if t.is_empty() {
+            not_run.push(NotRun {
+                name: method.name(),
+                reason: failures[i].take().unwrap_or_else(|| "no trials".into()),
+            });
+            continue;
+        }
+        let ms = |f: &dyn Fn(&Trial) -> f64| {
+            Summary::of(&t.iter().map(|x| f(x) * 1e3).collect::<Vec<_>>())
+        };
+        let (Some(total), Some(prefault)) = (ms(&|x| x.total_s), ms(&|x| x.prefault_s)) else {
+            continue;
+        };
+        rows.push(Row {
+            name: method.name(),
+            ms: total.median,
+            ms_range: [total.min, total.max],
+            prefault_ms: prefault.median,
+            vs_plain: None,
+            write_loop_faults: median_u64(t.iter().map(|x| x.faults)),
+            peak_resident_bytes: t.iter().map(|x| x.peak_resident).max().unwrap_or(0),
+            peak_ahead_bytes: t.iter().map(|x| x.peak_ahead).max().unwrap_or(0),
+            peak_window_bytes: t.iter().filter_map(|x| x.peak_window).max(),
+            trials: t.len(),
+        });
+    }
+    if let Some(plain) = rows.iter().find(|r| r.name == "plain").map(|r| r.ms) {
+        for r in &mut rows {
+            r.vs_plain = Some(r.ms / plain);
+        }
+    }
+    Report {
+        schema: SCHEMA,
+        size_bytes: config.size,
+        record_bytes: config.record_bytes,
+        dir: config.dir.display().to_string(),
+        fs,
+        trials: config.trials,
+        faults_counted: counter.is_some(),
+        window_bytes: config.window.window,
+        max_window_bytes: config.window.max_window,
+        machine,
+        rows,
+        not_run,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bench::NoProgress;
+
+    #[test]
+    fn names_round_trip() {
+        for m in Method::ALL {
+            assert_eq!(Method::from_name(m.name()), Some(m));
+        }
+        assert_eq!(Method::from_name("nope"), None);
+    }
+
+    #[test]
+    fn a_small_run_reports_every_method() {
+        let dir = tempfile::tempdir_in("/dev/shm").unwrap_or_else(|_| tempfile::tempdir().unwrap());
+        let config = Config {
+            size: 8 << 20,
+            record_bytes: 128,
+            dir: dir.path().to_owned(),
+            trials: 1,
+            methods: Method::ALL.to_vec(),
+            window: PreTouch {
+                window: 1 << 20,
+                max_window: 2 << 20,
+                lead: std::time::Duration::from_millis(1),
+            },
+        };
+        let report = run(&config, &NoProgress);
+        assert_eq!(report.schema, SCHEMA);
+        assert!(report.not_run.is_empty(), "{:?}", report.not_run);
+        assert_eq!(report.rows.len(), Method::ALL.len());
+        let by = |n: &str| report.rows.iter().find(|r| r.name == n).unwrap();
+        for r in &report.rows {
+            assert!(r.ms > 0.0 && r.peak_resident_bytes >= 8 << 20, "{r:?}");
+        }
+        // The window never holds more than the written bytes plus its largest window
+        // plus one piece in flight.
+        let w = by("pagewise-window");
+        assert!(
+            w.peak_ahead_bytes <= (2 << 20) + config.window.piece(),
+            "{w:?}"
+        );
+        assert!(by("fallocate").peak_ahead_bytes >= (8 << 20) - (1 << 20));
+        if report.faults_counted {
+            assert_eq!(w.write_loop_faults, 0, "{w:?}");
+            assert!(by("plain").write_loop_faults >= 1024, "{:?}", by("plain"));
+        }
+        assert!(
+            std::fs::read_dir(dir.path()).unwrap().next().is_none(),
+            "the file is removed"
+        );
+    }
+}

@@ -1,0 +1,195 @@
+//! The queue's typed errors. Each message names the file or position and says
+//! what to do. Nothing in the queue panics on a bad file: every problem with
+//! the bytes on disk is one of these.
+
+use super::Position;
+use crate::sys::SysError;
+use std::path::PathBuf;
+
+/// Everything that can go wrong with a queue.
+#[derive(Debug, thiserror::Error)]
+pub enum QueueError {
+    /// A system call failed.
+    #[error("{path}: could not {what}: {error}")]
+    Sys {
+        /// The queue file.
+        path: PathBuf,
+        /// What pagewise was doing, e.g. `"map chunk 3"`.
+        what: String,
+        /// The failing call and its errno.
+        error: SysError,
+    },
+    /// Opening or reading the file failed.
+    #[error("{path}: could not {what}: {error}")]
+    Io {
+        /// The queue file.
+        path: PathBuf,
+        /// What pagewise was doing.
+        what: &'static str,
+        /// The error from the standard library.
+        error: std::io::Error,
+    },
+    /// `Writer::create` found a file already there.
+    #[error("{path}: already exists; open it with Writer::open, or remove it first")]
+    Exists {
+        /// The queue file.
+        path: PathBuf,
+    },
+    /// Another writer holds the queue's lock.
+    #[error("{path}: another writer holds the queue (one writer at a time; the lock is released when that process exits)")]
+    WriterLocked {
+        /// The queue file.
+        path: PathBuf,
+    },
+    /// The file is shorter than the header.
+    #[error("{path}: {size} bytes is too short for a queue (the header alone is {needed} bytes): truncated, or not a queue")]
+    TooShort {
+        /// The queue file.
+        path: PathBuf,
+        /// Its size.
+        size: u64,
+        /// Bytes needed.
+        needed: u64,
+    },
+    /// The file does not start with the queue magic.
+    #[error("{path}: not a pagewise queue (bad magic {found:02x?})")]
+    NotAQueue {
+        /// The file.
+        path: PathBuf,
+        /// The first eight bytes.
+        found: [u8; 8],
+    },
+    /// A format version this build does not read.
+    #[error("{path}: queue format version {found}, this pagewise reads version {supported}: use a matching pagewise")]
+    UnsupportedVersion {
+        /// The file.
+        path: PathBuf,
+        /// Version in the file.
+        found: u32,
+        /// Version supported.
+        supported: u32,
+    },
+    /// The header's checksum does not match its contents.
+    #[error("{path}: header checksum mismatch (stored {stored:#010x}, computed {computed:#010x}): the header is damaged")]
+    HeaderChecksum {
+        /// The file.
+        path: PathBuf,
+        /// Stored checksum.
+        stored: u32,
+        /// Checksum of the bytes.
+        computed: u32,
+    },
+    /// A header field is out of range.
+    #[error("{path}: bad header: {reason}")]
+    BadHeader {
+        /// The file.
+        path: PathBuf,
+        /// Which field and why.
+        reason: String,
+    },
+    /// Options that cannot make a queue.
+    #[error("invalid queue options: {0}")]
+    InvalidOptions(String),
+    /// A record or the space around it is malformed.
+    #[error("{path}: corrupt record at position {position}: {reason}")]
+    Corrupt {
+        /// The file.
+        path: PathBuf,
+        /// Where.
+        position: Position,
+        /// What is wrong.
+        reason: String,
+    },
+    /// A record's CRC does not match its bytes.
+    #[error("{path}: record at position {position} fails its CRC check (stored {stored:#010x}, computed {computed:#010x}): the bytes are damaged")]
+    CrcMismatch {
+        /// The file.
+        path: PathBuf,
+        /// Where.
+        position: Position,
+        /// Stored CRC.
+        stored: u32,
+        /// CRC of the bytes read.
+        computed: u32,
+    },
+    /// The payload is larger than a chunk can hold.
+    #[error("a record of {len} bytes does not fit in a chunk (at most {max} bytes): use a larger chunk size")]
+    RecordTooLarge {
+        /// Payload length asked for.
+        len: usize,
+        /// Largest payload.
+        max: usize,
+    },
+    /// The file system is full (`ENOSPC`) or a size limit was hit (`EFBIG`):
+    /// the record was not appended.
+    #[error("{path}: no space to grow the queue at offset {offset}: {error}; free space, or drop old chunks with Writer::retain")]
+    NoSpace {
+        /// The file.
+        path: PathBuf,
+        /// The file offset that could not be allocated.
+        offset: u64,
+        /// `fallocate`'s error.
+        error: SysError,
+    },
+    /// Another process truncated the file under the reader.
+    #[error("{path}: the file was truncated to {size} bytes while in use (the queue needs at least {needed}); someone with write permission shrank it")]
+    Truncated {
+        /// The file.
+        path: PathBuf,
+        /// The size now.
+        size: u64,
+        /// The size the reader had seen and relies on.
+        needed: u64,
+    },
+    /// Retention dropped the chunk this reader was in.
+    #[error("{path}: the reader at position {position} fell behind: retention dropped everything before position {first_available} ({behind_by} bytes ahead of it); seek to the start to continue")]
+    FellBehind {
+        /// The file.
+        path: PathBuf,
+        /// The reader's position.
+        position: Position,
+        /// The first position still in the queue.
+        first_available: Position,
+        /// How far behind, in bytes of file offset.
+        behind_by: u64,
+    },
+    /// A position that is not the start of a record in this queue.
+    #[error("{path}: position {position} is not usable: {reason}")]
+    InvalidPosition {
+        /// The file.
+        path: PathBuf,
+        /// The position given.
+        position: Position,
+        /// Why.
+        reason: String,
+    },
+    /// The background pre-toucher could not be started.
+    #[error("could not start the pre-touch thread: {0}")]
+    Thread(std::io::Error),
+}
+
+impl QueueError {
+    pub(crate) fn sys(
+        path: &std::path::Path,
+        what: impl Into<String>,
+        error: SysError,
+    ) -> QueueError {
+        QueueError::Sys {
+            path: path.to_owned(),
+            what: what.into(),
+            error,
+        }
+    }
+
+    pub(crate) fn corrupt(
+        path: &std::path::Path,
+        position: u64,
+        reason: impl Into<String>,
+    ) -> QueueError {
+        QueueError::Corrupt {
+            path: path.to_owned(),
+            position: Position(position),
+            reason: reason.into(),
+        }
+    }
+}

@@ -1,0 +1,379 @@
+//! The file format, byte by byte (docs/queue.md has the same tables).
+//!
+//! ```text
+//! file   = header (4096 bytes) , chunk 0 , chunk 1 , …      chunk c at 4096 + c × chunk_size
+//! chunk  = chunk header (64 bytes) , records … , [pad]
+//! record = mark (u64) , payload (len bytes) , [crc32 (u32)] , zeros to a multiple of 8
+//! ```
+//!
+//! All integers are little-endian. Positions are file offsets of record marks,
+//! so they stay valid across restarts and after retention punches out old
+//! chunks (the file keeps its size; dropped chunks become holes).
+
+use super::error::QueueError;
+use std::path::Path;
+
+/// The first eight bytes of every queue file.
+pub const MAGIC: [u8; 8] = *b"PGWQUEUE";
+/// The format version this build writes and reads.
+pub const VERSION: u32 = 1;
+/// Bytes before chunk 0.
+pub const HEADER_LEN: u64 = 4096;
+/// Bytes at the start of each chunk before its first record.
+pub const CHUNK_HEADER_LEN: u64 = 64;
+/// The mark that starts every record.
+pub const MARK_LEN: u64 = 8;
+/// Smallest chunk.
+pub const MIN_CHUNK: u64 = 64 << 10;
+/// Largest chunk.
+pub const MAX_CHUNK: u64 = 1 << 30;
+/// Default chunk size.
+pub const DEFAULT_CHUNK: u64 = 64 << 20;
+/// Header flag: every record carries a CRC-32 after its payload.
+pub const FLAG_RECORD_CRC: u32 = 1;
+/// Flags this build understands.
+pub const KNOWN_FLAGS: u32 = FLAG_RECORD_CRC;
+
+// Immutable header fields (covered by the header checksum).
+pub(crate) const OFF_VERSION: usize = 8;
+pub(crate) const OFF_HEADER_LEN: usize = 12;
+pub(crate) const OFF_CHUNK_SIZE: usize = 16;
+pub(crate) const OFF_FLAGS: usize = 24;
+pub(crate) const OFF_CREATED: usize = 32;
+pub(crate) const OFF_HEADER_CRC: usize = 56;
+/// Bytes covered by the header checksum.
+pub(crate) const CHECKED_LEN: usize = 56;
+// Mutable header fields, each on its own cache line; written only by the writer.
+/// First chunk still in the file (retention moves it forward), u64.
+pub(crate) const OFF_FIRST_CHUNK: usize = 64;
+/// The chunk the writer was last in (a hint for finding the end), u64.
+pub(crate) const OFF_TAIL_CHUNK: usize = 128;
+/// Futex word bumped by the writer when blocked readers need waking, u32.
+pub(crate) const OFF_NOTIFY_SEQ: usize = 192;
+/// Process id of the writer that last opened the queue, u32.
+pub(crate) const OFF_WRITER_PID: usize = 256;
+/// How many times a writer opened the queue, u64.
+pub(crate) const OFF_WRITER_OPENS: usize = 264;
+
+/// Chunk header: magic.
+pub const CHUNK_MAGIC: [u8; 8] = *b"PGWCHUNK";
+pub(crate) const CHUNK_OFF_INDEX: usize = 8;
+pub(crate) const CHUNK_OFF_CREATED: usize = 16;
+
+/// Mark bit 63: the record is committed.
+pub(crate) const MARK_COMMITTED: u64 = 1 << 63;
+const KIND_SHIFT: u32 = 60;
+const KIND_MASK: u64 = 0x7;
+const KIND_DATA: u64 = 0;
+const KIND_PAD: u64 = 1;
+const TAG_SHIFT: u32 = 32;
+const TAG_MASK: u64 = 0x0FFF_FFFF;
+const LEN_MASK: u64 = 0xFFFF_FFFF;
+
+/// The fixed parameters of a queue, from its header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Geometry {
+    /// Bytes per chunk (a power of two, 64 KiB to 1 GiB).
+    pub chunk_size: u64,
+    /// Header flags ([`FLAG_RECORD_CRC`]).
+    pub flags: u32,
+    /// When the queue was created, ns since the Unix epoch.
+    pub created_unix_ns: u64,
+}
+
+impl Geometry {
+    /// Whether records carry a CRC-32.
+    pub fn record_crc(&self) -> bool {
+        self.flags & FLAG_RECORD_CRC != 0
+    }
+
+    /// File offset of chunk `c`; `None` on overflow.
+    pub fn chunk_base(&self, c: u64) -> Option<u64> {
+        c.checked_mul(self.chunk_size)?.checked_add(HEADER_LEN)
+    }
+
+    /// The chunk holding file offset `pos` (which must be at least [`HEADER_LEN`]).
+    pub fn chunk_of(&self, pos: u64) -> u64 {
+        (pos.saturating_sub(HEADER_LEN)) / self.chunk_size
+    }
+
+    /// Position of the first record of chunk `c`.
+    pub fn first_record(&self, c: u64) -> Option<u64> {
+        self.chunk_base(c)?.checked_add(CHUNK_HEADER_LEN)
+    }
+
+    /// Bytes after the payload: 4 with record CRCs, else 0.
+    pub fn trailer_len(&self) -> u64 {
+        if self.record_crc() {
+            4
+        } else {
+            0
+        }
+    }
+
+    /// The largest payload one record can carry.
+    pub fn max_payload(&self) -> usize {
+        let room = self.chunk_size - CHUNK_HEADER_LEN - MARK_LEN - self.trailer_len();
+        room.min(LEN_MASK) as usize
+    }
+
+    /// Bytes a record with `len` payload bytes takes, mark and padding included.
+    #[inline]
+    pub fn record_size(&self, len: u64) -> u64 {
+        (MARK_LEN + len + self.trailer_len() + 7) & !7
+    }
+
+    /// Validates a geometry for a new queue.
+    pub fn check_new(chunk_size: u64) -> Result<(), String> {
+        if !chunk_size.is_power_of_two() || !(MIN_CHUNK..=MAX_CHUNK).contains(&chunk_size) {
+            return Err(format!(
+                "chunk size {chunk_size} must be a power of two from {MIN_CHUNK} (64 KiB) to {MAX_CHUNK} (1 GiB)"
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// What a mark word says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mark {
+    /// Zero: nothing committed here yet.
+    Empty,
+    /// A committed record with this many payload bytes.
+    Data(u32),
+    /// Committed padding: the rest of the chunk (this many bytes after the mark) is unused.
+    Pad(u32),
+}
+
+/// The 28-bit tag that ties a mark to its position, so stray bytes are not
+/// taken for a record.
+#[inline]
+fn tag(pos: u64) -> u64 {
+    (pos >> 3) & TAG_MASK
+}
+
+/// The mark of a committed data record at `pos`.
+#[inline]
+pub(crate) fn data_mark(pos: u64, len: u32) -> u64 {
+    MARK_COMMITTED | (KIND_DATA << KIND_SHIFT) | (tag(pos) << TAG_SHIFT) | u64::from(len)
+}
+
+/// The mark of committed padding at `pos` covering `rest` bytes after the mark.
+pub(crate) fn pad_mark(pos: u64, rest: u32) -> u64 {
+    MARK_COMMITTED | (KIND_PAD << KIND_SHIFT) | (tag(pos) << TAG_SHIFT) | u64::from(rest)
+}
+
+/// Decodes the mark word found at `pos`; `Err` says why it is not a valid mark.
+#[inline]
+pub fn decode_mark(raw: u64, pos: u64) -> Result<Mark, String> {
+    if raw == 0 {
+        return Ok(Mark::Empty);
+    }
+    if raw & MARK_COMMITTED == 0 {
+        return Err(format!("mark {raw:#018x} has no commit bit"));
+    }
+    if (raw >> TAG_SHIFT) & TAG_MASK != tag(pos) {
+        return Err(format!("mark {raw:#018x} belongs to another position"));
+    }
+    let len = (raw & LEN_MASK) as u32;
+    match (raw >> KIND_SHIFT) & KIND_MASK {
+        KIND_DATA => Ok(Mark::Data(len)),
+        KIND_PAD => Ok(Mark::Pad(len)),
+        kind => Err(format!("mark {raw:#018x} has unknown kind {kind}")),
+    }
+}
+
+/// The CRC-32 stored after a payload: over the mark's bytes, then the payload.
+pub fn record_crc(mark: u64, payload: &[u8]) -> u32 {
+    let mut h = crc32fast::Hasher::new();
+    h.update(&mark.to_le_bytes());
+    h.update(payload);
+    h.finalize()
+}
+
+/// Builds the header page of a new queue.
+pub(crate) fn encode_header(g: &Geometry) -> Vec<u8> {
+    let mut h = vec![0u8; HEADER_LEN as usize];
+    h[..8].copy_from_slice(&MAGIC);
+    h[OFF_VERSION..OFF_VERSION + 4].copy_from_slice(&VERSION.to_le_bytes());
+    h[OFF_HEADER_LEN..OFF_HEADER_LEN + 4].copy_from_slice(&(HEADER_LEN as u32).to_le_bytes());
+    h[OFF_CHUNK_SIZE..OFF_CHUNK_SIZE + 8].copy_from_slice(&g.chunk_size.to_le_bytes());
+    h[OFF_FLAGS..OFF_FLAGS + 4].copy_from_slice(&g.flags.to_le_bytes());
+    h[OFF_CREATED..OFF_CREATED + 8].copy_from_slice(&g.created_unix_ns.to_le_bytes());
+    let crc = crc32fast::hash(&h[..CHECKED_LEN]);
+    h[OFF_HEADER_CRC..OFF_HEADER_CRC + 4].copy_from_slice(&crc.to_le_bytes());
+    h
+}
+
+fn u32_at(b: &[u8], off: usize) -> u32 {
+    let mut a = [0u8; 4];
+    a.copy_from_slice(&b[off..off + 4]);
+    u32::from_le_bytes(a)
+}
+
+fn u64_at(b: &[u8], off: usize) -> u64 {
+    let mut a = [0u8; 8];
+    a.copy_from_slice(&b[off..off + 8]);
+    u64::from_le_bytes(a)
+}
+
+/// The header's mutable fields as read at one moment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HeaderState {
+    /// First chunk still in the file.
+    pub first_chunk: u64,
+    /// Chunk the writer was last in (hint).
+    pub tail_chunk: u64,
+    /// Pid of the writer that last opened the queue.
+    pub writer_pid: u32,
+    /// Writer opens so far.
+    pub writer_opens: u64,
+}
+
+/// Validates the header page (at least [`HEADER_LEN`] bytes) and returns the geometry.
+pub fn decode_header(path: &Path, h: &[u8]) -> Result<(Geometry, HeaderState), QueueError> {
+    let bad = |reason: String| QueueError::BadHeader {
+        path: path.to_owned(),
+        reason,
+    };
+    if (h.len() as u64) < HEADER_LEN {
+        return Err(QueueError::TooShort {
+            path: path.to_owned(),
+            size: h.len() as u64,
+            needed: HEADER_LEN,
+        });
+    }
+    let mut magic = [0u8; 8];
+    magic.copy_from_slice(&h[..8]);
+    if magic != MAGIC {
+        return Err(QueueError::NotAQueue {
+            path: path.to_owned(),
+            found: magic,
+        });
+    }
+    let version = u32_at(h, OFF_VERSION);
+    if version != VERSION {
+        return Err(QueueError::UnsupportedVersion {
+            path: path.to_owned(),
+            found: version,
+            supported: VERSION,
+        });
+    }
+    let stored = u32_at(h, OFF_HEADER_CRC);
+    let computed = crc32fast::hash(&h[..CHECKED_LEN]);
+    if stored != computed {
+        return Err(QueueError::HeaderChecksum {
+            path: path.to_owned(),
+            stored,
+            computed,
+        });
+    }
+    let header_len = u32_at(h, OFF_HEADER_LEN);
+    if u64::from(header_len) != HEADER_LEN {
+        return Err(bad(format!(
+            "header length {header_len}, expected {HEADER_LEN}"
+        )));
+    }
+    let chunk_size = u64_at(h, OFF_CHUNK_SIZE);
+    Geometry::check_new(chunk_size).map_err(bad)?;
+    let flags = u32_at(h, OFF_FLAGS);
+    if flags & !KNOWN_FLAGS != 0 {
+        return Err(bad(format!(
+            "unknown flags {:#x}: written by a newer pagewise",
+            flags & !KNOWN_FLAGS
+        )));
+    }
+    let g = Geometry {
+        chunk_size,
+        flags,
+        created_unix_ns: u64_at(h, OFF_CREATED),
+    };
+    let state = HeaderState {
+        first_chunk: u64_at(h, OFF_FIRST_CHUNK),
+        tail_chunk: u64_at(h, OFF_TAIL_CHUNK),
+        writer_pid: u32_at(h, OFF_WRITER_PID),
+        writer_opens: u64_at(h, OFF_WRITER_OPENS),
+    };
+    Ok((g, state))
+}
+
+/// The chunks a file of `size` bytes holds at least partly.
+pub fn chunks_in(g: &Geometry, size: u64) -> u64 {
+    size.saturating_sub(HEADER_LEN).div_ceil(g.chunk_size)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn geometry(crc: bool) -> Geometry {
+        Geometry {
+            chunk_size: MIN_CHUNK,
+            flags: if crc { FLAG_RECORD_CRC } else { 0 },
+            created_unix_ns: 7,
+        }
+    }
+
+    #[test]
+    fn header_round_trips_and_detects_damage() {
+        let g = geometry(true);
+        let h = encode_header(&g);
+        let p = Path::new("q");
+        assert_eq!(decode_header(p, &h).unwrap().0, g);
+        let mut bad = h.clone();
+        bad[OFF_CHUNK_SIZE] ^= 1;
+        assert!(matches!(
+            decode_header(p, &bad),
+            Err(QueueError::HeaderChecksum { .. })
+        ));
+        let mut bad = h.clone();
+        bad[0] = b'X';
+        assert!(matches!(
+            decode_header(p, &bad),
+            Err(QueueError::NotAQueue { .. })
+        ));
+        let mut bad = h.clone();
+        bad[OFF_VERSION] = 2;
+        assert!(matches!(
+            decode_header(p, &bad),
+            Err(QueueError::UnsupportedVersion { found: 2, .. })
+        ));
+        assert!(matches!(
+            decode_header(p, &h[..100]),
+            Err(QueueError::TooShort { .. })
+        ));
+        // The mutable fields are not checksummed.
+        let mut ok = h.clone();
+        ok[OFF_FIRST_CHUNK] = 3;
+        assert_eq!(decode_header(p, &ok).unwrap().1.first_chunk, 3);
+    }
+
+    #[test]
+    fn marks_round_trip_and_reject_strays() {
+        let pos = HEADER_LEN + CHUNK_HEADER_LEN + 8 * 1000;
+        assert_eq!(decode_mark(data_mark(pos, 0), pos), Ok(Mark::Data(0)));
+        assert_eq!(
+            decode_mark(data_mark(pos, u32::MAX), pos),
+            Ok(Mark::Data(u32::MAX))
+        );
+        assert_eq!(decode_mark(pad_mark(pos, 16), pos), Ok(Mark::Pad(16)));
+        assert_eq!(decode_mark(0, pos), Ok(Mark::Empty));
+        assert!(decode_mark(data_mark(pos, 5), pos + 8).is_err());
+        assert!(decode_mark(data_mark(pos, 5) & !MARK_COMMITTED, pos).is_err());
+        assert!(decode_mark(data_mark(pos, 5) | (5 << KIND_SHIFT), pos).is_err());
+    }
+
+    #[test]
+    fn sizes_are_multiples_of_eight() {
+        let g = geometry(false);
+        assert_eq!(g.record_size(0), 8);
+        assert_eq!(g.record_size(1), 16);
+        assert_eq!(g.record_size(128), 136);
+        let g = geometry(true);
+        assert_eq!(g.record_size(0), 16);
+        assert_eq!(g.record_size(4), 16);
+        assert_eq!(g.record_size(128), 144);
+        assert_eq!(g.max_payload() as u64, MIN_CHUNK - 64 - 8 - 4);
+        assert_eq!(g.record_size(g.max_payload() as u64), MIN_CHUNK - 64);
+    }
+}

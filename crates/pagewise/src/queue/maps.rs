@@ -1,0 +1,181 @@
+//! The writer's chunk mappings, shared with the pre-toucher.
+//!
+//! The pre-toucher maps the next chunk before the writer gets there (so that
+//! it can populate it), and the writer takes that mapping over when it rolls.
+//! Retired mappings are unmapped by the pre-toucher: `munmap` of a populated
+//! 64 MiB chunk takes milliseconds and must not happen on the append path.
+
+use super::error::QueueError;
+use super::layout::Geometry;
+use super::window::Prepare;
+use crate::sys::file::{self};
+use crate::sys::file_map::{FileAdvice, MapPopulator, WriteMap};
+use std::collections::btree_map::{BTreeMap, Entry};
+use std::fs::File;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+#[derive(Debug)]
+struct Slot {
+    /// The mapping, until the writer takes it.
+    map: Option<WriteMap>,
+    populator: MapPopulator,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    slots: BTreeMap<u64, Slot>,
+    retired: Vec<WriteMap>,
+}
+
+/// Chunk mappings of one writer.
+#[derive(Debug)]
+pub(crate) struct ChunkMaps {
+    path: PathBuf,
+    file: Arc<File>,
+    geometry: Geometry,
+    inner: Mutex<Inner>,
+    /// Whether a background thread unmaps retired mappings.
+    deferred_unmap: bool,
+}
+
+impl ChunkMaps {
+    pub(crate) fn new(
+        path: PathBuf,
+        file: Arc<File>,
+        geometry: Geometry,
+        deferred_unmap: bool,
+    ) -> Self {
+        ChunkMaps {
+            path,
+            file,
+            geometry,
+            inner: Mutex::new(Inner::default()),
+            deferred_unmap,
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn map_chunk(&self, c: u64) -> Result<WriteMap, QueueError> {
+        let base = self.geometry.chunk_base(c).ok_or_else(|| {
+            QueueError::corrupt(
+                &self.path,
+                u64::MAX,
+                format!("chunk {c} lies past any file offset"),
+            )
+        })?;
+        WriteMap::map(&self.file, base, self.geometry.chunk_size as usize, false)
+            .map_err(|e| QueueError::sys(&self.path, format!("map chunk {c}"), e))
+    }
+
+    fn slot<'a>(&self, inner: &'a mut Inner, c: u64) -> Result<&'a mut Slot, QueueError> {
+        match inner.slots.entry(c) {
+            Entry::Occupied(o) => Ok(o.into_mut()),
+            Entry::Vacant(v) => {
+                let map = self.map_chunk(c)?;
+                let populator = map.populator();
+                Ok(v.insert(Slot {
+                    map: Some(map),
+                    populator,
+                }))
+            }
+        }
+    }
+
+    /// The populator of chunk `c`, mapping the chunk if nobody has yet.
+    pub(crate) fn populator(&self, c: u64) -> Result<MapPopulator, QueueError> {
+        let mut inner = self.lock();
+        Ok(self.slot(&mut inner, c)?.populator.clone())
+    }
+
+    /// Hands chunk `c`'s writable mapping to the writer (mapping it now if the
+    /// pre-toucher has not).
+    pub(crate) fn take(&self, c: u64) -> Result<WriteMap, QueueError> {
+        let mut inner = self.lock();
+        let slot = self.slot(&mut inner, c)?;
+        match slot.map.take() {
+            Some(m) => Ok(m),
+            // Taken before: map it again (only after a failed roll was retried).
+            None => self.map_chunk(c),
+        }
+    }
+
+    /// The writer left chunk `c`: forget its populator and unmap `old` off the
+    /// writer's path (or now, without a background thread).
+    pub(crate) fn retire(&self, c: u64, old: WriteMap) {
+        let mut inner = self.lock();
+        inner.slots.remove(&c);
+        if self.deferred_unmap {
+            inner.retired.push(old);
+        } else {
+            drop(inner);
+            drop(old);
+        }
+    }
+
+    /// Forgets every chunk below `c` (retention dropped them).
+    pub(crate) fn forget_below(&self, c: u64) {
+        let mut inner = self.lock();
+        let keep = inner.slots.split_off(&c);
+        let dropped = std::mem::replace(&mut inner.slots, keep);
+        drop(inner);
+        drop(dropped);
+    }
+
+    /// Unmaps retired mappings (called by the background thread).
+    pub(crate) fn unmap_retired(&self) {
+        let retired = std::mem::take(&mut self.lock().retired);
+        drop(retired);
+    }
+}
+
+/// Allocates (and with `populate`, faults in) pieces of the queue file.
+#[derive(Debug)]
+pub(crate) struct QueuePrepare {
+    pub(crate) maps: Arc<ChunkMaps>,
+    pub(crate) populate: bool,
+}
+
+impl Prepare for QueuePrepare {
+    fn prepare(&self, offset: u64, len: u64) -> Result<(), QueueError> {
+        let m = &self.maps;
+        file::allocate(&m.file, offset, len).map_err(|e| match e.errno() {
+            Some(libc::ENOSPC) | Some(libc::EFBIG) | Some(libc::EDQUOT) => QueueError::NoSpace {
+                path: m.path.clone(),
+                offset,
+                error: e,
+            },
+            _ => QueueError::sys(
+                &m.path,
+                format!("allocate {len} bytes at offset {offset}"),
+                e,
+            ),
+        })?;
+        if self.populate {
+            let c = m.geometry.chunk_of(offset);
+            let base = m.geometry.chunk_base(c).unwrap_or(u64::MAX);
+            let populator = m.populator(c)?;
+            populator
+                .advise(
+                    (offset - base) as usize,
+                    len as usize,
+                    FileAdvice::PopulateWrite,
+                )
+                .map_err(|e| {
+                    QueueError::sys(
+                        &m.path,
+                        format!("populate {len} bytes at offset {offset}"),
+                        e,
+                    )
+                })?;
+        }
+        Ok(())
+    }
+
+    fn housekeeping(&self) {
+        self.maps.unmap_retired();
+    }
+}

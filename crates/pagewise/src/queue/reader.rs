@@ -1,0 +1,695 @@
+//! Readers: each maps the queue read-only and reads at its own pace.
+
+use super::error::QueueError;
+use super::layout::{
+    self, decode_mark, Geometry, Mark, HEADER_LEN, MARK_LEN, OFF_FIRST_CHUNK, OFF_NOTIFY_SEQ,
+    OFF_TAIL_CHUNK,
+};
+use super::notify::WaitFile;
+use super::Position;
+use crate::sys::file::{self, Inotify, IN_IGNORED, IN_MODIFY};
+use crate::sys::file_map::{FileAdvice, ReadMap};
+use std::fs::{File, OpenOptions};
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{fence, AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// Where a new reader starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Start {
+    /// The oldest record still in the queue.
+    #[default]
+    Beginning,
+    /// Just past the newest committed record: only records appended from now on.
+    End,
+    /// A position returned by an earlier append or read.
+    At(Position),
+}
+
+/// How [`Reader::next_wait`] waits when no record is there yet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Wait {
+    /// Poll in a tight loop (`spin_loop` hint): lowest latency, one busy core.
+    Spin,
+    /// Poll `spins` times, then poll with `sched_yield` between polls.
+    SpinThenYield {
+        /// Polls before yielding.
+        spins: u32,
+    },
+    /// Poll `spins` times, then sleep on a futex in the queue header until the
+    /// writer commits (see `Reader::blocking` for how wakes reach readers).
+    Block {
+        /// Polls before sleeping.
+        spins: u32,
+    },
+}
+
+/// How a reader notices that another process truncated the file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum TruncationCheck {
+    /// A helper thread sleeps on inotify and checks the size whenever the file
+    /// changes through a system call; the reader checks a flag on every call.
+    Inotify,
+    /// No inotify (disabled, or the per-user instance limit was reached): the
+    /// reader checks the size with `fstat` on every call (about 0.3 µs more
+    /// per call).
+    EveryCall,
+}
+
+/// How a reader that blocks gets woken.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Blocking {
+    /// Registered in the `.wait` side file: the writer wakes it on commit.
+    Woken,
+    /// The side file is missing or not writable for this reader: it sleeps in
+    /// slices of at most 1 ms and polls between them. The reason is given.
+    Polling(String),
+}
+
+/// Options for [`Reader::open_with`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReaderOptions {
+    /// Where to start (default: the beginning).
+    pub start: Start,
+    /// Check record CRCs when the queue has them (default on).
+    pub verify_crc: bool,
+    /// Watch for truncation with inotify (default on); off, or when inotify
+    /// is unavailable, the size is checked with `fstat` on every call.
+    pub watch_truncation: bool,
+}
+
+impl Default for ReaderOptions {
+    fn default() -> Self {
+        ReaderOptions {
+            start: Start::Beginning,
+            verify_crc: true,
+            watch_truncation: true,
+        }
+    }
+}
+
+/// One record, borrowed from the reader until its next call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Record<'r> {
+    /// Where the record is (pass it to `seek` or `Start::At` to read it again).
+    pub position: Position,
+    /// The payload, copied out of the shared mapping.
+    pub payload: &'r [u8],
+}
+
+const NO_TRUNCATION: u64 = u64::MAX;
+
+#[derive(Debug)]
+struct WatchShared {
+    /// The size the reader relies on.
+    needed: AtomicU64,
+    /// The size seen when smaller than `needed`, else NO_TRUNCATION.
+    truncated: AtomicU64,
+    stop: AtomicBool,
+}
+
+#[derive(Debug)]
+struct Watcher {
+    shared: Arc<WatchShared>,
+    inotify: Arc<Inotify>,
+    wd: i32,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Watcher {
+    fn start(file: &File, path: &Path, needed: u64) -> Result<Watcher, String> {
+        let inotify = Arc::new(Inotify::new().map_err(|e| e.to_string())?);
+        // Watch the open file itself, whatever its name is now.
+        let by_fd = PathBuf::from(format!("/proc/self/fd/{}", file.as_raw_fd()));
+        let wd = inotify
+            .add_watch(&by_fd, IN_MODIFY)
+            .or_else(|_| inotify.add_watch(path, IN_MODIFY))
+            .map_err(|e| e.to_string())?;
+        let shared = Arc::new(WatchShared {
+            needed: AtomicU64::new(needed),
+            truncated: AtomicU64::new(NO_TRUNCATION),
+            stop: AtomicBool::new(false),
+        });
+        let file = file.try_clone().map_err(|e| e.to_string())?;
+        let (s, i) = (Arc::clone(&shared), Arc::clone(&inotify));
+        let thread = std::thread::Builder::new()
+            .name("pagewise-queue-watch".into())
+            .spawn(move || loop {
+                let Ok(events) = i.read_events() else { return };
+                if s.stop.load(Ordering::Relaxed) || events.iter().any(|e| e.mask & IN_IGNORED != 0)
+                {
+                    return;
+                }
+                if let Ok(meta) = file.metadata() {
+                    if meta.len() < s.needed.load(Ordering::Relaxed) {
+                        s.truncated.store(meta.len(), Ordering::Release);
+                    }
+                }
+            })
+            .map_err(|e| e.to_string())?;
+        Ok(Watcher {
+            shared,
+            inotify,
+            wd,
+            thread: Some(thread),
+        })
+    }
+}
+
+impl Drop for Watcher {
+    fn drop(&mut self) {
+        self.shared.stop.store(true, Ordering::Relaxed);
+        // Removing the watch queues IN_IGNORED, which wakes the thread.
+        let _ = self.inotify.remove_watch(self.wd);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// A reader of a queue. See the [module docs](super).
+#[derive(Debug)]
+pub struct Reader {
+    path: PathBuf,
+    file: File,
+    geometry: Geometry,
+    header: ReadMap,
+    map: ReadMap,
+    chunk: u64,
+    chunk_base: u64,
+    chunk_end: u64,
+    pos: u64,
+    /// The file size last seen; reads stay below it.
+    known_size: u64,
+    buf: Vec<u8>,
+    verify_crc: bool,
+    watcher: Option<Watcher>,
+    watch_problem: Option<String>,
+    wait: Result<WaitFile, String>,
+    /// How far ahead of `pos` pages are mapped in (idle-time read populate).
+    populated_to: u64,
+}
+
+/// The located next record: offset in the chunk and payload length.
+type Located = Option<(usize, usize)>;
+
+impl Reader {
+    /// Opens a queue for reading from the beginning. See [`Reader::open_with`].
+    pub fn open(path: impl AsRef<Path>) -> Result<Reader, QueueError> {
+        Reader::open_with(path, ReaderOptions::default())
+    }
+
+    /// Opens a queue for reading: opens the file read-only, validates the
+    /// header, maps the header and one chunk read-only, and positions the
+    /// reader. A reader can never change the queue. Costs a few system calls,
+    /// a thread for the truncation watch, and for `Start::End` or
+    /// `Start::At` a walk over at most one chunk.
+    pub fn open_with(path: impl AsRef<Path>, options: ReaderOptions) -> Result<Reader, QueueError> {
+        let path = path.as_ref();
+        let file = OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_CLOEXEC)
+            .open(path)
+            .map_err(|error| QueueError::Io {
+                path: path.to_owned(),
+                what: "open the queue",
+                error,
+            })?;
+        let (geometry, state, size) = super::writer::read_header(path, &file)?;
+        let header = ReadMap::map(&file, 0, HEADER_LEN as usize)
+            .map_err(|e| QueueError::sys(path, "map the header", e))?;
+        let first = state.first_chunk;
+        let chunks = layout::chunks_in(&geometry, size);
+        if first > chunks {
+            return Err(QueueError::BadHeader {
+                path: path.to_owned(),
+                reason: format!(
+                    "first chunk {first} is past the end of the file ({chunks} chunks)"
+                ),
+            });
+        }
+        let (watcher, watch_problem) = if options.watch_truncation {
+            match Watcher::start(&file, path, size) {
+                Ok(w) => (Some(w), None),
+                Err(e) => (None, Some(e)),
+            }
+        } else {
+            (None, Some("disabled by the options".to_owned()))
+        };
+        let map = map_chunk(path, &file, &geometry, first)?;
+        let chunk_base = chunk_base(path, &geometry, first)?;
+        let mut reader = Reader {
+            path: path.to_owned(),
+            file,
+            geometry,
+            header,
+            map,
+            chunk: first,
+            chunk_base,
+            chunk_end: chunk_base + geometry.chunk_size,
+            pos: chunk_base + layout::CHUNK_HEADER_LEN,
+            known_size: size,
+            buf: Vec::new(),
+            verify_crc: options.verify_crc,
+            watcher,
+            watch_problem,
+            wait: WaitFile::for_reader(path),
+            populated_to: 0,
+        };
+        match options.start {
+            Start::Beginning => {}
+            Start::End => reader.seek_end()?,
+            Start::At(p) => reader.seek(p)?,
+        }
+        Ok(reader)
+    }
+
+    pub(crate) fn file_for_inspect(&self) -> &File {
+        &self.file
+    }
+
+    /// The queue file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The queue's fixed parameters.
+    pub fn geometry(&self) -> Geometry {
+        self.geometry
+    }
+
+    /// The position of the next record this reader will return.
+    pub fn position(&self) -> Position {
+        Position(self.pos)
+    }
+
+    /// How this reader notices truncation, and why not with inotify if not.
+    pub fn truncation_check(&self) -> (TruncationCheck, Option<&str>) {
+        match &self.watcher {
+            Some(_) => (TruncationCheck::Inotify, None),
+            None => (TruncationCheck::EveryCall, self.watch_problem.as_deref()),
+        }
+    }
+
+    /// How a blocking wait gets woken for this reader.
+    pub fn blocking(&self) -> Blocking {
+        match &self.wait {
+            Ok(_) => Blocking::Woken,
+            Err(e) => Blocking::Polling(e.clone()),
+        }
+    }
+
+    /// Whether the truncation watch has seen the file shrink (it reports
+    /// through the next call of `next`); lets a caller poll for it.
+    pub fn truncation_noticed(&self) -> bool {
+        self.watcher
+            .as_ref()
+            .is_some_and(|w| w.shared.truncated.load(Ordering::Acquire) != NO_TRUNCATION)
+    }
+
+    /// The next committed record, or `None` if there is none yet. Never
+    /// blocks. Hot path: one flag load, one acquire load of the mark, a copy of
+    /// the payload, and one load of the retention word; no system call except
+    /// when entering a new chunk or going past the file size last seen.
+    // Not `Iterator::next`: the record borrows the reader's buffer (a lending iterator).
+    #[allow(clippy::should_implement_trait)]
+    pub fn next(&mut self) -> Result<Option<Record<'_>>, QueueError> {
+        match self.locate()? {
+            Some((off, len)) => self.consume(off, len),
+            None => Ok(None),
+        }
+    }
+
+    /// Whether a record is ready to be read now (the next `next` returns it).
+    /// Never blocks; skips padding and enters new chunks on the way.
+    pub fn poll(&mut self) -> Result<bool, QueueError> {
+        Ok(self.locate()?.is_some())
+    }
+
+    /// The next record, waiting for it with `wait` up to `timeout` (`None`:
+    /// forever). Returns `Ok(None)` on timeout.
+    pub fn next_wait(
+        &mut self,
+        wait: Wait,
+        timeout: Option<Duration>,
+    ) -> Result<Option<Record<'_>>, QueueError> {
+        let deadline = timeout.map(|t| Instant::now() + t);
+        let mut polls: u32 = 0;
+        loop {
+            if let Some((off, len)) = self.locate()? {
+                return self.consume(off, len);
+            }
+            if deadline.is_some_and(|d| Instant::now() >= d) {
+                return Ok(None);
+            }
+            self.idle_work();
+            match wait {
+                Wait::Spin => std::hint::spin_loop(),
+                Wait::SpinThenYield { spins } => {
+                    if polls < spins {
+                        std::hint::spin_loop();
+                    } else {
+                        std::thread::yield_now();
+                    }
+                }
+                Wait::Block { spins } => {
+                    if polls < spins {
+                        std::hint::spin_loop();
+                    } else {
+                        self.block(deadline)?;
+                    }
+                }
+            }
+            polls = polls.saturating_add(1);
+        }
+    }
+
+    /// Moves the reader to `position`, which must be the start of a committed
+    /// record still in the queue, or the end of the committed records. Costs
+    /// a walk from the start of the position's chunk.
+    pub fn seek(&mut self, position: Position) -> Result<(), QueueError> {
+        let p = position.0;
+        let g = self.geometry;
+        let path = self.path.clone();
+        let invalid = |reason: &str| QueueError::InvalidPosition {
+            path: path.clone(),
+            position,
+            reason: reason.to_owned(),
+        };
+        if p < HEADER_LEN
+            || !p.is_multiple_of(8)
+            || (p - HEADER_LEN) % g.chunk_size < layout::CHUNK_HEADER_LEN
+        {
+            return Err(invalid("not a record position of this queue"));
+        }
+        self.refresh_size()?;
+        if p.saturating_add(MARK_LEN) > self.known_size {
+            return Err(invalid("past the end of the file"));
+        }
+        let c = g.chunk_of(p);
+        self.check_first(c, p)?;
+        self.enter(c)?;
+        while self.pos < p {
+            match self.locate()? {
+                Some((_, len)) => self.pos += g.record_size(len as u64),
+                None => return Err(invalid("past the last committed record")),
+            }
+        }
+        if self.pos != p {
+            return Err(invalid("not the start of a record"));
+        }
+        Ok(())
+    }
+
+    /// Moves the reader to the oldest record still in the queue.
+    pub fn seek_to_start(&mut self) -> Result<(), QueueError> {
+        let first = self
+            .header
+            .load_u64(OFF_FIRST_CHUNK, Ordering::Acquire)
+            .unwrap_or(0);
+        self.enter(first)
+    }
+
+    /// Moves the reader past the newest committed record.
+    pub fn seek_end(&mut self) -> Result<(), QueueError> {
+        self.refresh_size()?;
+        let first = self
+            .header
+            .load_u64(OFF_FIRST_CHUNK, Ordering::Acquire)
+            .unwrap_or(0);
+        let tail = self
+            .header
+            .load_u64(OFF_TAIL_CHUNK, Ordering::Acquire)
+            .unwrap_or(0);
+        let chunks = layout::chunks_in(&self.geometry, self.known_size);
+        let c = tail.clamp(first, chunks.saturating_sub(1).max(first));
+        self.enter(c)?;
+        while let Some((_, len)) = self.locate()? {
+            self.pos += self.geometry.record_size(len as u64);
+        }
+        Ok(())
+    }
+
+    /// Finds the next data record, skipping padding and entering new chunks;
+    /// `None` when the next mark is not committed yet.
+    #[inline]
+    fn locate(&mut self) -> Result<Located, QueueError> {
+        self.check_truncation()?;
+        loop {
+            if self.pos == self.chunk_end {
+                self.enter(self.chunk + 1)?;
+            }
+            if self.pos + MARK_LEN > self.known_size && !self.refresh_size()? {
+                return Ok(None);
+            }
+            let off = (self.pos - self.chunk_base) as usize;
+            let Some(raw) = self.map.load_u64(off, Ordering::Acquire) else {
+                return Err(QueueError::corrupt(
+                    &self.path,
+                    self.pos,
+                    "outside its chunk",
+                ));
+            };
+            match decode_mark(raw, self.pos) {
+                Ok(Mark::Data(len)) => {
+                    let end = self.pos + self.geometry.record_size(u64::from(len));
+                    if end > self.chunk_end {
+                        return Err(QueueError::corrupt(
+                            &self.path,
+                            self.pos,
+                            format!("a length of {len} bytes runs past the end of the chunk"),
+                        ));
+                    }
+                    if end > self.known_size {
+                        self.refresh_size()?;
+                    }
+                    if end > self.known_size {
+                        return Err(QueueError::corrupt(
+                            &self.path,
+                            self.pos,
+                            format!("a length of {len} bytes runs past the end of the file"),
+                        ));
+                    }
+                    return Ok(Some((off, len as usize)));
+                }
+                Ok(Mark::Empty) => {
+                    self.check_first(self.chunk, self.pos)?;
+                    return Ok(None);
+                }
+                Ok(Mark::Pad(rest)) => {
+                    if u64::from(rest) != self.chunk_end - self.pos - MARK_LEN {
+                        return Err(QueueError::corrupt(
+                            &self.path,
+                            self.pos,
+                            "padding that does not reach the end of the chunk",
+                        ));
+                    }
+                    self.pos = self.chunk_end;
+                }
+                Err(reason) => return Err(QueueError::corrupt(&self.path, self.pos, reason)),
+            }
+        }
+    }
+
+    /// Copies out the record `locate` found.
+    #[inline]
+    fn consume(&mut self, off: usize, len: usize) -> Result<Option<Record<'_>>, QueueError> {
+        if self.buf.len() < len {
+            self.buf.resize(len, 0);
+        }
+        let data = off + MARK_LEN as usize;
+        self.map.copy_out(data, &mut self.buf[..len]);
+        if self.geometry.record_crc() && self.verify_crc {
+            let mut stored = [0u8; 4];
+            self.map.copy_out(data + len, &mut stored);
+            let stored = u32::from_le_bytes(stored);
+            let raw = self.map.load_u64(off, Ordering::Relaxed).unwrap_or(0);
+            let computed = layout::record_crc(raw, &self.buf[..len]);
+            if stored != computed {
+                return Err(QueueError::CrcMismatch {
+                    path: self.path.clone(),
+                    position: Position(self.pos),
+                    stored,
+                    computed,
+                });
+            }
+        }
+        // Retention publishes the new first chunk before punching: if the bytes we copied
+        // were punched out, this load sees it (seqlock-style check).
+        fence(Ordering::Acquire);
+        self.check_first(self.chunk, self.pos)?;
+        let at = self.pos;
+        self.pos += self.geometry.record_size(len as u64);
+        Ok(Some(Record {
+            position: Position(at),
+            payload: &self.buf[..len],
+        }))
+    }
+
+    #[inline]
+    fn check_truncation(&mut self) -> Result<(), QueueError> {
+        match &self.watcher {
+            Some(w) => {
+                let t = w.shared.truncated.load(Ordering::Acquire);
+                if t != NO_TRUNCATION {
+                    return Err(self.truncated(t));
+                }
+            }
+            None => {
+                self.refresh_size()?;
+            }
+        }
+        Ok(())
+    }
+
+    fn truncated(&self, size: u64) -> QueueError {
+        QueueError::Truncated {
+            path: self.path.clone(),
+            size,
+            needed: self.known_size,
+        }
+    }
+
+    /// Re-reads the file size; `true` if the next mark now lies inside it.
+    #[cold]
+    fn refresh_size(&mut self) -> Result<bool, QueueError> {
+        let size = self
+            .file
+            .metadata()
+            .map_err(|error| QueueError::Io {
+                path: self.path.clone(),
+                what: "stat the queue",
+                error,
+            })?
+            .len();
+        if size < self.known_size {
+            return Err(self.truncated(size));
+        }
+        self.known_size = size;
+        if let Some(w) = &self.watcher {
+            w.shared.needed.store(size, Ordering::Relaxed);
+        }
+        Ok(self.pos + MARK_LEN <= size)
+    }
+
+    /// Fails with `FellBehind` if retention dropped chunk `c`.
+    #[inline]
+    fn check_first(&self, c: u64, pos: u64) -> Result<(), QueueError> {
+        let first = self
+            .header
+            .load_u64(OFF_FIRST_CHUNK, Ordering::Relaxed)
+            .unwrap_or(0);
+        if c < first {
+            let first_available = self.geometry.first_record(first).unwrap_or(u64::MAX);
+            return Err(QueueError::FellBehind {
+                path: self.path.clone(),
+                position: Position(pos),
+                first_available: Position(first_available),
+                behind_by: first_available.saturating_sub(pos),
+            });
+        }
+        Ok(())
+    }
+
+    /// Maps chunk `c` and moves to its first record.
+    fn enter(&mut self, c: u64) -> Result<(), QueueError> {
+        self.check_first(c, self.pos)?;
+        if c != self.chunk {
+            self.map = map_chunk(&self.path, &self.file, &self.geometry, c)?;
+            self.chunk = c;
+            self.chunk_base = chunk_base(&self.path, &self.geometry, c)?;
+            self.chunk_end = self.chunk_base + self.geometry.chunk_size;
+            self.populated_to = 0;
+            self.refresh_size()?;
+        }
+        self.pos = self.chunk_base + layout::CHUNK_HEADER_LEN;
+        Ok(())
+    }
+
+    /// While idle, map in the next pages of the chunk (read populate, up to
+    /// 256 KiB ahead and never past the file size), so reading them later
+    /// takes no page fault.
+    fn idle_work(&mut self) {
+        const AHEAD: u64 = 256 << 10;
+        let page = 4096;
+        let from = (self.pos - self.chunk_base) & !(page - 1);
+        if self.populated_to > from + AHEAD / 2 {
+            return;
+        }
+        let limit = (self
+            .known_size
+            .min(self.chunk_end)
+            .saturating_sub(self.chunk_base))
+        .min(from + AHEAD);
+        if limit > from {
+            let _ = self.map.advise(
+                from as usize,
+                (limit - from) as usize,
+                FileAdvice::PopulateRead,
+            );
+            self.populated_to = limit;
+        }
+    }
+
+    /// Sleeps on the header's futex word until the writer commits, a slice
+    /// passes, or the deadline.
+    fn block(&mut self, deadline: Option<Instant>) -> Result<(), QueueError> {
+        let seq = self
+            .header
+            .load_u32(OFF_NOTIFY_SEQ, Ordering::Acquire)
+            .unwrap_or(0);
+        let mut slice = Duration::from_millis(10);
+        if let Some(d) = deadline {
+            slice = slice.min(d.saturating_duration_since(Instant::now()));
+        }
+        match &self.wait {
+            Ok(w) => {
+                let until = crate::sys::clock::monotonic_ns() + slice.as_nanos() as u64 + 1_000_000;
+                w.register(until);
+            }
+            Err(_) => slice = slice.min(Duration::from_millis(1)),
+        }
+        fence(Ordering::SeqCst);
+        if self.locate()?.is_some() {
+            return Ok(());
+        }
+        self.header
+            .futex_wait(OFF_NOTIFY_SEQ, seq, Some(slice))
+            .map_err(|e| QueueError::sys(&self.path, "wait for the writer", e))?;
+        Ok(())
+    }
+}
+
+fn chunk_base(path: &Path, g: &Geometry, c: u64) -> Result<u64, QueueError> {
+    g.chunk_base(c)
+        .filter(|b| b.checked_add(g.chunk_size).is_some())
+        .ok_or_else(|| {
+            QueueError::corrupt(
+                path,
+                u64::MAX,
+                format!("chunk {c} lies past any file offset"),
+            )
+        })
+}
+
+fn map_chunk(path: &Path, file: &File, g: &Geometry, c: u64) -> Result<ReadMap, QueueError> {
+    let base = chunk_base(path, g, c)?;
+    ReadMap::map(file, base, g.chunk_size as usize)
+        .map_err(|e| QueueError::sys(path, format!("map chunk {c}"), e))
+}
+
+/// Whether a writer holds the queue's lock now. One `fcntl` call.
+pub fn writer_alive(file: &File) -> Result<bool, crate::sys::SysError> {
+    file::is_locked(
+        file,
+        super::writer::LOCK_START,
+        super::writer::LOCK_LEN,
+        file::LockKind::Exclusive,
+    )
+}

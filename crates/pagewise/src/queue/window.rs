@@ -1,0 +1,522 @@
+//! The pre-toucher: a background thread that keeps a window of the file
+//! ahead of the writer allocated (`fallocate`) and faulted in
+//! (`MADV_POPULATE_WRITE`), so appends take no page fault and never meet a
+//! full file system as a SIGBUS, without populating the whole file.
+//!
+//! The file is cut into fixed *pieces* counted from an origin. The thread and
+//! the writer claim pieces from one ordered set (the same scheme as
+//! `region::background`, where a waiter helps instead of sleeping); the
+//! *frontier* is the end of the longest prepared prefix and is readable
+//! without a lock. The writer publishes its position with one relaxed store
+//! per append; the thread prepares pieces until the frontier is a *window*
+//! ahead of it, then sleeps for about the time the writer needs to eat half
+//! the slack.
+//!
+//! The window adapts to the write rate: `clamp(window, rate × lead,
+//! max_window)`, with the rate measured over ~1 ms steps (rising at once,
+//! decaying slowly). A piece is claimed only when it ends inside the window,
+//! so the file never holds more than the written bytes plus the current
+//! window plus one piece in flight.
+//!
+//! When the writer catches up with the frontier it prepares the pieces it
+//! needs itself: a system call, but not a page fault. A failed piece (for
+//! example `ENOSPC`) goes back to the unclaimed set; the thread backs off for
+//! a while and the writer, when it needs that piece, tries it itself and
+//! returns the error from `append`.
+
+use super::error::QueueError;
+use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// How the writer's pre-toucher sizes its window.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PreTouch {
+    /// The smallest window kept ready ahead of the writer (default 4 MiB).
+    pub window: u64,
+    /// The largest window the rate adaptation may grow to (default 64 MiB).
+    pub max_window: u64,
+    /// How far ahead in time the window should reach at the measured write
+    /// rate (default 4 ms): a fast writer gets a larger window.
+    pub lead: Duration,
+}
+
+impl Default for PreTouch {
+    fn default() -> Self {
+        PreTouch {
+            window: 4 << 20,
+            max_window: 64 << 20,
+            lead: Duration::from_millis(4),
+        }
+    }
+}
+
+impl PreTouch {
+    /// Checks the sizes.
+    pub fn check(&self) -> Result<(), String> {
+        if self.window == 0 {
+            return Err("the pre-touch window must be at least 1 byte".into());
+        }
+        if self.max_window < self.window {
+            return Err(format!(
+                "the largest pre-touch window ({}) is smaller than the window ({})",
+                self.max_window, self.window
+            ));
+        }
+        Ok(())
+    }
+
+    /// The piece size for this window: an eighth of it, 64 KiB to 1 MiB.
+    pub(crate) fn piece(&self) -> u64 {
+        (self.window / 8)
+            .clamp(64 << 10, 1 << 20)
+            .next_power_of_two()
+    }
+}
+
+/// Makes a range of the file ready for the writer.
+pub(crate) trait Prepare: Send + Sync + 'static {
+    /// Prepares `[offset, offset+len)`; `len` is one piece.
+    fn prepare(&self, offset: u64, len: u64) -> Result<(), QueueError>;
+    /// Called by the background thread between pieces: a place to do
+    /// deferred work off the writer's path (unmapping retired chunks).
+    fn housekeeping(&self) {}
+}
+
+/// What the pre-toucher did, for reports.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct WindowReport {
+    /// Whether a background thread prepares the window (`false`: the writer
+    /// allocates inline and takes page faults).
+    pub background: bool,
+    /// Bytes per piece.
+    pub piece_bytes: u64,
+    /// Configured smallest window.
+    pub window_bytes: u64,
+    /// Configured largest window.
+    pub max_window_bytes: u64,
+    /// The window now.
+    pub current_window_bytes: u64,
+    /// The largest window used so far.
+    pub peak_window_bytes: u64,
+    /// Pieces the background thread prepared.
+    pub pieces_background: u64,
+    /// Pieces the writer prepared itself because it caught up.
+    pub pieces_inline: u64,
+    /// Times the writer waited for a piece the thread was preparing.
+    pub writer_waits: u64,
+    /// The last error the background thread hit (it backs off and retries).
+    pub last_error: Option<String>,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    /// Pieces at or above this index may be unclaimed.
+    next: u64,
+    inflight: BTreeSet<u64>,
+    /// Finished pieces above the frontier.
+    done: BTreeSet<u64>,
+    frontier_piece: u64,
+    last_error: Option<String>,
+    backoff_until: Option<Instant>,
+}
+
+impl State {
+    fn lowest_unclaimed(&self) -> u64 {
+        let mut i = self.next.max(self.frontier_piece);
+        while self.inflight.contains(&i) || self.done.contains(&i) {
+            i += 1;
+        }
+        i
+    }
+}
+
+struct Shared {
+    origin: u64,
+    piece: u64,
+    config: PreTouch,
+    prep: Box<dyn Prepare>,
+    writer_pos: AtomicU64,
+    frontier: AtomicU64,
+    state: Mutex<State>,
+    /// Signalled when a piece finishes (the writer waits on it).
+    finished: Condvar,
+    /// Signalled to wake the background thread early.
+    wake: Condvar,
+    stop: AtomicBool,
+    window_now: AtomicU64,
+    peak_window: AtomicU64,
+    pieces_background: AtomicU64,
+    pieces_inline: AtomicU64,
+    writer_waits: AtomicU64,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn piece_start(&self, i: u64) -> u64 {
+        self.origin + i * self.piece
+    }
+
+    fn claim(state: &mut State, i: u64) {
+        state.inflight.insert(i);
+        state.next = i + 1;
+    }
+
+    /// Records a finished piece; returns the error for the caller.
+    fn complete(
+        &self,
+        mut state: MutexGuard<'_, State>,
+        i: u64,
+        result: Result<(), QueueError>,
+        background: bool,
+    ) -> Result<(), QueueError> {
+        state.inflight.remove(&i);
+        let out = match result {
+            Ok(()) => {
+                if i >= state.frontier_piece {
+                    state.done.insert(i);
+                }
+                while {
+                    let f = state.frontier_piece;
+                    state.done.remove(&f)
+                } {
+                    state.frontier_piece += 1;
+                }
+                self.frontier
+                    .store(self.piece_start(state.frontier_piece), Ordering::Release);
+                if background {
+                    self.pieces_background.fetch_add(1, Ordering::Relaxed);
+                } else {
+                    self.pieces_inline.fetch_add(1, Ordering::Relaxed);
+                }
+                Ok(())
+            }
+            Err(e) => {
+                // Give the piece back so that someone can retry it.
+                state.next = state.next.min(i);
+                if background {
+                    state.last_error = Some(e.to_string());
+                    state.backoff_until = Some(Instant::now() + Duration::from_millis(20));
+                }
+                Err(e)
+            }
+        };
+        drop(state);
+        self.finished.notify_all();
+        out
+    }
+}
+
+/// The pre-touch engine: a background thread, or none (the writer then
+/// prepares every piece itself when it reaches it).
+pub(crate) struct Window {
+    shared: Arc<Shared>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for Window {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Window")
+            .field("origin", &self.shared.origin)
+            .field("piece", &self.shared.piece)
+            .field("frontier", &self.frontier())
+            .field("background", &self.thread.is_some())
+            .finish()
+    }
+}
+
+impl Window {
+    /// A window over pieces of `piece` bytes counted from `origin`, starting
+    /// with the piece that holds `start` (the writer's position). With
+    /// `background`, a thread named `pagewise-pretouch` runs ahead of the writer.
+    pub(crate) fn start(
+        origin: u64,
+        piece: u64,
+        start: u64,
+        config: PreTouch,
+        prep: Box<dyn Prepare>,
+        background: bool,
+    ) -> Result<Window, QueueError> {
+        let first = start.saturating_sub(origin) / piece;
+        let shared = Arc::new(Shared {
+            origin,
+            piece,
+            config,
+            prep,
+            writer_pos: AtomicU64::new(start),
+            frontier: AtomicU64::new(origin + first * piece),
+            state: Mutex::new(State {
+                next: first,
+                frontier_piece: first,
+                ..State::default()
+            }),
+            finished: Condvar::new(),
+            wake: Condvar::new(),
+            stop: AtomicBool::new(false),
+            window_now: AtomicU64::new(config.window),
+            peak_window: AtomicU64::new(if background { config.window } else { 0 }),
+            pieces_background: AtomicU64::new(0),
+            pieces_inline: AtomicU64::new(0),
+            writer_waits: AtomicU64::new(0),
+        });
+        let thread = if background {
+            let worker = Arc::clone(&shared);
+            Some(
+                std::thread::Builder::new()
+                    .name("pagewise-pretouch".into())
+                    .spawn(move || run(&worker))
+                    .map_err(QueueError::Thread)?,
+            )
+        } else {
+            None
+        };
+        Ok(Window { shared, thread })
+    }
+
+    /// Publishes the writer's position. One relaxed store: call it per append.
+    #[inline]
+    pub(crate) fn note(&self, pos: u64) {
+        self.shared.writer_pos.store(pos, Ordering::Relaxed);
+    }
+
+    /// The end of the prepared prefix. One acquire load.
+    #[inline]
+    pub(crate) fn frontier(&self) -> u64 {
+        self.shared.frontier.load(Ordering::Acquire)
+    }
+
+    /// Returns once `[.., need)` is prepared (the new frontier), preparing
+    /// pieces itself while any it needs is unclaimed. An error from preparing
+    /// a piece (`NoSpace`) is returned and nothing is left half-done.
+    pub(crate) fn wait_ready(&self, need: u64) -> Result<u64, QueueError> {
+        let s = &*self.shared;
+        let f = self.frontier();
+        if f >= need {
+            return Ok(f);
+        }
+        if self.thread.is_some() {
+            s.wake.notify_one();
+        }
+        let need_piece = (need - 1).saturating_sub(s.origin) / s.piece;
+        let mut state = s.lock();
+        loop {
+            let f = s.frontier.load(Ordering::Acquire);
+            if f >= need {
+                return Ok(f);
+            }
+            let i = state.lowest_unclaimed();
+            if i <= need_piece {
+                Shared::claim(&mut state, i);
+                drop(state);
+                let result = s.prep.prepare(s.piece_start(i), s.piece);
+                state = s.lock();
+                s.complete(state, i, result, false)?;
+                state = s.lock();
+            } else {
+                // Every piece we need is being prepared by the thread.
+                s.writer_waits.fetch_add(1, Ordering::Relaxed);
+                state = s
+                    .finished
+                    .wait_timeout(state, Duration::from_millis(1))
+                    .unwrap_or_else(|e| e.into_inner())
+                    .0;
+            }
+        }
+    }
+
+    /// What the window did so far.
+    pub(crate) fn report(&self) -> WindowReport {
+        let s = &*self.shared;
+        WindowReport {
+            background: self.thread.is_some(),
+            piece_bytes: s.piece,
+            window_bytes: s.config.window,
+            max_window_bytes: s.config.max_window,
+            current_window_bytes: s.window_now.load(Ordering::Relaxed),
+            peak_window_bytes: s.peak_window.load(Ordering::Relaxed),
+            pieces_background: s.pieces_background.load(Ordering::Relaxed),
+            pieces_inline: s.pieces_inline.load(Ordering::Relaxed),
+            writer_waits: s.writer_waits.load(Ordering::Relaxed),
+            last_error: s.lock().last_error.clone(),
+        }
+    }
+}
+
+impl Drop for Window {
+    fn drop(&mut self) {
+        self.shared.stop.store(true, Ordering::Relaxed);
+        // Take the lock so the thread is either before its stop check or waiting.
+        drop(self.shared.lock());
+        self.shared.wake.notify_all();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Measures the write rate in bytes per second.
+struct Rate {
+    at: Instant,
+    pos: u64,
+    bytes_per_s: f64,
+}
+
+impl Rate {
+    fn update(&mut self, pos: u64) -> f64 {
+        let now = Instant::now();
+        let dt = now.duration_since(self.at).as_secs_f64();
+        if dt >= 0.001 {
+            let instant = pos.saturating_sub(self.pos) as f64 / dt;
+            // Rise at once (a burst needs the window now), decay slowly.
+            self.bytes_per_s = if instant > self.bytes_per_s {
+                instant
+            } else {
+                0.8 * self.bytes_per_s + 0.2 * instant
+            };
+            self.at = now;
+            self.pos = pos;
+        }
+        self.bytes_per_s
+    }
+}
+
+fn run(s: &Shared) {
+    let mut rate = Rate {
+        at: Instant::now(),
+        pos: s.writer_pos.load(Ordering::Relaxed),
+        bytes_per_s: 0.0,
+    };
+    let cfg = s.config;
+    loop {
+        s.prep.housekeeping();
+        if s.stop.load(Ordering::Relaxed) {
+            return;
+        }
+        let pos = s.writer_pos.load(Ordering::Relaxed);
+        let bytes_per_s = rate.update(pos);
+        let wanted = (bytes_per_s * cfg.lead.as_secs_f64()) as u64;
+        let window = wanted.clamp(cfg.window, cfg.max_window);
+        s.window_now.store(window, Ordering::Relaxed);
+        let target = pos.saturating_add(window);
+        let mut state = s.lock();
+        if s.stop.load(Ordering::Relaxed) {
+            return;
+        }
+        let backing_off = state.backoff_until.is_some_and(|t| Instant::now() < t);
+        let i = state.lowest_unclaimed();
+        let end = s.piece_start(i + 1);
+        if !backing_off && end <= target {
+            s.peak_window
+                .fetch_max(end.saturating_sub(pos), Ordering::Relaxed);
+            Shared::claim(&mut state, i);
+            drop(state);
+            let result = s.prep.prepare(s.piece_start(i), s.piece);
+            let state = s.lock();
+            let _ = s.complete(state, i, result, true);
+            continue;
+        }
+        // Sleep for about the time the writer needs to use half the slack.
+        let frontier = s.frontier.load(Ordering::Acquire);
+        let slack = frontier.saturating_sub(pos).saturating_sub(window / 2);
+        let nap = if bytes_per_s > 0.0 {
+            Duration::from_secs_f64(slack as f64 / bytes_per_s)
+        } else {
+            Duration::from_millis(5)
+        }
+        .clamp(Duration::from_micros(50), Duration::from_millis(5));
+        let _ = s.wake.wait_timeout(state, nap);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Mutex as StdMutex;
+
+    /// Records prepared pieces; fails pieces at or past `fail_from`.
+    struct Log {
+        pieces: StdMutex<Vec<u64>>,
+        fail_from: AtomicU64,
+    }
+
+    impl Prepare for Arc<Log> {
+        fn prepare(&self, offset: u64, _len: u64) -> Result<(), QueueError> {
+            if offset >= self.fail_from.load(Ordering::Relaxed) {
+                return Err(QueueError::InvalidOptions(format!("no space at {offset}")));
+            }
+            self.pieces.lock().unwrap().push(offset);
+            Ok(())
+        }
+    }
+
+    fn log(fail_from: u64) -> Arc<Log> {
+        Arc::new(Log {
+            pieces: StdMutex::new(Vec::new()),
+            fail_from: AtomicU64::new(fail_from),
+        })
+    }
+
+    const CFG: PreTouch = PreTouch {
+        window: 4 << 16,
+        max_window: 4 << 16,
+        lead: Duration::from_millis(1),
+    };
+
+    #[test]
+    fn inline_window_prepares_exactly_what_is_needed() {
+        let l = log(u64::MAX);
+        let w = Window::start(100, 1 << 16, 100, CFG, Box::new(Arc::clone(&l)), false).unwrap();
+        assert_eq!(w.frontier(), 100);
+        assert_eq!(w.wait_ready(101).unwrap(), 100 + (1 << 16));
+        assert_eq!(
+            w.wait_ready(100 + 3 * (1 << 16)).unwrap(),
+            100 + 3 * (1 << 16)
+        );
+        assert_eq!(
+            *l.pieces.lock().unwrap(),
+            [100, 100 + (1 << 16), 100 + 2 * (1 << 16)]
+        );
+        assert_eq!(w.report().pieces_inline, 3);
+    }
+
+    #[test]
+    fn background_thread_keeps_the_window_but_no_more() {
+        let l = log(u64::MAX);
+        let w = Window::start(0, 1 << 16, 0, CFG, Box::new(Arc::clone(&l)), true).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while w.frontier() < CFG.window && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert_eq!(
+            w.frontier(),
+            CFG.window,
+            "the window is filled, and not overfilled"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+        assert_eq!(w.frontier(), CFG.window);
+        w.note(CFG.window);
+        assert!(w.wait_ready(CFG.window + 1).unwrap() > CFG.window);
+        drop(w);
+        let pieces = l.pieces.lock().unwrap();
+        let mut sorted = pieces.clone();
+        sorted.sort();
+        sorted.dedup();
+        assert_eq!(sorted.len(), pieces.len(), "no piece prepared twice");
+    }
+
+    #[test]
+    fn errors_reach_the_writer_and_the_piece_can_be_retried() {
+        let l = log(2 << 16);
+        let w = Window::start(0, 1 << 16, 0, CFG, Box::new(Arc::clone(&l)), true).unwrap();
+        let err = w.wait_ready(3 << 16).unwrap_err();
+        assert!(err.to_string().contains("no space at 131072"), "{err}");
+        // Space comes back: the same piece now succeeds.
+        l.fail_from.store(u64::MAX, Ordering::Relaxed);
+        assert!(w.wait_ready(3 << 16).unwrap() >= 3 << 16);
+    }
+}

@@ -1,0 +1,888 @@
+//! The single writer: locking, recovery, appends, growth, flush, retention.
+
+use super::error::QueueError;
+use super::layout::{
+    self, decode_mark, encode_header, Geometry, Mark, CHUNK_HEADER_LEN, CHUNK_MAGIC,
+    CHUNK_OFF_CREATED, CHUNK_OFF_INDEX, HEADER_LEN, MARK_LEN, OFF_FIRST_CHUNK, OFF_NOTIFY_SEQ,
+    OFF_TAIL_CHUNK, OFF_WRITER_OPENS, OFF_WRITER_PID,
+};
+use super::maps::{ChunkMaps, QueuePrepare};
+use super::notify::WaitFile;
+use super::window::{PreTouch, Window, WindowReport};
+use super::Position;
+use crate::sys::file::{self, LockKind};
+use crate::sys::file_map::WriteMap;
+use std::fs::{File, OpenOptions};
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{fence, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// The byte range of the writer lock (the first byte of the file).
+pub(crate) const LOCK_START: u64 = 0;
+pub(crate) const LOCK_LEN: u64 = 1;
+
+/// How to create or open a queue for writing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Options {
+    /// Bytes per chunk for a new queue: a power of two from 64 KiB to 1 GiB
+    /// (default 64 MiB). An existing queue keeps its own.
+    pub chunk_size: u64,
+    /// Give every record of a new queue a CRC-32 that readers check (default
+    /// off). Worth it on disk, where a power cut can persist a mark without
+    /// its payload. An existing queue keeps its own setting.
+    pub record_crc: bool,
+    /// Keep a window ahead of the writer allocated and faulted in by a
+    /// background thread (default on, 4 MiB). `None`: the writer allocates
+    /// as it goes and takes a page fault on every new page.
+    pub pretouch: Option<PreTouch>,
+    /// Permission bits of a new queue file (default `0o644`, minus the umask).
+    /// Only processes that may write the file can truncate or damage it;
+    /// readers need read permission only.
+    pub mode: u32,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            chunk_size: layout::DEFAULT_CHUNK,
+            record_crc: false,
+            pretouch: Some(PreTouch::default()),
+            mode: 0o644,
+        }
+    }
+}
+
+/// What a writer found when it opened the queue.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Recovery {
+    /// Where the next record goes: just past the last committed record.
+    pub end: Position,
+    /// Whether bytes of an uncommitted (torn) record were found after the
+    /// end and discarded.
+    pub torn_record_discarded: bool,
+    /// A committed record whose CRC failed (a torn write on disk after a
+    /// power cut); it and everything after it were discarded.
+    pub crc_failed_at: Option<Position>,
+    /// Records walked to find the end (from the chunk the header's hint names).
+    pub records_scanned: u64,
+}
+
+/// What a writer did, for reports.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct WriterReport {
+    /// Where the next record goes.
+    pub position: Position,
+    /// The chunk the writer is in.
+    pub chunk: u64,
+    /// What recovery found at open.
+    pub recovery: Recovery,
+    /// The pre-toucher (or inline allocation).
+    pub window: WindowReport,
+    /// Whether blocked readers can be woken (the `.wait` side file exists);
+    /// otherwise they sleep in 1 ms slices.
+    pub wakes_readers: bool,
+    /// Why the side file could not be used, if it could not.
+    pub wake_problem: Option<String>,
+}
+
+/// Bounds for [`Writer::retain`]; a chunk is dropped when either says so.
+/// The chunk the writer is in is never dropped.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Retention {
+    /// Keep the newest `max_bytes` of records; drop chunks that lie entirely
+    /// before them.
+    pub max_bytes: Option<u64>,
+    /// Drop chunks whose every record is older than this: chunk `c` goes once
+    /// chunk `c+1` was started at least `max_age` ago (wall clock).
+    pub max_age: Option<Duration>,
+}
+
+/// What [`Writer::retain`] dropped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct RetainReport {
+    /// Chunks dropped by this call.
+    pub dropped_chunks: u64,
+    /// The first chunk still in the queue.
+    pub first_chunk: u64,
+    /// The first position still readable.
+    pub first_position: Position,
+    /// Whether the space was given back (hole punching); `false` on file
+    /// systems without it: the chunks are dropped but stay allocated.
+    pub space_freed: bool,
+}
+
+type CommitHook = Box<dyn FnMut(Position) + Send>;
+
+/// The one writer of a queue. See the [module docs](super).
+pub struct Writer {
+    path: PathBuf,
+    file: Arc<File>,
+    geometry: Geometry,
+    header: WriteMap,
+    wait: Option<WaitFile>,
+    wake_problem: Option<String>,
+    /// The current chunk's mapping.
+    map: WriteMap,
+    chunk: u64,
+    chunk_base: u64,
+    chunk_end: u64,
+    /// Where the next record goes.
+    pos: u64,
+    /// File bytes below this are allocated (and, with pre-touch, populated).
+    ready_end: u64,
+    window: Window,
+    maps: Arc<ChunkMaps>,
+    recovery: Recovery,
+    /// The first byte not yet flushed.
+    unflushed_from: u64,
+    hook: Option<CommitHook>,
+}
+
+impl std::fmt::Debug for Writer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Writer")
+            .field("path", &self.path)
+            .field("geometry", &self.geometry)
+            .field("position", &self.pos)
+            .field("window", &self.window)
+            .finish_non_exhaustive()
+    }
+}
+
+fn io<'a>(path: &'a Path, what: &'static str) -> impl FnOnce(std::io::Error) -> QueueError + 'a {
+    move |error| QueueError::Io {
+        path: path.to_owned(),
+        what,
+        error,
+    }
+}
+
+fn now_unix_ns() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
+}
+
+fn check_options(options: &Options) -> Result<(), QueueError> {
+    Geometry::check_new(options.chunk_size).map_err(QueueError::InvalidOptions)?;
+    if let Some(p) = &options.pretouch {
+        p.check().map_err(QueueError::InvalidOptions)?;
+    }
+    Ok(())
+}
+
+fn lock(path: &Path, file: &File) -> Result<(), QueueError> {
+    match file::try_lock(file, LOCK_START, LOCK_LEN, LockKind::Exclusive) {
+        Ok(true) => Ok(()),
+        Ok(false) => Err(QueueError::WriterLocked {
+            path: path.to_owned(),
+        }),
+        Err(e) => Err(QueueError::sys(path, "lock the queue for writing", e)),
+    }
+}
+
+/// Reads and validates the header with `pread` (safe against a short file).
+pub(crate) fn read_header(
+    path: &Path,
+    file: &File,
+) -> Result<(Geometry, layout::HeaderState, u64), QueueError> {
+    let size = file.metadata().map_err(io(path, "stat the queue"))?.len();
+    if size < HEADER_LEN {
+        return Err(QueueError::TooShort {
+            path: path.to_owned(),
+            size,
+            needed: HEADER_LEN,
+        });
+    }
+    let mut h = vec![0u8; HEADER_LEN as usize];
+    file.read_exact_at(&mut h, 0)
+        .map_err(io(path, "read the header"))?;
+    let (g, state) = layout::decode_header(path, &h)?;
+    Ok((g, state, size))
+}
+
+impl Writer {
+    /// Creates a new queue at `path` and opens it for writing. Fails with
+    /// [`QueueError::Exists`] if the file exists. Costs a file creation, a
+    /// header write, and what [`Writer::open`] costs.
+    pub fn create(path: impl AsRef<Path>, options: Options) -> Result<Writer, QueueError> {
+        let path = path.as_ref();
+        check_options(&options)?;
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .mode(options.mode)
+            .custom_flags(libc::O_CLOEXEC)
+            .open(path)
+            .map_err(|e| {
+                if e.kind() == std::io::ErrorKind::AlreadyExists {
+                    QueueError::Exists {
+                        path: path.to_owned(),
+                    }
+                } else {
+                    io(path, "create the queue")(e)
+                }
+            })?;
+        lock(path, &file)?;
+        let geometry = Geometry {
+            chunk_size: options.chunk_size,
+            flags: if options.record_crc {
+                layout::FLAG_RECORD_CRC
+            } else {
+                0
+            },
+            created_unix_ns: now_unix_ns(),
+        };
+        // The header page is allocated like everything else: a full file system fails here.
+        file::allocate(&file, 0, HEADER_LEN).map_err(|e| QueueError::NoSpace {
+            path: path.to_owned(),
+            offset: 0,
+            error: e,
+        })?;
+        file.write_all_at(&encode_header(&geometry), 0)
+            .map_err(io(path, "write the header"))?;
+        Writer::start(path, file, &options)
+    }
+
+    /// Opens an existing queue for writing: takes the writer lock, finds the
+    /// last committed record, discards a torn one (and anything after it),
+    /// and starts the pre-toucher. Fails with [`QueueError::WriterLocked`] if
+    /// another writer is alive. Costs a walk over the records of the chunk
+    /// the writer was last in (about a millisecond per 64 MiB chunk).
+    pub fn open(path: impl AsRef<Path>, options: Options) -> Result<Writer, QueueError> {
+        let path = path.as_ref();
+        check_options(&options)?;
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .custom_flags(libc::O_CLOEXEC)
+            .open(path)
+            .map_err(io(path, "open the queue"))?;
+        lock(path, &file)?;
+        Writer::start(path, file, &options)
+    }
+
+    /// Opens the queue at `path`, creating it first if there is none.
+    pub fn open_or_create(path: impl AsRef<Path>, options: Options) -> Result<Writer, QueueError> {
+        let path = path.as_ref();
+        match Writer::open(path, options.clone()) {
+            Err(QueueError::Io { error, .. }) if error.kind() == std::io::ErrorKind::NotFound => {
+                match Writer::create(path, options.clone()) {
+                    Err(QueueError::Exists { .. }) => Writer::open(path, options),
+                    other => other,
+                }
+            }
+            other => other,
+        }
+    }
+
+    fn start(path: &Path, file: File, options: &Options) -> Result<Writer, QueueError> {
+        let (geometry, state, size) = read_header(path, &file)?;
+        let file = Arc::new(file);
+        let header = WriteMap::map(&file, 0, HEADER_LEN as usize, false)
+            .map_err(|e| QueueError::sys(path, "map the header", e))?;
+        let (end, recovery_scan) = find_end(path, &file, &geometry, state, size)?;
+        let torn = discard_after(path, &file, end.0, size)?;
+        let recovery = Recovery {
+            end,
+            torn_record_discarded: torn,
+            crc_failed_at: recovery_scan.crc_failed_at,
+            records_scanned: recovery_scan.records,
+        };
+
+        let chunk = geometry.chunk_of(end.0);
+        let background = options.pretouch.is_some();
+        let pretouch = options.pretouch.unwrap_or(PreTouch {
+            window: 1 << 20,
+            max_window: 1 << 20,
+            lead: Duration::ZERO,
+        });
+        let piece = pretouch.piece().min(geometry.chunk_size);
+        let maps = Arc::new(ChunkMaps::new(
+            path.to_owned(),
+            Arc::clone(&file),
+            geometry,
+            background,
+        ));
+        let prep = QueuePrepare {
+            maps: Arc::clone(&maps),
+            populate: background,
+        };
+        let window = Window::start(
+            HEADER_LEN,
+            piece,
+            end.0,
+            pretouch,
+            Box::new(prep),
+            background,
+        )?;
+        let map = maps.take(chunk)?;
+        let chunk_base = geometry.chunk_base(chunk).unwrap_or(u64::MAX);
+        let (wait, wake_problem) = match WaitFile::for_writer(path, options.mode) {
+            Ok(w) => (Some(w), None),
+            Err(e) => (None, Some(e)),
+        };
+        let mut writer = Writer {
+            path: path.to_owned(),
+            file,
+            geometry,
+            header,
+            wait,
+            wake_problem,
+            map,
+            chunk,
+            chunk_base,
+            chunk_end: chunk_base + geometry.chunk_size,
+            pos: end.0,
+            ready_end: 0,
+            window,
+            maps,
+            recovery,
+            unflushed_from: end.0,
+            hook: None,
+        };
+        // The next mark must be inside the allocated file before anyone reads it.
+        writer.ready_end = match writer.window.wait_ready(end.0 + MARK_LEN) {
+            Ok(f) => f,
+            // A full file system: the page holding the end was kept allocated by
+            // discard_after, so the writer can open and report NoSpace on append.
+            Err(QueueError::NoSpace { .. }) if end.0 + MARK_LEN <= size => end
+                .0
+                .next_multiple_of(crate::sys::base_page_size() as u64)
+                .min(size),
+            Err(e) => return Err(e),
+        };
+        writer.enter_chunk_header()?;
+        writer
+            .header
+            .store_u32(OFF_WRITER_PID, std::process::id(), Ordering::Relaxed);
+        let opens = writer
+            .header
+            .load_u64(OFF_WRITER_OPENS, Ordering::Relaxed)
+            .unwrap_or(0);
+        writer
+            .header
+            .store_u64(OFF_WRITER_OPENS, opens.wrapping_add(1), Ordering::Relaxed);
+        writer
+            .header
+            .store_u64(OFF_TAIL_CHUNK, chunk, Ordering::Release);
+        Ok(writer)
+    }
+
+    /// Writes the current chunk's header if it is not there yet.
+    fn enter_chunk_header(&mut self) -> Result<(), QueueError> {
+        let mut magic = [0u8; 8];
+        self.map.copy_out(0, &mut magic);
+        let index = self.map.load_u64(CHUNK_OFF_INDEX, Ordering::Relaxed);
+        if magic != CHUNK_MAGIC || index != Some(self.chunk) {
+            self.map.write(0, &CHUNK_MAGIC);
+            self.map
+                .store_u64(CHUNK_OFF_INDEX, self.chunk, Ordering::Relaxed);
+            self.map
+                .store_u64(CHUNK_OFF_CREATED, now_unix_ns(), Ordering::Relaxed);
+        }
+        Ok(())
+    }
+
+    /// The queue file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The queue's fixed parameters.
+    pub fn geometry(&self) -> Geometry {
+        self.geometry
+    }
+
+    /// Where the next record will go (if it fits in the current chunk).
+    pub fn position(&self) -> Position {
+        Position(self.pos)
+    }
+
+    /// The largest payload a record can carry.
+    pub fn max_payload(&self) -> usize {
+        self.geometry.max_payload()
+    }
+
+    /// What recovery found when this writer opened the queue.
+    pub fn recovery(&self) -> &Recovery {
+        &self.recovery
+    }
+
+    /// A snapshot of what the writer and its pre-toucher did.
+    pub fn report(&self) -> WriterReport {
+        WriterReport {
+            position: Position(self.pos),
+            chunk: self.chunk,
+            recovery: self.recovery.clone(),
+            window: self.window.report(),
+            wakes_readers: self.wait.is_some(),
+            wake_problem: self.wake_problem.clone(),
+        }
+    }
+
+    /// Waits until the pre-toucher has prepared `bytes` ahead of the writer
+    /// (capped at its largest window), preparing them itself if needed. Use
+    /// it before a latency-critical phase; appends never need it.
+    pub fn wait_pretouched(&mut self, bytes: u64) -> Result<(), QueueError> {
+        self.ready_end = self.window.wait_ready(self.pos.saturating_add(bytes))?;
+        Ok(())
+    }
+
+    /// Appends one record and returns its position. The record is visible to
+    /// readers when this returns; it is durable on disk after [`Writer::flush`].
+    ///
+    /// Hot path: a bounds check, a copy of the payload into the mapping, one
+    /// release store of the mark, one relaxed store for the pre-toucher, and
+    /// one load of the wake word. No system call and (with pre-touch) no page
+    /// fault, except when the writer crosses into a new chunk or catches up
+    /// with the pre-toucher. Errors: [`QueueError::RecordTooLarge`],
+    /// [`QueueError::NoSpace`] (nothing was appended; retry after freeing
+    /// space).
+    #[inline]
+    pub fn append(&mut self, payload: &[u8]) -> Result<Position, QueueError> {
+        let pos = self.reserve_space(payload.len())?;
+        let off = (pos - self.chunk_base) as usize;
+        self.map.write(off + MARK_LEN as usize, payload);
+        self.commit_at(pos, payload.len(), Some(payload));
+        Ok(Position(pos))
+    }
+
+    /// Reserves room for a record of `len` bytes for zero-copy filling; the
+    /// record becomes visible when [`Reservation::commit`] is called. Dropping
+    /// the reservation without committing zeroes the bytes and appends
+    /// nothing.
+    pub fn reserve(&mut self, len: usize) -> Result<Reservation<'_>, QueueError> {
+        let pos = self.reserve_space(len)?;
+        Ok(Reservation {
+            writer: self,
+            pos,
+            len,
+            committed: false,
+        })
+    }
+
+    /// Makes room for a payload of `len` bytes; returns the record's position.
+    #[inline]
+    fn reserve_space(&mut self, len: usize) -> Result<u64, QueueError> {
+        if len > self.geometry.max_payload() {
+            return Err(QueueError::RecordTooLarge {
+                len,
+                max: self.geometry.max_payload(),
+            });
+        }
+        let end = self.pos + self.geometry.record_size(len as u64);
+        if end <= self.chunk_end && end + CHUNK_HEADER_LEN + MARK_LEN <= self.ready_end {
+            return Ok(self.pos);
+        }
+        self.make_room(len as u64)
+    }
+
+    #[cold]
+    fn make_room(&mut self, len: u64) -> Result<u64, QueueError> {
+        let size = self.geometry.record_size(len);
+        loop {
+            let end = self.pos + size;
+            if end > self.chunk_end {
+                self.roll()?;
+                continue;
+            }
+            // After this record the next mark must be allocated: in this chunk, or the
+            // first one of the next chunk when this record fills the chunk exactly.
+            let need = if end == self.chunk_end {
+                end + CHUNK_HEADER_LEN + MARK_LEN
+            } else {
+                end + MARK_LEN
+            };
+            if need > self.ready_end {
+                self.ready_end = self.window.wait_ready(need)?;
+            }
+            return Ok(self.pos);
+        }
+    }
+
+    /// Moves to the next chunk, padding the rest of this one.
+    fn roll(&mut self) -> Result<(), QueueError> {
+        let next = self.chunk + 1;
+        let next_base = self.geometry.chunk_base(next).ok_or_else(|| {
+            QueueError::corrupt(
+                &self.path,
+                self.pos,
+                "the queue reached the largest file offset",
+            )
+        })?;
+        let first = next_base + CHUNK_HEADER_LEN;
+        // Readers jump to `first` when they see the pad: its mark must be allocated first.
+        if first + MARK_LEN > self.ready_end {
+            self.ready_end = self.window.wait_ready(first + MARK_LEN)?;
+        }
+        let new_map = self.maps.take(next)?;
+        let rest = self.chunk_end - self.pos;
+        if rest >= MARK_LEN {
+            let off = (self.pos - self.chunk_base) as usize;
+            let mark = layout::pad_mark(self.pos, (rest - MARK_LEN) as u32);
+            self.map.store_u64(off, mark, Ordering::Release);
+        }
+        let old = std::mem::replace(&mut self.map, new_map);
+        self.maps.retire(self.chunk, old);
+        self.chunk = next;
+        self.chunk_base = next_base;
+        self.chunk_end = next_base + self.geometry.chunk_size;
+        self.pos = first;
+        self.enter_chunk_header()?;
+        self.header
+            .store_u64(OFF_TAIL_CHUNK, next, Ordering::Release);
+        self.window.note(self.pos);
+        self.notify();
+        Ok(())
+    }
+
+    /// Publishes the record at `pos` whose payload is already in place.
+    #[inline]
+    fn commit_at(&mut self, pos: u64, len: usize, payload: Option<&[u8]>) {
+        let off = (pos - self.chunk_base) as usize;
+        let mark = layout::data_mark(pos, len as u32);
+        if self.geometry.record_crc() {
+            let crc = match payload {
+                Some(p) => layout::record_crc(mark, p),
+                None => {
+                    let bytes = self
+                        .map
+                        .slice_mut(off + MARK_LEN as usize, len)
+                        .map_or(&[][..], |s| &*s);
+                    layout::record_crc(mark, bytes)
+                }
+            };
+            self.map
+                .write(off + MARK_LEN as usize + len, &crc.to_le_bytes());
+        }
+        if let Some(hook) = self.hook.as_mut() {
+            hook(Position(pos));
+        }
+        self.map.store_u64(off, mark, Ordering::Release);
+        self.pos = pos + self.geometry.record_size(len as u64);
+        self.window.note(self.pos);
+        self.notify();
+    }
+
+    /// Wakes blocked readers, if the side file says any may be asleep.
+    #[inline]
+    fn notify(&self) {
+        if let Some(wait) = &self.wait {
+            // Orders the commit before the load of the wake word; a reader orders its
+            // registration before its look at the mark the same way (Dekker).
+            fence(Ordering::SeqCst);
+            let deadline = wait.deadline();
+            if deadline != 0 {
+                self.wake(wait, deadline);
+            }
+        }
+    }
+
+    #[cold]
+    fn wake(&self, wait: &WaitFile, deadline: u64) {
+        self.header
+            .fetch_add_u32(OFF_NOTIFY_SEQ, 1, Ordering::Release);
+        let _ = self.header.futex_wake(OFF_NOTIFY_SEQ, u32::MAX);
+        if crate::sys::clock::monotonic_ns() > deadline {
+            wait.clear(deadline);
+        }
+    }
+
+    /// Makes every record appended so far durable (`msync(MS_SYNC)` of the
+    /// current chunk's new bytes and the header; `fdatasync` if the writer
+    /// crossed chunks since the last flush). On tmpfs this is cheap and
+    /// changes nothing (there is no disk).
+    pub fn flush(&mut self) -> Result<(), QueueError> {
+        if self.unflushed_from >= self.chunk_base {
+            let off = (self.unflushed_from - self.chunk_base) as usize;
+            let len = (self.pos - self.unflushed_from) as usize + MARK_LEN as usize;
+            self.map
+                .sync(off, len.min(self.map.len() - off))
+                .map_err(|e| QueueError::sys(&self.path, "flush records", e))?;
+        } else {
+            self.file
+                .sync_data()
+                .map_err(io(&self.path, "flush records (fdatasync)"))?;
+        }
+        self.header
+            .sync(0, HEADER_LEN as usize)
+            .map_err(|e| QueueError::sys(&self.path, "flush the header", e))?;
+        self.unflushed_from = self.pos;
+        Ok(())
+    }
+
+    /// Drops whole chunks older than the bounds: readers at or past the first
+    /// kept chunk are unaffected; a reader in a dropped chunk gets
+    /// [`QueueError::FellBehind`] at its next call. The space goes back to the
+    /// file system (hole punching; the file keeps its size and positions).
+    pub fn retain(&mut self, bounds: Retention) -> Result<RetainReport, QueueError> {
+        let first = self
+            .header
+            .load_u64(OFF_FIRST_CHUNK, Ordering::Relaxed)
+            .unwrap_or(0);
+        let now = now_unix_ns();
+        let mut keep_from = first;
+        for c in first..self.chunk {
+            let end = self.geometry.chunk_base(c + 1).unwrap_or(u64::MAX);
+            let by_size = bounds
+                .max_bytes
+                .is_some_and(|m| end.saturating_add(m) <= self.pos);
+            let by_age = match bounds.max_age {
+                Some(age) => {
+                    let started = self.chunk_started(c + 1)?;
+                    started.saturating_add(age.as_nanos().min(u64::MAX as u128) as u64) <= now
+                }
+                None => false,
+            };
+            if !(by_size || by_age) {
+                break;
+            }
+            keep_from = c + 1;
+        }
+        let mut space_freed = true;
+        if keep_from > first {
+            // Readers check this word after copying a record: publish it before the punch.
+            self.header
+                .store_u64(OFF_FIRST_CHUNK, keep_from, Ordering::SeqCst);
+            self.maps.forget_below(keep_from);
+            let base = self.geometry.chunk_base(first).unwrap_or(u64::MAX);
+            let len = (keep_from - first) * self.geometry.chunk_size;
+            match file::punch_hole(&self.file, base, len) {
+                Ok(()) => {}
+                Err(e) if e.errno() == Some(libc::EOPNOTSUPP) => space_freed = false,
+                Err(e) => return Err(QueueError::sys(&self.path, "punch out dropped chunks", e)),
+            }
+        }
+        Ok(RetainReport {
+            dropped_chunks: keep_from - first,
+            first_chunk: keep_from,
+            first_position: Position(self.geometry.first_record(keep_from).unwrap_or(u64::MAX)),
+            space_freed,
+        })
+    }
+
+    /// When chunk `c` was started (ns since the epoch), from its header.
+    fn chunk_started(&self, c: u64) -> Result<u64, QueueError> {
+        if c == self.chunk {
+            return Ok(self
+                .map
+                .load_u64(CHUNK_OFF_CREATED, Ordering::Relaxed)
+                .unwrap_or(0));
+        }
+        let base = self.geometry.chunk_base(c).unwrap_or(u64::MAX);
+        let mut b = [0u8; 8];
+        self.file
+            .read_exact_at(&mut b, base + CHUNK_OFF_CREATED as u64)
+            .map_err(io(&self.path, "read a chunk header"))?;
+        Ok(u64::from_le_bytes(b))
+    }
+
+    /// Test hook: `hook(position)` runs after a record's payload is written
+    /// and before its mark is committed (crash tests stop the process there).
+    #[doc(hidden)]
+    pub fn set_commit_hook(&mut self, hook: Option<Box<dyn FnMut(Position) + Send>>) {
+        self.hook = hook;
+    }
+}
+
+impl Drop for Writer {
+    fn drop(&mut self) {
+        // The hint lets readers that start at the end find it fast.
+        self.header
+            .store_u64(OFF_TAIL_CHUNK, self.chunk, Ordering::Release);
+    }
+}
+
+/// Room for one record, filled in place. See [`Writer::reserve`].
+pub struct Reservation<'w> {
+    writer: &'w mut Writer,
+    pos: u64,
+    len: usize,
+    committed: bool,
+}
+
+impl std::fmt::Debug for Reservation<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Reservation")
+            .field("position", &self.pos)
+            .field("len", &self.len)
+            .finish()
+    }
+}
+
+impl Reservation<'_> {
+    /// Where the record will be.
+    pub fn position(&self) -> Position {
+        Position(self.pos)
+    }
+
+    /// The payload bytes to fill (zeroed when reserved in a fresh file).
+    pub fn payload(&mut self) -> &mut [u8] {
+        let off = (self.pos - self.writer.chunk_base) as usize + MARK_LEN as usize;
+        self.writer.map.slice_mut(off, self.len).unwrap_or(&mut [])
+    }
+
+    /// Publishes the record to readers and returns its position.
+    pub fn commit(mut self) -> Position {
+        self.committed = true;
+        self.writer.commit_at(self.pos, self.len, None);
+        Position(self.pos)
+    }
+}
+
+impl Drop for Reservation<'_> {
+    fn drop(&mut self) {
+        if !self.committed {
+            // Leave zeros behind, as if nothing had been reserved.
+            let off = (self.pos - self.writer.chunk_base) as usize + MARK_LEN as usize;
+            let trailer = self.writer.geometry.trailer_len() as usize;
+            self.writer.map.zero(off, self.len + trailer);
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+struct Scan {
+    records: u64,
+    crc_failed_at: Option<Position>,
+}
+
+/// Walks the records from the chunk the header's hint names to the first
+/// position that holds no committed record.
+fn find_end(
+    path: &Path,
+    file: &File,
+    g: &Geometry,
+    state: layout::HeaderState,
+    size: u64,
+) -> Result<(Position, Scan), QueueError> {
+    let chunks = layout::chunks_in(g, size);
+    let first = state.first_chunk;
+    if first > chunks {
+        return Err(QueueError::BadHeader {
+            path: path.to_owned(),
+            reason: format!("first chunk {first} is past the end of the file ({chunks} chunks)"),
+        });
+    }
+    let mut c = state
+        .tail_chunk
+        .clamp(first, chunks.saturating_sub(1).max(first));
+    // The hint is not checksummed: step back while the hinted chunk holds no
+    // committed first record, so a damaged hint cannot leave a gap of chunks
+    // that readers would never cross.
+    while c > first && !first_record_committed(file, g, c, size) {
+        c -= 1;
+    }
+    let mut scan = Scan::default();
+    loop {
+        let base = g
+            .chunk_base(c)
+            .ok_or_else(|| QueueError::corrupt(path, u64::MAX, "chunk index overflows"))?;
+        let mut pos = base + CHUNK_HEADER_LEN;
+        if pos + MARK_LEN > size {
+            return Ok((Position(pos), scan));
+        }
+        let map = crate::sys::file_map::ReadMap::map(file, base, g.chunk_size as usize)
+            .map_err(|e| QueueError::sys(path, format!("map chunk {c}"), e))?;
+        let chunk_end = base + g.chunk_size;
+        loop {
+            if pos == chunk_end {
+                break;
+            }
+            if pos + MARK_LEN > size {
+                return Ok((Position(pos), scan));
+            }
+            let off = (pos - base) as usize;
+            let raw = map.load_u64(off, Ordering::Acquire).unwrap_or(0);
+            match decode_mark(raw, pos) {
+                Ok(Mark::Empty) => return Ok((Position(pos), scan)),
+                Ok(Mark::Pad(rest)) => {
+                    if u64::from(rest) != chunk_end - pos - MARK_LEN {
+                        return Err(QueueError::corrupt(
+                            path,
+                            pos,
+                            "padding that does not reach the end of the chunk",
+                        ));
+                    }
+                    break;
+                }
+                Ok(Mark::Data(len)) => {
+                    let rec = g.record_size(u64::from(len));
+                    if pos + rec > chunk_end || pos + rec > size {
+                        return Err(QueueError::corrupt(path, pos, format!("a record of {len} bytes runs past the end of its chunk or the file")));
+                    }
+                    if g.record_crc() {
+                        let mut payload = vec![0u8; len as usize];
+                        let mut stored = [0u8; 4];
+                        map.copy_out(off + MARK_LEN as usize, &mut payload);
+                        map.copy_out(off + MARK_LEN as usize + len as usize, &mut stored);
+                        if layout::record_crc(raw, &payload) != u32::from_le_bytes(stored) {
+                            scan.crc_failed_at = Some(Position(pos));
+                            return Ok((Position(pos), scan));
+                        }
+                    }
+                    scan.records += 1;
+                    pos += rec;
+                }
+                Err(reason) => return Err(QueueError::corrupt(path, pos, reason)),
+            }
+        }
+        c += 1;
+    }
+}
+
+/// Whether chunk `c` starts with a committed record or padding (one `pread`).
+fn first_record_committed(file: &File, g: &Geometry, c: u64, size: u64) -> bool {
+    let Some(pos) = g.first_record(c) else {
+        return false;
+    };
+    if pos.saturating_add(MARK_LEN) > size {
+        return false;
+    }
+    let mut word = [0u8; 8];
+    file.read_exact_at(&mut word, pos).is_ok()
+        && matches!(
+            decode_mark(u64::from_le_bytes(word), pos),
+            Ok(Mark::Data(_) | Mark::Pad(_))
+        )
+}
+
+/// Zeroes everything from `end` to the end of the file: the bytes of a torn
+/// record, and anything a lost write on disk left behind. Returns whether
+/// there were non-zero bytes right after `end` (a torn record).
+fn discard_after(path: &Path, file: &File, end: u64, size: u64) -> Result<bool, QueueError> {
+    if end >= size {
+        return Ok(false);
+    }
+    let page = crate::sys::base_page_size() as u64;
+    let mut probe = vec![0u8; (page.min(size - end)) as usize];
+    file.read_exact_at(&mut probe, end)
+        .map_err(io(path, "read after the end"))?;
+    let torn = probe.iter().any(|&b| b != 0);
+    let page_end = end.next_multiple_of(page).min(size);
+    let zeros = vec![0u8; (page_end - end) as usize];
+    file.write_all_at(&zeros, end)
+        .map_err(io(path, "zero a torn record"))?;
+    if page_end < size {
+        match file::punch_hole(file, page_end, size - page_end) {
+            Ok(()) => {}
+            Err(e) if e.errno() == Some(libc::EOPNOTSUPP) => {
+                // No hole punching: write zeros (bounded by the previous writer's window).
+                let block = vec![0u8; 1 << 20];
+                let mut at = page_end;
+                while at < size {
+                    let n = (size - at).min(block.len() as u64) as usize;
+                    file.write_all_at(&block[..n], at)
+                        .map_err(io(path, "zero after the end"))?;
+                    at += n as u64;
+                }
+            }
+            Err(e) => return Err(QueueError::sys(path, "discard bytes after the end", e)),
+        }
+    }
+    Ok(torn)
+}

@@ -1,0 +1,395 @@
+//! Files that back shared mappings: space allocation (`fallocate`), hole
+//! punching, file-system type (`fstatfs`), open-file-description locks
+//! (`F_OFD_SETLK`/`F_OFD_GETLK`) and change notification (`inotify`).
+//!
+//! Opening, reading, writing and `stat` go through `std::fs`; this module only
+//! wraps what the standard library does not offer.
+
+use super::{SysError, SysResult};
+use std::ffi::CString;
+use std::fs::File;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+
+fn einval(call: &'static str) -> SysError {
+    SysError {
+        call,
+        source: std::io::Error::from_raw_os_error(libc::EINVAL),
+    }
+}
+
+fn to_off(value: u64, call: &'static str) -> SysResult<libc::off_t> {
+    libc::off_t::try_from(value).map_err(|_| einval(call))
+}
+
+fn fallocate_raw(
+    file: &File,
+    mode: libc::c_int,
+    offset: u64,
+    len: u64,
+    call: &'static str,
+) -> SysResult<()> {
+    if len == 0 {
+        return Ok(());
+    }
+    let offset = to_off(offset, call)?;
+    let len = to_off(len, call)?;
+    loop {
+        // SAFETY: fallocate takes an fd and integers; it does not touch our memory.
+        let rc = unsafe { libc::fallocate(file.as_raw_fd(), mode, offset, len) };
+        if rc == 0 {
+            return Ok(());
+        }
+        let err = SysError::last(call);
+        if err.errno() != Some(libc::EINTR) {
+            return Err(err);
+        }
+    }
+}
+
+/// Allocates `[offset, offset+len)` of `file` (`fallocate`, mode 0), extending
+/// its size when the range ends past it. Afterwards writes through a mapping of
+/// that range cannot fail for lack of space: a full file system is reported
+/// here as `ENOSPC` (and a file-size limit as `EFBIG`) instead of as a SIGBUS
+/// on first touch. On tmpfs this also allocates and zeroes the pages.
+/// One system call (retried on `EINTR`).
+pub fn allocate(file: &File, offset: u64, len: u64) -> SysResult<()> {
+    fallocate_raw(file, 0, offset, len, "fallocate")
+}
+
+/// Frees the storage of `[offset, offset+len)` and makes it read as zeros,
+/// keeping the file size (`fallocate(FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE)`).
+/// Mappings of the range see zeros afterwards; nothing faults. `EOPNOTSUPP`
+/// on file systems without hole punching. One system call.
+pub fn punch_hole(file: &File, offset: u64, len: u64) -> SysResult<()> {
+    fallocate_raw(
+        file,
+        libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+        offset,
+        len,
+        "fallocate(FALLOC_FL_PUNCH_HOLE)",
+    )
+}
+
+/// The kind of file system a file lives on, from `fstatfs`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FsKind {
+    /// tmpfs / shmem (memory only).
+    Tmpfs,
+    /// ext2/3/4.
+    Ext4,
+    /// XFS.
+    Xfs,
+    /// Btrfs.
+    Btrfs,
+    /// Something else, by its magic number.
+    Other(i64),
+}
+
+impl FsKind {
+    /// A short name: `tmpfs`, `ext4`, `xfs`, `btrfs`, or `fs-0x…`.
+    pub fn name(self) -> String {
+        match self {
+            FsKind::Tmpfs => "tmpfs".into(),
+            FsKind::Ext4 => "ext4".into(),
+            FsKind::Xfs => "xfs".into(),
+            FsKind::Btrfs => "btrfs".into(),
+            FsKind::Other(magic) => format!("fs-{magic:#x}"),
+        }
+    }
+}
+
+/// The file system `file` lives on. One `fstatfs` call.
+pub fn fs_kind(file: &File) -> SysResult<FsKind> {
+    // SAFETY: an all-zero statfs is a valid value of this plain C struct.
+    let mut buf: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: `buf` is a valid, writable statfs; the fd is open.
+    let rc = unsafe { libc::fstatfs(file.as_raw_fd(), &mut buf) };
+    if rc != 0 {
+        return Err(SysError::last("fstatfs"));
+    }
+    #[allow(clippy::unnecessary_cast)] // f_type's width differs between targets
+    let magic = buf.f_type as i64;
+    Ok(match magic {
+        0x0102_1994 => FsKind::Tmpfs,
+        0xEF53 => FsKind::Ext4,
+        0x5846_5342 => FsKind::Xfs,
+        0x9123_683E => FsKind::Btrfs,
+        other => FsKind::Other(other),
+    })
+}
+
+/// The kind of an advisory lock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LockKind {
+    /// A shared (read) lock: needs the file open for reading.
+    Shared,
+    /// An exclusive (write) lock: needs the file open for writing.
+    Exclusive,
+}
+
+const F_OFD_GETLK: libc::c_int = 36;
+const F_OFD_SETLK: libc::c_int = 37;
+
+fn ofd_flock(
+    kind: libc::c_short,
+    start: u64,
+    len: u64,
+    call: &'static str,
+) -> SysResult<libc::flock> {
+    // SAFETY: an all-zero flock is a valid value of this plain C struct.
+    let mut lock: libc::flock = unsafe { std::mem::zeroed() };
+    lock.l_type = kind;
+    lock.l_whence = libc::SEEK_SET as libc::c_short;
+    lock.l_start = to_off(start, call)?;
+    lock.l_len = to_off(len, call)?;
+    // OFD locks require l_pid == 0.
+    lock.l_pid = 0;
+    Ok(lock)
+}
+
+fn raw_kind(kind: LockKind) -> libc::c_short {
+    match kind {
+        LockKind::Shared => libc::F_RDLCK as libc::c_short,
+        LockKind::Exclusive => libc::F_WRLCK as libc::c_short,
+    }
+}
+
+/// Tries to take an open-file-description lock on `[start, start+len)`
+/// without waiting (`F_OFD_SETLK`). Returns `Ok(false)` when another open file
+/// description holds a conflicting lock. The lock belongs to this open file:
+/// it is released when the last descriptor for it closes, including when the
+/// process dies, and it conflicts with locks taken through other `open`s of
+/// the same file even within one process. One `fcntl` call.
+pub fn try_lock(file: &File, start: u64, len: u64, kind: LockKind) -> SysResult<bool> {
+    let lock = ofd_flock(raw_kind(kind), start, len, "fcntl(F_OFD_SETLK)")?;
+    // SAFETY: `lock` is a valid flock the kernel only reads.
+    let rc = unsafe { libc::fcntl(file.as_raw_fd(), F_OFD_SETLK, &lock as *const libc::flock) };
+    if rc == 0 {
+        return Ok(true);
+    }
+    let err = SysError::last("fcntl(F_OFD_SETLK)");
+    match err.errno() {
+        Some(libc::EAGAIN) | Some(libc::EACCES) => Ok(false),
+        _ => Err(err),
+    }
+}
+
+/// Whether another open file description holds a lock on `[start, start+len)`
+/// that conflicts with a lock of `kind` (`F_OFD_GETLK`). Does not take or
+/// disturb any lock and works on a read-only descriptor. One `fcntl` call.
+pub fn is_locked(file: &File, start: u64, len: u64, kind: LockKind) -> SysResult<bool> {
+    let mut lock = ofd_flock(raw_kind(kind), start, len, "fcntl(F_OFD_GETLK)")?;
+    // SAFETY: `lock` is a valid, writable flock; the kernel fills it in.
+    let rc = unsafe { libc::fcntl(file.as_raw_fd(), F_OFD_GETLK, &mut lock as *mut libc::flock) };
+    if rc != 0 {
+        return Err(SysError::last("fcntl(F_OFD_GETLK)"));
+    }
+    Ok(lock.l_type != libc::F_UNLCK as libc::c_short)
+}
+
+/// Sets the permission bits of an open file (`fchmod`), regardless of umask.
+/// One system call.
+pub fn set_mode(file: &File, mode: u32) -> SysResult<()> {
+    // SAFETY: fchmod takes an fd and an integer.
+    let rc = unsafe { libc::fchmod(file.as_raw_fd(), mode as libc::mode_t) };
+    if rc != 0 {
+        return Err(SysError::last("fchmod"));
+    }
+    Ok(())
+}
+
+/// One event from an [`Inotify`] instance.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct InotifyEvent {
+    /// The watch it belongs to.
+    pub wd: i32,
+    /// `IN_*` bits.
+    pub mask: u32,
+}
+
+/// `IN_MODIFY`: the file's contents or size changed through a system call
+/// (`write`, `truncate`, `fallocate`; not stores through a mapping).
+pub const IN_MODIFY: u32 = 0x0000_0002;
+/// `IN_ATTRIB`: metadata changed.
+pub const IN_ATTRIB: u32 = 0x0000_0004;
+/// `IN_DELETE_SELF`: the watched file was deleted.
+pub const IN_DELETE_SELF: u32 = 0x0000_0400;
+/// `IN_IGNORED`: the watch was removed (explicitly, or because the file went away).
+pub const IN_IGNORED: u32 = 0x0000_8000;
+
+/// An inotify instance; closed on drop.
+#[derive(Debug)]
+pub struct Inotify {
+    fd: OwnedFd,
+}
+
+impl Inotify {
+    /// A new blocking inotify instance (`inotify_init1(IN_CLOEXEC)`). Fails
+    /// with `EMFILE` when the per-user instance limit
+    /// (`fs.inotify.max_user_instances`) is reached.
+    pub fn new() -> SysResult<Inotify> {
+        // SAFETY: inotify_init1 takes flags only.
+        let fd = unsafe { libc::inotify_init1(libc::IN_CLOEXEC) };
+        if fd < 0 {
+            return Err(SysError::last("inotify_init1"));
+        }
+        // SAFETY: fd is a fresh descriptor owned by nobody else.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        Ok(Inotify { fd })
+    }
+
+    /// Watches `path` for the events in `mask`; returns the watch descriptor.
+    /// Passing `/proc/self/fd/N` watches the open file itself, whatever its
+    /// name is now. One `inotify_add_watch` call.
+    pub fn add_watch(&self, path: &Path, mask: u32) -> SysResult<i32> {
+        let c_path =
+            CString::new(path.as_os_str().as_bytes()).map_err(|_| einval("inotify_add_watch"))?;
+        // SAFETY: c_path is a valid NUL-terminated string that outlives the call.
+        let wd = unsafe { libc::inotify_add_watch(self.fd.as_raw_fd(), c_path.as_ptr(), mask) };
+        if wd < 0 {
+            return Err(SysError::last("inotify_add_watch"));
+        }
+        Ok(wd)
+    }
+
+    /// Removes a watch; the kernel queues an `IN_IGNORED` event for it, which
+    /// wakes a thread blocked in [`Inotify::read_events`]. One system call.
+    pub fn remove_watch(&self, wd: i32) -> SysResult<()> {
+        // SAFETY: plain integers.
+        let rc = unsafe { libc::inotify_rm_watch(self.fd.as_raw_fd(), wd) };
+        if rc != 0 {
+            return Err(SysError::last("inotify_rm_watch"));
+        }
+        Ok(())
+    }
+
+    /// Blocks until at least one event is queued and returns the queued events.
+    /// One `read` call (retried on `EINTR`).
+    pub fn read_events(&self) -> SysResult<Vec<InotifyEvent>> {
+        // Large enough for many events with names (we watch files, so names are empty).
+        let mut buf = [0u8; 4096];
+        let n = loop {
+            // SAFETY: buf is valid and writable for its length.
+            let n = unsafe { libc::read(self.fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
+            if n >= 0 {
+                break n as usize;
+            }
+            let err = SysError::last("read(inotify)");
+            if err.errno() != Some(libc::EINTR) {
+                return Err(err);
+            }
+        };
+        let header = std::mem::size_of::<libc::inotify_event>();
+        let mut events = Vec::new();
+        let mut at = 0;
+        while at + header <= n {
+            // struct inotify_event { int wd; uint32_t mask, cookie, len; char name[]; }
+            let field = |i: usize| {
+                let b = &buf[at + 4 * i..at + 4 * i + 4];
+                u32::from_ne_bytes([b[0], b[1], b[2], b[3]])
+            };
+            let wd = field(0) as i32;
+            let mask = field(1);
+            let name_len = field(3) as usize;
+            events.push(InotifyEvent { wd, mask });
+            at += header + name_len;
+        }
+        Ok(events)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::fs::OpenOptions;
+
+    #[test]
+    fn allocate_extends_and_punch_keeps_size() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f");
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&path)
+            .unwrap();
+        allocate(&file, 0, 1 << 20).unwrap();
+        assert_eq!(file.metadata().unwrap().len(), 1 << 20);
+        match punch_hole(&file, 0, 1 << 19) {
+            Ok(()) => assert_eq!(file.metadata().unwrap().len(), 1 << 20),
+            Err(e) => assert_eq!(e.errno(), Some(libc::EOPNOTSUPP), "{e}"),
+        }
+    }
+
+    #[test]
+    fn ofd_locks_conflict_between_opens_of_one_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f");
+        let a = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&path)
+            .unwrap();
+        let b = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&path)
+            .unwrap();
+        let reader = OpenOptions::new().read(true).open(&path).unwrap();
+        assert!(!is_locked(&reader, 0, 1, LockKind::Exclusive).unwrap());
+        assert!(try_lock(&a, 0, 1, LockKind::Exclusive).unwrap());
+        assert!(!try_lock(&b, 0, 1, LockKind::Exclusive).unwrap());
+        assert!(is_locked(&reader, 0, 1, LockKind::Exclusive).unwrap());
+        drop(a);
+        assert!(!is_locked(&reader, 0, 1, LockKind::Exclusive).unwrap());
+        assert!(try_lock(&b, 0, 1, LockKind::Exclusive).unwrap());
+    }
+
+    #[test]
+    fn fs_kind_of_dev_shm_is_tmpfs() {
+        let Ok(file) = tempfile::tempfile_in("/dev/shm") else {
+            eprintln!("skipped: /dev/shm is not writable here");
+            return;
+        };
+        assert_eq!(fs_kind(&file).unwrap(), FsKind::Tmpfs);
+    }
+
+    #[test]
+    fn inotify_sees_a_truncation() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f");
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&path)
+            .unwrap();
+        file.set_len(8192).unwrap();
+        let inotify = match Inotify::new() {
+            Ok(i) => i,
+            Err(e) => {
+                eprintln!("skipped: inotify unavailable: {e}");
+                return;
+            }
+        };
+        let wd = inotify.add_watch(&path, IN_MODIFY).unwrap();
+        file.set_len(0).unwrap();
+        let events = inotify.read_events().unwrap();
+        assert!(
+            events.iter().any(|e| e.wd == wd && e.mask & IN_MODIFY != 0),
+            "{events:?}"
+        );
+        inotify.remove_watch(wd).unwrap();
+        let events = inotify.read_events().unwrap();
+        assert!(
+            events.iter().any(|e| e.mask & IN_IGNORED != 0),
+            "{events:?}"
+        );
+    }
+}

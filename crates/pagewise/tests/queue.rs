@@ -1,0 +1,637 @@
+//! Behaviour of `pagewise::queue`: records of every size, chunk boundaries,
+//! readers at different positions and before growth, wait strategies, seek,
+//! recovery of a torn record, CRCs, retention, a full file system, truncation
+//! by another process.
+
+use pagewise::observe::faults_during;
+use pagewise::queue::{
+    inspect, Options, Position, PreTouch, QueueError, Reader, ReaderOptions, Retention, Start,
+    Wait, Writer,
+};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+const CHUNK: u64 = 64 << 10;
+
+fn dir() -> tempfile::TempDir {
+    tempfile::tempdir_in("/dev/shm").unwrap_or_else(|_| tempfile::tempdir().unwrap())
+}
+
+fn small(pretouch: bool) -> Options {
+    Options {
+        chunk_size: CHUNK,
+        pretouch: pretouch.then_some(PreTouch {
+            window: 256 << 10,
+            max_window: 1 << 20,
+            lead: Duration::from_millis(2),
+        }),
+        ..Options::default()
+    }
+}
+
+/// A payload that encodes its sequence number and has a length that varies with it.
+fn payload(seq: u64) -> Vec<u8> {
+    let len = (seq * 37 % 300) as usize + 8;
+    let mut p = vec![(seq % 251) as u8; len];
+    p[..8].copy_from_slice(&seq.to_le_bytes());
+    p
+}
+
+fn read_all(reader: &mut Reader) -> Vec<(Position, Vec<u8>)> {
+    let mut out = Vec::new();
+    while let Some(r) = reader.next().unwrap() {
+        out.push((r.position, r.payload.to_vec()));
+    }
+    out
+}
+
+#[test]
+fn appended_records_read_back_in_order_across_chunks() {
+    for pretouch in [false, true] {
+        let d = dir();
+        let path = d.path().join("q");
+        let mut w = Writer::create(&path, small(pretouch)).unwrap();
+        let mut positions = Vec::new();
+        for seq in 0..2000 {
+            positions.push(w.append(&payload(seq)).unwrap());
+        }
+        assert!(w.position().0 > 4096 + 5 * CHUNK, "spans several chunks");
+        let mut r = Reader::open(&path).unwrap();
+        let got = read_all(&mut r);
+        assert_eq!(got.len(), 2000);
+        for (seq, (pos, bytes)) in got.iter().enumerate() {
+            assert_eq!(*pos, positions[seq]);
+            assert_eq!(*bytes, payload(seq as u64));
+        }
+        assert!(positions.windows(2).all(|w| w[0] < w[1]));
+        assert!(r.next().unwrap().is_none());
+    }
+}
+
+#[test]
+fn records_of_size_zero_and_of_the_maximum_size() {
+    let d = dir();
+    let path = d.path().join("q");
+    let mut w = Writer::create(&path, small(true)).unwrap();
+    let max = w.max_payload();
+    assert_eq!(max as u64, CHUNK - 64 - 8);
+    let big: Vec<u8> = (0..max).map(|i| (i % 253) as u8).collect();
+    let p0 = w.append(b"").unwrap();
+    let p1 = w.append(&big).unwrap();
+    let p2 = w.append(b"").unwrap();
+    let p3 = w.append(&big).unwrap();
+    match w.append(&vec![0u8; max + 1]) {
+        Err(QueueError::RecordTooLarge { len, max: m }) => assert_eq!((len, m), (max + 1, max)),
+        other => panic!("{other:?}"),
+    }
+    let mut r = Reader::open(&path).unwrap();
+    let got = read_all(&mut r);
+    let expect: Vec<(Position, Vec<u8>)> =
+        vec![(p0, vec![]), (p1, big.clone()), (p2, vec![]), (p3, big)];
+    assert_eq!(got, expect);
+    // A maximum record fills a chunk on its own.
+    assert_eq!(p1.0, 4096 + CHUNK + 64);
+    assert_eq!(p3.0, 4096 + 3 * CHUNK + 64);
+}
+
+#[test]
+fn a_record_that_would_straddle_a_chunk_goes_to_the_next_one() {
+    let d = dir();
+    let path = d.path().join("q");
+    let mut w = Writer::create(&path, small(false)).unwrap();
+    // Fill the first chunk to 104 bytes before its end.
+    let room = CHUNK - 64;
+    let first_len = (room - 104 - 8) as usize;
+    let a = w.append(&vec![1u8; first_len]).unwrap();
+    assert_eq!(w.position().0, 4096 + CHUNK - 104);
+    let b = w.append(&[2u8; 200]).unwrap();
+    assert_eq!(b.0, 4096 + CHUNK + 64, "moved to the next chunk");
+    // A record that fits exactly in the remaining space stays.
+    let rest = 4096 + 2 * CHUNK - w.position().0;
+    let c = w.append(&vec![3u8; (rest - 8) as usize]).unwrap();
+    let d2 = w.append(b"next").unwrap();
+    assert_eq!(d2.0, 4096 + 2 * CHUNK + 64);
+    let mut r = Reader::open(&path).unwrap();
+    let got: Vec<Position> = read_all(&mut r).into_iter().map(|(p, _)| p).collect();
+    assert_eq!(got, [a, b, c, d2]);
+}
+
+#[test]
+fn many_readers_at_different_positions() {
+    let d = dir();
+    let path = d.path().join("q");
+    let mut w = Writer::create(&path, small(true)).unwrap();
+    let positions: Vec<Position> = (0..500).map(|s| w.append(&payload(s)).unwrap()).collect();
+    let mut readers: Vec<(usize, Reader)> = [0usize, 1, 77, 250, 499]
+        .iter()
+        .map(|&i| {
+            let options = ReaderOptions {
+                start: Start::At(positions[i]),
+                ..ReaderOptions::default()
+            };
+            (i, Reader::open_with(&path, options).unwrap())
+        })
+        .collect();
+    let mut at_end = Reader::open_with(
+        &path,
+        ReaderOptions {
+            start: Start::End,
+            ..ReaderOptions::default()
+        },
+    )
+    .unwrap();
+    assert!(at_end.next().unwrap().is_none());
+    // Interleave reads: each reader advances at its own pace.
+    for round in 0..600 {
+        for (k, (next, r)) in readers.iter_mut().enumerate() {
+            if round % (k + 1) != 0 {
+                continue;
+            }
+            match r.next().unwrap() {
+                Some(rec) => {
+                    assert_eq!(rec.position, positions[*next]);
+                    assert_eq!(rec.payload, payload(*next as u64));
+                    *next += 1;
+                }
+                None => assert_eq!(*next, 500),
+            }
+        }
+    }
+    let tail = w.append(b"tail").unwrap();
+    let rec = at_end.next().unwrap().unwrap();
+    assert_eq!((rec.position, rec.payload), (tail, &b"tail"[..]));
+}
+
+#[test]
+fn a_reader_opened_before_growth_follows_the_writer() {
+    let d = dir();
+    let path = d.path().join("q");
+    let w = Writer::create(&path, small(true)).unwrap();
+    // The queue is empty: no chunk exists yet beyond what the writer prepared.
+    let mut r = Reader::open(&path).unwrap();
+    assert!(r.next().unwrap().is_none());
+    let writer = std::thread::spawn(move || {
+        let mut w = w;
+        for seq in 0..20_000u64 {
+            w.append(&payload(seq)).unwrap();
+        }
+        w.position()
+    });
+    let mut seq = 0u64;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while seq < 20_000 {
+        assert!(Instant::now() < deadline, "stalled at {seq}");
+        if let Some(rec) = r
+            .next_wait(
+                Wait::SpinThenYield { spins: 100 },
+                Some(Duration::from_millis(100)),
+            )
+            .unwrap()
+        {
+            assert_eq!(rec.payload, payload(seq));
+            seq += 1;
+        }
+    }
+    let end = writer.join().unwrap();
+    assert_eq!(r.position(), end);
+    assert!(end.0 > 4096 + 50 * CHUNK, "grew through many chunks");
+}
+
+#[test]
+fn wait_strategies_return_records_and_time_out() {
+    let d = dir();
+    let path = d.path().join("q");
+    let mut w = Writer::create(&path, small(true)).unwrap();
+    for wait in [
+        Wait::Spin,
+        Wait::SpinThenYield { spins: 10 },
+        Wait::Block { spins: 10 },
+    ] {
+        let mut r = Reader::open_with(
+            &path,
+            ReaderOptions {
+                start: Start::End,
+                ..ReaderOptions::default()
+            },
+        )
+        .unwrap();
+        let t = Instant::now();
+        assert!(r
+            .next_wait(wait, Some(Duration::from_millis(30)))
+            .unwrap()
+            .is_none());
+        assert!(t.elapsed() >= Duration::from_millis(30));
+        let reader = std::thread::spawn(move || {
+            let rec = r
+                .next_wait(wait, Some(Duration::from_secs(60)))
+                .unwrap()
+                .map(|r| r.payload.to_vec());
+            (rec, r)
+        });
+        std::thread::sleep(Duration::from_millis(50));
+        w.append(b"wake up").unwrap();
+        let (rec, r) = reader.join().unwrap();
+        assert_eq!(rec.as_deref(), Some(&b"wake up"[..]), "{wait:?}");
+        if let Wait::Block { .. } = wait {
+            assert_eq!(r.blocking(), pagewise::queue::Blocking::Woken);
+        }
+    }
+}
+
+#[test]
+fn seek_accepts_record_starts_and_refuses_the_rest() {
+    let d = dir();
+    let path = d.path().join("q");
+    let mut w = Writer::create(&path, small(false)).unwrap();
+    let positions: Vec<Position> = (0..300).map(|s| w.append(&payload(s)).unwrap()).collect();
+    let mut r = Reader::open(&path).unwrap();
+    r.seek(positions[123]).unwrap();
+    assert_eq!(r.next().unwrap().unwrap().payload, payload(123));
+    r.seek(w.position()).unwrap();
+    assert!(r.next().unwrap().is_none());
+    for bad in [
+        Position(positions[5].0 + 8),
+        Position(positions[5].0 + 3),
+        Position(0),
+        Position(w.position().0 + 64),
+        Position(u64::MAX - 7),
+    ] {
+        assert!(
+            matches!(r.seek(bad), Err(QueueError::InvalidPosition { .. })),
+            "{bad}"
+        );
+    }
+}
+
+#[test]
+fn reserve_commits_in_place_and_an_abandoned_reservation_leaves_nothing() {
+    let d = dir();
+    let path = d.path().join("q");
+    let mut w = Writer::create(&path, small(true)).unwrap();
+    {
+        let mut slot = w.reserve(300).unwrap();
+        slot.payload().fill(0xAB);
+        // Dropped without commit.
+    }
+    let mut slot = w.reserve(5).unwrap();
+    slot.payload().copy_from_slice(b"hello");
+    let p = slot.commit();
+    let q = w.append(b"after").unwrap();
+    let mut r = Reader::open(&path).unwrap();
+    let got = read_all(&mut r);
+    assert_eq!(got, vec![(p, b"hello".to_vec()), (q, b"after".to_vec())]);
+}
+
+#[test]
+fn one_writer_at_a_time() {
+    let d = dir();
+    let path = d.path().join("q");
+    let w = Writer::create(&path, small(true)).unwrap();
+    assert!(matches!(
+        Writer::open(&path, small(true)),
+        Err(QueueError::WriterLocked { .. })
+    ));
+    assert!(matches!(
+        Writer::create(&path, small(true)),
+        Err(QueueError::Exists { .. })
+    ));
+    assert!(inspect(&path).unwrap().writer_alive);
+    drop(w);
+    assert!(!inspect(&path).unwrap().writer_alive);
+    let mut w = Writer::open(&path, small(true)).unwrap();
+    w.append(b"x").unwrap();
+}
+
+#[test]
+fn a_new_writer_continues_after_the_last_record_and_discards_a_torn_one() {
+    let d = dir();
+    let path = d.path().join("q");
+    let mut w = Writer::create(&path, small(true)).unwrap();
+    for seq in 0..100 {
+        w.append(&payload(seq)).unwrap();
+    }
+    let end = w.position();
+    drop(w);
+    // Fake a writer that died after writing a long payload but before its mark.
+    let f = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+    f.write_all_at(&[0x55; 1000], end.0 + 8).unwrap();
+    let mut w = Writer::open(&path, small(true)).unwrap();
+    assert_eq!(w.recovery().end, end);
+    assert!(w.recovery().torn_record_discarded);
+    // A short record in the torn one's place: readers must not see the old bytes.
+    w.append(b"short").unwrap();
+    w.append(b"shorter").unwrap();
+    let mut r = Reader::open(&path).unwrap();
+    let got = read_all(&mut r);
+    assert_eq!(got.len(), 102);
+    assert_eq!(got[100].1, b"short");
+    assert_eq!(got[101].1, b"shorter");
+    let info = inspect(&path).unwrap();
+    assert_eq!(info.records, 102);
+    assert_eq!(info.writer_opens, 2);
+}
+
+#[test]
+fn a_damaged_end_hint_does_not_make_the_next_writer_skip_chunks() {
+    let d = dir();
+    let path = d.path().join("q");
+    // Pre-touch allocates chunks ahead, so the file spans more chunks than hold records.
+    let mut w = Writer::create(&path, small(true)).unwrap();
+    w.wait_pretouched(3 * CHUNK).unwrap();
+    for seq in 0..300 {
+        w.append(&payload(seq)).unwrap();
+    }
+    let end = w.position();
+    drop(w);
+    let chunks = inspect(&path).unwrap().chunks;
+    assert!(chunks > (end.0 - 4096) / CHUNK + 1, "{chunks} chunks");
+    // The tail-chunk hint (header offset 128, not checksummed) names the last chunk.
+    let f = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+    f.write_all_at(&(chunks - 1).to_le_bytes(), 128).unwrap();
+    let mut w = Writer::open(&path, small(true)).unwrap();
+    assert_eq!(w.recovery().end, end);
+    let p = w.append(b"continues").unwrap();
+    assert_eq!(p, end);
+    let got = read_all(&mut Reader::open(&path).unwrap());
+    assert_eq!(got.len(), 301);
+}
+
+#[test]
+fn record_crcs_catch_damaged_payloads() {
+    let d = dir();
+    let path = d.path().join("q");
+    let options = Options {
+        record_crc: true,
+        ..small(false)
+    };
+    let mut w = Writer::create(&path, options.clone()).unwrap();
+    let p = (0..10)
+        .map(|s| w.append(&payload(s)).unwrap())
+        .collect::<Vec<_>>();
+    drop(w);
+    let f = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+    f.write_all_at(&[0xFF], p[4].0 + 12).unwrap();
+    let mut r = Reader::open(&path).unwrap();
+    for _ in 0..4 {
+        r.next().unwrap().unwrap();
+    }
+    match r.next() {
+        Err(QueueError::CrcMismatch { position, .. }) => assert_eq!(position, p[4]),
+        other => panic!("{other:?}"),
+    }
+    // Recovery treats a committed record with a bad CRC as torn: it and what follows go.
+    let w = Writer::open(&path, options).unwrap();
+    assert_eq!(w.recovery().crc_failed_at, Some(p[4]));
+    assert_eq!(w.position(), p[4]);
+}
+
+#[test]
+fn retention_drops_old_chunks_and_tells_a_reader_how_far_behind_it_is() {
+    let d = dir();
+    let path = d.path().join("q");
+    let mut w = Writer::create(&path, small(true)).unwrap();
+    let first = w.append(&payload(0)).unwrap();
+    for seq in 1..3000 {
+        w.append(&payload(seq)).unwrap();
+    }
+    let mut slow = Reader::open(&path).unwrap();
+    assert_eq!(slow.next().unwrap().unwrap().position, first);
+    let before = inspect(&path).unwrap();
+    let report = w
+        .retain(Retention {
+            max_bytes: Some(3 * CHUNK),
+            max_age: None,
+        })
+        .unwrap();
+    assert!(report.dropped_chunks >= 3, "{report:?}");
+    assert_eq!(
+        report.first_position.0,
+        4096 + report.first_chunk * CHUNK + 64
+    );
+    assert!(w.position().0 - report.first_position.0 >= 3 * CHUNK - 64);
+    match slow.next() {
+        Err(QueueError::FellBehind {
+            position,
+            first_available,
+            behind_by,
+            ..
+        }) => {
+            assert_eq!(first_available, report.first_position);
+            assert_eq!(behind_by, first_available.0 - position.0);
+        }
+        other => panic!("{other:?}"),
+    }
+    slow.seek_to_start().unwrap();
+    assert_eq!(
+        slow.next().unwrap().unwrap().position,
+        report.first_position
+    );
+    let after = inspect(&path).unwrap();
+    assert!(after.records < before.records);
+    assert_eq!(after.first_position, Some(report.first_position));
+    if report.space_freed {
+        assert!(after.allocated_bytes < before.allocated_bytes);
+    }
+    // Age: everything before the current chunk is older than zero seconds.
+    let report = w
+        .retain(Retention {
+            max_bytes: None,
+            max_age: Some(Duration::ZERO),
+        })
+        .unwrap();
+    assert_eq!(report.first_chunk, (w.position().0 - 4096) / CHUNK);
+    // A new reader starts at the oldest remaining record.
+    let mut r = Reader::open(&path).unwrap();
+    assert_eq!(r.next().unwrap().unwrap().position, report.first_position);
+}
+
+#[test]
+fn inspect_reports_geometry_and_counts() {
+    let d = dir();
+    let path = d.path().join("q");
+    let mut w = Writer::create(&path, small(true)).unwrap();
+    let mut bytes = 0;
+    for seq in 0..50 {
+        bytes += payload(seq).len() as u64;
+        w.append(&payload(seq)).unwrap();
+    }
+    let info = inspect(&path).unwrap();
+    assert_eq!(info.schema, "pagewise.queue.inspect/1");
+    assert_eq!(info.chunk_size, CHUNK);
+    assert_eq!(info.records, 50);
+    assert_eq!(info.payload_bytes, bytes);
+    assert_eq!(info.end_position, w.position());
+    assert!(info.writer_alive);
+    assert_eq!(info.last_writer_pid, std::process::id());
+    assert!(info.problem.is_none());
+}
+
+/// Mounts a small tmpfs for the test and unmounts it on drop.
+struct SmallFs {
+    dir: tempfile::TempDir,
+}
+
+impl SmallFs {
+    fn mount(size: &str) -> Result<SmallFs, String> {
+        let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+        let status = std::process::Command::new("mount")
+            .args([
+                "-t",
+                "tmpfs",
+                "-o",
+                &format!("size={size}"),
+                "pagewise-test",
+            ])
+            .arg(dir.path())
+            .stderr(std::process::Stdio::piped())
+            .output()
+            .map_err(|e| format!("cannot run mount: {e}"))?;
+        if !status.status.success() {
+            return Err(format!(
+                "mount failed: {}",
+                String::from_utf8_lossy(&status.stderr).trim()
+            ));
+        }
+        Ok(SmallFs { dir })
+    }
+
+    fn path(&self) -> &Path {
+        self.dir.path()
+    }
+}
+
+impl Drop for SmallFs {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount")
+            .arg(self.dir.path())
+            .status();
+    }
+}
+
+#[test]
+fn a_full_file_system_is_an_error_from_append_not_a_sigbus() {
+    let fs = match SmallFs::mount("1m") {
+        Ok(fs) => fs,
+        Err(e) => {
+            eprintln!("skipped: needs a small tmpfs mount (root): {e}");
+            return;
+        }
+    };
+    for pretouch in [true, false] {
+        let path: PathBuf = fs.path().join(format!("q{pretouch}"));
+        let mut w = Writer::create(&path, small(pretouch)).unwrap();
+        let mut ok = Vec::new();
+        let err = loop {
+            let seq = ok.len() as u64;
+            match w.append(&payload(seq)) {
+                Ok(p) => ok.push(p),
+                Err(e) => break e,
+            }
+            assert!(ok.len() < 100_000, "never ran out of space");
+        };
+        assert!(matches!(err, QueueError::NoSpace { .. }), "{err}");
+        assert!(err.to_string().contains("No space left on device"), "{err}");
+        // Everything whose append returned is there, nothing else.
+        let mut r = Reader::open(&path).unwrap();
+        let got = read_all(&mut r);
+        assert_eq!(got.len(), ok.len());
+        assert!(got.iter().zip(&ok).all(|((p, _), q)| p == q));
+        // Retention gives space back and appends work again.
+        let report = w
+            .retain(Retention {
+                max_bytes: Some(CHUNK),
+                max_age: None,
+            })
+            .unwrap();
+        assert!(report.dropped_chunks > 0);
+        w.append(b"after retention").unwrap();
+        drop(w);
+        std::fs::remove_file(&path).unwrap();
+    }
+}
+
+#[test]
+fn truncation_by_another_process_is_a_clear_error() {
+    for watch in [true, false] {
+        let d = dir();
+        let path = d.path().join("q");
+        let mut w = Writer::create(&path, small(true)).unwrap();
+        for seq in 0..500 {
+            w.append(&payload(seq)).unwrap();
+        }
+        let options = ReaderOptions {
+            watch_truncation: watch,
+            ..ReaderOptions::default()
+        };
+        let mut r = Reader::open_with(&path, options).unwrap();
+        for _ in 0..10 {
+            r.next().unwrap().unwrap();
+        }
+        if watch && r.truncation_check().0 != pagewise::queue::TruncationCheck::Inotify {
+            eprintln!(
+                "inotify unavailable, checking periodically: {:?}",
+                r.truncation_check()
+            );
+        }
+        let status = std::process::Command::new("truncate")
+            .args(["-s", "8192"])
+            .arg(&path)
+            .status()
+            .unwrap();
+        assert!(status.success());
+        if watch {
+            // The watch thread notices within its wake-up time (the documented window).
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while !r.truncation_noticed() && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            assert!(r.truncation_noticed());
+        }
+        // With the watch the flag is set; without it, every call checks the size.
+        match r.next().map(|_| ()) {
+            Err(QueueError::Truncated { size, needed, .. }) => {
+                assert_eq!(size, 8192);
+                assert!(needed > 8192);
+            }
+            other => panic!("watch={watch}: {other:?}"),
+        }
+        assert!(r.next().is_err(), "the error sticks");
+        drop(w);
+    }
+}
+
+#[test]
+fn appends_take_no_page_faults_with_pretouch() {
+    if faults_during(|| ()).is_none() {
+        eprintln!("skipped: the page-faults software event does not open here");
+        return;
+    }
+    let d = dir();
+    let path = d.path().join("q");
+    for pretouch in [true, false] {
+        let options = Options {
+            chunk_size: 1 << 20,
+            ..small(pretouch)
+        };
+        let _ = std::fs::remove_file(&path);
+        let mut w = Writer::create(&path, options).unwrap();
+        w.wait_pretouched(256 << 10).unwrap();
+        let record = [7u8; 128];
+        let faults = faults_during(|| {
+            for _ in 0..40_000 {
+                w.append(&record).unwrap();
+            }
+        })
+        .unwrap();
+        assert!(w.position().0 > 4096 + 5 * (1 << 20), "crossed chunks");
+        if pretouch {
+            assert_eq!(faults, 0, "{:?}", w.report().window);
+        } else {
+            assert!(
+                faults >= 1000,
+                "without pre-touch every page faults: {faults}"
+            );
+        }
+    }
+}
