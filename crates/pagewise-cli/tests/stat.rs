@@ -276,6 +276,10 @@ fn heap_churn_fixture() {
     let summary = v["findings"][0]["summary"].as_str().unwrap();
     assert!(summary.contains("churn (heap_churn.c:"), "{summary}");
     assert!(summary.contains("64.0 MiB"), "{summary}");
+    // The remedy names both fixes: no code change, and the buffer in code.
+    let remedy = v["findings"][0]["remedy"].as_str().unwrap();
+    assert!(remedy.contains("pagewise run --keep-heap"), "{remedy}");
+    assert!(remedy.contains("pagewise::buffer::Buffer"), "{remedy}");
     assert_eq!(top_site(&v), "churn", "{:#}", v["sites"]);
     assert_eq!(
         v["mmap_sites"][0]["function"], "churn",

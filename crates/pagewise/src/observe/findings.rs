@@ -236,7 +236,8 @@ fn first_touch_and_churn(e: &Evidence<'_>) -> Vec<Finding> {
                 ),
                 remedy: format!(
                     "`pagewise run --keep-heap -- CMD` (raises glibc's mmap and trim thresholds so \
-                     freed blocks stay mapped), or allocate {buffer} once and reuse it"
+                     freed blocks stay mapped), or allocate {buffer} once and reuse it \
+                     (`pagewise::buffer::Buffer` reserves the largest size once and keeps its pages)"
                 ),
                 cost_s: fault_time * churn_share,
             });
