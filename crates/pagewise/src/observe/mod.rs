@@ -429,7 +429,9 @@ fn assemble(raw: Raw<'_>) -> StatReport {
     let user_mode_faults = if user_only {
         get(Count::Faults)
     } else {
-        kind_total.or_else(|| get(Count::KernelFaults).map(|k| (minor + major).saturating_sub(k)))
+        get(Count::KernelFaults)
+            .map(|k| (minor + major).saturating_sub(k))
+            .or(kind_total)
     };
     let syscall_faults = get(Count::KernelFaults)
         .or_else(|| user_mode_faults.map(|u| (minor + major).saturating_sub(u)));
@@ -456,9 +458,10 @@ fn assemble(raw: Raw<'_>) -> StatReport {
         rusage_minor_faults: rusage.map(|r| r.minor_faults),
         rusage_major_faults: rusage.map(|r| r.major_faults),
     };
-    // Kinds: the sampled shares, scaled to the exact count of the same events.
+    // Kinds: the sampled shares, scaled to the exact count of user-mode faults.
     let fault_kinds = collector.as_ref().and_then(|c| {
-        let total = c.kind_total?;
+        let total = user_mode_faults.or(c.kind_total)?;
+        c.kind_total?;
         let weight: u64 = c.kind_weights.iter().sum();
         if weight == 0 {
             return (total == 0).then(FaultKinds::default);
@@ -470,7 +473,8 @@ fn assemble(raw: Raw<'_>) -> StatReport {
             fetch_absent,
             protection,
             read_absent: total.saturating_sub(write_absent + fetch_absent + protection),
-            samples: c.kind_samples,
+            samples: c.kind_samples.iter().sum(),
+            samples_by_kind: c.kind_samples,
         })
     });
     if hardware.available && get(Count::Cycles) == Some(0) {
