@@ -713,7 +713,7 @@ fn snapshot(pids: &BTreeSet<u32>, out: &mut PageSamples) {
 
 /// The page-size sampler waits at least this many times as long as its last
 /// `/proc/PID/smaps` read took before the next one.
-pub const SMAPS_BACKOFF: u32 = 40;
+pub const SMAPS_BACKOFF: u32 = 100;
 
 /// The threads that run beside the program.
 pub struct Running {
@@ -790,7 +790,7 @@ pub fn start(
                     snapshot(&pids, &mut out);
                     // Reading smaps walks the page tables (about 15 ms for 1 GiB of
                     // 4 KiB pages) and takes the same page-table locks as the
-                    // program's faults: back off so that it costs at most 2.5% of a CPU.
+                    // program's faults: back off so that it costs at most 1% of a CPU.
                     let took = started.elapsed();
                     if wait_until(started + interval.max(took * SMAPS_BACKOFF)) {
                         return out;
