@@ -5,10 +5,10 @@
 //! a running process for a window. While it runs:
 //!
 //! - software counters count minor and major faults, faults inside system
-//!   calls and context switches; four filtered counters on
-//!   `exceptions:page_fault_user` split user-mode faults by kind;
+//!   calls and context switches;
 //! - per-CPU sampled events, inherited by threads and children, write into
-//!   mapped ring buffers: user-mode `cpu-clock` (hot text), major faults,
+//!   mapped ring buffers: user-mode `cpu-clock` (hot text), samples of
+//!   `exceptions:page_fault_user` in short windows (fault kinds), major faults,
 //!   `mmap`/`munmap`/`brk`/`madvise` with their arguments and stacks, and with
 //!   `--sites` every page fault with its stack. The `MMAP2` records that come
 //!   with them give the mappings, and each executable file is opened at once;
@@ -20,9 +20,11 @@
 //! the iTLB ([`text`]), and [`findings`] ranks the diagnoses by estimated
 //! cost. What could not be measured is listed in [`StatReport::skipped`].
 //!
-//! Cost while the program runs: a few counter increments per fault, a sample
-//! per 250 µs of user CPU, one ring-buffer record per mmap-family call (and per
-//! fault with `--sites`), and one smaps read per process per interval.
+//! Cost while the program runs: a few counter increments per fault, a
+//! tracepoint record per fault for 20 ms of every 100 ms, a sample per 250 µs
+//! of user CPU, one ring-buffer record per mmap-family call (and per fault with
+//! `--sites`), and smaps reads that take at most 1% of a CPU. See
+//! docs/BENCHMARKS.md ("stat overhead").
 
 pub mod churn;
 pub mod collect;
@@ -537,6 +539,12 @@ fn assemble(raw: Raw<'_>) -> StatReport {
             c.spaces.add_maps(*pid, entries);
         }
         report.lost_records = c.lost;
+        if c.malformed > 0 {
+            skipped.push(Skipped {
+                what: format!("{} records", findings::count(c.malformed)),
+                why: "they did not decode (truncated or of an unexpected layout)".to_owned(),
+            });
+        }
         if c.lost > 0 {
             skipped.push(Skipped {
                 what: format!("{} sampled records", findings::count(c.lost)),
