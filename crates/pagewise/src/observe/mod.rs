@@ -229,8 +229,10 @@ fn run_command(options: &StatOptions, argv: &[OsString]) -> Result<StatReport, S
     drop(interrupts);
     let values = counters.read();
     let user_only = counters.user_only;
-    counters.close();
-    let (collector, pages) = running.finish();
+    // One helper process closes every event (see `close_in_background`).
+    let (collector, pages, mut events) = running.finish_keeping_events();
+    events.extend(counters.into_events());
+    session::close_events(events);
     let target = TargetInfo {
         command: Some(
             argv.iter()
@@ -333,8 +335,10 @@ fn attach(options: &StatOptions, pid: i32, duration: Duration) -> Result<StatRep
     let wall = t0.elapsed();
     let values = counters.read();
     let user_only = counters.user_only;
-    counters.close();
-    let (collector, pages) = running.finish();
+    // One helper process closes every event (see `close_in_background`).
+    let (collector, pages, mut events) = running.finish_keeping_events();
+    events.extend(counters.into_events());
+    session::close_events(events);
     let ticks = process::clock_ticks_per_second() as f64;
     let (user_s, sys_s, minor, major) = match (start_stat, end_stat) {
         (Some(a), Some(b)) => (

@@ -150,7 +150,12 @@ impl Counters {
     /// Closes the counters without waiting for the kernel (see
     /// [`crate::sys::process::close_in_background`]).
     pub fn close(self) {
-        close_events(self.events.into_iter().map(|(_, e)| e).collect());
+        close_events(self.into_events());
+    }
+
+    /// The events, to be closed together with others.
+    pub fn into_events(self) -> Vec<Event> {
+        self.events.into_iter().map(|(_, e)| e).collect()
     }
 
     /// Sums each kind over its tasks (scaled for multiplexing).
@@ -931,7 +936,15 @@ impl Running {
 
     /// Stops both threads after a last drain and returns what they gathered.
     /// The sampling events are closed in the background.
-    pub fn finish(mut self) -> (Option<Collector>, PageSamples) {
+    pub fn finish(self) -> (Option<Collector>, PageSamples) {
+        let (collector, pages, events) = self.finish_keeping_events();
+        close_events(events);
+        (collector, pages)
+    }
+
+    /// Like [`Running::finish`], but hands back the sampling events so that the
+    /// caller closes them with its counters, in one helper process.
+    pub fn finish_keeping_events(mut self) -> (Option<Collector>, PageSamples, Vec<Event>) {
         self.stop.store(true, Ordering::Release);
         // Wake both threads: the reader from poll, the sampler from its wait.
         drop(self.wake.take());
@@ -940,12 +953,13 @@ impl Running {
             *lock.lock().unwrap_or_else(|e| e.into_inner()) = true;
             cvar.notify_all();
         }
+        let mut events = vec![];
         let collector = self.reader.map(|h| {
-            let (collector, events) = h.join().expect("reader thread panicked");
-            close_events(events);
+            let (collector, evs) = h.join().expect("reader thread panicked");
+            events = evs;
             collector
         });
         let pages = self.pager.join().expect("smaps thread panicked");
-        (collector, pages)
+        (collector, pages, events)
     }
 }
