@@ -207,17 +207,21 @@ fn human(r: &StatReport, notes: &[String]) -> String {
 
     if let Some(k) = &r.fault_kinds {
         let total = k.total().max(1) as f64;
-        let mut t = table(&["user-mode faults by kind", "faults", "share"]);
-        for (name, n) in [
+        let mut t = table(&["user-mode faults by kind", "faults", "share", "samples"]);
+        for (i, (name, n)) in [
             ("write to absent page (first touch)", k.write_absent),
             ("read of absent page", k.read_absent),
             ("instruction fetch", k.fetch_absent),
             ("protection / copy-on-write", k.protection),
-        ] {
+        ]
+        .into_iter()
+        .enumerate()
+        {
             t.add_row(vec![
                 name.into(),
                 format!("~{}", count(n)),
                 format!("{:.1}%", n as f64 * 100.0 / total),
+                count(k.samples_by_kind[i]),
             ]);
         }
         let _ = writeln!(

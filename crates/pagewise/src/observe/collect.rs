@@ -111,8 +111,8 @@ pub struct Collector {
     pub names: HashMap<u32, String>,
     /// Sampled user-mode faults by kind ([`fault_kind`]), weighted by their period.
     pub kind_weights: [u64; 4],
-    /// Samples behind `kind_weights`.
-    pub kind_samples: u64,
+    /// Samples behind `kind_weights`, per kind.
+    pub kind_samples: [u64; 4],
     /// Exact user-mode faults counted by the fault-kind events (set at the end).
     pub kind_total: Option<u64>,
 }
@@ -156,7 +156,7 @@ impl Collector {
             malformed: 0,
             names: HashMap::new(),
             kind_weights: [0; 4],
-            kind_samples: 0,
+            kind_samples: [0; 4],
             kind_total: None,
         }
     }
@@ -336,8 +336,9 @@ impl Collector {
             Sampled::EnterBrk => self.calls.push(call(CallKind::Brk, None)),
             Sampled::FaultKinds => {
                 if let Some(code) = self.fields.error_code.and_then(raw) {
-                    self.kind_weights[fault_kind(code)] += s.period.unwrap_or(1);
-                    self.kind_samples += 1;
+                    let k = fault_kind(code);
+                    self.kind_weights[k] += s.period.unwrap_or(1);
+                    self.kind_samples[k] += 1;
                 }
             }
             Sampled::EnterMadvise => {

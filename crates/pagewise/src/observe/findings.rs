@@ -484,6 +484,7 @@ mod tests {
             fetch_absent: 10,
             protection: 0,
             samples: 5000,
+            samples_by_kind: [4990, 8, 2, 0],
         };
         let site = Site {
             function: "touch_buffer".into(),

@@ -5,10 +5,10 @@
 //! a running process for a window. While it runs:
 //!
 //! - software counters count minor and major faults, faults inside system
-//!   calls and context switches; four filtered counters on
-//!   `exceptions:page_fault_user` split user-mode faults by kind;
+//!   calls and context switches;
 //! - per-CPU sampled events, inherited by threads and children, write into
-//!   mapped ring buffers: user-mode `cpu-clock` (hot text), major faults,
+//!   mapped ring buffers: user-mode `cpu-clock` (hot text), samples of
+//!   `exceptions:page_fault_user` in short windows (fault kinds), major faults,
 //!   `mmap`/`munmap`/`brk`/`madvise` with their arguments and stacks, and with
 //!   `--sites` every page fault with its stack. The `MMAP2` records that come
 //!   with them give the mappings, and each executable file is opened at once;
@@ -20,9 +20,11 @@
 //! the iTLB ([`text`]), and [`findings`] ranks the diagnoses by estimated
 //! cost. What could not be measured is listed in [`StatReport::skipped`].
 //!
-//! Cost while the program runs: a few counter increments per fault, a sample
-//! per 250 µs of user CPU, one ring-buffer record per mmap-family call (and per
-//! fault with `--sites`), and one smaps read per process per interval.
+//! Cost while the program runs: a few counter increments per fault, a
+//! tracepoint record per fault for 20 ms of every 100 ms, a sample per 250 µs
+//! of user CPU, one ring-buffer record per mmap-family call (and per fault with
+//! `--sites`), and smaps reads that take at most 1% of a CPU. See
+//! docs/BENCHMARKS.md ("stat overhead").
 
 pub mod churn;
 pub mod collect;
@@ -229,8 +231,10 @@ fn run_command(options: &StatOptions, argv: &[OsString]) -> Result<StatReport, S
     drop(interrupts);
     let values = counters.read();
     let user_only = counters.user_only;
-    counters.close();
-    let (collector, pages) = running.finish();
+    // One helper process closes every event (see `close_in_background`).
+    let (collector, pages, mut events) = running.finish_keeping_events();
+    events.extend(counters.into_events());
+    session::close_events(events);
     let target = TargetInfo {
         command: Some(
             argv.iter()
@@ -333,8 +337,10 @@ fn attach(options: &StatOptions, pid: i32, duration: Duration) -> Result<StatRep
     let wall = t0.elapsed();
     let values = counters.read();
     let user_only = counters.user_only;
-    counters.close();
-    let (collector, pages) = running.finish();
+    // One helper process closes every event (see `close_in_background`).
+    let (collector, pages, mut events) = running.finish_keeping_events();
+    events.extend(counters.into_events());
+    session::close_events(events);
     let ticks = process::clock_ticks_per_second() as f64;
     let (user_s, sys_s, minor, major) = match (start_stat, end_stat) {
         (Some(a), Some(b)) => (
@@ -431,7 +437,9 @@ fn assemble(raw: Raw<'_>) -> StatReport {
     let user_mode_faults = if user_only {
         get(Count::Faults)
     } else {
-        kind_total.or_else(|| get(Count::KernelFaults).map(|k| (minor + major).saturating_sub(k)))
+        get(Count::KernelFaults)
+            .map(|k| (minor + major).saturating_sub(k))
+            .or(kind_total)
     };
     let syscall_faults = get(Count::KernelFaults)
         .or_else(|| user_mode_faults.map(|u| (minor + major).saturating_sub(u)));
@@ -458,9 +466,10 @@ fn assemble(raw: Raw<'_>) -> StatReport {
         rusage_minor_faults: rusage.map(|r| r.minor_faults),
         rusage_major_faults: rusage.map(|r| r.major_faults),
     };
-    // Kinds: the sampled shares, scaled to the exact count of the same events.
+    // Kinds: the sampled shares, scaled to the exact count of user-mode faults.
     let fault_kinds = collector.as_ref().and_then(|c| {
-        let total = c.kind_total?;
+        let total = user_mode_faults.or(c.kind_total)?;
+        c.kind_total?;
         let weight: u64 = c.kind_weights.iter().sum();
         if weight == 0 {
             return (total == 0).then(FaultKinds::default);
@@ -472,7 +481,8 @@ fn assemble(raw: Raw<'_>) -> StatReport {
             fetch_absent,
             protection,
             read_absent: total.saturating_sub(write_absent + fetch_absent + protection),
-            samples: c.kind_samples,
+            samples: c.kind_samples.iter().sum(),
+            samples_by_kind: c.kind_samples,
         })
     });
     if hardware.available && get(Count::Cycles) == Some(0) {
@@ -535,6 +545,12 @@ fn assemble(raw: Raw<'_>) -> StatReport {
             c.spaces.add_maps(*pid, entries);
         }
         report.lost_records = c.lost;
+        if c.malformed > 0 {
+            skipped.push(Skipped {
+                what: format!("{} records", findings::count(c.malformed)),
+                why: "they did not decode (truncated or of an unexpected layout)".to_owned(),
+            });
+        }
         if c.lost > 0 {
             skipped.push(Skipped {
                 what: format!("{} sampled records", findings::count(c.lost)),

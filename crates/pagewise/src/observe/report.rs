@@ -108,9 +108,10 @@ pub struct Counts {
 }
 
 /// User-mode faults by `error_code`; the kinds are exclusive and add up to
-/// all user-mode faults. The total is exact (every `exceptions:page_fault_user`
-/// event is counted); the split comes from samples of the same events taken at
-/// up to 4 kHz (every fault while they are rare), so small kinds are estimates.
+/// all user-mode faults. The total is exact (all faults minus those taken in
+/// kernel mode, from counters); the split comes from samples of
+/// `exceptions:page_fault_user` taken at up to 4 kHz in 20 ms windows every
+/// 100 ms (every fault while they are rare), so small kinds are estimates.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 pub struct FaultKinds {
     /// Write to a page that was not present (anonymous first touch: allocate and zero).
@@ -123,6 +124,8 @@ pub struct FaultKinds {
     pub protection: u64,
     /// Samples (with their error code) the split is estimated from.
     pub samples: u64,
+    /// Of those, per kind, in the order above: how much each estimate rests on.
+    pub samples_by_kind: [u64; 4],
 }
 
 impl FaultKinds {

@@ -150,7 +150,12 @@ impl Counters {
     /// Closes the counters without waiting for the kernel (see
     /// [`crate::sys::process::close_in_background`]).
     pub fn close(self) {
-        close_events(self.events.into_iter().map(|(_, e)| e).collect());
+        close_events(self.into_events());
+    }
+
+    /// The events, to be closed together with others.
+    pub fn into_events(self) -> Vec<Event> {
+        self.events.into_iter().map(|(_, e)| e).collect()
     }
 
     /// Sums each kind over its tasks (scaled for multiplexing).
@@ -251,11 +256,9 @@ pub fn open_counters(
     for (kind, config) in list {
         let _ = add(&mut c, kind, user(sw(config)));
     }
-    // Faults inside system calls: all faults minus the user-mode ones that the
-    // fault-kind tracepoint counts; without it, a kernel-mode page-fault counter
-    // (one more event on every fault, so only when needed).
-    let kinds_available = tracepoint(env, "exceptions", "page_fault_user").is_ok();
-    if !user_only && !kinds_available {
+    // Faults inside system calls: a kernel-mode page-fault counter (cheap: the
+    // software event is already raised for the minor-fault counter).
+    if !user_only {
         let kernel = EventAttr {
             exclude_user: true,
             ..sw(perf::SW_PAGE_FAULTS)
@@ -373,10 +376,10 @@ fn attr_for(
     a
 }
 
-/// Samples per second of `exceptions:page_fault_user` for the fault kinds.
-/// Counting every kind exactly needs a filtered counter per kind, which costs
-/// about 5% of the run time of a fault-bound program; sampling at this rate
-/// costs well under 1%.
+/// Samples per second of `exceptions:page_fault_user` for the fault kinds,
+/// while the event is on (see [`KIND_WINDOW`]). Counting every kind exactly
+/// needs a filtered counter per kind, which costs about 6% of the run time of a
+/// fault-bound program.
 pub const KIND_SAMPLES_PER_S: u64 = 4_000;
 
 /// Opens the sampling events: per CPU, a user-mode `cpu-clock` leader that owns
@@ -715,7 +718,7 @@ fn snapshot(pids: &BTreeSet<u32>, out: &mut PageSamples) {
 
 /// The page-size sampler waits at least this many times as long as its last
 /// `/proc/PID/smaps` read took before the next one.
-pub const SMAPS_BACKOFF: u32 = 40;
+pub const SMAPS_BACKOFF: u32 = 100;
 
 /// The threads that run beside the program.
 pub struct Running {
@@ -746,7 +749,7 @@ pub fn start(
         Err(_) => (None, None),
     };
     let reader = sampling.map(|mut s| {
-        let stop = stop.clone();
+        let (stop, go) = (stop.clone(), go.clone());
         s.kinds_of = s.ids.iter().map(|(&id, &(k, _))| (id, k)).collect();
         let collector = Collector::new(
             std::mem::take(&mut s.ids),
@@ -756,7 +759,7 @@ pub fn start(
         );
         std::thread::Builder::new()
             .name("pagewise-reader".into())
-            .spawn(move || read_loop(s, collector, &stop, wake_reader.as_ref()))
+            .spawn(move || read_loop(s, collector, &stop, wake_reader.as_ref(), &go))
             .expect("spawn reader thread")
     });
     let pager = {
@@ -792,7 +795,7 @@ pub fn start(
                     snapshot(&pids, &mut out);
                     // Reading smaps walks the page tables (about 15 ms for 1 GiB of
                     // 4 KiB pages) and takes the same page-table locks as the
-                    // program's faults: back off so that it costs at most 2.5% of a CPU.
+                    // program's faults: back off so that it costs at most 1% of a CPU.
                     let took = started.elapsed();
                     if wait_until(started + interval.max(took * SMAPS_BACKOFF)) {
                         return out;
@@ -811,14 +814,37 @@ pub fn start(
     }
 }
 
+/// The fault-kind tracepoint is on for this long…
+pub const KIND_WINDOW: Duration = Duration::from_millis(20);
+/// …at the start of every such period. A tracepoint costs its record on every
+/// fault while it is enabled (about 4% of a fault-bound run when always on).
+pub const KIND_PERIOD: Duration = Duration::from_millis(100);
+
 fn read_loop(
     mut s: Sampling,
     mut collector: Collector,
     stop: &AtomicBool,
     wake: Option<&UnixStream>,
+    go: &AtomicBool,
 ) -> (Collector, Vec<Event>) {
     let mut bufs: Vec<Vec<u8>> = vec![Vec::new(); s.rings.len()];
     let mut disabled = false;
+    let kind_events: Vec<usize> = s
+        .events
+        .iter()
+        .enumerate()
+        .filter(|(_, ev)| {
+            ev.id()
+                .ok()
+                .and_then(|id| s.kinds_of.get(&id))
+                .is_some_and(|k| *k == Sampled::FaultKinds)
+        })
+        .map(|(i, _)| i)
+        .collect();
+    // Duty cycle of the fault-kind events, from the moment the program runs
+    // (they are enabled at exec, or when attaching).
+    let mut kinds_on = true;
+    let mut cycle_start: Option<Instant> = None;
     // Ring owners still worth polling: an event hangs up once the task it follows
     // and all its children have exited, and would then make poll return at once.
     let mut polled: Vec<usize> = s.leaders.clone();
@@ -833,10 +859,32 @@ fn read_loop(
             disabled = true;
         }
         if !stopping {
+            let mut timeout = Duration::from_millis(if wake.is_some() { 100 } else { 10 });
+            if !kind_events.is_empty() && go.load(Ordering::Acquire) {
+                let start = *cycle_start.get_or_insert_with(Instant::now);
+                let phase = start.elapsed().as_nanos() % KIND_PERIOD.as_nanos();
+                let phase = Duration::from_nanos(phase as u64);
+                let want_on = phase < KIND_WINDOW;
+                if want_on != kinds_on {
+                    for &i in &kind_events {
+                        let _ = if want_on {
+                            s.events[i].enable()
+                        } else {
+                            s.events[i].disable()
+                        };
+                    }
+                    kinds_on = want_on;
+                }
+                let next = if want_on {
+                    KIND_WINDOW - phase
+                } else {
+                    KIND_PERIOD - phase
+                };
+                timeout = timeout.min(next + Duration::from_micros(100));
+            }
             let mut fds: Vec<_> = polled.iter().map(|&i| s.events[i].as_fd()).collect();
             // The wake socket ends the wait as soon as the run is over.
             fds.extend(wake.map(|w| w.as_fd()));
-            let timeout = Duration::from_millis(if wake.is_some() { 100 } else { 10 });
             if let Ok(ready) = perf::poll_readable(&fds, timeout) {
                 let hung: Vec<usize> = polled
                     .iter()
@@ -888,7 +936,15 @@ impl Running {
 
     /// Stops both threads after a last drain and returns what they gathered.
     /// The sampling events are closed in the background.
-    pub fn finish(mut self) -> (Option<Collector>, PageSamples) {
+    pub fn finish(self) -> (Option<Collector>, PageSamples) {
+        let (collector, pages, events) = self.finish_keeping_events();
+        close_events(events);
+        (collector, pages)
+    }
+
+    /// Like [`Running::finish`], but hands back the sampling events so that the
+    /// caller closes them with its counters, in one helper process.
+    pub fn finish_keeping_events(mut self) -> (Option<Collector>, PageSamples, Vec<Event>) {
         self.stop.store(true, Ordering::Release);
         // Wake both threads: the reader from poll, the sampler from its wait.
         drop(self.wake.take());
@@ -897,12 +953,13 @@ impl Running {
             *lock.lock().unwrap_or_else(|e| e.into_inner()) = true;
             cvar.notify_all();
         }
+        let mut events = vec![];
         let collector = self.reader.map(|h| {
-            let (collector, events) = h.join().expect("reader thread panicked");
-            close_events(events);
+            let (collector, evs) = h.join().expect("reader thread panicked");
+            events = evs;
             collector
         });
         let pages = self.pager.join().expect("smaps thread panicked");
-        (collector, pages)
+        (collector, pages, events)
     }
 }
