@@ -20,7 +20,6 @@ pub struct CommonArgs {
 impl CommonArgs {
     /// The progress display these options ask for.
     // Used by the bench experiments that are being written on another branch.
-    #[allow(dead_code)]
     pub fn progress(&self) -> StderrProgress {
         StderrProgress::new(self.quiet)
     }

@@ -6,13 +6,11 @@ use std::io::IsTerminal;
 
 /// A [`pagewise::bench::Progress`] that draws on stderr.
 // Used by the bench experiments that are being written on another branch.
-#[allow(dead_code)]
 pub struct StderrProgress {
     bar: Option<ProgressBar>,
     quiet: bool,
 }
 
-#[allow(dead_code)]
 impl StderrProgress {
     /// A progress display; `quiet` silences it.
     pub fn new(quiet: bool) -> Self {
