@@ -70,8 +70,8 @@ fn auto_with_a_reserved_pool_reports_hugetlb() {
     assert_eq!(backing.skipped.len(), 1);
     assert_eq!(backing.skipped[0].page_size, PageSize::Hugetlb1G);
     let entry = smaps_for(region.addr(), 8 * MIB2);
-    assert_eq!(entry.kernel_page_bytes, MIB2 as u64);
-    assert_eq!(entry.hugetlb_bytes, 8 * MIB2 as u64);
+    assert_eq!(entry.kernel_page_size, MIB2 as u64);
+    assert_eq!(entry.hugetlb, 8 * MIB2 as u64);
     drop(region);
     drop(reservation);
 }
@@ -99,7 +99,7 @@ fn auto_with_an_empty_pool_reports_thp_that_smaps_confirms() {
     );
     let entry = smaps_for(region.addr(), size);
     assert_eq!(
-        entry.anon_huge_bytes, backing.granted.thp_bytes,
+        entry.anon_huge, backing.granted.thp_bytes,
         "smaps disagrees: {entry:?}"
     );
 }

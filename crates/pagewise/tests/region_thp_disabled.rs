@@ -32,6 +32,6 @@ fn thp_disabled_for_the_process_gives_base_pages_with_reasons() {
         (region.addr() + size) as u64,
     )
     .unwrap();
-    assert_eq!(entries.iter().map(|e| e.anon_huge_bytes).sum::<u64>(), 0);
+    assert_eq!(entries.iter().map(|e| e.anon_huge).sum::<u64>(), 0);
     pagewise::sys::prctl::set_thp_disabled(false).unwrap();
 }

@@ -92,7 +92,7 @@ pub fn vma_anon_name() -> ProbeResult {
     let named = crate::observe::maps::read(None)
         .unwrap_or_default()
         .iter()
-        .any(|e| e.start == m.addr() as u64 && e.path == "[anon:pagewise-probe]");
+        .any(|e| e.start == m.addr() as u64 && e.path.as_deref() == Some("[anon:pagewise-probe]"));
     if named {
         ProbeResult::works("named a scratch mapping")
     } else {

@@ -556,7 +556,7 @@ fn dynamic_loader() -> Option<String> {
     crate::observe::maps::read(None)
         .ok()?
         .into_iter()
-        .map(|m| m.path)
+        .filter_map(|m| m.path)
         .find(|path| path.contains("/ld-linux") || path.contains("/ld-2."))
 }
 

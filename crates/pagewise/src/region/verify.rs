@@ -68,10 +68,10 @@ fn from_smaps(addr: usize, len: usize, hugetlb_page: Option<usize>) -> Result<Gr
     let (mut huge, mut base) = (0u64, 0u64);
     for e in entries {
         if hugetlb_page.is_some() {
-            huge += e.hugetlb_bytes;
+            huge += e.hugetlb;
         } else {
-            huge += e.anon_huge_bytes;
-            base += e.rss_bytes.saturating_sub(e.anon_huge_bytes);
+            huge += e.anon_huge;
+            base += e.rss.saturating_sub(e.anon_huge);
         }
     }
     assign(&mut g, hugetlb_page, huge, base);

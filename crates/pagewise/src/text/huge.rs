@@ -132,8 +132,10 @@ fn unmovable(start: u64, end: u64, maps: &[maps::MapsEntry]) -> Option<String> {
         }
         if !(m.is_private_text() && m.is_file()) {
             return Some(format!(
-                "{:#x}-{:#x} is not private file-backed r-x text ({} {})",
-                m.start, m.end, m.perms, m.path
+                "{:#x}-{:#x} is not private file-backed r-x text ({})",
+                m.start,
+                m.end,
+                m.path.as_deref().unwrap_or("anonymous")
             ));
         }
         cursor = cursor.max(m.end);
@@ -454,13 +456,11 @@ mod tests {
     }
 
     fn entry(start: u64, end: u64, perms: &str, path: &str) -> maps::MapsEntry {
-        maps::MapsEntry {
-            start,
-            end,
-            perms: perms.into(),
-            offset: 0,
-            path: path.into(),
-        }
+        crate::observe::parse::maps_line(&format!(
+            "{start:x}-{end:x} {perms} 00000000 08:02 {} {path}",
+            if path.is_empty() { 0 } else { 1234 }
+        ))
+        .expect("a valid maps line")
     }
 
     #[test]

@@ -113,12 +113,14 @@ fn proc_maps(pid: i32) -> Vec<Mapping> {
     crate::observe::maps::read(Some(pid))
         .unwrap_or_default()
         .into_iter()
-        .filter(|m| m.perms.contains('x') && m.is_file())
-        .map(|m| Mapping {
-            start: m.start,
-            end: m.end,
-            pgoff: m.offset,
-            path: m.path,
+        .filter(|m| m.perms.exec && m.is_file())
+        .filter_map(|m| {
+            Some(Mapping {
+                start: m.start,
+                end: m.end,
+                pgoff: m.offset,
+                path: m.path?,
+            })
         })
         .collect()
 }
