@@ -17,7 +17,7 @@
 //!   kind and site, mmap churn, page sizes, hot text, findings); behind `pagewise stat`.
 //! - [`text`]: hot text on huge pages (the move behind `pagewise run
 //!   --huge-text`) and perf map files.
-//! - [`bench`]: statistics, progress and machine description shared by every
+//! - [`bench`](mod@bench): statistics, progress and machine description shared by every
 //!   `pagewise bench` experiment.
 //! - [`copy`]: `copy` and `fill` with runtime CPU dispatch and non-temporal
 //!   stores for large sizes; behind `pagewise bench memcpy` and `bench memset`.
