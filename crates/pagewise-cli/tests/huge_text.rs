@@ -25,15 +25,8 @@ fn pagewise() -> Command {
 const BIG_TEXT: &str = include_str!("fixtures/big_text.c");
 
 fn build_fixture(dir: &Path, name: &str, pie: bool) -> Option<PathBuf> {
-    let src = dir.join("big_text.c");
-    std::fs::write(&src, BIG_TEXT).unwrap();
-    let out = dir.join(name);
-    let mut cc = std::process::Command::new("cc");
-    cc.args(["-O1", "-fno-toplevel-reorder", "-o"])
-        .arg(&out)
-        .arg(&src);
-    cc.arg(if pie { "-pie" } else { "-no-pie" });
-    cc.status().ok()?.success().then_some(out)
+    let position = if pie { "-pie" } else { "-no-pie" };
+    common::compile_c(dir, name, BIG_TEXT, &["-fno-toplevel-reorder", position])
 }
 
 struct Outcome {
@@ -398,19 +391,10 @@ fn a_w_x_policy_is_reported_and_the_program_runs() {
         eprintln!("skipped: no working C compiler");
         return;
     };
-    let src = dir.path().join("mdwe.c");
-    std::fs::write(&src, MDWE_WRAPPER).unwrap();
-    let wrapper = dir.path().join("mdwe");
-    let built = std::process::Command::new("cc")
-        .arg("-o")
-        .arg(&wrapper)
-        .arg(&src)
-        .status()
-        .map(|s| s.success());
-    if built.ok() != Some(true) {
+    let Some(wrapper) = common::compile_c(dir.path(), "mdwe", MDWE_WRAPPER, &[]) else {
         eprintln!("skipped: cannot build the MDWE wrapper");
         return;
-    }
+    };
     let probe = std::process::Command::new(&wrapper)
         .arg("/bin/true")
         .status()
@@ -497,19 +481,15 @@ fn an_existing_perf_map_is_left_alone_and_reported() {
 #[test]
 fn static_programs_are_refused_with_a_reason() {
     let dir = tempfile::tempdir().unwrap();
-    let src = dir.path().join("s.c");
-    std::fs::write(&src, "int main(void) { return 0; }\n").unwrap();
-    let bin = dir.path().join("s");
-    let built = std::process::Command::new("cc")
-        .args(["-static", "-o"])
-        .arg(&bin)
-        .arg(&src)
-        .status()
-        .map(|s| s.success());
-    if built.ok() != Some(true) {
+    let Some(bin) = common::compile_c(
+        dir.path(),
+        "s",
+        "int main(void) { return 0; }\n",
+        &["-static"],
+    ) else {
         eprintln!("skipped: cc -static does not work here");
         return;
-    }
+    };
     let out = pagewise()
         .args(["run", "--huge-text", "--"])
         .arg(&bin)

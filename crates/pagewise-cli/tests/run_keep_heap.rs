@@ -2,25 +2,13 @@
 //! Fixtures are compiled with the system C compiler; tests skip with a reason without one.
 
 use assert_cmd::Command;
+
+mod common;
 use std::os::unix::process::ExitStatusExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 fn pagewise() -> Command {
     Command::cargo_bin("pagewise").unwrap()
-}
-
-fn compile(dir: &Path, name: &str, source: &str, extra: &[&str]) -> Option<PathBuf> {
-    let src = dir.join(format!("{name}.c"));
-    std::fs::write(&src, source).unwrap();
-    let out = dir.join(name);
-    let status = std::process::Command::new("cc")
-        .args(["-O1", "-o"])
-        .arg(&out)
-        .arg(&src)
-        .args(extra)
-        .status()
-        .ok()?;
-    status.success().then_some(out)
 }
 
 const CHURN: &str = include_str!("fixtures/churn_count.c");
@@ -28,7 +16,7 @@ const CHURN: &str = include_str!("fixtures/churn_count.c");
 #[test]
 fn keep_heap_stops_the_mmaps_in_the_child() {
     let dir = tempfile::tempdir().unwrap();
-    let Some(bin) = compile(dir.path(), "churn", CHURN, &[]) else {
+    let Some(bin) = common::compile_c(dir.path(), "churn", CHURN, &[]) else {
         eprintln!("skipped: no working C compiler (cc)");
         return;
     };
@@ -164,7 +152,7 @@ fn static_and_musl_programs_are_refused() {
         ),
     ];
     for (name, flags, expected) in cases {
-        match compile(dir.path(), name, src, flags) {
+        match common::compile_c(dir.path(), name, src, flags) {
             Some(bin) => assert_refused(&bin, expected),
             None => eprintln!("skipped the {name} case: cc {flags:?} does not work here"),
         }

@@ -2,6 +2,8 @@
 //! compiled program with hot functions spread over many pages.
 
 use assert_cmd::Command;
+
+mod common;
 use pagewise::text::symbols::FunctionTable;
 use std::path::{Path, PathBuf};
 
@@ -14,17 +16,7 @@ int main(int argc, char **argv) { unsigned a = argc; for (unsigned i = 0; i < 10
 "#;
 
 fn build(dir: &Path) -> Option<PathBuf> {
-    let src = dir.join("spread.c");
-    std::fs::write(&src, SPREAD).unwrap();
-    let out = dir.join("spread");
-    std::process::Command::new("cc")
-        .args(["-O1", "-fno-toplevel-reorder", "-o"])
-        .arg(&out)
-        .arg(&src)
-        .status()
-        .ok()?
-        .success()
-        .then_some(out)
+    common::compile_c(dir, "spread", SPREAD, &["-fno-toplevel-reorder"])
 }
 
 /// Runs `pagewise text ARGS…`, expects success, returns the JSON it printed.

@@ -6,6 +6,7 @@ use std::sync::OnceLock;
 /// The preload library for `pagewise run --huge-text`: next to the test's
 /// pagewise binary when `cargo build --workspace` made it, else built once
 /// here into a separate target folder (cargo test does not build cdylibs).
+#[allow(dead_code)] // each test binary uses the helpers it needs
 pub fn preload_library() -> PathBuf {
     static LIB: OnceLock<PathBuf> = OnceLock::new();
     LIB.get_or_init(|| {
@@ -30,4 +31,26 @@ pub fn preload_library() -> PathBuf {
         target.join("debug").join("libpagewise_preload.so")
     })
     .clone()
+}
+
+/// Writes `source` to `DIR/NAME.c` and compiles it with the system `cc -O1`
+/// and `flags` into `DIR/NAME`; `None` when there is no working compiler.
+#[allow(dead_code)] // each test binary uses the helpers it needs
+pub fn compile_c(
+    dir: &std::path::Path,
+    name: &str,
+    source: &str,
+    flags: &[&str],
+) -> Option<PathBuf> {
+    let src = dir.join(format!("{name}.c"));
+    std::fs::write(&src, source).unwrap();
+    let out = dir.join(name);
+    let status = std::process::Command::new("cc")
+        .args(["-O1", "-o"])
+        .arg(&out)
+        .arg(&src)
+        .args(flags)
+        .status()
+        .ok()?;
+    status.success().then_some(out)
 }
