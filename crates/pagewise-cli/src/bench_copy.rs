@@ -42,6 +42,16 @@ pub struct CopyArgs {
     /// Do not ask for transparent huge pages on the buffers.
     #[arg(long)]
     pub no_huge_pages: bool,
+    /// memcpy only: skip the end-to-end row (the queue experiment with 4 KiB
+    /// records, copied by each routine).
+    #[arg(long)]
+    pub no_end_to_end: bool,
+    /// Records per end-to-end trial.
+    #[arg(long, default_value_t = 200_000, value_parser = clap::value_parser!(u64).range(1..))]
+    pub end_to_end_records: u64,
+    /// Directory on tmpfs for the end-to-end row's queue file.
+    #[arg(long, default_value = "/dev/shm")]
+    pub tmpfs_dir: PathBuf,
     /// Also draw GB/s by size for both routines into FILE (.svg or .png).
     #[arg(long, value_name = "FILE")]
     pub plot: Option<PathBuf>,
@@ -107,6 +117,20 @@ pub fn run(op: Op, args: &CopyArgs) -> anyhow::Result<ExitCode> {
         memcpy::run(op, &options, &progress)?
     };
     report.notes.extend(notes);
+    if op == Op::Memcpy && !args.no_end_to_end {
+        let progress = args.common.progress();
+        let spawn = crate::bench_queue::child_spawner()?;
+        match memcpy::end_to_end(
+            args.common.trials as usize,
+            args.end_to_end_records,
+            &args.tmpfs_dir,
+            &progress,
+            &spawn,
+        ) {
+            Ok(row) => report.end_to_end = Some(row),
+            Err(e) => report.notes.push(format!("end-to-end row not run: {e}")),
+        }
+    }
     if let Some(path) = &args.plot {
         crate::plot::draw(path, op, &report)
             .with_context(|| format!("cannot draw {}", path.display()))?;
@@ -178,6 +202,25 @@ fn print_human(op: Op, r: &Report) {
                 f.overlap_probability_ignored * 100.0
             );
         }
+    }
+    if let Some(e) = &r.end_to_end {
+        let mut t = table(&["row", "bytes", "pagewise GB/s", "glibc GB/s", "ratio"]);
+        let rate = |r: &[f64; 3], bytes: usize| {
+            let g = |x: f64| x * bytes as f64 / 1e9;
+            format!("{:.2} ({:.2}–{:.2})", g(r[0]), g(r[1]), g(r[2]))
+        };
+        t.add_row(vec![
+            e.name.clone(),
+            e.bytes.to_string(),
+            rate(&e.records_per_s, e.bytes),
+            rate(&e.glibc_records_per_s, e.bytes),
+            format!("{:.2}", e.ratio),
+        ]);
+        println!(
+            "\nEnd to end: bench queue's throughput phase (tmpfs, pre-touch), {} records per trial, payload copied in by the writer and out by the reader",
+            e.records
+        );
+        println!("{t}");
     }
     let p = &r.plan;
     println!(

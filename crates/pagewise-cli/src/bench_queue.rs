@@ -4,8 +4,9 @@
 use crate::bench::CommonArgs;
 use crate::format::{bytes, table};
 use pagewise::bench::queue::{self, ChildSpec, Config, RowSpec};
+use pagewise::copy::Routine;
 use std::path::PathBuf;
-use std::process::{Command, ExitCode, Stdio};
+use std::process::{Child, Command, ExitCode, Stdio};
 
 /// One-way throughput and latency of pagewise::queue between two processes.
 #[derive(Debug, clap::Args)]
@@ -31,9 +32,12 @@ pub struct QueueArgs {
     /// Directory on a disk file system.
     #[arg(long, default_value = "/var/tmp")]
     disk_dir: PathBuf,
-    /// Rows to run, comma-separated (tmpfs+pretouch, tmpfs, disk+pretouch, disk); all by default.
+    /// Rows to run, comma-separated (floor, tmpfs+pretouch, tmpfs, disk+pretouch, disk); all by default.
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
+    /// The routine that copies payloads into and out of the file: pagewise or glibc.
+    #[arg(long, default_value = "pagewise")]
+    copy: Routine,
     #[command(flatten)]
     common: CommonArgs,
 }
@@ -52,7 +56,7 @@ pub fn run(args: &QueueArgs) -> anyhow::Result<ExitCode> {
         args.rate > 0.0 && args.rate.is_finite(),
         "--rate must be a positive number"
     );
-    let all = Config::default_rows(&args.tmpfs_dir, &args.disk_dir);
+    let all = Config::default_rows(&args.tmpfs_dir, &args.disk_dir, args.copy);
     let rows: Vec<RowSpec> = if args.only.is_empty() {
         all
     } else {
@@ -75,25 +79,17 @@ pub fn run(args: &QueueArgs) -> anyhow::Result<ExitCode> {
         trials: args.common.trials as usize,
         rows,
     };
-    let exe = std::env::current_exe()?;
-    let spawn = |spec: &ChildSpec| {
-        let json = serde_json::to_string(spec).map_err(std::io::Error::other)?;
-        Command::new(&exe)
-            .args(["bench", "queue-child", "--spec"])
-            .arg(json)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-    };
+    let spawn = child_spawner()?;
     let report = queue::run(&config, &args.common.progress(), &spawn);
     if args.common.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
         return Ok(ExitCode::SUCCESS);
     }
     println!(
-        "queue: {}-byte records, writer and reader in separate processes, {} trials, medians",
-        report.record_bytes, report.trials
+        "queue: {}-byte records copied with {}, writer and reader in separate processes, {} trials, medians",
+        report.record_bytes,
+        args.copy.name(),
+        report.trials
     );
     println!(
         "throughput: {} records as fast as possible; latency: {} records offered at {:.0}/s, ns from scheduled send to read; pre-touch window {}",
@@ -125,13 +121,14 @@ pub fn run(args: &QueueArgs) -> anyhow::Result<ExitCode> {
                 r.records_per_s_range[0] / 1e6,
                 r.records_per_s_range[1] / 1e6
             ),
-            r.p50_ns.to_string(),
-            r.p90_ns.to_string(),
-            r.p99_ns.to_string(),
-            r.p999_ns.to_string(),
-            r.p9999_ns.to_string(),
-            r.max_ns.to_string(),
-            format!("{:.3}", r.over_1ms_per_mille),
+            ns(r.p50_ns),
+            ns(r.p90_ns),
+            ns(r.p99_ns),
+            ns(r.p999_ns),
+            ns(r.p9999_ns),
+            ns(r.max_ns),
+            r.over_1ms_per_mille
+                .map_or_else(|| "-".into(), |m| format!("{m:.3}")),
             r.append_faults
                 .map_or_else(|| "not counted".into(), |f| f.to_string()),
         ]);
@@ -141,6 +138,26 @@ pub fn run(args: &QueueArgs) -> anyhow::Result<ExitCode> {
         println!("not run: {}: {}", n.name, n.reason);
     }
     Ok(ExitCode::SUCCESS)
+}
+
+fn ns(v: Option<u64>) -> String {
+    v.map_or_else(|| "-".into(), |n| n.to_string())
+}
+
+/// Starts the children of the queue experiment: this binary, re-executed with
+/// the hidden `bench queue-child` subcommand and the spec as JSON.
+pub fn child_spawner() -> anyhow::Result<impl Fn(&ChildSpec) -> std::io::Result<Child>> {
+    let exe = std::env::current_exe()?;
+    Ok(move |spec: &ChildSpec| {
+        let json = serde_json::to_string(spec).map_err(std::io::Error::other)?;
+        Command::new(&exe)
+            .args(["bench", "queue-child", "--spec"])
+            .arg(json)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+    })
 }
 
 /// One side of one phase of `bench queue` (started by it).

@@ -25,6 +25,7 @@ fn small(pretouch: bool) -> Options {
             window: 256 << 10,
             max_window: 1 << 20,
             lead: Duration::from_millis(2),
+            background: true,
         }),
         ..Options::default()
     }
@@ -633,5 +634,146 @@ fn appends_take_no_page_faults_with_pretouch() {
                 "without pre-touch every page faults: {faults}"
             );
         }
+    }
+}
+
+/// Pre-touch without a thread: the writer's `idle_work` prepares the window.
+fn idle_only(window: u64) -> Options {
+    Options {
+        chunk_size: 1 << 20,
+        pretouch: Some(PreTouch {
+            window,
+            max_window: window,
+            background: false,
+            ..PreTouch::default()
+        }),
+        ..Options::default()
+    }
+}
+
+#[test]
+fn idle_work_prepares_the_window_so_appends_take_no_faults() {
+    let d = dir();
+    let path = d.path().join("q");
+    let window = 256 << 10;
+    let mut w = Writer::create(&path, idle_only(window)).unwrap();
+    let record = [3u8; 120];
+    let mut idle_pieces = 0;
+    // A paced writer: a burst a little smaller than the window, then idle time.
+    for _ in 0..30 {
+        while w.idle_work().unwrap() {}
+        let before = w.report().window;
+        assert!(!before.background);
+        let faults = faults_during(|| {
+            for _ in 0..1500 {
+                w.append(&record).unwrap();
+            }
+        });
+        let after = w.report().window;
+        assert_eq!(
+            after.pieces_inline, before.pieces_inline,
+            "the window was ready: {after:?}"
+        );
+        if let Some(f) = faults {
+            assert_eq!(f, 0, "{after:?}");
+        }
+        idle_pieces = after.pieces_idle;
+    }
+    assert!(w.position().0 > 4 << 20, "crossed chunks");
+    assert!(
+        idle_pieces >= (4 << 20) / 4096,
+        "one page per idle step: {idle_pieces}"
+    );
+    // Idle work stops once the window is ready and the old chunks are unmapped.
+    let mut steps = 0;
+    while w.idle_work().unwrap() {
+        steps += 1;
+        assert!(steps < 10_000, "idle work never ends");
+    }
+    assert!(!w.idle_work().unwrap());
+    let mut r = Reader::open(&path).unwrap();
+    assert_eq!(read_all(&mut r).len(), 30 * 1500);
+}
+
+#[test]
+fn a_writer_that_never_idles_still_appends_across_chunks() {
+    let d = dir();
+    let path = d.path().join("q");
+    let mut w = Writer::create(&path, idle_only(64 << 10)).unwrap();
+    for seq in 0..30_000 {
+        w.append(&payload(seq)).unwrap();
+    }
+    assert!(w.position().0 > 4 << 20, "crossed chunks");
+    let report = w.report().window;
+    assert_eq!(report.pieces_idle, 0);
+    assert!(report.pieces_inline > 0);
+    let mut r = Reader::open(&path).unwrap();
+    let all = read_all(&mut r);
+    assert_eq!(all.len(), 30_000);
+    assert!(all
+        .iter()
+        .enumerate()
+        .all(|(i, (_, p))| *p == payload(i as u64)));
+}
+
+#[test]
+fn a_live_reader_follows_the_writer_over_many_chunk_boundaries() {
+    // The reader takes each finished chunk's mapping down in its idle time.
+    let d = dir();
+    let path = d.path().join("q");
+    let mut w = Writer::create(&path, small(true)).unwrap();
+    let total = 20_000u64;
+    let reader_path = path.clone();
+    let reader = std::thread::spawn(move || {
+        let mut r = Reader::open(&reader_path).unwrap();
+        for seq in 0..total {
+            let rec = r
+                .next_wait(Wait::Spin, Some(Duration::from_secs(20)))
+                .unwrap()
+                .expect("a record within 20 s");
+            assert_eq!(rec.payload, payload(seq).as_slice(), "record {seq}");
+        }
+    });
+    for seq in 0..total {
+        w.append(&payload(seq)).unwrap();
+        if seq % 500 == 0 {
+            std::thread::sleep(Duration::from_micros(200));
+        }
+    }
+    reader.join().unwrap();
+    assert!(w.position().0 > 4096 + 40 * CHUNK, "crossed many chunks");
+}
+
+#[test]
+fn both_copy_routines_carry_the_same_bytes() {
+    use pagewise::copy::Routine;
+    for copy in Routine::ALL {
+        let d = dir();
+        let path = d.path().join("q");
+        let mut w = Writer::create(
+            &path,
+            Options {
+                copy,
+                ..small(false)
+            },
+        )
+        .unwrap();
+        for seq in 0..500 {
+            w.append(&payload(seq)).unwrap();
+        }
+        let mut r = Reader::open_with(
+            &path,
+            ReaderOptions {
+                copy,
+                ..ReaderOptions::default()
+            },
+        )
+        .unwrap();
+        let all = read_all(&mut r);
+        assert_eq!(all.len(), 500, "{copy:?}");
+        assert!(all
+            .iter()
+            .enumerate()
+            .all(|(i, (_, p))| *p == payload(i as u64)));
     }
 }

@@ -33,6 +33,7 @@ fn options() -> Options {
             window: 256 << 10,
             max_window: 1 << 20,
             lead: Duration::from_millis(2),
+            background: true,
         }),
         ..Options::default()
     }

@@ -27,6 +27,7 @@
 use super::fleet::{FleetDistribution, SplitMix64};
 use super::{Machine, Progress, Summary};
 use crate::copy::Plan;
+use crate::copy::Routine;
 use crate::sys::copy::{glibc_memcpy, glibc_memset};
 use crate::sys::mem::{Advice, AnonMapping, MapOptions};
 use crate::sys::SysError;
@@ -246,6 +247,94 @@ pub struct FleetRow {
     pub overlap_probability_ignored: f64,
 }
 
+/// End to end: `pagewise bench queue`'s throughput phase on tmpfs with
+/// pre-touch, 4 KiB records, the writer copying each payload in and the
+/// reader copying it out with one routine, then the other (trials
+/// interleaved).
+#[derive(Debug, Clone, Serialize)]
+pub struct EndToEndRow {
+    /// `queue 4 KiB records`.
+    pub name: String,
+    /// Payload bytes per record.
+    pub bytes: usize,
+    /// Records per trial.
+    pub records: u64,
+    /// Payload GB/s moved from writer to reader with pagewise's copy (median).
+    pub gbps: f64,
+    /// The same with glibc's memcpy.
+    pub glibc_gbps: f64,
+    /// `gbps / glibc_gbps`.
+    pub ratio: f64,
+    /// Records per second with pagewise's copy: median, min, max.
+    pub records_per_s: [f64; 3],
+    /// The same with glibc's memcpy.
+    pub glibc_records_per_s: [f64; 3],
+}
+
+/// Runs the end-to-end row: the queue experiment's throughput phase with
+/// 4 KiB records under each copy routine, `trials` times each, interleaved.
+/// `spawn` starts the writer and reader processes (see
+/// [`super::queue::run`]).
+pub fn end_to_end(
+    trials: usize,
+    records: u64,
+    tmpfs: &std::path::Path,
+    progress: &dyn Progress,
+    spawn: super::queue::Spawn<'_>,
+) -> Result<EndToEndRow, String> {
+    use super::queue::{Config, Pretouch, RowSpec, Transport};
+    const BYTES: usize = 4096;
+    let rows = Routine::ALL
+        .iter()
+        .map(|&copy| RowSpec {
+            name: copy.name().to_owned(),
+            dir: tmpfs.to_owned(),
+            pretouch: Pretouch::Background,
+            transport: Transport::Queue,
+            copy,
+        })
+        .collect();
+    let config = Config {
+        record_bytes: BYTES,
+        records,
+        latency_records: 0,
+        trials,
+        rows,
+        ..Config::default()
+    };
+    let report = super::queue::run(&config, progress, spawn);
+    if let Some(n) = report.not_run.first() {
+        return Err(format!("the {} run failed: {}", n.name, n.reason));
+    }
+    let of = |copy: Routine| {
+        report
+            .rows
+            .iter()
+            .find(|r| r.copy == copy)
+            .map(|r| {
+                [
+                    r.records_per_s,
+                    r.records_per_s_range[0],
+                    r.records_per_s_range[1],
+                ]
+            })
+            .ok_or_else(|| format!("no result with {}", copy.name()))
+    };
+    let ours = of(Routine::Pagewise)?;
+    let theirs = of(Routine::Glibc)?;
+    let gbps = |r: [f64; 3]| r[0] * BYTES as f64 / 1e9;
+    Ok(EndToEndRow {
+        name: "queue 4 KiB records".into(),
+        bytes: BYTES,
+        records,
+        gbps: gbps(ours),
+        glibc_gbps: gbps(theirs),
+        ratio: ours[0] / theirs[0],
+        records_per_s: ours,
+        glibc_records_per_s: theirs,
+    })
+}
+
 /// A whole run.
 #[derive(Debug, Clone, Serialize)]
 pub struct Report {
@@ -263,6 +352,8 @@ pub struct Report {
     pub rows: Vec<Row>,
     /// The fleet row, when a distribution was given.
     pub fleet: Option<FleetRow>,
+    /// `bench memcpy` only: the queue end to end with each routine.
+    pub end_to_end: Option<EndToEndRow>,
     /// Fallbacks and skipped parts, one sentence each.
     pub notes: Vec<String>,
 }
@@ -463,12 +554,6 @@ fn pagewise_fill(dst: &mut [u8], byte: u8) {
     crate::copy::fill(dst, byte);
 }
 
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Side {
-    Pagewise,
-    Glibc,
-}
-
 /// `reps` calls of one routine on the same buffers, or one call per block.
 /// Generic over the routine so that each loop calls it directly.
 #[inline(always)]
@@ -535,7 +620,7 @@ fn blocks(spec: &Spec, pool: usize) -> Vec<(usize, usize)> {
 }
 
 /// Times one trial: GB/s.
-fn trial(op: Op, side: Side, bufs: &mut Buffers, spec: &Spec, blocks: &[(usize, usize)]) -> f64 {
+fn trial(op: Op, side: Routine, bufs: &mut Buffers, spec: &Spec, blocks: &[(usize, usize)]) -> f64 {
     let n = spec.bytes;
     let hot = spec.residency.is_hot();
     let reps = (HOT_TRIAL_BYTES / n.max(HOT_MIN_CALL_BYTES)).max(1);
@@ -547,9 +632,11 @@ fn trial(op: Op, side: Side, bufs: &mut Buffers, spec: &Spec, blocks: &[(usize, 
     };
     let dst = dst.as_mut_slice();
     let (calls, elapsed) = match (op, side) {
-        (Op::Memcpy, Side::Pagewise) => timed_loop(pagewise_copy, dst, src, n, reps, blocks, hot),
-        (Op::Memcpy, Side::Glibc) => timed_loop(glibc_memcpy, dst, src, n, reps, blocks, hot),
-        (Op::Memset, Side::Pagewise) => {
+        (Op::Memcpy, Routine::Pagewise) => {
+            timed_loop(pagewise_copy, dst, src, n, reps, blocks, hot)
+        }
+        (Op::Memcpy, Routine::Glibc) => timed_loop(glibc_memcpy, dst, src, n, reps, blocks, hot),
+        (Op::Memset, Routine::Pagewise) => {
             let byte = fill_byte();
             timed_loop(
                 |d, _| pagewise_fill(d, byte),
@@ -561,7 +648,7 @@ fn trial(op: Op, side: Side, bufs: &mut Buffers, spec: &Spec, blocks: &[(usize, 
                 hot,
             )
         }
-        (Op::Memset, Side::Glibc) => {
+        (Op::Memset, Routine::Glibc) => {
             let byte = fill_byte();
             timed_loop(|d, _| glibc_memset(d, byte), dst, src, n, reps, blocks, hot)
         }
@@ -642,17 +729,17 @@ pub fn run(op: Op, options: &Options, progress: &dyn Progress) -> Result<Report,
             };
             for t in 0..trials {
                 let order = if t % 2 == 0 {
-                    [Side::Glibc, Side::Pagewise]
+                    [Routine::Glibc, Routine::Pagewise]
                 } else {
-                    [Side::Pagewise, Side::Glibc]
+                    [Routine::Pagewise, Routine::Glibc]
                 };
                 let (mut best_ours, mut best_theirs) = (0.0f64, 0.0f64);
                 for _ in 0..runs {
                     for side in order {
                         let gbps = trial(op, side, &mut bufs, spec, &blocks);
                         match side {
-                            Side::Pagewise => best_ours = best_ours.max(gbps),
-                            Side::Glibc => best_theirs = best_theirs.max(gbps),
+                            Routine::Pagewise => best_ours = best_ours.max(gbps),
+                            Routine::Glibc => best_theirs = best_theirs.max(gbps),
                         }
                     }
                 }
@@ -706,6 +793,7 @@ pub fn run(op: Op, options: &Options, progress: &dyn Progress) -> Result<Report,
         huge_pages: options.huge_pages,
         rows,
         fleet,
+        end_to_end: None,
         notes,
     })
 }
@@ -801,17 +889,17 @@ fn run_fleet(
         }
     }
 
-    let run = |side: Side, bufs: &mut Buffers| -> f64 {
+    let run = |side: Routine, bufs: &mut Buffers| -> f64 {
         let Buffers { src, dst } = bufs;
         let (dst, src) = (dst.as_mut_slice(), src.as_slice());
         let elapsed = match (op, side) {
-            (Op::Memcpy, Side::Pagewise) => fleet_loop(pagewise_copy, dst, src, &calls),
-            (Op::Memcpy, Side::Glibc) => fleet_loop(glibc_memcpy, dst, src, &calls),
-            (Op::Memset, Side::Pagewise) => {
+            (Op::Memcpy, Routine::Pagewise) => fleet_loop(pagewise_copy, dst, src, &calls),
+            (Op::Memcpy, Routine::Glibc) => fleet_loop(glibc_memcpy, dst, src, &calls),
+            (Op::Memset, Routine::Pagewise) => {
                 let byte = fill_byte();
                 fleet_loop(|d, _| pagewise_fill(d, byte), dst, &[], &calls)
             }
-            (Op::Memset, Side::Glibc) => {
+            (Op::Memset, Routine::Glibc) => {
                 let byte = fill_byte();
                 fleet_loop(|d, _| glibc_memset(d, byte), dst, &[], &calls)
             }
@@ -819,19 +907,19 @@ fn run_fleet(
         elapsed.as_secs_f64() * 1e9 / calls.len() as f64
     };
     // Warm up both sides once.
-    run(Side::Glibc, &mut bufs);
-    run(Side::Pagewise, &mut bufs);
+    run(Routine::Glibc, &mut bufs);
+    run(Routine::Pagewise, &mut bufs);
     let mut ours = Vec::new();
     let mut theirs = Vec::new();
     for t in 0..trials {
         let (mut best_ours, mut best_theirs) = (f64::INFINITY, f64::INFINITY);
         for _ in 0..RUNS_PER_TRIAL {
             if t % 2 == 0 {
-                best_theirs = best_theirs.min(run(Side::Glibc, &mut bufs));
-                best_ours = best_ours.min(run(Side::Pagewise, &mut bufs));
+                best_theirs = best_theirs.min(run(Routine::Glibc, &mut bufs));
+                best_ours = best_ours.min(run(Routine::Pagewise, &mut bufs));
             } else {
-                best_ours = best_ours.min(run(Side::Pagewise, &mut bufs));
-                best_theirs = best_theirs.min(run(Side::Glibc, &mut bufs));
+                best_ours = best_ours.min(run(Routine::Pagewise, &mut bufs));
+                best_theirs = best_theirs.min(run(Routine::Glibc, &mut bufs));
             }
         }
         ours.push(best_ours);

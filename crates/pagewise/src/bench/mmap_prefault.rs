@@ -322,6 +322,7 @@ fn run_trial(
     let prefault_s = start.elapsed().as_secs_f64();
 
     let record = vec![0xA5u8; config.record_bytes];
+    super::grow_stack();
     let step = config.record_bytes;
     const SAMPLE: usize = 1 << 20;
     let mut next_sample = SAMPLE;
@@ -489,6 +490,7 @@ mod tests {
                 window: 1 << 20,
                 max_window: 2 << 20,
                 lead: std::time::Duration::from_millis(1),
+                background: true,
             },
         };
         let report = run(&config, &NoProgress);

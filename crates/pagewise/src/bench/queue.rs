@@ -10,15 +10,25 @@
 //!   the backlog at once and the waiting shows up in the latency (no
 //!   coordinated omission).
 //!
+//! Rows differ in the file system, the pre-touch window and the copy routine
+//! that moves payloads in and out of the file. The `floor` row runs the same
+//! two processes over the simplest possible shared-memory channel (one slot
+//! per record in a file both processes allocated and faulted in before the
+//! clock starts, a commit word per slot): no queue, no growth, no faults. It
+//! is what this machine allows any shared-memory transport; the queue rows
+//! are judged against it.
+//!
 //! Page faults are counted in the writer's append loop (its own thread,
 //! software event `page-faults`). The processes are started by a caller-supplied
 //! function (the CLI re-executes itself with a hidden subcommand); they talk to
 //! the parent with one line of JSON each on stdout.
 
 use super::{Machine, Progress, Summary};
+use crate::copy::Routine;
 use crate::queue::{Options, PreTouch, Reader, ReaderOptions, Start, Wait, Writer};
 use crate::sys::clock::monotonic_ns;
 use crate::sys::file::{self};
+use crate::sys::file_map::{FileAdvice, ReadMap, WriteMap};
 use crate::sys::perf::Counter;
 use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
@@ -50,6 +60,32 @@ pub enum Phase {
     Latency,
 }
 
+/// What carries the records from the writer process to the reader process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Transport {
+    /// A `pagewise::queue` file.
+    Queue,
+    /// The floor: one slot per record (a commit word, then the payload) in a
+    /// file as large as all records, allocated by the parent and faulted in
+    /// by both processes before the clock starts.
+    Floor,
+}
+
+/// How the writer keeps its window ready.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Pretouch {
+    /// No pre-touch: the writer faults on every new page.
+    Off,
+    /// The pre-touch thread.
+    Background,
+    /// No thread: the writer calls `Writer::idle_work` while it waits for the
+    /// next record's send time (the latency phase; the throughput phase
+    /// never waits, so the writer prepares pieces when it catches up).
+    Idle,
+}
+
 /// What a child process does (passed to it as JSON).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ChildSpec {
@@ -65,10 +101,14 @@ pub struct ChildSpec {
     pub record_bytes: usize,
     /// Offered rate of the latency phase, records per second.
     pub rate_per_s: f64,
-    /// Whether the writer runs the pre-toucher.
-    pub pretouch: bool,
+    /// How the writer pre-touches.
+    pub pretouch: Pretouch,
     /// The pre-touch window, bytes.
     pub window: u64,
+    /// Queue or floor.
+    pub transport: Transport,
+    /// The routine that copies payloads in (writer) and out (reader).
+    pub copy: Routine,
 }
 
 /// What a child reports (one JSON line on stdout).
@@ -117,21 +157,233 @@ fn ready(out: &mut dyn Write) -> Result<(), String> {
         .map_err(|e| e.to_string())
 }
 
-fn run_writer(spec: &ChildSpec, out: &mut dyn Write) -> Result<ChildResult, String> {
-    let options = Options {
-        pretouch: spec.pretouch.then(|| PreTouch {
-            window: spec.window,
-            ..PreTouch::default()
-        }),
-        ..Options::default()
-    };
-    let mut w = Writer::open(&spec.path, options).map_err(|e| e.to_string())?;
-    if spec.pretouch {
-        w.wait_pretouched(spec.window).map_err(|e| e.to_string())?;
+/// The writer's end of a transport.
+trait Sink {
+    fn send(&mut self, payload: &[u8]) -> Result<(), String>;
+    /// Pieces of the pre-touch window the writer prepared itself.
+    fn pieces_inline(&self) -> u64 {
+        0
     }
+    /// Called while the writer waits for a record's send time.
+    fn idle(&mut self) -> Result<(), String> {
+        Ok(())
+    }
+}
+
+/// The reader's end of a transport.
+trait Source {
+    /// The next record's payload, waiting (spinning) up to 30 s for it.
+    fn receive(&mut self) -> Result<&[u8], String>;
+}
+
+/// A record's slot in the floor file: the commit word and the payload,
+/// rounded up to 8 bytes (the queue's record size for the same payload).
+fn floor_slot(record_bytes: usize) -> usize {
+    (8 + record_bytes).next_multiple_of(8)
+}
+
+/// Bytes of the floor file for `records` records.
+fn floor_len(spec: &ChildSpec) -> Result<usize, String> {
+    usize::try_from(spec.records)
+        .ok()
+        .and_then(|n| n.checked_mul(floor_slot(spec.record_bytes)))
+        .ok_or_else(|| "the floor file would be too large for this machine".to_owned())
+}
+
+fn open_floor(spec: &ChildSpec, write: bool) -> Result<std::fs::File, String> {
+    std::fs::OpenOptions::new()
+        .read(true)
+        .write(write)
+        .open(&spec.path)
+        .map_err(|e| format!("open {}: {e}", spec.path.display()))
+}
+
+struct QueueSink {
+    writer: Writer,
+    idle_pretouch: bool,
+}
+
+impl Sink for QueueSink {
+    #[inline]
+    fn send(&mut self, payload: &[u8]) -> Result<(), String> {
+        self.writer
+            .append(payload)
+            .map(drop)
+            .map_err(|e| e.to_string())
+    }
+
+    fn pieces_inline(&self) -> u64 {
+        self.writer.report().window.pieces_inline
+    }
+
+    fn idle(&mut self) -> Result<(), String> {
+        if self.idle_pretouch {
+            self.writer.idle_work().map_err(|e| e.to_string())?;
+        }
+        Ok(())
+    }
+}
+
+struct FloorSink {
+    map: WriteMap,
+    slot: usize,
+    next: usize,
+    copy: fn(&mut [u8], &[u8]),
+}
+
+impl Sink for FloorSink {
+    #[inline]
+    fn send(&mut self, payload: &[u8]) -> Result<(), String> {
+        let off = self.next * self.slot;
+        if !self.map.write_with(off + 8, payload, self.copy) {
+            return Err("the floor file is full".into());
+        }
+        self.next += 1;
+        self.map
+            .store_u64(off, self.next as u64, std::sync::atomic::Ordering::Release);
+        Ok(())
+    }
+}
+
+struct QueueSource {
+    reader: Reader,
+}
+
+impl Source for QueueSource {
+    #[inline]
+    fn receive(&mut self) -> Result<&[u8], String> {
+        match self
+            .reader
+            .next_wait(Wait::Spin, Some(Duration::from_secs(30)))
+        {
+            Ok(Some(rec)) => Ok(rec.payload),
+            Ok(None) => Err("no record for 30 s".into()),
+            Err(e) => Err(e.to_string()),
+        }
+    }
+}
+
+struct FloorSource {
+    map: ReadMap,
+    slot: usize,
+    next: usize,
+    buf: Vec<u8>,
+    copy: fn(&mut [u8], &[u8]),
+}
+
+impl Source for FloorSource {
+    #[inline]
+    fn receive(&mut self) -> Result<&[u8], String> {
+        let off = self.next * self.slot;
+        let want = self.next as u64 + 1;
+        let mut spins = 0u32;
+        let mut since: Option<std::time::Instant> = None;
+        loop {
+            match self.map.load_u64(off, std::sync::atomic::Ordering::Acquire) {
+                Some(w) if w == want => break,
+                Some(_) => {}
+                None => return Err("read past the end of the floor file".into()),
+            }
+            std::hint::spin_loop();
+            spins = spins.wrapping_add(1);
+            if spins.is_multiple_of(1 << 16) {
+                let t = *since.get_or_insert_with(std::time::Instant::now);
+                if t.elapsed() > Duration::from_secs(30) {
+                    return Err("no record for 30 s".into());
+                }
+            }
+        }
+        self.map.copy_out_with(off + 8, &mut self.buf, self.copy);
+        self.next += 1;
+        Ok(&self.buf)
+    }
+}
+
+fn open_sink(spec: &ChildSpec) -> Result<Box<dyn Sink>, String> {
+    match spec.transport {
+        Transport::Queue => {
+            let pretouch = spec.pretouch != Pretouch::Off;
+            let options = Options {
+                pretouch: pretouch.then(|| PreTouch {
+                    window: spec.window,
+                    background: spec.pretouch == Pretouch::Background,
+                    ..PreTouch::default()
+                }),
+                copy: spec.copy,
+                ..Options::default()
+            };
+            let mut writer = Writer::open(&spec.path, options).map_err(|e| e.to_string())?;
+            if pretouch {
+                writer
+                    .wait_pretouched(spec.window)
+                    .map_err(|e| e.to_string())?;
+            }
+            Ok(Box::new(QueueSink {
+                writer,
+                idle_pretouch: spec.pretouch == Pretouch::Idle,
+            }))
+        }
+        Transport::Floor => {
+            let file = open_floor(spec, true)?;
+            let map = WriteMap::map(&file, 0, floor_len(spec)?, true)
+                .map_err(|e| format!("map the floor file: {e}"))?;
+            Ok(Box::new(FloorSink {
+                map,
+                slot: floor_slot(spec.record_bytes),
+                next: 0,
+                copy: spec.copy.function(),
+            }))
+        }
+    }
+}
+
+fn open_source(spec: &ChildSpec) -> Result<Box<dyn Source>, String> {
+    match spec.transport {
+        Transport::Queue => {
+            let reader = Reader::open_with(
+                &spec.path,
+                ReaderOptions {
+                    start: Start::Beginning,
+                    copy: spec.copy,
+                    ..ReaderOptions::default()
+                },
+            )
+            .map_err(|e| e.to_string())?;
+            Ok(Box::new(QueueSource { reader }))
+        }
+        Transport::Floor => {
+            let file = open_floor(spec, false)?;
+            let len = floor_len(spec)?;
+            let map =
+                ReadMap::map(&file, 0, len).map_err(|e| format!("map the floor file: {e}"))?;
+            map.advise(0, len, FileAdvice::PopulateRead)
+                .map_err(|e| format!("fault in the floor file: {e}"))?;
+            Ok(Box::new(FloorSource {
+                map,
+                slot: floor_slot(spec.record_bytes),
+                next: 0,
+                buf: vec![0; spec.record_bytes],
+                copy: spec.copy.function(),
+            }))
+        }
+    }
+}
+
+/// Runs the copy routine once (its first call detects the CPU and reads
+/// sysfs) and grows the stack, so that neither happens in the measured loop.
+fn warm_up(copy: Routine, payload: &[u8]) {
+    let mut scratch = vec![0u8; payload.len()];
+    copy.function()(&mut scratch, payload);
+    std::hint::black_box(&scratch);
+    super::grow_stack();
+}
+
+fn run_writer(spec: &ChildSpec, out: &mut dyn Write) -> Result<ChildResult, String> {
+    let mut sink = open_sink(spec)?;
     let counter = crate::observe::thread_page_fault_counter().ok();
     let read = |c: &Option<Counter>| c.as_ref().and_then(|c| c.read().ok());
     let mut payload = vec![0x5Au8; spec.record_bytes];
+    warm_up(spec.copy, &payload);
     ready(out)?;
     // The first clock read maps the vDSO data page: keep that fault out of the loop.
     monotonic_ns();
@@ -141,7 +393,7 @@ fn run_writer(spec: &ChildSpec, out: &mut dyn Write) -> Result<ChildResult, Stri
         Phase::Throughput => {
             for i in 0..spec.records {
                 payload[..8].copy_from_slice(&i.to_le_bytes());
-                w.append(&payload).map_err(|e| e.to_string())?;
+                sink.send(&payload)?;
             }
         }
         Phase::Latency => {
@@ -151,11 +403,12 @@ fn run_writer(spec: &ChildSpec, out: &mut dyn Write) -> Result<ChildResult, Stri
             for i in 0..spec.records {
                 let scheduled = t0 + (i as f64 * interval) as u64;
                 while monotonic_ns() < scheduled {
+                    sink.idle()?;
                     std::hint::spin_loop();
                 }
                 payload[..8].copy_from_slice(&i.to_le_bytes());
                 payload[8..16].copy_from_slice(&scheduled.to_le_bytes());
-                w.append(&payload).map_err(|e| e.to_string())?;
+                sink.send(&payload)?;
             }
         }
     }
@@ -166,43 +419,33 @@ fn run_writer(spec: &ChildSpec, out: &mut dyn Write) -> Result<ChildResult, Stri
         append_faults: before.zip(after).map(|(b, a)| a - b),
         first_send_ns,
         writer_ns,
-        pieces_inline: w.report().window.pieces_inline,
+        pieces_inline: sink.pieces_inline(),
         ..ChildResult::default()
     })
 }
 
 fn run_reader(spec: &ChildSpec, out: &mut dyn Write) -> Result<ChildResult, String> {
-    let mut r = Reader::open_with(
-        &spec.path,
-        ReaderOptions {
-            start: Start::Beginning,
-            ..ReaderOptions::default()
-        },
-    )
-    .map_err(|e| e.to_string())?;
+    let mut source = open_source(spec)?;
     let mut hist =
         Histogram::<u64>::new_with_bounds(1, 3_600_000_000_000, 3).map_err(|e| e.to_string())?;
     let mut over_1ms = 0;
+    warm_up(spec.copy, &vec![0; spec.record_bytes]);
     ready(out)?;
     let latency = spec.phase == Phase::Latency;
     for i in 0..spec.records {
-        let rec = r
-            .next_wait(Wait::Spin, Some(Duration::from_secs(30)))
-            .map_err(|e| e.to_string())?
-            .ok_or_else(|| format!("no record for 30 s after {i} of {}", spec.records))?;
-        let mut seq = [0u8; 8];
-        seq.copy_from_slice(&rec.payload[..8]);
-        if u64::from_le_bytes(seq) != i {
-            return Err(format!(
-                "record {i} carries sequence {}",
-                u64::from_le_bytes(seq)
-            ));
+        let payload = source
+            .receive()
+            .map_err(|e| format!("record {i} of {}: {e}", spec.records))?;
+        let word = |at: usize| {
+            let mut w = [0u8; 8];
+            w.copy_from_slice(&payload[at..at + 8]);
+            u64::from_le_bytes(w)
+        };
+        if word(0) != i {
+            return Err(format!("record {i} carries sequence {}", word(0)));
         }
         if latency {
-            let now = monotonic_ns();
-            let mut sched = [0u8; 8];
-            sched.copy_from_slice(&rec.payload[8..16]);
-            let ns = now.saturating_sub(u64::from_le_bytes(sched));
+            let ns = monotonic_ns().saturating_sub(word(8));
             if ns > 1_000_000 {
                 over_1ms += 1;
             }
@@ -236,8 +479,12 @@ pub struct RowSpec {
     pub name: String,
     /// Directory of the queue file.
     pub dir: PathBuf,
-    /// Whether the writer pre-touches.
-    pub pretouch: bool,
+    /// How the writer pre-touches.
+    pub pretouch: Pretouch,
+    /// Queue or the shared-memory floor.
+    pub transport: Transport,
+    /// The routine that copies payloads in and out.
+    pub copy: Routine,
 }
 
 /// What to run.
@@ -247,7 +494,7 @@ pub struct Config {
     pub record_bytes: usize,
     /// Records in the throughput phase (default 2,000,000).
     pub records: u64,
-    /// Records in the latency phase (default 1,000,000).
+    /// Records in the latency phase (default 1,000,000; 0 skips the phase).
     pub latency_records: u64,
     /// Offered rate in the latency phase (default 1,000,000 records/s).
     pub rate_per_s: f64,
@@ -260,18 +507,25 @@ pub struct Config {
 }
 
 impl Config {
-    /// The default rows: tmpfs and a disk directory, each with and without pre-touch.
-    pub fn default_rows(tmpfs: &Path, disk: &Path) -> Vec<RowSpec> {
-        let row = |name: &str, dir: &Path, pretouch| RowSpec {
+    /// The default rows: the shared-memory floor on tmpfs, then the queue on
+    /// tmpfs (pre-touch thread, idle-time pre-touch, none) and on a disk
+    /// directory (thread, none); all copy with `copy`.
+    pub fn default_rows(tmpfs: &Path, disk: &Path, copy: Routine) -> Vec<RowSpec> {
+        let row = |name: &str, dir: &Path, pretouch, transport| RowSpec {
             name: name.to_owned(),
             dir: dir.to_owned(),
             pretouch,
+            transport,
+            copy,
         };
+        use Pretouch::{Background, Idle, Off};
         vec![
-            row("tmpfs+pretouch", tmpfs, true),
-            row("tmpfs", tmpfs, false),
-            row("disk+pretouch", disk, true),
-            row("disk", disk, false),
+            row("floor", tmpfs, Off, Transport::Floor),
+            row("tmpfs+pretouch", tmpfs, Background, Transport::Queue),
+            row("tmpfs+idle-pretouch", tmpfs, Idle, Transport::Queue),
+            row("tmpfs", tmpfs, Off, Transport::Queue),
+            row("disk+pretouch", disk, Background, Transport::Queue),
+            row("disk", disk, Off, Transport::Queue),
         ]
     }
 }
@@ -285,7 +539,11 @@ impl Default for Config {
             rate_per_s: 1_000_000.0,
             window: 4 << 20,
             trials: 5,
-            rows: Config::default_rows(Path::new("/dev/shm"), Path::new("/var/tmp")),
+            rows: Config::default_rows(
+                Path::new("/dev/shm"),
+                Path::new("/var/tmp"),
+                Routine::default(),
+            ),
         }
     }
 }
@@ -299,26 +557,32 @@ pub struct Row {
     pub fs: String,
     /// Whether the writer pre-touched.
     pub pretouch: bool,
+    /// How: `off`, `background` (thread) or `idle` (in the writer's waits).
+    pub pretouch_mode: Pretouch,
+    /// Queue or the shared-memory floor.
+    pub transport: Transport,
+    /// The routine that copied payloads in and out.
+    pub copy: Routine,
     /// One-way throughput, records per second (first append to last read).
     pub records_per_s: f64,
     /// Min and max over the trials.
     pub records_per_s_range: [f64; 2],
     /// The writer's own append rate in the throughput phase, records per second.
     pub writer_records_per_s: f64,
-    /// Latency at the offered rate, ns.
-    pub p50_ns: u64,
+    /// Median latency at the offered rate, ns (`None`: no latency phase).
+    pub p50_ns: Option<u64>,
     /// 90th percentile, ns.
-    pub p90_ns: u64,
+    pub p90_ns: Option<u64>,
     /// 99th percentile, ns.
-    pub p99_ns: u64,
+    pub p99_ns: Option<u64>,
     /// 99.9th percentile, ns.
-    pub p999_ns: u64,
+    pub p999_ns: Option<u64>,
     /// 99.99th percentile, ns.
-    pub p9999_ns: u64,
+    pub p9999_ns: Option<u64>,
     /// Largest latency, ns.
-    pub max_ns: u64,
+    pub max_ns: Option<u64>,
     /// Records over 1 ms, per thousand.
-    pub over_1ms_per_mille: f64,
+    pub over_1ms_per_mille: Option<f64>,
     /// Page faults in the writer's append loops (throughput + latency phase).
     pub append_faults: Option<u64>,
     /// Of which in the throughput phase.
@@ -367,8 +631,8 @@ pub struct Report {
 struct Trial {
     records_per_s: f64,
     writer_records_per_s: f64,
-    latency: [u64; 6],
-    over_1ms_per_mille: f64,
+    latency: Option<[u64; 6]>,
+    over_1ms_per_mille: Option<f64>,
     faults: Option<u64>,
     faults_throughput: Option<u64>,
     pieces_inline: u64,
@@ -446,16 +710,6 @@ fn phase(
         let _ = std::fs::remove_file(crate::queue::wait_path(path));
     };
     remove();
-    drop(
-        Writer::create(
-            path,
-            Options {
-                pretouch: None,
-                ..Options::default()
-            },
-        )
-        .map_err(|e| e.to_string())?,
-    );
     let spec = |role| ChildSpec {
         role,
         path: path.to_owned(),
@@ -468,7 +722,40 @@ fn phase(
         rate_per_s: config.rate_per_s,
         pretouch: row.pretouch,
         window: config.window,
+        transport: row.transport,
+        copy: row.copy,
     };
+    match row.transport {
+        Transport::Queue => drop(
+            Writer::create(
+                path,
+                Options {
+                    pretouch: None,
+                    chunk_size: std::env::var("PWX_CHUNK")
+                        .ok()
+                        .and_then(|v| v.parse().ok())
+                        .unwrap_or(64 << 20),
+                    ..Options::default()
+                },
+            )
+            .map_err(|e| e.to_string())?,
+        ),
+        Transport::Floor => {
+            let spec = spec(Role::Writer);
+            let len = floor_len(&spec)? as u64;
+            let f = std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create_new(true)
+                .open(path)
+                .map_err(|e| format!("create {}: {e}", path.display()))?;
+            if let Err(e) = file::allocate(&f, 0, len) {
+                drop(f);
+                remove();
+                return Err(format!("allocate the floor file ({len} bytes): {e}"));
+            }
+        }
+    }
     let result = (|| {
         let reader = Running::start(spawn, &spec(Role::Reader))?;
         let writer = Running::start(spawn, &spec(Role::Writer))?;
@@ -485,15 +772,25 @@ fn run_trial(config: &Config, row: &RowSpec, spawn: Spawn<'_>) -> Result<Trial, 
         .dir
         .join(format!("pagewise-bench-queue-{}.q", std::process::id()));
     let (tw, tr) = phase(config, row, Phase::Throughput, &path, spawn)?;
-    let (lw, lr) = phase(config, row, Phase::Latency, &path, spawn)?;
+    let latency_phase = if config.latency_records > 0 {
+        let (lw, lr) = phase(config, row, Phase::Latency, &path, spawn)?;
+        let latency = lr.latency_ns.ok_or("the reader sent no latencies")?;
+        Some((lw, lr, latency))
+    } else {
+        None
+    };
     let span = tr.last_recv_ns.saturating_sub(tw.first_send_ns).max(1);
-    let latency = lr.latency_ns.ok_or("the reader sent no latencies")?;
     Ok(Trial {
         records_per_s: config.records as f64 * 1e9 / span as f64,
         writer_records_per_s: config.records as f64 * 1e9 / tw.writer_ns.max(1) as f64,
-        latency,
-        over_1ms_per_mille: lr.over_1ms as f64 * 1000.0 / config.latency_records.max(1) as f64,
-        faults: tw.append_faults.zip(lw.append_faults).map(|(a, b)| a + b),
+        latency: latency_phase.as_ref().map(|(_, _, l)| *l),
+        over_1ms_per_mille: latency_phase
+            .as_ref()
+            .map(|(_, lr, _)| lr.over_1ms as f64 * 1000.0 / config.latency_records.max(1) as f64),
+        faults: match &latency_phase {
+            Some((lw, _, _)) => tw.append_faults.zip(lw.append_faults).map(|(a, b)| a + b),
+            None => tw.append_faults,
+        },
         faults_throughput: tw.append_faults,
         pieces_inline: tw.pieces_inline,
     })
@@ -548,7 +845,9 @@ pub fn run(config: &Config, progress: &dyn Progress, spawn: Spawn<'_>) -> Report
             continue;
         }
         let q = |k: usize| {
-            median(t.iter().map(|x| x.latency[k] as f64)).map_or(0, |s| s.median.round() as u64)
+            let v: Option<Vec<f64>> = t.iter().map(|x| x.latency.map(|l| l[k] as f64)).collect();
+            v.and_then(|v| Summary::of(&v))
+                .map(|s| s.median.round() as u64)
         };
         let opt = |f: &dyn Fn(&Trial) -> Option<u64>| {
             let v: Option<Vec<f64>> = t.iter().map(|x| f(x).map(|n| n as f64)).collect();
@@ -561,7 +860,10 @@ pub fn run(config: &Config, progress: &dyn Progress, spawn: Spawn<'_>) -> Report
         rows.push(Row {
             name: spec.name.clone(),
             fs: fs_of(&spec.dir),
-            pretouch: spec.pretouch,
+            pretouch: spec.pretouch != Pretouch::Off,
+            pretouch_mode: spec.pretouch,
+            transport: spec.transport,
+            copy: spec.copy,
             records_per_s: rate.median,
             records_per_s_range: [rate.min, rate.max],
             writer_records_per_s: median(t.iter().map(|x| x.writer_records_per_s))
@@ -572,8 +874,12 @@ pub fn run(config: &Config, progress: &dyn Progress, spawn: Spawn<'_>) -> Report
             p999_ns: q(3),
             p9999_ns: q(4),
             max_ns: q(5),
-            over_1ms_per_mille: median(t.iter().map(|x| x.over_1ms_per_mille))
-                .map_or(0.0, |s| s.median),
+            over_1ms_per_mille: t
+                .iter()
+                .map(|x| x.over_1ms_per_mille)
+                .collect::<Option<Vec<f64>>>()
+                .and_then(|v| Summary::of(&v))
+                .map(|s| s.median),
             append_faults: opt(&|x| x.faults),
             append_faults_throughput: opt(&|x| x.faults_throughput),
             writer_pieces_inline: median(t.iter().map(|x| x.pieces_inline as f64))

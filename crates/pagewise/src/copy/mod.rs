@@ -275,6 +275,71 @@ pub fn fill_temporal(dst: &mut [u8], byte: u8) {
     }
 }
 
+/// A copy routine a caller can choose where pagewise moves bytes for it (the
+/// queue's appends and reads, the benchmarks' baselines).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Routine {
+    /// [`copy`]: this module's kernels.
+    #[default]
+    Pagewise,
+    /// glibc's `memcpy`, called through a never-inlined function.
+    Glibc,
+}
+
+impl Routine {
+    /// Both routines, baseline first.
+    pub const ALL: [Routine; 2] = [Routine::Glibc, Routine::Pagewise];
+
+    /// `pagewise` or `glibc`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Routine::Pagewise => "pagewise",
+            Routine::Glibc => "glibc",
+        }
+    }
+
+    /// Does the routine's one-time set-up now (pagewise: detect the CPU and
+    /// read the cache sizes, a few microseconds and some page faults), so
+    /// that its first copy on a hot path does not pay for it.
+    pub fn prepare(self) {
+        if self == Routine::Pagewise {
+            global_copier();
+        }
+    }
+
+    /// The routine as a function of two equal-length slices (a longer side is
+    /// cut to the shorter one's length). Costs one indirect call per use.
+    pub fn function(self) -> fn(&mut [u8], &[u8]) {
+        match self {
+            Routine::Pagewise => copy_prefix,
+            Routine::Glibc => crate::sys::copy::glibc_memcpy,
+        }
+    }
+}
+
+impl std::str::FromStr for Routine {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Routine, String> {
+        match s {
+            "pagewise" => Ok(Routine::Pagewise),
+            "glibc" => Ok(Routine::Glibc),
+            _ => Err(format!(
+                "unknown copy routine {s:?}: use `pagewise` or `glibc`"
+            )),
+        }
+    }
+}
+
+/// [`copy`] of the common prefix, never inlined: the same contract as
+/// [`crate::sys::copy::glibc_memcpy`], so the two can stand in for each other.
+#[inline(never)]
+fn copy_prefix(dst: &mut [u8], src: &[u8]) {
+    let n = dst.len().min(src.len());
+    let _ = copy(&mut dst[..n], &src[..n]);
+}
+
 /// Changes the size from which [`copy`] and [`fill`] use non-temporal stores,
 /// for the whole process (one size for both); `None` turns them off. Takes
 /// effect for calls that start after it returns; overrides
@@ -298,5 +363,28 @@ impl Plan {
             plan.nontemporal_source = Source::Api;
         }
         plan
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Routine;
+
+    #[test]
+    fn routines_parse_by_name_and_copy_the_common_prefix() {
+        for r in Routine::ALL {
+            assert_eq!(r.name().parse::<Routine>(), Ok(r));
+            let src: Vec<u8> = (0..=255).collect();
+            let mut dst = vec![0u8; 300];
+            r.function()(&mut dst, &src);
+            assert_eq!(&dst[..256], &src[..], "{r:?}");
+            assert!(
+                dst[256..].iter().all(|&b| b == 0),
+                "{r:?} wrote past the source"
+            );
+        }
+        let err = "memcpy".parse::<Routine>().unwrap_err();
+        assert!(err.contains("pagewise") && err.contains("glibc"), "{err}");
+        assert_eq!(Routine::default(), Routine::Pagewise);
     }
 }

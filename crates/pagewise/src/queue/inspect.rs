@@ -71,6 +71,7 @@ pub fn inspect(path: impl AsRef<Path>) -> Result<Inspection, QueueError> {
             start: Start::Beginning,
             verify_crc: true,
             watch_truncation: false,
+            ..ReaderOptions::default()
         },
     )?;
     let (g, state, _) = super::writer::read_header(path, reader.file_for_inspect())?;

@@ -26,6 +26,8 @@ struct Slot {
 struct Inner {
     slots: BTreeMap<u64, Slot>,
     retired: Vec<WriteMap>,
+    /// Bytes of `retired[0]` whose page-table entries are already dropped.
+    retired_dropped: usize,
 }
 
 /// Chunk mappings of one writer.
@@ -110,6 +112,14 @@ impl ChunkMaps {
         inner.slots.remove(&c);
         if self.deferred_unmap {
             inner.retired.push(old);
+            // A writer that never idles (and has no thread) must not pile them
+            // up: beyond two, it unmaps the oldest itself.
+            if inner.retired.len() > 2 {
+                let oldest = inner.retired.remove(0);
+                inner.retired_dropped = 0;
+                drop(inner);
+                drop(oldest);
+            }
         } else {
             drop(inner);
             drop(old);
@@ -126,8 +136,33 @@ impl ChunkMaps {
     }
 
     /// Unmaps retired mappings (called by the background thread).
+    /// Drops the page-table entries of the next 1 MiB of the oldest retired
+    /// mapping, or unmaps it once it has none; returns whether there was one.
+    pub(crate) fn unmap_retired_step(&self) -> bool {
+        const STEP: usize = 1 << 20;
+        let mut inner = self.lock();
+        let Some(first) = inner.retired.first() else {
+            return false;
+        };
+        let done = inner.retired_dropped;
+        let len = STEP.min(first.len().saturating_sub(done));
+        if len == 0 || first.advise(done, len, FileAdvice::DropMappings).is_err() {
+            let map = inner.retired.remove(0);
+            inner.retired_dropped = 0;
+            drop(inner);
+            drop(map);
+        } else {
+            inner.retired_dropped += len;
+        }
+        true
+    }
+
     pub(crate) fn unmap_retired(&self) {
-        let retired = std::mem::take(&mut self.lock().retired);
+        let retired = {
+            let mut inner = self.lock();
+            inner.retired_dropped = 0;
+            std::mem::take(&mut inner.retired)
+        };
         drop(retired);
     }
 }
@@ -177,5 +212,9 @@ impl Prepare for QueuePrepare {
 
     fn housekeeping(&self) {
         self.maps.unmap_retired();
+    }
+
+    fn housekeeping_step(&self) -> bool {
+        self.maps.unmap_retired_step()
     }
 }

@@ -7,6 +7,7 @@ use super::layout::{
 };
 use super::notify::WaitFile;
 use super::Position;
+use crate::copy::Routine;
 use crate::sys::file::{self, Inotify, IN_IGNORED, IN_MODIFY};
 use crate::sys::file_map::{FileAdvice, ReadMap};
 use std::fs::{File, OpenOptions};
@@ -82,6 +83,9 @@ pub struct ReaderOptions {
     /// Watch for truncation with inotify (default on); off, or when inotify
     /// is unavailable, the size is checked with `fstat` on every call.
     pub watch_truncation: bool,
+    /// The routine that copies payloads out of the file (default
+    /// [`Routine::Pagewise`]).
+    pub copy: Routine,
 }
 
 impl Default for ReaderOptions {
@@ -90,6 +94,7 @@ impl Default for ReaderOptions {
             start: Start::Beginning,
             verify_crc: true,
             watch_truncation: true,
+            copy: Routine::default(),
         }
     }
 }
@@ -194,6 +199,11 @@ pub struct Reader {
     wait: Result<WaitFile, String>,
     /// How far ahead of `pos` pages are mapped in (idle-time read populate).
     populated_to: u64,
+    /// The previous chunk's mapping and how much of it is already dropped:
+    /// taken down in idle time, a piece per call (a 64 MiB `munmap` of
+    /// mapped pages costs about a millisecond).
+    retired: Option<(ReadMap, usize)>,
+    copy: fn(&mut [u8], &[u8]),
 }
 
 /// The located next record: offset in the chunk and payload length.
@@ -261,6 +271,11 @@ impl Reader {
             watch_problem,
             wait: WaitFile::for_reader(path),
             populated_to: 0,
+            retired: None,
+            copy: {
+                options.copy.prepare();
+                options.copy.function()
+            },
         };
         match options.start {
             Start::Beginning => {}
@@ -504,7 +519,8 @@ impl Reader {
             self.buf.resize(len, 0);
         }
         let data = off + MARK_LEN as usize;
-        self.map.copy_out(data, &mut self.buf[..len]);
+        self.map
+            .copy_out_with(data, &mut self.buf[..len], self.copy);
         if self.geometry.record_crc() && self.verify_crc {
             let mut stored = [0u8; 4];
             self.map.copy_out(data + len, &mut stored);
@@ -601,7 +617,10 @@ impl Reader {
     fn enter(&mut self, c: u64) -> Result<(), QueueError> {
         self.check_first(c, self.pos)?;
         if c != self.chunk {
-            self.map = map_chunk(&self.path, &self.file, &self.geometry, c)?;
+            let new = map_chunk(&self.path, &self.file, &self.geometry, c)?;
+            // One retired mapping at a time: a reader that was never idle since
+            // the last chunk pays for the older one's unmap here.
+            self.retired = Some((std::mem::replace(&mut self.map, new), 0));
             self.chunk = c;
             self.chunk_base = chunk_base(&self.path, &self.geometry, c)?;
             self.chunk_end = self.chunk_base + self.geometry.chunk_size;
@@ -616,6 +635,10 @@ impl Reader {
     /// 256 KiB ahead and never past the file size), so reading them later
     /// takes no page fault.
     fn idle_work(&mut self) {
+        if self.retired.is_some() {
+            self.drop_retired_piece();
+            return;
+        }
         const AHEAD: u64 = 256 << 10;
         let page = 4096;
         let from = (self.pos - self.chunk_base) & !(page - 1);
@@ -635,6 +658,21 @@ impl Reader {
             );
             self.populated_to = limit;
         }
+    }
+
+    /// Drops the page-table entries of the next 1 MiB of the retired chunk
+    /// (tens of microseconds), and unmaps it once none are left.
+    fn drop_retired_piece(&mut self) {
+        const PIECE: usize = 1 << 20;
+        let Some((map, done)) = &mut self.retired else {
+            return;
+        };
+        let len = PIECE.min(map.len() - *done);
+        if len == 0 || map.advise(*done, len, FileAdvice::DropMappings).is_err() {
+            self.retired = None;
+            return;
+        }
+        *done += len;
     }
 
     /// Sleeps on the header's futex word until the writer commits, a slice

@@ -41,6 +41,14 @@ pub struct PreTouch {
     /// How far ahead in time the window should reach at the measured write
     /// rate (default 4 ms): a fast writer gets a larger window.
     pub lead: Duration,
+    /// Prepare the window on a background thread (default `true`). `false`:
+    /// no thread; the writer prepares the window itself, one small piece
+    /// (16 KiB) per [`Writer::idle_work`](super::Writer::idle_work) call
+    /// while it waits between records, and inline when it catches up. For
+    /// a paced writer on a machine with no core to spare for the thread,
+    /// whose wake-ups would otherwise delay the writer or its readers.
+    /// The window stays at `window` (no rate adaptation).
+    pub background: bool,
 }
 
 impl Default for PreTouch {
@@ -49,6 +57,7 @@ impl Default for PreTouch {
             window: 4 << 20,
             max_window: 64 << 20,
             lead: Duration::from_millis(4),
+            background: true,
         }
     }
 }
@@ -68,13 +77,24 @@ impl PreTouch {
         Ok(())
     }
 
-    /// The piece size for this window: an eighth of it, 64 KiB to 1 MiB.
+    /// The piece size for this window: an eighth of it, 64 KiB to 1 MiB, on
+    /// a background thread; 16 KiB (a few microseconds of work) when the
+    /// writer prepares pieces in its idle time.
     pub(crate) fn piece(&self) -> u64 {
+        if !self.background {
+            return IDLE_PIECE;
+        }
         (self.window / 8)
             .clamp(64 << 10, 1 << 20)
             .next_power_of_two()
     }
 }
+
+/// The piece size of idle-time preparation.
+const IDLE_PIECE: u64 = 4 << 10;
+
+/// The most a writer that caught up prepares in one call.
+const INLINE_RUN: u64 = 64 << 10;
 
 /// Makes a range of the file ready for the writer.
 pub(crate) trait Prepare: Send + Sync + 'static {
@@ -83,6 +103,11 @@ pub(crate) trait Prepare: Send + Sync + 'static {
     /// Called by the background thread between pieces: a place to do
     /// deferred work off the writer's path (unmapping retired chunks).
     fn housekeeping(&self) {}
+    /// A small step of the same work for the writer's idle time (tens of
+    /// microseconds at most); returns whether there was work.
+    fn housekeeping_step(&self) -> bool {
+        false
+    }
 }
 
 /// What the pre-toucher did, for reports.
@@ -105,6 +130,8 @@ pub struct WindowReport {
     pub pieces_background: u64,
     /// Pieces the writer prepared itself because it caught up.
     pub pieces_inline: u64,
+    /// Pieces the writer prepared in [`Writer::idle_work`](super::Writer::idle_work).
+    pub pieces_idle: u64,
     /// Times the writer waited for a piece the thread was preparing.
     pub writer_waits: u64,
     /// The last error the background thread hit (it backs off and retries).
@@ -150,7 +177,16 @@ struct Shared {
     peak_window: AtomicU64,
     pieces_background: AtomicU64,
     pieces_inline: AtomicU64,
+    pieces_idle: AtomicU64,
     writer_waits: AtomicU64,
+}
+
+/// Who prepared a piece, for the counters.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Preparer {
+    Background,
+    Inline,
+    Idle,
 }
 
 impl Shared {
@@ -168,12 +204,33 @@ impl Shared {
     }
 
     /// Records a finished piece; returns the error for the caller.
+    /// Claims piece `i` (found unclaimed under `state`), prepares it without
+    /// the lock, and completes it; `pos` is the writer's position, for the
+    /// peak-window report.
+    fn prepare_one(
+        &self,
+        mut state: MutexGuard<'_, State>,
+        i: u64,
+        pos: u64,
+        by: Preparer,
+    ) -> Result<(), QueueError> {
+        self.peak_window.fetch_max(
+            self.piece_start(i + 1).saturating_sub(pos),
+            Ordering::Relaxed,
+        );
+        Shared::claim(&mut state, i);
+        drop(state);
+        let result = self.prep.prepare(self.piece_start(i), self.piece);
+        let state = self.lock();
+        self.complete(state, i, result, by)
+    }
+
     fn complete(
         &self,
         mut state: MutexGuard<'_, State>,
         i: u64,
         result: Result<(), QueueError>,
-        background: bool,
+        by: Preparer,
     ) -> Result<(), QueueError> {
         state.inflight.remove(&i);
         let out = match result {
@@ -189,17 +246,18 @@ impl Shared {
                 }
                 self.frontier
                     .store(self.piece_start(state.frontier_piece), Ordering::Release);
-                if background {
-                    self.pieces_background.fetch_add(1, Ordering::Relaxed);
-                } else {
-                    self.pieces_inline.fetch_add(1, Ordering::Relaxed);
-                }
+                let counter = match by {
+                    Preparer::Background => &self.pieces_background,
+                    Preparer::Inline => &self.pieces_inline,
+                    Preparer::Idle => &self.pieces_idle,
+                };
+                counter.fetch_add(1, Ordering::Relaxed);
                 Ok(())
             }
             Err(e) => {
                 // Give the piece back so that someone can retry it.
                 state.next = state.next.min(i);
-                if background {
+                if by == Preparer::Background {
                     state.last_error = Some(e.to_string());
                     state.backoff_until = Some(Instant::now() + Duration::from_millis(20));
                 }
@@ -262,6 +320,7 @@ impl Window {
             peak_window: AtomicU64::new(if background { config.window } else { 0 }),
             pieces_background: AtomicU64::new(0),
             pieces_inline: AtomicU64::new(0),
+            pieces_idle: AtomicU64::new(0),
             writer_waits: AtomicU64::new(0),
         });
         let thread = if background {
@@ -311,11 +370,32 @@ impl Window {
             }
             let i = state.lowest_unclaimed();
             if i <= need_piece {
+                // Small (idle-time) pieces are prepared in runs of up to 64 KiB
+                // here: one system call per 4 KiB would cost more than the faults.
+                let mut run = 1;
                 Shared::claim(&mut state, i);
+                while run < (INLINE_RUN / s.piece).max(1)
+                    && !state.inflight.contains(&(i + run))
+                    && !state.done.contains(&(i + run))
+                {
+                    Shared::claim(&mut state, i + run);
+                    run += 1;
+                }
                 drop(state);
-                let result = s.prep.prepare(s.piece_start(i), s.piece);
+                let result = s.prep.prepare(s.piece_start(i), s.piece * run);
                 state = s.lock();
-                s.complete(state, i, result, false)?;
+                if result.is_ok() {
+                    for k in 1..run {
+                        s.complete(state, i + k, Ok(()), Preparer::Inline)?;
+                        state = s.lock();
+                    }
+                } else {
+                    // Give the rest of the run back; `complete` does the first.
+                    for k in 1..run {
+                        state.inflight.remove(&(i + k));
+                    }
+                }
+                s.complete(state, i, result, Preparer::Inline)?;
                 state = s.lock();
             } else {
                 // Every piece we need is being prepared by the thread.
@@ -330,6 +410,28 @@ impl Window {
     }
 
     /// What the window did so far.
+    /// One step of idle-time work on the writer's thread: prepares the
+    /// lowest unprepared piece if it ends inside `window` bytes of the
+    /// writer, else one housekeeping step. Returns whether it did anything.
+    /// An error (for example `ENOSPC`) leaves the piece for `append` to retry
+    /// and report.
+    pub(crate) fn idle_step(&self) -> Result<bool, QueueError> {
+        let s = &*self.shared;
+        let pos = s.writer_pos.load(Ordering::Relaxed);
+        let target = pos.saturating_add(s.config.window);
+        if s.frontier.load(Ordering::Acquire) >= target {
+            return Ok(s.prep.housekeeping_step());
+        }
+        let state = s.lock();
+        let i = state.lowest_unclaimed();
+        let end = s.piece_start(i + 1);
+        if end > target {
+            return Ok(false);
+        }
+        s.prepare_one(state, i, pos, Preparer::Idle)?;
+        Ok(true)
+    }
+
     pub(crate) fn report(&self) -> WindowReport {
         let s = &*self.shared;
         WindowReport {
@@ -341,6 +443,7 @@ impl Window {
             peak_window_bytes: s.peak_window.load(Ordering::Relaxed),
             pieces_background: s.pieces_background.load(Ordering::Relaxed),
             pieces_inline: s.pieces_inline.load(Ordering::Relaxed),
+            pieces_idle: s.pieces_idle.load(Ordering::Relaxed),
             writer_waits: s.writer_waits.load(Ordering::Relaxed),
             last_error: s.lock().last_error.clone(),
         }
@@ -403,7 +506,7 @@ fn run(s: &Shared) {
         let window = wanted.clamp(cfg.window, cfg.max_window);
         s.window_now.store(window, Ordering::Relaxed);
         let target = pos.saturating_add(window);
-        let mut state = s.lock();
+        let state = s.lock();
         if s.stop.load(Ordering::Relaxed) {
             return;
         }
@@ -411,13 +514,7 @@ fn run(s: &Shared) {
         let i = state.lowest_unclaimed();
         let end = s.piece_start(i + 1);
         if !backing_off && end <= target {
-            s.peak_window
-                .fetch_max(end.saturating_sub(pos), Ordering::Relaxed);
-            Shared::claim(&mut state, i);
-            drop(state);
-            let result = s.prep.prepare(s.piece_start(i), s.piece);
-            let state = s.lock();
-            let _ = s.complete(state, i, result, true);
+            let _ = s.prepare_one(state, i, pos, Preparer::Background);
             continue;
         }
         // Sleep for about the time the writer needs to use half the slack.
@@ -465,6 +562,7 @@ mod tests {
         window: 4 << 16,
         max_window: 4 << 16,
         lead: Duration::from_millis(1),
+        background: true,
     };
 
     #[test]

@@ -10,6 +10,7 @@ use super::maps::{ChunkMaps, QueuePrepare};
 use super::notify::WaitFile;
 use super::window::{PreTouch, Window, WindowReport};
 use super::Position;
+use crate::copy::Routine;
 use crate::sys::file::{self, LockKind};
 use crate::sys::file_map::WriteMap;
 use std::fs::{File, OpenOptions};
@@ -41,6 +42,9 @@ pub struct Options {
     /// Only processes that may write the file can truncate or damage it;
     /// readers need read permission only.
     pub mode: u32,
+    /// The routine that copies payloads into the file in [`Writer::append`]
+    /// (default [`Routine::Pagewise`]).
+    pub copy: Routine,
 }
 
 impl Default for Options {
@@ -50,6 +54,7 @@ impl Default for Options {
             record_crc: false,
             pretouch: Some(PreTouch::default()),
             mode: 0o644,
+            copy: Routine::default(),
         }
     }
 }
@@ -138,6 +143,9 @@ pub struct Writer {
     /// The first byte not yet flushed.
     unflushed_from: u64,
     hook: Option<CommitHook>,
+    copy: fn(&mut [u8], &[u8]),
+    /// Pre-touch is on: `idle_work` has work to do.
+    pretouch: bool,
 }
 
 impl std::fmt::Debug for Writer {
@@ -294,22 +302,24 @@ impl Writer {
         };
 
         let chunk = geometry.chunk_of(end.0);
-        let background = options.pretouch.is_some();
+        let populate = options.pretouch.is_some();
+        let background = options.pretouch.is_some_and(|p| p.background);
         let pretouch = options.pretouch.unwrap_or(PreTouch {
             window: 1 << 20,
             max_window: 1 << 20,
             lead: Duration::ZERO,
+            background: false,
         });
         let piece = pretouch.piece().min(geometry.chunk_size);
         let maps = Arc::new(ChunkMaps::new(
             path.to_owned(),
             Arc::clone(&file),
             geometry,
-            background,
+            populate,
         ));
         let prep = QueuePrepare {
             maps: Arc::clone(&maps),
-            populate: background,
+            populate,
         };
         let window = Window::start(
             HEADER_LEN,
@@ -343,6 +353,11 @@ impl Writer {
             recovery,
             unflushed_from: end.0,
             hook: None,
+            copy: {
+                options.copy.prepare();
+                options.copy.function()
+            },
+            pretouch: populate,
         };
         // The next mark must be inside the allocated file before anyone reads it.
         writer.ready_end = match writer.window.wait_ready(end.0 + MARK_LEN) {
@@ -432,6 +447,20 @@ impl Writer {
         Ok(())
     }
 
+    /// Does a little of the pre-toucher's work on this thread: prepares one
+    /// 16 KiB piece of the window (allocate and fault in: a few
+    /// microseconds) when the window is short, or takes a retired chunk's
+    /// mapping down by 1 MiB (tens of microseconds). Returns whether there
+    /// was work. Call it while a paced writer waits for its next record;
+    /// with [`PreTouch::background`] off it is what keeps appends free of
+    /// page faults. Does nothing without pre-touch.
+    pub fn idle_work(&mut self) -> Result<bool, QueueError> {
+        if !self.pretouch {
+            return Ok(false);
+        }
+        self.window.idle_step()
+    }
+
     /// Appends one record and returns its position. The record is visible to
     /// readers when this returns; it is durable on disk after [`Writer::flush`].
     ///
@@ -446,7 +475,8 @@ impl Writer {
     pub fn append(&mut self, payload: &[u8]) -> Result<Position, QueueError> {
         let pos = self.reserve_space(payload.len())?;
         let off = (pos - self.chunk_base) as usize;
-        self.map.write(off + MARK_LEN as usize, payload);
+        self.map
+            .write_with(off + MARK_LEN as usize, payload, self.copy);
         self.commit_at(pos, payload.len(), Some(payload));
         Ok(Position(pos))
     }

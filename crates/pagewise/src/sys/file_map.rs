@@ -54,6 +54,11 @@ pub enum FileAdvice {
     /// shared mapping this dirties them. Errors (`ENOMEM`, `EFAULT` past the
     /// end of the file) are returned, never raised as SIGBUS.
     PopulateWrite,
+    /// `MADV_DONTNEED`: drop this process's page-table entries for the range.
+    /// On a shared file mapping the file keeps its bytes; the next access
+    /// maps them again (a page fault). Lets a large mapping be taken down in
+    /// small steps before its `munmap`, which is then cheap.
+    DropMappings,
 }
 
 impl FileAdvice {
@@ -64,6 +69,7 @@ impl FileAdvice {
             FileAdvice::Sequential => (libc::MADV_SEQUENTIAL, "madvise(MADV_SEQUENTIAL)"),
             FileAdvice::PopulateRead => (MADV_POPULATE_READ, "madvise(MADV_POPULATE_READ)"),
             FileAdvice::PopulateWrite => (MADV_POPULATE_WRITE, "madvise(MADV_POPULATE_WRITE)"),
+            FileAdvice::DropMappings => (libc::MADV_DONTNEED, "madvise(MADV_DONTNEED)"),
         }
     }
 }
@@ -184,6 +190,20 @@ impl RawMap {
         true
     }
 
+    #[inline]
+    fn copy_out_with(&self, offset: usize, dst: &mut [u8], routine: fn(&mut [u8], &[u8])) -> bool {
+        let Some(p) = self.at(offset, dst.len(), 1) else {
+            return false;
+        };
+        // SAFETY: [p, p+len) is inside the live mapping and readable for the duration of
+        // the call (the mapping outlives &self); the caller ordered these bytes with an
+        // acquire load, and by the queue protocol no process writes committed bytes, so
+        // the shared view is not mutated while borrowed. dst is a distinct buffer we own.
+        let src = unsafe { std::slice::from_raw_parts(p.cast_const(), dst.len()) };
+        routine(dst, src);
+        true
+    }
+
     fn madvise(&self, offset: usize, len: usize, advice: FileAdvice) -> SysResult<()> {
         let (raw, call) = advice.raw();
         if len == 0 {
@@ -192,7 +212,8 @@ impl RawMap {
         let p = self.at(offset, len, 1).ok_or_else(|| erange(call))?;
         loop {
             // SAFETY: [p, p+len) lies inside a mapping this process owns; the advice values
-            // allowed here never change the bytes a process reads back.
+            // allowed here never change the bytes a process reads back (every mapping here is
+            // MAP_SHARED of a file, so even MADV_DONTNEED only drops page-table entries).
             let rc = unsafe { libc::madvise(p.cast(), len, raw) };
             if rc == 0 {
                 return Ok(());
@@ -333,6 +354,18 @@ impl ReadMap {
         self.raw.copy_out(offset, dst)
     }
 
+    /// Like `copy_out`, with the copy done by `routine` (for example
+    /// [`crate::copy::Routine::function`]).
+    #[inline]
+    pub fn copy_out_with(
+        &self,
+        offset: usize,
+        dst: &mut [u8],
+        routine: fn(&mut [u8], &[u8]),
+    ) -> bool {
+        self.raw.copy_out_with(offset, dst, routine)
+    }
+
     /// Applies advice to `[offset, offset+len)`. One `madvise` call.
     pub fn advise(&self, offset: usize, len: usize, advice: FileAdvice) -> SysResult<()> {
         self.raw.madvise(offset, len, advice)
@@ -456,6 +489,20 @@ impl WriteMap {
         // SAFETY: [p, p+len) is inside the live writable mapping; src is our own buffer and
         // cannot overlap a mapping we never hand out references to.
         unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), p, src.len()) };
+        true
+    }
+
+    /// Like `write`, with the copy done by `routine`; `false` if out of range.
+    #[inline]
+    pub fn write_with(&self, offset: usize, src: &[u8], routine: fn(&mut [u8], &[u8])) -> bool {
+        let Some(p) = self.raw.at(offset, src.len(), 1) else {
+            return false;
+        };
+        // SAFETY: [p, p+len) is inside the live writable mapping for the duration of the
+        // call; no other view of these bytes is handed out while the writer holds the
+        // queue lock, and src is our own buffer, so the two slices cannot overlap.
+        let dst = unsafe { std::slice::from_raw_parts_mut(p, src.len()) };
+        routine(dst, src);
         true
     }
 
