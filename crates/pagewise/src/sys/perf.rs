@@ -203,6 +203,11 @@ impl Counter {
     }
 
     /// Reads the current count. One `read` call.
+    ///
+    /// Never inlined: a reading before a measured loop and one after it run
+    /// the same code, so the second cannot take a page fault (counted by a
+    /// page-fault counter) for code the first never executed.
+    #[inline(never)]
     pub fn read(&self) -> SysResult<u64> {
         let mut value = 0u64;
         // SAFETY: reading 8 bytes into a u64 we own from a counter fd.
