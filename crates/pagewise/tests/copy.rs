@@ -382,3 +382,46 @@ fn size_classes_cover_every_size_once() {
         assert_eq!(classes.last().unwrap().sizes.to, None, "{op}: {classes:?}");
     }
 }
+
+#[test]
+fn nontemporal_streams_start_on_source_pages_at_every_common_alignment() {
+    // The non-temporal copy runs single vectors up to the source's page boundary
+    // when source and destination share their alignment modulo 64, then copies
+    // 32 pages side by side: sizes around those boundaries, offsets that put the
+    // source just before, at and after a page boundary.
+    let chunk = 32 * 4096;
+    let mut src = vec![0u8; 3 * chunk + 3 * 4096];
+    pattern(&mut src, 11);
+    let mut dst = vec![0u8; src.len()];
+    let page_of = |p: *const u8| p as usize & 4095;
+    for config in configs()
+        .iter()
+        .filter(|c| c.name.ends_with("/nontemporal"))
+    {
+        for src_off in [0usize, 64, 4096 - 64, 4096 - 128 + 5, 1] {
+            // The same offset modulo 64 (streams on pages), and one that differs.
+            for delta in [0usize, 7] {
+                for n in [chunk - 64, chunk, chunk + 4096, 2 * chunk + 4031] {
+                    let s_start = src_off + (4096 - page_of(src.as_ptr())) % 4096;
+                    let d_start = (4096 - page_of(dst.as_ptr())) % 4096 + (src_off + delta) % 64;
+                    let s = &src[s_start..s_start + n];
+                    dst.fill(0xEE);
+                    config
+                        .copier
+                        .copy(&mut dst[d_start..d_start + n], s)
+                        .unwrap();
+                    let case = format!("{} src+{src_off} delta {delta} n {n}", config.name);
+                    assert!(dst[d_start..d_start + n] == *s, "{case}: bytes differ");
+                    assert!(
+                        dst[..d_start].iter().all(|&b| b == 0xEE),
+                        "{case}: wrote before"
+                    );
+                    assert!(
+                        dst[d_start + n..].iter().all(|&b| b == 0xEE),
+                        "{case}: wrote after"
+                    );
+                }
+            }
+        }
+    }
+}

@@ -360,9 +360,10 @@ impl Plan {
                         to: None,
                     },
                     kernel: if op == "copy" {
+                        let (pages, visit) = crate::sys::copy::NONTEMPORAL_STREAMS;
                         format!(
-                            "{w}-byte non-temporal stores, 8 pages side by side, destination \
-                             aligned to 64 B, sfence"
+                            "{w}-byte non-temporal stores, {pages} pages side by side \
+                             ({visit} B from each in turn), destination aligned to 64 B, sfence"
                         )
                     } else {
                         format!("{w}-byte non-temporal stores, destination aligned to 64 B, sfence")

@@ -190,6 +190,10 @@ impl Clone for Thresholds {
 /// with the same low 12 bits (4K aliasing).
 pub const DEFAULT_BACKWARD_BELOW: usize = 2048;
 
+/// The non-temporal copy's layout, for reports: 4 KiB pages copied side by
+/// side, and bytes copied from each before moving to the next.
+pub const NONTEMPORAL_STREAMS: (usize, usize) = (x86::STREAMS, x86::VISIT);
+
 /// The copy and fill kernels of one instruction set that this CPU supports.
 ///
 /// Only [`Kernel::new`] makes one, after checking the CPU, so holding a
