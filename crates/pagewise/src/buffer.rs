@@ -324,23 +324,28 @@ impl Buffer {
         self.extend_from_slice(&[byte])
     }
 
-    /// Appends bytes.
+    /// Appends bytes (copied with [`crate::copy::copy`]).
     pub fn extend_from_slice(&mut self, bytes: &[u8]) -> Result<(), BufferError> {
         self.reserve(bytes.len())?;
         let start = self.len;
         let reservation = self.reservation.as_mut().expect("reserved");
-        reservation.as_mut_slice()[start..start + bytes.len()].copy_from_slice(bytes);
+        let _ = crate::copy::copy(
+            &mut reservation.as_mut_slice()[start..start + bytes.len()],
+            bytes,
+        );
         self.len += bytes.len();
         Ok(())
     }
 
-    /// Sets the length to `new_len`, filling new bytes with `value`; shrinking keeps the pages.
+    /// Sets the length to `new_len`, filling new bytes with `value`
+    /// ([`crate::copy::fill`]: non-temporal stores for fills larger than
+    /// about half the last-level cache); shrinking keeps the pages.
     pub fn resize(&mut self, new_len: usize, value: u8) -> Result<(), BufferError> {
         if new_len > self.len {
             self.reserve(new_len - self.len)?;
             let start = self.len;
             let reservation = self.reservation.as_mut().expect("reserved");
-            reservation.as_mut_slice()[start..new_len].fill(value);
+            crate::copy::fill(&mut reservation.as_mut_slice()[start..new_len], value);
         }
         self.len = new_len;
         Ok(())
