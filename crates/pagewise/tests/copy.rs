@@ -420,6 +420,20 @@ fn nontemporal_streams_start_on_source_pages_at_every_common_alignment() {
                         dst[d_start + n..].iter().all(|&b| b == 0xEE),
                         "{case}: wrote after"
                     );
+                    // The fill streams from the destination's page boundaries.
+                    config.copier.fill(&mut dst[d_start..d_start + n], 0x5A);
+                    assert!(
+                        dst[d_start..d_start + n].iter().all(|&b| b == 0x5A),
+                        "{case}: fill"
+                    );
+                    assert!(
+                        dst[..d_start].iter().all(|&b| b == 0xEE),
+                        "{case}: fill before"
+                    );
+                    assert!(
+                        dst[d_start + n..].iter().all(|&b| b == 0xEE),
+                        "{case}: fill after"
+                    );
                 }
             }
         }

@@ -729,6 +729,35 @@ macro_rules! vector_kernels {
             unsafe fn fill_nontemporal(dst: *mut u8, v: $v, n: usize) {
                 let skew = (64 - (dst as usize & 63)) & 63;
                 let mut d = dst.add(skew);
+                let stop = dst.add(n);
+                // Pages side by side as in the copy (about 5% more bytes per
+                // second than one stream at 1 GiB here), from a page boundary.
+                const CHUNK: usize = STREAMS * PAGE;
+                let to_page = (PAGE - (d as usize & (PAGE - 1))) & (PAGE - 1);
+                if (stop as usize) - (d as usize) >= to_page + CHUNK {
+                    let page_start = d.add(to_page);
+                    while d < page_start {
+                        stnt(d, v);
+                        d = d.add(W);
+                    }
+                    while (stop as usize) - (d as usize) >= CHUNK {
+                        let mut off = 0;
+                        while off < PAGE {
+                            let mut k = 0;
+                            while k < STREAMS {
+                                let dp = d.add(k * PAGE + off);
+                                let mut i = 0;
+                                while i < VISIT {
+                                    stnt(dp.add(i), v);
+                                    i += W;
+                                }
+                                k += 1;
+                            }
+                            off += VISIT;
+                        }
+                        d = d.add(CHUNK);
+                    }
+                }
                 let end = dst.add(n - B);
                 while d <= end {
                     stnt(d, v);
