@@ -397,6 +397,20 @@ impl Window {
                 }
                 s.complete(state, i, result, Preparer::Inline)?;
                 state = s.lock();
+            } else if s.piece_start(i + 1)
+                <= s.writer_pos.load(Ordering::Relaxed) + s.window_now.load(Ordering::Relaxed)
+            {
+                // Every piece we need is being prepared by the thread: rather
+                // than sleep, prepare the next one inside the window, which the
+                // writer needs soon after (both CPUs then share the work).
+                s.writer_waits.fetch_add(1, Ordering::Relaxed);
+                s.prepare_one(
+                    state,
+                    i,
+                    s.writer_pos.load(Ordering::Relaxed),
+                    Preparer::Inline,
+                )?;
+                state = s.lock();
             } else {
                 // Every piece we need is being prepared by the thread.
                 s.writer_waits.fetch_add(1, Ordering::Relaxed);
