@@ -144,8 +144,13 @@ impl Buffer {
         })
     }
 
-    /// A buffer with explicit options.
+    /// A buffer with explicit options. The first buffer of a process also
+    /// sets up `pagewise::copy` (CPU detection, a few microseconds), so that
+    /// no fill or copy into the buffer pays for it later.
     pub fn with_options(options: BufferOptions) -> Result<Buffer, BufferError> {
+        // The copy and fill detect the CPU on first use: do it here, not in
+        // the first `resize` or write.
+        crate::copy::Routine::Pagewise.prepare();
         let mut buffer = Buffer {
             background: Vec::new(),
             reservation: None,
