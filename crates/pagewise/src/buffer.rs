@@ -334,9 +334,13 @@ impl Buffer {
         self.reserve(bytes.len())?;
         let start = self.len;
         let reservation = self.reservation.as_mut().expect("reserved");
-        let _ = crate::copy::copy(
+        let equal = crate::copy::copy(
             &mut reservation.as_mut_slice()[start..start + bytes.len()],
             bytes,
+        );
+        debug_assert!(
+            equal.is_ok(),
+            "the destination was cut to the source's length"
         );
         self.len += bytes.len();
         Ok(())

@@ -31,6 +31,22 @@ fn small(pretouch: bool) -> Options {
     }
 }
 
+/// `Writer::open` right after the previous writer was dropped. Other tests in
+/// this process start child processes; a child holds copies of this process's
+/// descriptors (the queue file's too, and with it the writer lock) until it
+/// execs, so the lock can outlive the writer by a moment: retry briefly.
+fn reopen(path: &Path, options: Options) -> Writer {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        match Writer::open(path, options.clone()) {
+            Err(QueueError::WriterLocked { .. }) if Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(1))
+            }
+            other => return other.unwrap(),
+        }
+    }
+}
+
 /// A payload that encodes its sequence number and has a length that varies with it.
 fn payload(seq: u64) -> Vec<u8> {
     let len = (seq * 37 % 300) as usize + 8;
@@ -300,7 +316,7 @@ fn one_writer_at_a_time() {
     assert!(inspect(&path).unwrap().writer_alive);
     drop(w);
     assert!(!inspect(&path).unwrap().writer_alive);
-    let mut w = Writer::open(&path, small(true)).unwrap();
+    let mut w = reopen(&path, small(true));
     w.append(b"x").unwrap();
 }
 
@@ -317,7 +333,7 @@ fn a_new_writer_continues_after_the_last_record_and_discards_a_torn_one() {
     // Fake a writer that died after writing a long payload but before its mark.
     let f = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
     f.write_all_at(&[0x55; 1000], end.0 + 8).unwrap();
-    let mut w = Writer::open(&path, small(true)).unwrap();
+    let mut w = reopen(&path, small(true));
     assert_eq!(w.recovery().end, end);
     assert!(w.recovery().torn_record_discarded);
     // A short record in the torn one's place: readers must not see the old bytes.
@@ -350,7 +366,7 @@ fn a_damaged_end_hint_does_not_make_the_next_writer_skip_chunks() {
     // The tail-chunk hint (header offset 128, not checksummed) names the last chunk.
     let f = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
     f.write_all_at(&(chunks - 1).to_le_bytes(), 128).unwrap();
-    let mut w = Writer::open(&path, small(true)).unwrap();
+    let mut w = reopen(&path, small(true));
     assert_eq!(w.recovery().end, end);
     let p = w.append(b"continues").unwrap();
     assert_eq!(p, end);
@@ -382,7 +398,7 @@ fn record_crcs_catch_damaged_payloads() {
         other => panic!("{other:?}"),
     }
     // Recovery treats a committed record with a bad CRC as torn: it and what follows go.
-    let w = Writer::open(&path, options).unwrap();
+    let w = reopen(&path, options);
     assert_eq!(w.recovery().crc_failed_at, Some(p[4]));
     assert_eq!(w.position(), p[4]);
 }
@@ -396,6 +412,9 @@ fn retention_drops_old_chunks_and_tells_a_reader_how_far_behind_it_is() {
     for seq in 1..3000 {
         w.append(&payload(seq)).unwrap();
     }
+    // Let the pre-toucher fill its largest window now, so that it allocates
+    // nothing between the two measurements of allocated bytes below.
+    w.wait_pretouched(1 << 20).unwrap();
     let mut slow = Reader::open(&path).unwrap();
     assert_eq!(slow.next().unwrap().unwrap().position, first);
     let before = inspect(&path).unwrap();
@@ -557,7 +576,9 @@ fn truncation_by_another_process_is_a_clear_error() {
     for watch in [true, false] {
         let d = dir();
         let path = d.path().join("q");
-        let mut w = Writer::create(&path, small(true)).unwrap();
+        // No pre-toucher: its thread could extend the file again right after
+        // the truncation, and the reader would rightly see no truncation.
+        let mut w = Writer::create(&path, small(false)).unwrap();
         for seq in 0..500 {
             w.append(&payload(seq)).unwrap();
         }
@@ -776,4 +797,48 @@ fn both_copy_routines_carry_the_same_bytes() {
             .enumerate()
             .all(|(i, (_, p))| *p == payload(i as u64)));
     }
+}
+
+#[test]
+fn idle_pretouch_reopened_at_an_unaligned_position_crosses_small_chunks() {
+    // Inline preparation claims runs of 4 KiB pieces; a writer reopened in the
+    // middle of a run's span must still never prepare across a chunk boundary.
+    let d = dir();
+    let path = d.path().join("q");
+    let options = || Options {
+        chunk_size: CHUNK,
+        ..idle_only(64 << 10)
+    };
+    let mut seq = 0u64;
+    for round in 0..4 {
+        let mut w = if round == 0 {
+            Writer::create(&path, options()).unwrap()
+        } else {
+            reopen(&path, options())
+        };
+        // An odd number of varying records: the next writer opens mid-piece.
+        for _ in 0..(round * 131 + 77) {
+            w.append(&payload(seq)).unwrap();
+            seq += 1;
+        }
+        // Some idle work, but not all of it, then a burst across chunks.
+        for _ in 0..round * 3 {
+            w.idle_work().unwrap();
+        }
+        for _ in 0..600 {
+            w.append(&payload(seq)).unwrap();
+            seq += 1;
+        }
+    }
+    let mut r = Reader::open(&path).unwrap();
+    let all = read_all(&mut r);
+    assert_eq!(all.len() as u64, seq);
+    assert!(all
+        .iter()
+        .enumerate()
+        .all(|(i, (_, p))| *p == payload(i as u64)));
+    assert!(
+        all.last().unwrap().0 .0 > 4096 + 5 * CHUNK,
+        "crossed many chunks"
+    );
 }

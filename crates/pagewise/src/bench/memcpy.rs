@@ -545,11 +545,6 @@ impl Buffers {
 }
 
 #[inline(never)]
-fn pagewise_copy(dst: &mut [u8], src: &[u8]) {
-    let _ = crate::copy::copy(dst, src);
-}
-
-#[inline(never)]
 fn pagewise_fill(dst: &mut [u8], byte: u8) {
     crate::copy::fill(dst, byte);
 }
@@ -633,7 +628,7 @@ fn trial(op: Op, side: Routine, bufs: &mut Buffers, spec: &Spec, blocks: &[(usiz
     let dst = dst.as_mut_slice();
     let (calls, elapsed) = match (op, side) {
         (Op::Memcpy, Routine::Pagewise) => {
-            timed_loop(pagewise_copy, dst, src, n, reps, blocks, hot)
+            timed_loop(crate::copy::copy_prefix, dst, src, n, reps, blocks, hot)
         }
         (Op::Memcpy, Routine::Glibc) => timed_loop(glibc_memcpy, dst, src, n, reps, blocks, hot),
         (Op::Memset, Routine::Pagewise) => {
@@ -666,7 +661,7 @@ fn verify(op: Op, bufs: &mut Buffers, spec: &Spec, block: (usize, usize)) -> boo
         Op::Memcpy => {
             let src = &src.as_slice()[s..s + n];
             dst.fill(0xee);
-            pagewise_copy(dst, src);
+            crate::copy::copy_prefix(dst, src);
             dst == src
         }
         Op::Memset => {
@@ -893,7 +888,9 @@ fn run_fleet(
         let Buffers { src, dst } = bufs;
         let (dst, src) = (dst.as_mut_slice(), src.as_slice());
         let elapsed = match (op, side) {
-            (Op::Memcpy, Routine::Pagewise) => fleet_loop(pagewise_copy, dst, src, &calls),
+            (Op::Memcpy, Routine::Pagewise) => {
+                fleet_loop(crate::copy::copy_prefix, dst, src, &calls)
+            }
             (Op::Memcpy, Routine::Glibc) => fleet_loop(glibc_memcpy, dst, src, &calls),
             (Op::Memset, Routine::Pagewise) => {
                 let byte = fill_byte();

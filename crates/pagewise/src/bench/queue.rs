@@ -731,10 +731,6 @@ fn phase(
                 path,
                 Options {
                     pretouch: None,
-                    chunk_size: std::env::var("PWX_CHUNK")
-                        .ok()
-                        .and_then(|v| v.parse().ok())
-                        .unwrap_or(64 << 20),
                     ..Options::default()
                 },
             )

@@ -335,9 +335,10 @@ impl std::str::FromStr for Routine {
 /// [`copy`] of the common prefix, never inlined: the same contract as
 /// [`crate::sys::copy::glibc_memcpy`], so the two can stand in for each other.
 #[inline(never)]
-fn copy_prefix(dst: &mut [u8], src: &[u8]) {
+pub(crate) fn copy_prefix(dst: &mut [u8], src: &[u8]) {
     let n = dst.len().min(src.len());
-    let _ = copy(&mut dst[..n], &src[..n]);
+    let equal = copy(&mut dst[..n], &src[..n]);
+    debug_assert!(equal.is_ok(), "both sides were cut to {n} bytes");
 }
 
 /// Changes the size from which [`copy`] and [`fill`] use non-temporal stores,

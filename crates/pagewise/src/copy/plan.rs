@@ -366,7 +366,11 @@ impl Plan {
                              ({visit} B from each in turn), destination aligned to 64 B, sfence"
                         )
                     } else {
-                        format!("{w}-byte non-temporal stores, destination aligned to 64 B, sfence")
+                        let (pages, visit) = crate::sys::copy::NONTEMPORAL_STREAMS;
+                        format!(
+                            "{w}-byte non-temporal stores, {pages} pages side by side \
+                             ({visit} B to each in turn), destination aligned to 64 B, sfence"
+                        )
                     },
                 });
             }

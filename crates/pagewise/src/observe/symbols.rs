@@ -700,14 +700,17 @@ mod tests {
         assert_eq!(m.name, exe.to_string_lossy());
         let mut sym = Symbolizer::new(&s);
         let frames = sym.frames(pid, addr, false);
-        assert!(
-            frames[0].function.contains("symbolizes_this_test_binary"),
-            "{frames:?}"
-        );
-        assert!(frames[0]
+        // In an optimised build the first instructions may belong to a callee
+        // inlined there (frames come innermost first): this function is then the
+        // outer frame of the same address.
+        let own = frames
+            .iter()
+            .find(|f| f.function.contains("symbolizes_this_test_binary"))
+            .unwrap_or_else(|| panic!("{frames:?}"));
+        assert!(own
             .file
             .as_deref()
             .is_some_and(|f| f.ends_with("symbols.rs")));
-        assert!(frames[0].own);
+        assert!(own.own);
     }
 }

@@ -135,7 +135,6 @@ impl ChunkMaps {
         drop(dropped);
     }
 
-    /// Unmaps retired mappings (called by the background thread).
     /// Drops the page-table entries of the next 1 MiB of the oldest retired
     /// mapping, or unmaps it once it has none; returns whether there was one.
     pub(crate) fn unmap_retired_step(&self) -> bool {
@@ -157,6 +156,7 @@ impl ChunkMaps {
         true
     }
 
+    /// Unmaps retired mappings (called by the background thread).
     pub(crate) fn unmap_retired(&self) {
         let retired = {
             let mut inner = self.lock();

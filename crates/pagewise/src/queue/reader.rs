@@ -635,14 +635,14 @@ impl Reader {
     /// 256 KiB ahead and never past the file size), so reading them later
     /// takes no page fault.
     fn idle_work(&mut self) {
-        if self.retired.is_some() {
-            self.drop_retired_piece();
-            return;
-        }
         const AHEAD: u64 = 256 << 10;
         let page = 4096;
         let from = (self.pos - self.chunk_base) & !(page - 1);
         if self.populated_to > from + AHEAD / 2 {
+            // Reading ahead is done: the old chunk's mapping comes next.
+            if self.retired.is_some() {
+                self.drop_retired_piece();
+            }
             return;
         }
         let limit = (self

@@ -43,7 +43,7 @@ pub struct PreTouch {
     pub lead: Duration,
     /// Prepare the window on a background thread (default `true`). `false`:
     /// no thread; the writer prepares the window itself, one small piece
-    /// (16 KiB) per [`Writer::idle_work`](super::Writer::idle_work) call
+    /// (4 KiB) per [`Writer::idle_work`](super::Writer::idle_work) call
     /// while it waits between records, and inline when it catches up. For
     /// a paced writer on a machine with no core to spare for the thread,
     /// whose wake-ups would otherwise delay the writer or its readers.
@@ -78,7 +78,7 @@ impl PreTouch {
     }
 
     /// The piece size for this window: an eighth of it, 64 KiB to 1 MiB, on
-    /// a background thread; 16 KiB (a few microseconds of work) when the
+    /// a background thread; 4 KiB (a few microseconds of work) when the
     /// writer prepares pieces in its idle time.
     pub(crate) fn piece(&self) -> u64 {
         if !self.background {
@@ -128,7 +128,8 @@ pub struct WindowReport {
     pub peak_window_bytes: u64,
     /// Pieces the background thread prepared.
     pub pieces_background: u64,
-    /// Pieces the writer prepared itself because it caught up.
+    /// Pieces the writer prepared itself: because it caught up, or instead
+    /// of waiting while the thread prepared the one it needed.
     pub pieces_inline: u64,
     /// Pieces the writer prepared in [`Writer::idle_work`](super::Writer::idle_work).
     pub pieces_idle: u64,
@@ -203,7 +204,6 @@ impl Shared {
         state.next = i + 1;
     }
 
-    /// Records a finished piece; returns the error for the caller.
     /// Claims piece `i` (found unclaimed under `state`), prepares it without
     /// the lock, and completes it; `pos` is the writer's position, for the
     /// peak-window report.
@@ -225,6 +225,7 @@ impl Shared {
         self.complete(state, i, result, by)
     }
 
+    /// Records a finished piece; returns the error for the caller.
     fn complete(
         &self,
         mut state: MutexGuard<'_, State>,
@@ -362,6 +363,7 @@ impl Window {
             s.wake.notify_one();
         }
         let need_piece = (need - 1).saturating_sub(s.origin) / s.piece;
+        let mut may_help = true;
         let mut state = s.lock();
         loop {
             let f = s.frontier.load(Ordering::Acquire);
@@ -372,9 +374,12 @@ impl Window {
             if i <= need_piece {
                 // Small (idle-time) pieces are prepared in runs of up to 64 KiB
                 // here: one system call per 4 KiB would cost more than the faults.
+                // A run ends at a multiple of 64 KiB from the origin, so it never
+                // crosses a chunk (chunks are power-of-two multiples of 64 KiB).
+                let per_run = (INLINE_RUN / s.piece).max(1);
                 let mut run = 1;
                 Shared::claim(&mut state, i);
-                while run < (INLINE_RUN / s.piece).max(1)
+                while !(i + run).is_multiple_of(per_run)
                     && !state.inflight.contains(&(i + run))
                     && !state.done.contains(&(i + run))
                 {
@@ -397,19 +402,21 @@ impl Window {
                 }
                 s.complete(state, i, result, Preparer::Inline)?;
                 state = s.lock();
-            } else if s.piece_start(i + 1)
-                <= s.writer_pos.load(Ordering::Relaxed) + s.window_now.load(Ordering::Relaxed)
+            } else if may_help
+                && s.piece_start(i + 1)
+                    <= s.writer_pos.load(Ordering::Relaxed) + s.window_now.load(Ordering::Relaxed)
             {
                 // Every piece we need is being prepared by the thread: rather
                 // than sleep, prepare the next one inside the window, which the
-                // writer needs soon after (both CPUs then share the work).
+                // writer needs soon after (both CPUs then share the work). A
+                // failure here is not this call's: the piece goes back, and the
+                // writer stops helping and waits (it meets the error again only
+                // if it needs that piece).
                 s.writer_waits.fetch_add(1, Ordering::Relaxed);
-                s.prepare_one(
-                    state,
-                    i,
-                    s.writer_pos.load(Ordering::Relaxed),
-                    Preparer::Inline,
-                )?;
+                let pos = s.writer_pos.load(Ordering::Relaxed);
+                if s.prepare_one(state, i, pos, Preparer::Inline).is_err() {
+                    may_help = false;
+                }
                 state = s.lock();
             } else {
                 // Every piece we need is being prepared by the thread.
@@ -423,7 +430,6 @@ impl Window {
         }
     }
 
-    /// What the window did so far.
     /// One step of idle-time work on the writer's thread: prepares the
     /// lowest unprepared piece if it ends inside `window` bytes of the
     /// writer, else one housekeeping step. Returns whether it did anything.
@@ -446,6 +452,7 @@ impl Window {
         Ok(true)
     }
 
+    /// What the window did so far.
     pub(crate) fn report(&self) -> WindowReport {
         let s = &*self.shared;
         WindowReport {

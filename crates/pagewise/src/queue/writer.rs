@@ -308,7 +308,9 @@ impl Writer {
             window: 1 << 20,
             max_window: 1 << 20,
             lead: Duration::ZERO,
-            background: false,
+            // Only sizes the pieces (128 KiB): without pre-touch there is no
+            // thread and `idle_work` does nothing.
+            background: true,
         });
         let piece = pretouch.piece().min(geometry.chunk_size);
         let maps = Arc::new(ChunkMaps::new(
@@ -448,7 +450,7 @@ impl Writer {
     }
 
     /// Does a little of the pre-toucher's work on this thread: prepares one
-    /// 16 KiB piece of the window (allocate and fault in: a few
+    /// 4 KiB piece of the window (allocate and fault in: a few
     /// microseconds) when the window is short, or takes a retired chunk's
     /// mapping down by 1 MiB (tens of microseconds). Returns whether there
     /// was work. Call it while a paced writer waits for its next record;
@@ -475,8 +477,10 @@ impl Writer {
     pub fn append(&mut self, payload: &[u8]) -> Result<Position, QueueError> {
         let pos = self.reserve_space(payload.len())?;
         let off = (pos - self.chunk_base) as usize;
-        self.map
+        let written = self
+            .map
             .write_with(off + MARK_LEN as usize, payload, self.copy);
+        debug_assert!(written, "reserve_space made room in this chunk");
         self.commit_at(pos, payload.len(), Some(payload));
         Ok(Position(pos))
     }

@@ -196,9 +196,10 @@ impl RawMap {
             return false;
         };
         // SAFETY: [p, p+len) is inside the live mapping and readable for the duration of
-        // the call (the mapping outlives &self); the caller ordered these bytes with an
-        // acquire load, and by the queue protocol no process writes committed bytes, so
-        // the shared view is not mutated while borrowed. dst is a distinct buffer we own.
+        // the call (the mapping outlives &self). The only callers (crate-internal: the
+        // queue reader and the benchmark's floor reader) pass bytes they saw published
+        // with an acquire load and that their protocol never writes again, so the shared
+        // view is not mutated while borrowed. dst is a distinct buffer we own.
         let src = unsafe { std::slice::from_raw_parts(p.cast_const(), dst.len()) };
         routine(dst, src);
         true
@@ -355,9 +356,12 @@ impl ReadMap {
     }
 
     /// Like `copy_out`, with the copy done by `routine` (for example
-    /// [`crate::copy::Routine::function`]).
+    /// [`crate::copy::Routine::function`]); one call of it. Crate-only: the
+    /// routine sees the mapped bytes as a shared slice, which is sound only
+    /// for bytes no process writes while it runs (the queue's committed
+    /// records, the benchmark's published slots).
     #[inline]
-    pub fn copy_out_with(
+    pub(crate) fn copy_out_with(
         &self,
         offset: usize,
         dst: &mut [u8],
@@ -492,18 +496,18 @@ impl WriteMap {
         true
     }
 
-    /// Like `write`, with the copy done by `routine`; `false` if out of range.
+    /// Like `write`, with the copy done by `routine` (one call of it);
+    /// `false` if out of range. Takes `&mut self`: the bytes are handed to the
+    /// routine as a mutable slice (see [`WriteMap::slice_mut`]).
     #[inline]
-    pub fn write_with(&self, offset: usize, src: &[u8], routine: fn(&mut [u8], &[u8])) -> bool {
-        let Some(p) = self.raw.at(offset, src.len(), 1) else {
-            return false;
-        };
-        // SAFETY: [p, p+len) is inside the live writable mapping for the duration of the
-        // call; no other view of these bytes is handed out while the writer holds the
-        // queue lock, and src is our own buffer, so the two slices cannot overlap.
-        let dst = unsafe { std::slice::from_raw_parts_mut(p, src.len()) };
-        routine(dst, src);
-        true
+    pub fn write_with(&mut self, offset: usize, src: &[u8], routine: fn(&mut [u8], &[u8])) -> bool {
+        match self.slice_mut(offset, src.len()) {
+            Some(dst) => {
+                routine(dst, src);
+                true
+            }
+            None => false,
+        }
     }
 
     /// Zeroes `[offset, offset+len)`; `false` (nothing written) if out of range.
