@@ -134,6 +134,14 @@ pub fn run(args: &QueueArgs) -> anyhow::Result<ExitCode> {
         ]);
     }
     println!("{t}");
+    for r in &report.rows {
+        if let Some(why) = &r.failed {
+            println!(
+                "{}: only {} of {} trials ran; then: {why}",
+                r.name, r.trials, report.trials
+            );
+        }
+    }
     for n in &report.not_run {
         println!("not run: {}: {}", n.name, n.reason);
     }

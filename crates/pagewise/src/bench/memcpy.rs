@@ -306,6 +306,14 @@ pub fn end_to_end(
     if let Some(n) = report.not_run.first() {
         return Err(format!("the {} run failed: {}", n.name, n.reason));
     }
+    if let Some(r) = report.rows.iter().find(|r| r.failed.is_some()) {
+        return Err(format!(
+            "the {} run failed after {} trials: {}",
+            r.name,
+            r.trials,
+            r.failed.as_deref().unwrap_or_default()
+        ));
+    }
     let of = |copy: Routine| {
         report
             .rows

@@ -592,6 +592,9 @@ pub struct Row {
     pub writer_pieces_inline: u64,
     /// Trials run.
     pub trials: usize,
+    /// Why the row's remaining trials were not run, when one failed after
+    /// others had succeeded (the figures are then over fewer trials).
+    pub failed: Option<String>,
 }
 
 /// A row that could not run, and why.
@@ -881,6 +884,7 @@ pub fn run(config: &Config, progress: &dyn Progress, spawn: Spawn<'_>) -> Report
             writer_pieces_inline: median(t.iter().map(|x| x.pieces_inline as f64))
                 .map_or(0, |s| s.median.round() as u64),
             trials: t.len(),
+            failed: failures[i].take(),
         });
     }
     Report {
