@@ -42,6 +42,10 @@ pub struct CopyArgs {
     /// Do not ask for transparent huge pages on the buffers.
     #[arg(long)]
     pub no_huge_pages: bool,
+    /// Also run every cold size from 16 MiB with pagewise's `copy_parallel` /
+    /// `fill_parallel` on N threads (glibc's side stays on one thread).
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=1024))]
+    pub parallel: u64,
     /// memcpy only: skip the end-to-end row (the queue experiment with 4 KiB
     /// records, copied by each routine).
     #[arg(long)]
@@ -110,6 +114,7 @@ pub fn run(op: Op, args: &CopyArgs) -> anyhow::Result<ExitCode> {
             .map(|p| p.canonicalize().unwrap_or(p).to_string_lossy().into_owned()),
         fleet_calls: args.fleet_calls as usize,
         huge_pages: !args.no_huge_pages,
+        parallel: args.parallel as usize,
         ..Options::default()
     };
     let mut report = {

@@ -92,7 +92,10 @@ type Series = Vec<(f64, f64)>;
 
 fn series(report: &Report, hot: bool) -> (Series, Series) {
     let rows = report.rows.iter().filter(|r| {
-        r.src_offset % 64 == 0 && r.dst_offset % 64 == 0 && (r.residency != Residency::Cold) == hot
+        r.src_offset % 64 == 0
+            && r.dst_offset % 64 == 0
+            && r.threads == 1
+            && (r.residency != Residency::Cold) == hot
     });
     let mut ours = Vec::new();
     let mut theirs = Vec::new();

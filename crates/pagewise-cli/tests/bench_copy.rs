@@ -67,6 +67,7 @@ fn memcpy_json_has_rows_fleet_and_machine() {
         "memcpy",
         "--json",
         "--quiet",
+        "--no-end-to-end",
         "--sizes",
         "64,4K",
         "--no-cold",
@@ -141,6 +142,7 @@ fn table_output_names_rows_and_ratio() {
             "bench",
             "memcpy",
             "-q",
+            "--no-end-to-end",
             "--sizes",
             "256",
             "--no-cold",
@@ -177,6 +179,7 @@ fn bad_fleet_file_is_a_one_line_error() {
                 "bench",
                 "memcpy",
                 "-q",
+                "--no-end-to-end",
                 "--sizes",
                 "64",
                 "--no-cold",
@@ -229,6 +232,7 @@ fn plots_are_written_as_svg_and_png() {
                 "64,1K",
                 "--no-cold",
                 "--no-fleet",
+                "--no-end-to-end",
                 "--trials",
                 "1",
                 "--plot",
@@ -299,4 +303,46 @@ fn environment_pins_the_plan() {
     assert_eq!(plan["isa_source"], "environment");
     assert_eq!(plan["copy_nontemporal"], 3 << 20);
     assert_eq!(plan["nontemporal_source"], "environment");
+}
+
+#[test]
+fn memcpy_parallel_and_end_to_end_rows() {
+    let shm = tempfile::tempdir_in("/dev/shm").unwrap_or_else(|_| tempfile::tempdir().unwrap());
+    let json = run_json(&[
+        "bench",
+        "memcpy",
+        "--json",
+        "--quiet",
+        "--sizes",
+        "16M",
+        "--no-hot",
+        "--no-misaligned",
+        "--no-fleet",
+        "--trials",
+        "1",
+        "--parallel",
+        "2",
+        "--end-to-end-records",
+        "20000",
+        "--tmpfs-dir",
+        shm.path().to_str().unwrap(),
+    ]);
+    let rows = json["rows"].as_array().unwrap();
+    let names: Vec<&str> = rows.iter().map(|r| r["name"].as_str().unwrap()).collect();
+    assert_eq!(
+        names,
+        ["16 MiB cold aligned", "16 MiB cold aligned, 2 threads"],
+        "{json}"
+    );
+    assert_eq!(rows[0]["threads"], 1);
+    assert_eq!(rows[1]["threads"], 2);
+    assert!(rows[1]["gbps"].as_f64().unwrap() > 0.0);
+    let e = &json["end_to_end"];
+    assert_eq!(e["bytes"], 4096, "{json}");
+    assert_eq!(e["records"], 20000);
+    for key in ["gbps", "glibc_gbps", "ratio"] {
+        assert!(e[key].as_f64().unwrap() > 0.0, "{key} in {e}");
+    }
+    // The queue files are removed.
+    assert!(std::fs::read_dir(shm.path()).unwrap().next().is_none());
 }

@@ -439,3 +439,39 @@ fn nontemporal_streams_start_on_source_pages_at_every_common_alignment() {
         }
     }
 }
+
+#[test]
+fn parallel_copy_and_fill_match_the_serial_ones() {
+    // Sizes on both sides of PARALLEL_MIN, odd lengths and offsets, and thread
+    // counts from 0 (taken as 1) to more than this machine has.
+    let big = copy::PARALLEL_MIN * 3 + 4095 + 13;
+    let mut src = vec![0u8; big + 64];
+    pattern(&mut src, 3);
+    let mut dst = vec![0u8; big + 64];
+    for &(n, s_off, d_off) in &[
+        (copy::PARALLEL_MIN - 1, 0usize, 0usize),
+        (copy::PARALLEL_MIN, 7, 1),
+        (big, 5, 9),
+    ] {
+        for threads in [0usize, 2, 64] {
+            dst.fill(0xEE);
+            copy::copy_parallel(&mut dst[d_off..d_off + n], &src[s_off..s_off + n], threads)
+                .unwrap();
+            let case = format!("n {n} src+{s_off} dst+{d_off} threads {threads}");
+            assert!(dst[d_off..d_off + n] == src[s_off..s_off + n], "{case}");
+            assert!(dst[..d_off].iter().all(|&b| b == 0xEE), "{case}: before");
+            assert!(dst[d_off + n..].iter().all(|&b| b == 0xEE), "{case}: after");
+            copy::fill_parallel(&mut dst[d_off..d_off + n], 0x42, threads);
+            assert!(
+                dst[d_off..d_off + n].iter().all(|&b| b == 0x42),
+                "{case}: fill"
+            );
+            assert!(
+                dst[d_off + n..].iter().all(|&b| b == 0xEE),
+                "{case}: fill after"
+            );
+        }
+    }
+    let err = copy::copy_parallel(&mut dst[..10], &src[..11], 2).unwrap_err();
+    assert_eq!((err.dst, err.src), (10, 11));
+}

@@ -159,6 +159,10 @@ pub struct Options {
     pub huge_pages: bool,
     /// Seed of the fleet call sequence.
     pub seed: u64,
+    /// When above 1: every cold size from [`crate::copy::PARALLEL_MIN`] also
+    /// gets a row where pagewise's side is `copy_parallel` / `fill_parallel`
+    /// on this many threads (glibc's side stays single-threaded).
+    pub parallel: usize,
 }
 
 impl Options {
@@ -186,6 +190,7 @@ impl Default for Options {
             fleet_calls: 100_000,
             huge_pages: true,
             seed: 0x5eed,
+            parallel: 1,
         }
     }
 }
@@ -203,6 +208,9 @@ pub struct Row {
     pub src_offset: usize,
     /// Destination offset from a 4 KiB boundary.
     pub dst_offset: usize,
+    /// Threads on pagewise's side (1: `copy`/`fill`; more: `copy_parallel`
+    /// / `fill_parallel`); glibc's side is always one thread.
+    pub threads: usize,
     /// Calls per trial.
     pub calls: u64,
     /// pagewise, median GB/s (10^9 bytes per second).
@@ -459,6 +467,8 @@ struct Spec {
     residency: Residency,
     src_offset: usize,
     dst_offset: usize,
+    /// Threads of pagewise's side (1: `copy`/`fill`; more: the parallel ones).
+    threads: usize,
 }
 
 impl Spec {
@@ -468,8 +478,13 @@ impl Spec {
             (Op::Memset, _, d) => format!("dst+{d}"),
             (Op::Memcpy, s, d) => format!("src+{s} dst+{d}"),
         };
+        let threads = if self.threads > 1 {
+            format!(", {} threads", self.threads)
+        } else {
+            String::new()
+        };
         format!(
-            "{} {} {placement}",
+            "{} {} {placement}{threads}",
             size_label(self.bytes),
             self.residency.label()
         )
@@ -507,7 +522,18 @@ fn specs(op: Op, options: &Options, caches: &Caches) -> Vec<Spec> {
                     residency,
                     src_offset,
                     dst_offset,
+                    threads: 1,
                 });
+                if !residency.is_hot() && options.parallel > 1 && bytes >= crate::copy::PARALLEL_MIN
+                {
+                    out.push(Spec {
+                        bytes,
+                        residency,
+                        src_offset,
+                        dst_offset,
+                        threads: options.parallel,
+                    });
+                }
             }
         }
     }
@@ -635,10 +661,36 @@ fn trial(op: Op, side: Routine, bufs: &mut Buffers, spec: &Spec, blocks: &[(usiz
     };
     let dst = dst.as_mut_slice();
     let (calls, elapsed) = match (op, side) {
+        (Op::Memcpy, Routine::Pagewise) if spec.threads > 1 => {
+            let threads = spec.threads;
+            timed_loop(
+                |d, s| {
+                    let _ = crate::copy::copy_parallel(d, s, threads);
+                },
+                dst,
+                src,
+                n,
+                reps,
+                blocks,
+                hot,
+            )
+        }
         (Op::Memcpy, Routine::Pagewise) => {
             timed_loop(crate::copy::copy_prefix, dst, src, n, reps, blocks, hot)
         }
         (Op::Memcpy, Routine::Glibc) => timed_loop(glibc_memcpy, dst, src, n, reps, blocks, hot),
+        (Op::Memset, Routine::Pagewise) if spec.threads > 1 => {
+            let (byte, threads) = (fill_byte(), spec.threads);
+            timed_loop(
+                |d, _| crate::copy::fill_parallel(d, byte, threads),
+                dst,
+                src,
+                n,
+                reps,
+                blocks,
+                hot,
+            )
+        }
         (Op::Memset, Routine::Pagewise) => {
             let byte = fill_byte();
             timed_loop(
@@ -669,12 +721,20 @@ fn verify(op: Op, bufs: &mut Buffers, spec: &Spec, block: (usize, usize)) -> boo
         Op::Memcpy => {
             let src = &src.as_slice()[s..s + n];
             dst.fill(0xee);
-            crate::copy::copy_prefix(dst, src);
+            if spec.threads > 1 {
+                let _ = crate::copy::copy_parallel(dst, src, spec.threads);
+            } else {
+                crate::copy::copy_prefix(dst, src);
+            }
             dst == src
         }
         Op::Memset => {
             dst.fill(!FILL_BYTE);
-            pagewise_fill(dst, FILL_BYTE);
+            if spec.threads > 1 {
+                crate::copy::fill_parallel(dst, FILL_BYTE, spec.threads);
+            } else {
+                pagewise_fill(dst, FILL_BYTE);
+            }
             dst.iter().all(|&b| b == FILL_BYTE)
         }
     }
@@ -758,6 +818,7 @@ pub fn run(op: Op, options: &Options, progress: &dyn Progress) -> Result<Report,
                 residency: spec.residency,
                 src_offset: if op == Op::Memcpy { spec.src_offset } else { 0 },
                 dst_offset: spec.dst_offset,
+                threads: spec.threads,
                 calls: blocks.len().max(if spec.residency.is_hot() {
                     (HOT_TRIAL_BYTES / spec.bytes.max(HOT_MIN_CALL_BYTES)).max(1)
                 } else {
@@ -772,11 +833,12 @@ pub fn run(op: Op, options: &Options, progress: &dyn Progress) -> Result<Report,
         }
     }
     rows.sort_by(|a, b| {
-        (a.bytes, a.residency, a.dst_offset, a.src_offset).cmp(&(
+        (a.bytes, a.residency, a.dst_offset, a.src_offset, a.threads).cmp(&(
             b.bytes,
             b.residency,
             b.dst_offset,
             b.src_offset,
+            b.threads,
         ))
     });
 
@@ -883,6 +945,7 @@ fn run_fleet(
             residency: Residency::L2,
             src_offset: c.src as usize,
             dst_offset: c.dst as usize,
+            threads: 1,
         };
         if c.bytes > 0 && !verify(op, &mut bufs, &spec, (spec.src_offset, spec.dst_offset)) {
             return Err(BenchError::WrongResult {
@@ -1028,6 +1091,7 @@ mod tests {
             residency: Residency::Cold,
             src_offset: 1,
             dst_offset: 7,
+            threads: 1,
         };
         let pool = 512 << 20;
         let b = blocks(&spec, pool);

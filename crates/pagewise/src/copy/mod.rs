@@ -275,6 +275,105 @@ pub fn fill_temporal(dst: &mut [u8], byte: u8) {
     }
 }
 
+/// Below this many bytes [`copy_parallel`] and [`fill_parallel`] stay on the
+/// calling thread: starting a helper thread costs tens of microseconds.
+pub const PARALLEL_MIN: usize = 16 << 20;
+
+/// Splits `len` bytes into `parts` pieces whose starts are multiples of
+/// 4 KiB (so each piece's non-temporal streams start on page boundaries).
+fn parallel_split(len: usize, parts: usize) -> Vec<usize> {
+    let per = (len / parts).next_multiple_of(4096);
+    let mut sizes = Vec::with_capacity(parts);
+    let mut left = len;
+    while left > 0 {
+        let n = per.min(left);
+        sizes.push(n);
+        left -= n;
+    }
+    sizes
+}
+
+/// How many threads a parallel call uses: at most `threads`, at most the
+/// CPUs this process may run on, and 1 below [`PARALLEL_MIN`].
+fn parallel_threads(len: usize, threads: usize) -> usize {
+    if len < PARALLEL_MIN {
+        return 1;
+    }
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    threads.clamp(1, cpus)
+}
+
+/// Like [`copy`], with the work split over up to `threads` threads: the
+/// caller's and `threads - 1` scoped helpers, each copying a 4 KiB-aligned
+/// part. One core cannot keep enough cache-line fills in flight to use the
+/// memory bus; two on the development VM copy 1 GiB about twice as fast as
+/// one. Costs a thread start per helper (tens of microseconds), so sizes
+/// below [`PARALLEL_MIN`] and machines with one usable CPU stay on the
+/// calling thread. It takes CPUs the caller may need for other work: use it
+/// where a large copy is the critical path.
+pub fn copy_parallel(dst: &mut [u8], src: &[u8], threads: usize) -> Result<(), LengthMismatch> {
+    check(dst, src)?;
+    let threads = parallel_threads(dst.len(), threads);
+    if threads == 1 {
+        return copy(dst, src);
+    }
+    in_parts(dst, Some(src), threads, |d, s| {
+        let equal = copy(d, s);
+        debug_assert!(equal.is_ok(), "both parts have the same length");
+    });
+    Ok(())
+}
+
+/// Like [`fill`], with the work split over up to `threads` threads as in
+/// [`copy_parallel`] (same costs and limits). Two threads fill 1 GiB about
+/// three times as fast as glibc's `memset` on the development VM.
+pub fn fill_parallel(dst: &mut [u8], byte: u8, threads: usize) {
+    let threads = parallel_threads(dst.len(), threads);
+    if threads == 1 {
+        return fill(dst, byte);
+    }
+    in_parts(dst, None, threads, |d, _| fill(d, byte));
+}
+
+/// Runs `work` on matching 4 KiB-aligned parts of `dst` and `src` (empty
+/// parts when there is no source): the first part on this thread, the
+/// others on scoped threads, one each.
+fn in_parts(
+    dst: &mut [u8],
+    src: Option<&[u8]>,
+    threads: usize,
+    work: impl Fn(&mut [u8], &[u8]) + Sync,
+) {
+    global_copier();
+    let sizes = parallel_split(dst.len(), threads);
+    std::thread::scope(|scope| {
+        let work = &work;
+        let mut dst = dst;
+        let mut src = src;
+        let mut mine = None;
+        for (k, n) in sizes.into_iter().enumerate() {
+            let (d, rest) = std::mem::take(&mut dst).split_at_mut(n);
+            dst = rest;
+            let s = match src {
+                Some(all) => {
+                    let (s, rest) = all.split_at(n);
+                    src = Some(rest);
+                    s
+                }
+                None => &[][..],
+            };
+            if k == 0 {
+                mine = Some((d, s));
+            } else {
+                scope.spawn(move || work(d, s));
+            }
+        }
+        if let Some((d, s)) = mine {
+            work(d, s);
+        }
+    });
+}
+
 /// A copy routine a caller can choose where pagewise moves bytes for it (the
 /// queue's appends and reads, the benchmarks' baselines).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
@@ -387,5 +486,24 @@ mod tests {
         let err = "memcpy".parse::<Routine>().unwrap_err();
         assert!(err.contains("pagewise") && err.contains("glibc"), "{err}");
         assert_eq!(Routine::default(), Routine::Pagewise);
+    }
+
+    #[test]
+    fn parallel_parts_cover_the_buffer_on_page_boundaries() {
+        for (len, parts) in [
+            (1 << 30, 2),
+            ((1 << 30) + 4095, 2),
+            ((16 << 20) + 1, 3),
+            (4097, 4),
+        ] {
+            let sizes = super::parallel_split(len, parts);
+            assert_eq!(sizes.iter().sum::<usize>(), len, "{len} in {parts}");
+            assert!(sizes.len() <= parts, "{sizes:?}");
+            let mut start = 0;
+            for n in &sizes {
+                assert!(start % 4096 == 0, "{sizes:?}");
+                start += n;
+            }
+        }
     }
 }
