@@ -966,9 +966,7 @@ fn run_fleet(
         let Buffers { src, dst } = bufs;
         let (dst, src) = (dst.as_mut_slice(), src.as_slice());
         let elapsed = match (op, side) {
-            (Op::Memcpy, Routine::Pagewise) => {
-                fleet_loop(pagewise_copy, dst, src, &calls)
-            }
+            (Op::Memcpy, Routine::Pagewise) => fleet_loop(pagewise_copy, dst, src, &calls),
             (Op::Memcpy, Routine::Glibc) => fleet_loop(glibc_memcpy, dst, src, &calls),
             (Op::Memset, Routine::Pagewise) => {
                 let byte = fill_byte();
