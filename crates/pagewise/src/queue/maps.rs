@@ -138,20 +138,18 @@ impl ChunkMaps {
     /// Drops the page-table entries of the next 1 MiB of the oldest retired
     /// mapping, or unmaps it once it has none; returns whether there was one.
     pub(crate) fn unmap_retired_step(&self) -> bool {
-        const STEP: usize = 1 << 20;
         let mut inner = self.lock();
         let Some(first) = inner.retired.first() else {
             return false;
         };
-        let done = inner.retired_dropped;
-        let len = STEP.min(first.len().saturating_sub(done));
-        if len == 0 || first.advise(done, len, FileAdvice::DropMappings).is_err() {
-            let map = inner.retired.remove(0);
-            inner.retired_dropped = 0;
-            drop(inner);
-            drop(map);
-        } else {
-            inner.retired_dropped += len;
+        match first.drop_mappings_step(inner.retired_dropped) {
+            Some(next) => inner.retired_dropped = next,
+            None => {
+                let map = inner.retired.remove(0);
+                inner.retired_dropped = 0;
+                drop(inner);
+                drop(map);
+            }
         }
         true
     }

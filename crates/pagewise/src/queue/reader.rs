@@ -663,16 +663,13 @@ impl Reader {
     /// Drops the page-table entries of the next 1 MiB of the retired chunk
     /// (tens of microseconds), and unmaps it once none are left.
     fn drop_retired_piece(&mut self) {
-        const PIECE: usize = 1 << 20;
         let Some((map, done)) = &mut self.retired else {
             return;
         };
-        let len = PIECE.min(map.len() - *done);
-        if len == 0 || map.advise(*done, len, FileAdvice::DropMappings).is_err() {
-            self.retired = None;
-            return;
+        match map.drop_mappings_step(*done) {
+            Some(next) => *done = next,
+            None => self.retired = None,
         }
-        *done += len;
     }
 
     /// Sleeps on the header's futex word until the writer commits, a slice

@@ -74,6 +74,9 @@ impl FileAdvice {
     }
 }
 
+/// Bytes per step of [`ReadMap::drop_mappings_step`] / [`WriteMap::drop_mappings_step`].
+pub const DROP_STEP: usize = 1 << 20;
+
 /// The mapped range; unmapped when the last handle drops.
 #[derive(Debug)]
 struct RawMap {
@@ -203,6 +206,18 @@ impl RawMap {
         let src = unsafe { std::slice::from_raw_parts(p.cast_const(), dst.len()) };
         routine(dst, src);
         true
+    }
+
+    /// One step of taking the mapping down: drops the page-table entries of
+    /// the next [`DROP_STEP`] bytes from `done`. `Some(new done)` while bytes
+    /// remain; `None` when none do or the call failed: the caller then drops
+    /// the handle (the `munmap`, cheap once no entries are left).
+    fn drop_mappings_step(&self, done: usize) -> Option<usize> {
+        let len = DROP_STEP.min(self.len.saturating_sub(done));
+        if len == 0 || self.madvise(done, len, FileAdvice::DropMappings).is_err() {
+            return None;
+        }
+        Some(done + len)
     }
 
     fn madvise(&self, offset: usize, len: usize, advice: FileAdvice) -> SysResult<()> {
@@ -375,6 +390,16 @@ impl ReadMap {
         self.raw.madvise(offset, len, advice)
     }
 
+    /// Takes the mapping down by one step (see [`FileAdvice::DropMappings`]):
+    /// drops the page-table entries of the next 1 MiB from `done` (one
+    /// `madvise`, tens of microseconds) and returns the new `done`, or `None`
+    /// when nothing is left or the call failed — then drop the handle, whose
+    /// `munmap` is cheap. Unmapping a large populated mapping at once takes
+    /// about a millisecond; this spreads it over idle time.
+    pub fn drop_mappings_step(&self, done: usize) -> Option<usize> {
+        self.raw.drop_mappings_step(done)
+    }
+
     /// Sleeps while the `u32` at `offset` equals `expected`, until woken or
     /// `timeout` passes (`FUTEX_WAIT`, shared). Returns `false` on timeout,
     /// `true` when woken, when the value differed, or on a signal.
@@ -540,6 +565,16 @@ impl WriteMap {
     /// Applies advice to `[offset, offset+len)`. One `madvise` call.
     pub fn advise(&self, offset: usize, len: usize, advice: FileAdvice) -> SysResult<()> {
         self.raw.madvise(offset, len, advice)
+    }
+
+    /// Takes the mapping down by one step (see [`FileAdvice::DropMappings`]):
+    /// drops the page-table entries of the next 1 MiB from `done` (one
+    /// `madvise`, tens of microseconds) and returns the new `done`, or `None`
+    /// when nothing is left or the call failed — then drop the handle, whose
+    /// `munmap` is cheap. Unmapping a large populated mapping at once takes
+    /// about a millisecond; this spreads it over idle time.
+    pub fn drop_mappings_step(&self, done: usize) -> Option<usize> {
+        self.raw.drop_mappings_step(done)
     }
 
     /// Writes dirty pages of `[offset, offset+len)` back to the file and waits
