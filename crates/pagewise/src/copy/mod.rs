@@ -400,11 +400,13 @@ impl Routine {
 
     /// Does the routine's one-time set-up now (pagewise: detect the CPU and
     /// read the cache sizes, a few microseconds and some page faults), so
-    /// that its first copy on a hot path does not pay for it.
-    pub fn prepare(self) {
+    /// that its first copy on a hot path does not pay for it, and returns
+    /// [`Routine::function`].
+    pub fn prepare(self) -> fn(&mut [u8], &[u8]) {
         if self == Routine::Pagewise {
             global_copier();
         }
+        self.function()
     }
 
     /// The routine as a function of two equal-length slices (a longer side is

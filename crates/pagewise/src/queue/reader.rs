@@ -272,10 +272,7 @@ impl Reader {
             wait: WaitFile::for_reader(path),
             populated_to: 0,
             retired: None,
-            copy: {
-                options.copy.prepare();
-                options.copy.function()
-            },
+            copy: options.copy.prepare(),
         };
         match options.start {
             Start::Beginning => {}

@@ -355,10 +355,7 @@ impl Writer {
             recovery,
             unflushed_from: end.0,
             hook: None,
-            copy: {
-                options.copy.prepare();
-                options.copy.function()
-            },
+            copy: options.copy.prepare(),
             pretouch: populate,
         };
         // The next mark must be inside the allocated file before anyone reads it.
