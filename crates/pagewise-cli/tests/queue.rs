@@ -26,6 +26,27 @@ fn inspect_json(path: &Path) -> serde_json::Value {
     serde_json::from_slice(&out.stdout).expect("JSON")
 }
 
+/// Runs a `bench … --json` command and checks what every such report shares:
+/// success, the schema, no row left unrun. Returns the report and its row names.
+fn bench_report(cmd: &mut Command, schema: &str) -> (serde_json::Value, Vec<String>) {
+    let out = cmd.assert().success().get_output().clone();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(v["schema"], schema);
+    assert_eq!(
+        v["not_run"].as_array().unwrap().len(),
+        0,
+        "{}",
+        v["not_run"]
+    );
+    let names = v["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["name"].as_str().unwrap().to_owned())
+        .collect();
+    (v, names)
+}
+
 #[test]
 fn append_then_tail_round_trips_every_byte() {
     let d = shm_dir();
@@ -240,8 +261,8 @@ fn tail_follow_prints_records_as_they_are_appended() {
 
 #[test]
 fn bench_mmap_prefault_json_has_every_method() {
-    let out = pagewise()
-        .args([
+    let (v, names) = bench_report(
+        pagewise().args([
             "bench",
             "mmap-prefault",
             "--size",
@@ -254,22 +275,11 @@ fn bench_mmap_prefault_json_has_every_method() {
             "1",
             "--json",
             "-q",
-        ])
-        .assert()
-        .success()
-        .get_output()
-        .clone();
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
-    assert_eq!(v["schema"], "pagewise.bench.mmap-prefault/1");
-    assert_eq!(v["size_bytes"], 4 << 20);
-    assert_eq!(
-        v["not_run"].as_array().unwrap().len(),
-        0,
-        "{}",
-        v["not_run"]
+        ]),
+        "pagewise.bench.mmap-prefault/1",
     );
+    assert_eq!(v["size_bytes"], 4 << 20);
     let rows = v["rows"].as_array().unwrap();
-    let names: Vec<&str> = rows.iter().map(|r| r["name"].as_str().unwrap()).collect();
     assert_eq!(
         names,
         [
@@ -311,44 +321,34 @@ fn bench_mmap_prefault_json_has_every_method() {
 fn bench_queue_json_has_the_rows_asked_for() {
     let disk = tempfile::tempdir_in("/var/tmp").unwrap_or_else(|_| tempfile::tempdir().unwrap());
     let tmpfs = shm_dir();
-    let out = pagewise()
-        .args([
-            "bench",
-            "queue",
-            "--records",
-            "50000",
-            "--latency-records",
-            "20000",
-            "--rate",
-            "200000",
-            "--trials",
-            "1",
-            "--json",
-            "-q",
-            "--only",
-            "tmpfs+pretouch,tmpfs,disk+pretouch,floor,tmpfs+idle-pretouch",
-            "--copy",
-            "glibc",
-            "--tmpfs-dir",
-        ])
-        .arg(tmpfs.path())
-        .arg("--disk-dir")
-        .arg(disk.path())
-        .assert()
-        .success()
-        .get_output()
-        .clone();
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
-    assert_eq!(v["schema"], "pagewise.bench.queue/1");
-    assert_eq!(v["record_bytes"], 128);
-    assert_eq!(
-        v["not_run"].as_array().unwrap().len(),
-        0,
-        "{}",
-        v["not_run"]
+    let (v, names) = bench_report(
+        pagewise()
+            .args([
+                "bench",
+                "queue",
+                "--records",
+                "50000",
+                "--latency-records",
+                "20000",
+                "--rate",
+                "200000",
+                "--trials",
+                "1",
+                "--json",
+                "-q",
+                "--only",
+                "tmpfs+pretouch,tmpfs,disk+pretouch,floor,tmpfs+idle-pretouch",
+                "--copy",
+                "glibc",
+                "--tmpfs-dir",
+            ])
+            .arg(tmpfs.path())
+            .arg("--disk-dir")
+            .arg(disk.path()),
+        "pagewise.bench.queue/1",
     );
+    assert_eq!(v["record_bytes"], 128);
     let rows = v["rows"].as_array().unwrap();
-    let names: Vec<&str> = rows.iter().map(|r| r["name"].as_str().unwrap()).collect();
     assert_eq!(
         names,
         [
