@@ -31,6 +31,15 @@ struct Inner {
 }
 
 /// Chunk mappings of one writer.
+impl Inner {
+    /// Removes the oldest retired mapping (to be dropped, i.e. unmapped, once
+    /// the lock is released) and resets the progress of its piecewise drop.
+    fn take_oldest_retired(&mut self) -> WriteMap {
+        self.retired_dropped = 0;
+        self.retired.remove(0)
+    }
+}
+
 #[derive(Debug)]
 pub(crate) struct ChunkMaps {
     path: PathBuf,
@@ -115,8 +124,7 @@ impl ChunkMaps {
             // A writer that never idles (and has no thread) must not pile them
             // up: beyond two, it unmaps the oldest itself.
             if inner.retired.len() > 2 {
-                let oldest = inner.retired.remove(0);
-                inner.retired_dropped = 0;
+                let oldest = inner.take_oldest_retired();
                 drop(inner);
                 drop(oldest);
             }
@@ -145,10 +153,9 @@ impl ChunkMaps {
         match first.drop_mappings_step(inner.retired_dropped) {
             Some(next) => inner.retired_dropped = next,
             None => {
-                let map = inner.retired.remove(0);
-                inner.retired_dropped = 0;
+                let oldest = inner.take_oldest_retired();
                 drop(inner);
-                drop(map);
+                drop(oldest);
             }
         }
         true
