@@ -25,7 +25,8 @@ pub enum Isa {
     /// 32-byte AVX2 vectors.
     Avx2,
     /// 64-byte AVX-512 vectors (AVX-512 Foundation and Byte/Word: the byte
-    /// broadcast of `fill` needs BW).
+    /// broadcast of `fill` needs BW; and BMI2, whose `bzhi` makes the masks of
+    /// the small sizes).
     Avx512,
 }
 
@@ -67,6 +68,7 @@ impl Isa {
                 Isa::Avx512 => {
                     std::arch::is_x86_feature_detected!("avx512f")
                         && std::arch::is_x86_feature_detected!("avx512bw")
+                        && std::arch::is_x86_feature_detected!("bmi2")
                 }
             }
         }
@@ -218,25 +220,35 @@ impl Kernel {
     }
 
     /// Copies `src` into `dst`; copies `min(dst.len(), src.len())` bytes (callers
-    /// check that the lengths are equal). With AVX-512 every size goes to the
-    /// kernel (masked moves make sizes up to 64 bytes branch-free); otherwise
-    /// sizes up to 32 bytes are handled inline.
+    /// check that the lengths are equal). Small enough to inline into the
+    /// caller: one compare and one direct call. With AVX-512 the kernel
+    /// handles sizes up to 128 bytes as a leaf (masked moves make sizes up to
+    /// 64 bytes branch-free); other instruction sets take [`Kernel::copy_narrow`].
     #[inline]
     pub fn copy(&self, dst: &mut [u8], src: &[u8], t: &Thresholds) {
-        let n = dst.len().min(src.len());
-        let d = dst.as_mut_ptr();
-        let s = src.as_ptr();
+        #[cfg(target_arch = "x86_64")]
+        if self.isa == Isa::Avx512 {
+            let n = dst.len().min(src.len());
+            // SAFETY: both slices hold at least n bytes and cannot overlap (one is
+            // borrowed mutably); AVX-512 F and BW and BMI2 are supported (checked in `new`).
+            unsafe { x86::avx512_small::copy_any(dst.as_mut_ptr(), src.as_ptr(), n, t) };
+            return;
+        }
+        self.copy_narrow(dst, src, t)
+    }
+
+    /// [`Kernel::copy`] without AVX-512: sizes up to 32 bytes with scalar and
+    /// 16-byte moves, larger ones by the AVX2 or SSE2 kernel. Out of line, so
+    /// that the callers of [`Kernel::copy`] stay small.
+    #[inline(never)]
+    fn copy_narrow(&self, dst: &mut [u8], src: &[u8], t: &Thresholds) {
         #[cfg(target_arch = "x86_64")]
         {
-            if self.isa == Isa::Avx512 {
-                // SAFETY: both slices hold at least n bytes and cannot overlap (one is
-                // borrowed mutably); AVX-512 F and BW are supported (checked in `new`).
-                unsafe { x86::avx512_small::copy_any(d, s, n, t) };
-                return;
-            }
             if copy_small(dst, src) {
                 return;
             }
+            let n = dst.len().min(src.len());
+            let (d, s) = (dst.as_mut_ptr(), src.as_ptr());
             // SAFETY: both slices hold at least n > 32 bytes and cannot overlap;
             // `self.isa` is supported by this CPU (checked in `new`).
             unsafe {
@@ -249,30 +261,37 @@ impl Kernel {
         #[cfg(not(target_arch = "x86_64"))]
         {
             let _ = t;
-            // SAFETY: both slices hold at least n bytes and cannot overlap.
-            unsafe { std::ptr::copy_nonoverlapping(s, d, n) }
+            let n = dst.len().min(src.len());
+            dst[..n].copy_from_slice(&src[..n]);
         }
     }
 
-    /// Sets every byte of `dst` to `byte`. With AVX-512 every size goes to the
-    /// kernel, where sizes up to 64 bytes take one masked store and no
-    /// size-dependent branch (calls of varying sizes then never mispredict);
-    /// otherwise sizes up to 128 bytes are handled inline.
+    /// Sets every byte of `dst` to `byte`. Small enough to inline into the
+    /// caller, as [`Kernel::copy`]; with AVX-512, sizes up to 64 bytes take one
+    /// masked store and no size-dependent branch (calls of varying sizes then
+    /// never mispredict).
     #[inline]
     pub fn fill(&self, dst: &mut [u8], byte: u8, t: &Thresholds) {
-        let n = dst.len();
-        let d = dst.as_mut_ptr();
+        #[cfg(target_arch = "x86_64")]
+        if self.isa == Isa::Avx512 {
+            // SAFETY: dst holds dst.len() bytes; AVX-512 F and BW and BMI2 are
+            // supported (checked in `new`).
+            unsafe { x86::avx512_small::fill_any(dst.as_mut_ptr(), byte, dst.len(), t) };
+            return;
+        }
+        self.fill_narrow(dst, byte, t)
+    }
+
+    /// [`Kernel::fill`] without AVX-512: sizes up to 128 bytes with scalar and
+    /// 16-byte stores, larger ones by the AVX2 or SSE2 kernel.
+    #[inline(never)]
+    fn fill_narrow(&self, dst: &mut [u8], byte: u8, t: &Thresholds) {
         #[cfg(target_arch = "x86_64")]
         {
-            if self.isa == Isa::Avx512 {
-                // SAFETY: dst holds n bytes; AVX-512 F and BW are supported (checked
-                // in `new`).
-                unsafe { x86::avx512_small::fill_any(d, byte, n, t) };
-                return;
-            }
             if fill_small(dst, byte) {
                 return;
             }
+            let (d, n) = (dst.as_mut_ptr(), dst.len());
             // SAFETY: dst holds n > 128 bytes; `self.isa` is supported by this CPU.
             unsafe {
                 match self.isa {
@@ -284,17 +303,16 @@ impl Kernel {
         #[cfg(not(target_arch = "x86_64"))]
         {
             let _ = t;
-            // SAFETY: dst holds n bytes.
-            unsafe { std::ptr::write_bytes(d, byte, n) }
+            dst.fill(byte);
         }
     }
 }
 
 /// Copies `src` into `dst` when they hold at most 32 bytes (`min` of the two
-/// lengths), inline and without touching any dispatch state, and returns
-/// `true`; returns `false` and does nothing for larger sizes.
+/// lengths), without a loop, and returns `true`; returns `false` and does
+/// nothing for larger sizes.
 #[inline(always)]
-pub fn copy_small(dst: &mut [u8], src: &[u8]) -> bool {
+fn copy_small(dst: &mut [u8], src: &[u8]) -> bool {
     let n = dst.len().min(src.len());
     #[cfg(target_arch = "x86_64")]
     {
@@ -313,10 +331,10 @@ pub fn copy_small(dst: &mut [u8], src: &[u8]) -> bool {
     false
 }
 
-/// Fills `dst` when it holds at most 128 bytes, inline, and returns `true`;
-/// returns `false` and does nothing for larger sizes.
+/// Fills `dst` when it holds at most 128 bytes, without a loop, and returns
+/// `true`; returns `false` and does nothing for larger sizes.
 #[inline(always)]
-pub fn fill_small(dst: &mut [u8], byte: u8) -> bool {
+fn fill_small(dst: &mut [u8], byte: u8) -> bool {
     let n = dst.len();
     #[cfg(target_arch = "x86_64")]
     {

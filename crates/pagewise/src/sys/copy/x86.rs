@@ -164,13 +164,16 @@ pub(super) mod avx512_small {
     use super::*;
 
     /// The low `n` bits set (`n <= 64`).
-    #[inline(always)]
+    #[target_feature(enable = "bmi2")]
+    #[inline]
     fn low_bits(n: usize) -> u64 {
-        u64::MAX.checked_shr(64 - n as u32).unwrap_or(0)
+        // `bzhi` keeps every bit for an index of 64 or more.
+        _bzhi_u64(u64::MAX, n as u32)
     }
 
-    /// Copies `n` bytes (any `n`).
-    #[target_feature(enable = "avx512f,avx512bw")]
+    /// Copies `n` bytes (any `n`). Sizes up to 128 bytes are a leaf that saves
+    /// no registers; larger ones jump to the general kernel.
+    #[target_feature(enable = "avx512f,avx512bw,bmi2")]
     #[inline]
     pub(in crate::sys::copy) unsafe fn copy_any(
         dst: *mut u8,
@@ -192,36 +195,152 @@ pub(super) mod avx512_small {
                 };
             }
             // Lanes past `n` are masked off: neither read nor written, and they
-            // cannot fault (masked lanes suppress faults).
-            let k = low_bits(n);
-            let v = _mm512_maskz_loadu_epi8(k, src.cast());
-            _mm512_mask_storeu_epi8(dst.cast(), k, v);
+            // cannot fault (masked lanes suppress faults). zmm16 and up have
+            // no legacy-SSE form, so using them needs no `vzeroupper` on return
+            // (glibc does the same).
+            asm!(
+                "kmovq k1, {mask}",
+                "vmovdqu8 zmm16 {{k1}} {{z}}, zmmword ptr [{src}]",
+                "vmovdqu8 zmmword ptr [{dst}] {{k1}}, zmm16",
+                mask = in(reg) low_bits(n),
+                src = in(reg) src,
+                dst = in(reg) dst,
+                out("k1") _,
+                out("zmm16") _,
+                options(nostack, preserves_flags)
+            );
             return;
         }
         if n <= 128 {
-            let a = _mm512_loadu_si512(src.cast());
-            let b = _mm512_loadu_si512(src.add(n - 64).cast());
-            _mm512_storeu_si512(dst.cast(), a);
-            _mm512_storeu_si512(dst.add(n - 64).cast(), b);
+            // Two overlapping vectors, in zmm16/zmm17 (see above).
+            asm!(
+                "vmovdqu64 zmm16, zmmword ptr [{src}]",
+                "vmovdqu64 zmm17, zmmword ptr [{src} + {n} - 64]",
+                "vmovdqu64 zmmword ptr [{dst}], zmm16",
+                "vmovdqu64 zmmword ptr [{dst} + {n} - 64], zmm17",
+                src = in(reg) src,
+                dst = in(reg) dst,
+                n = in(reg) n,
+                out("zmm16") _,
+                out("zmm17") _,
+                options(nostack, preserves_flags)
+            );
+            return;
+        }
+        if n <= 256 {
+            // Two vectors from each end; every load before the first store.
+            asm!(
+                "vmovdqu64 zmm16, zmmword ptr [{src}]",
+                "vmovdqu64 zmm17, zmmword ptr [{src} + 64]",
+                "vmovdqu64 zmm18, zmmword ptr [{src} + {n} - 128]",
+                "vmovdqu64 zmm19, zmmword ptr [{src} + {n} - 64]",
+                "vmovdqu64 zmmword ptr [{dst}], zmm16",
+                "vmovdqu64 zmmword ptr [{dst} + 64], zmm17",
+                "vmovdqu64 zmmword ptr [{dst} + {n} - 128], zmm18",
+                "vmovdqu64 zmmword ptr [{dst} + {n} - 64], zmm19",
+                src = in(reg) src,
+                dst = in(reg) dst,
+                n = in(reg) n,
+                out("zmm16") _,
+                out("zmm17") _,
+                out("zmm18") _,
+                out("zmm19") _,
+                options(nostack, preserves_flags)
+            );
+            return;
+        }
+        if n <= 512 {
+            asm!(
+                "vmovdqu64 zmm16, zmmword ptr [{src}]",
+                "vmovdqu64 zmm17, zmmword ptr [{src} + 64]",
+                "vmovdqu64 zmm18, zmmword ptr [{src} + 128]",
+                "vmovdqu64 zmm19, zmmword ptr [{src} + 192]",
+                "vmovdqu64 zmm20, zmmword ptr [{src} + {n} - 256]",
+                "vmovdqu64 zmm21, zmmword ptr [{src} + {n} - 192]",
+                "vmovdqu64 zmm22, zmmword ptr [{src} + {n} - 128]",
+                "vmovdqu64 zmm23, zmmword ptr [{src} + {n} - 64]",
+                "vmovdqu64 zmmword ptr [{dst}], zmm16",
+                "vmovdqu64 zmmword ptr [{dst} + 64], zmm17",
+                "vmovdqu64 zmmword ptr [{dst} + 128], zmm18",
+                "vmovdqu64 zmmword ptr [{dst} + 192], zmm19",
+                "vmovdqu64 zmmword ptr [{dst} + {n} - 256], zmm20",
+                "vmovdqu64 zmmword ptr [{dst} + {n} - 192], zmm21",
+                "vmovdqu64 zmmword ptr [{dst} + {n} - 128], zmm22",
+                "vmovdqu64 zmmword ptr [{dst} + {n} - 64], zmm23",
+                src = in(reg) src,
+                dst = in(reg) dst,
+                n = in(reg) n,
+                out("zmm16") _,
+                out("zmm17") _,
+                out("zmm18") _,
+                out("zmm19") _,
+                out("zmm20") _,
+                out("zmm21") _,
+                out("zmm22") _,
+                out("zmm23") _,
+                options(nostack, preserves_flags)
+            );
             return;
         }
         super::avx512::copy_gt16(dst, src, n, t)
     }
 
-    /// Fills `n` bytes (any `n`).
-    #[target_feature(enable = "avx512f,avx512bw")]
+    /// Fills `n` bytes (any `n`): up to 128 bytes as a leaf in zmm16 (no
+    /// `vzeroupper`, see `copy_any`), larger ones by the general kernel.
+    #[target_feature(enable = "avx512f,avx512bw,bmi2")]
     #[inline]
     pub(in crate::sys::copy) unsafe fn fill_any(dst: *mut u8, byte: u8, n: usize, t: &Thresholds) {
         if n <= 64 {
             // Bytes past `n` are masked off: they are neither written nor can
             // they fault (AVX-512 masked stores suppress faults on masked lanes).
-            _mm512_mask_storeu_epi8(dst.cast(), low_bits(n), _mm512_set1_epi8(byte as i8));
+            asm!(
+                "vpbroadcastb zmm16, {byte:e}",
+                "kmovq k1, {mask}",
+                "vmovdqu8 zmmword ptr [{dst}] {{k1}}, zmm16",
+                byte = in(reg) u32::from(byte),
+                mask = in(reg) low_bits(n),
+                dst = in(reg) dst,
+                out("k1") _,
+                out("zmm16") _,
+                options(nostack, preserves_flags)
+            );
             return;
         }
         if n <= 128 {
-            let v = _mm512_set1_epi8(byte as i8);
-            _mm512_storeu_si512(dst.cast(), v);
-            _mm512_storeu_si512(dst.add(n - 64).cast(), v);
+            asm!(
+                "vpbroadcastb zmm16, {byte:e}",
+                "vmovdqu64 zmmword ptr [{dst}], zmm16",
+                "vmovdqu64 zmmword ptr [{dst} + {n} - 64], zmm16",
+                byte = in(reg) u32::from(byte),
+                dst = in(reg) dst,
+                n = in(reg) n,
+                out("zmm16") _,
+                options(nostack, preserves_flags)
+            );
+            return;
+        }
+        if n <= 512 {
+            // Four vectors from the start and four ending at `n` (overlapping
+            // for n <= 256).
+            asm!(
+                "vpbroadcastb zmm16, {byte:e}",
+                "vmovdqu64 zmmword ptr [{dst}], zmm16",
+                "vmovdqu64 zmmword ptr [{dst} + 64], zmm16",
+                "vmovdqu64 zmmword ptr [{dst} + {n} - 128], zmm16",
+                "vmovdqu64 zmmword ptr [{dst} + {n} - 64], zmm16",
+                "cmp {n}, 256",
+                "jbe 2f",
+                "vmovdqu64 zmmword ptr [{dst} + 128], zmm16",
+                "vmovdqu64 zmmword ptr [{dst} + 192], zmm16",
+                "vmovdqu64 zmmword ptr [{dst} + {n} - 256], zmm16",
+                "vmovdqu64 zmmword ptr [{dst} + {n} - 192], zmm16",
+                "2:",
+                byte = in(reg) u32::from(byte),
+                dst = in(reg) dst,
+                n = in(reg) n,
+                out("zmm16") _,
+                options(nostack)
+            );
             return;
         }
         super::avx512::fill_gt16(dst, byte, n, t)
@@ -391,9 +510,11 @@ macro_rules! vector_kernels {
                 }
             }
 
-            /// Sizes from the first threshold up (`n > 8 W`).
+            /// Sizes from the first threshold up (`n > 8 W`). Out of line: the
+            /// non-temporal copy needs registers that the caller would
+            /// otherwise save and restore on every call, small ones included.
             #[target_feature(enable = $feat)]
-            #[inline]
+            #[inline(never)]
             unsafe fn copy_large(dst: *mut u8, src: *const u8, n: usize, t: &Thresholds) {
                 if n >= t.nontemporal_min() {
                     copy_nontemporal(dst, src, n)
@@ -641,7 +762,7 @@ macro_rules! vector_kernels {
                         }
                         return fill_loop(dst, v, n);
                     }
-                    return fill_large(dst, byte, v, n, t);
+                    return fill_large(dst, byte, n, t);
                 }
                 if n <= 2 * W {
                     if W >= 32 && n <= 32 {
@@ -677,10 +798,13 @@ macro_rules! vector_kernels {
                 }
             }
 
-            /// Sizes from the first threshold up (`n > 8 W`).
+            /// Sizes from the first threshold up (`n > 8 W`). Out of line, as
+            /// `copy_large`; it broadcasts the byte itself, as a vector argument
+            /// would go through the stack.
             #[target_feature(enable = $feat)]
-            #[inline]
-            unsafe fn fill_large(dst: *mut u8, byte: u8, v: $v, n: usize, t: &Thresholds) {
+            #[inline(never)]
+            unsafe fn fill_large(dst: *mut u8, byte: u8, n: usize, t: &Thresholds) {
+                let v = $splat(byte as i8);
                 if n >= t.nontemporal_min() {
                     fill_nontemporal(dst, v, n)
                 } else if n >= t.rep_min() && n < t.rep_max() {
