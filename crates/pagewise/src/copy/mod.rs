@@ -224,10 +224,11 @@ fn fill_first(dst: &mut [u8], byte: u8, stores: Stores) {
 }
 
 // The free functions are `#[inline]`: they reach their kernel with one load,
-// a well-predicted branch and a direct call. With AVX-512 every size goes to
-// the kernel, whose masked moves make sizes up to 64 bytes branch-free (calls
-// of varying sizes never mispredict there); without it, copies up to 32 bytes
-// and fills up to 128 bytes run inline in the caller.
+// a well-predicted branch and a direct call (small enough that callers inline
+// them). With AVX-512 every size goes to the kernel, whose masked moves make
+// sizes up to 64 bytes branch-free (calls of varying sizes never mispredict
+// there); without it, one out-of-line function handles the small sizes
+// without a loop and calls the AVX2 or SSE2 kernel for the others.
 
 /// Copies `src` into `dst` with the best kernel for this CPU and size.
 ///

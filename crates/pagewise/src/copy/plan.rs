@@ -333,7 +333,7 @@ impl Plan {
                         to: Some(small + 1),
                     },
                     kernel: format!(
-                        "{loop_free}; inline in the caller up to {} B",
+                        "{loop_free}; scalar and 16-byte moves up to {} B",
                         if op == "copy" { 32 } else { 128 }
                     ),
                 });

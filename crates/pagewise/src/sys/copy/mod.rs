@@ -187,9 +187,7 @@ impl Clone for Thresholds {
 /// bytes ahead of the source modulo 4 KiB, the same offset included (measured:
 /// 5–20% faster there for L1-resident sizes); forwards, its loads would wait on
 /// the stores it has just made to addresses with the same low 12 bits (4K
-/// aliasing):
-/// forwards, its loads would wait on the stores it has just made to addresses
-/// with the same low 12 bits (4K aliasing).
+/// aliasing).
 pub const DEFAULT_BACKWARD_BELOW: usize = 2048;
 
 /// The non-temporal copy's layout, for reports: 4 KiB pages copied side by
