@@ -67,13 +67,72 @@ pub struct Unsupported(pub Isa);
 /// The free functions ([`copy`], [`fill`], …) use one built from
 /// [`Plan::current`]; build your own to pin an instruction set or thresholds
 /// (tests use this to run every kernel at every size).
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct Copier {
     kernel: Kernel,
+    sets: Sets,
+}
+
+/// The thresholds of the four kinds of call.
+#[derive(Debug, Clone)]
+struct ThresholdSet {
     copy: Thresholds,
     copy_temporal: Thresholds,
     fill: Thresholds,
     fill_temporal: Thresholds,
+}
+
+impl ThresholdSet {
+    /// No `rep` range, no non-temporal stores: replaced by [`ThresholdSet::assign`].
+    const fn unset() -> ThresholdSet {
+        ThresholdSet {
+            copy: Thresholds::new(None, None),
+            copy_temporal: Thresholds::new(None, None),
+            fill: Thresholds::new(None, None),
+            fill_temporal: Thresholds::new(None, None),
+        }
+    }
+
+    /// Sets every threshold from `plan`.
+    fn assign(&self, plan: &Plan) {
+        self.copy.assign(plan.copy_rep, plan.copy_nontemporal);
+        self.copy_temporal.assign(plan.copy_rep, None);
+        self.fill.assign(plan.fill_rep, plan.fill_nontemporal);
+        self.fill_temporal.assign(plan.fill_rep, None);
+    }
+
+    fn pick(&self, op: Op, stores: Stores) -> &Thresholds {
+        match (op, stores) {
+            (Op::Copy, Stores::Default) => &self.copy,
+            (Op::Copy, Stores::Temporal) => &self.copy_temporal,
+            (Op::Fill, Stores::Default) => &self.fill,
+            (Op::Fill, Stores::Temporal) => &self.fill_temporal,
+        }
+    }
+}
+
+/// Where a copier keeps its thresholds.
+#[derive(Debug)]
+enum Sets {
+    /// Its own.
+    Own(ThresholdSet),
+    /// [`PROCESS`]: the process-wide copier's, which the free functions read
+    /// from a static (no indirection on their fast path).
+    Process,
+}
+
+/// The thresholds of the process-wide copier (set when it is built).
+static PROCESS: ThresholdSet = ThresholdSet::unset();
+
+impl Clone for Copier {
+    /// A copier with the same kernel and a snapshot of the thresholds (a
+    /// clone of the process-wide copier no longer follows it).
+    fn clone(&self) -> Copier {
+        Copier {
+            kernel: self.kernel,
+            sets: Sets::Own(self.sets().clone()),
+        }
+    }
 }
 
 impl Copier {
@@ -81,57 +140,66 @@ impl Copier {
     /// not available here.
     pub fn new(plan: &Plan) -> Result<Copier, Unsupported> {
         let kernel = Kernel::new(plan.isa).ok_or(Unsupported(plan.isa))?;
+        let set = ThresholdSet::unset();
+        set.assign(plan);
         Ok(Copier {
             kernel,
-            copy: Thresholds::new(plan.copy_rep, plan.copy_nontemporal),
-            copy_temporal: Thresholds::new(plan.copy_rep, None),
-            fill: Thresholds::new(plan.fill_rep, plan.fill_nontemporal),
-            fill_temporal: Thresholds::new(plan.fill_rep, None),
+            sets: Sets::Own(set),
         })
+    }
+
+    fn sets(&self) -> &ThresholdSet {
+        match &self.sets {
+            Sets::Own(set) => set,
+            Sets::Process => &PROCESS,
+        }
     }
 
     /// Copies `src` into `dst`, which must have the same length; otherwise
     /// returns [`LengthMismatch`] and writes nothing.
     pub fn copy(&self, dst: &mut [u8], src: &[u8]) -> Result<(), LengthMismatch> {
         check(dst, src)?;
-        self.kernel.copy(dst, src, &self.copy);
+        self.kernel.copy(dst, src, &self.sets().copy);
         Ok(())
     }
 
     /// Like [`Copier::copy`] but with temporal stores at every size.
     pub fn copy_temporal(&self, dst: &mut [u8], src: &[u8]) -> Result<(), LengthMismatch> {
         check(dst, src)?;
-        self.kernel.copy(dst, src, &self.copy_temporal);
+        self.kernel.copy(dst, src, &self.sets().copy_temporal);
         Ok(())
     }
 
     /// Sets every byte of `dst` to `byte`.
     pub fn fill(&self, dst: &mut [u8], byte: u8) {
-        self.kernel.fill(dst, byte, &self.fill);
+        self.kernel.fill(dst, byte, &self.sets().fill);
     }
 
     /// Like [`Copier::fill`] but with temporal stores at every size.
     pub fn fill_temporal(&self, dst: &mut [u8], byte: u8) {
-        self.kernel.fill(dst, byte, &self.fill_temporal);
+        self.kernel.fill(dst, byte, &self.sets().fill_temporal);
     }
 
     /// Changes the size from which [`Copier::copy`] and [`Copier::fill`] use
     /// non-temporal stores (`None`: never), also while other threads use it.
     pub fn set_nontemporal_threshold(&self, bytes: Option<usize>) {
-        self.copy.set_nontemporal(bytes);
-        self.fill.set_nontemporal(bytes);
+        self.sets().copy.set_nontemporal(bytes);
+        self.sets().fill.set_nontemporal(bytes);
     }
 
     /// The non-temporal thresholds in force for copy and fill (`None`: never).
     pub fn nontemporal_thresholds(&self) -> (Option<usize>, Option<usize>) {
-        (self.copy.nontemporal(), self.fill.nontemporal())
+        (
+            self.sets().copy.nontemporal(),
+            self.sets().fill.nontemporal(),
+        )
     }
 
     /// Tuning: the copy loop runs backwards when the destination is less than
     /// `bytes` ahead of the source modulo 4 KiB (0: never).
     pub fn set_backward_below(&self, bytes: usize) {
-        self.copy.set_backward_below(bytes);
-        self.copy_temporal.set_backward_below(bytes);
+        self.sets().copy.set_backward_below(bytes);
+        self.sets().copy_temporal.set_backward_below(bytes);
     }
 
     /// The instruction set in use.
@@ -176,15 +244,19 @@ fn init_global() -> &'static Global {
         let plan = Plan::detect();
         // The detected plan only names instruction sets that this CPU has;
         // SSE2 is part of x86-64.
-        let copier = Copier::new(&plan)
-            .or_else(|_| {
-                Copier::new(&Plan {
-                    isa: Isa::Sse2,
-                    ..plan.clone()
-                })
-            })
+        let kernel = Kernel::new(plan.isa)
+            .or_else(|| Kernel::new(Isa::Sse2))
             .expect("SSE2 is part of x86-64");
-        Global { plan, copier }
+        PROCESS.assign(&plan);
+        // After the thresholds: the fast path reads them once it is on.
+        crate::sys::copy::enable_fast_path(kernel);
+        Global {
+            plan,
+            copier: Copier {
+                kernel,
+                sets: Sets::Process,
+            },
+        }
     })
 }
 
@@ -194,41 +266,41 @@ pub fn global_copier() -> &'static Copier {
     &global().copier
 }
 
-/// Which of the global copier's threshold sets a call uses.
+/// Which of a copier's threshold sets a call uses.
 #[derive(Clone, Copy)]
 enum Stores {
     Default,
     Temporal,
 }
 
-/// The first call of the process: detect the plan, then copy.
-#[cold]
-#[inline(never)]
-fn copy_first(dst: &mut [u8], src: &[u8], stores: Stores) {
-    let c = &init_global().copier;
-    match stores {
-        Stores::Default => c.kernel.copy(dst, src, &c.copy),
-        Stores::Temporal => c.kernel.copy(dst, src, &c.copy_temporal),
-    }
+/// Copy or fill, for [`ThresholdSet::pick`].
+#[derive(Clone, Copy)]
+enum Op {
+    Copy,
+    Fill,
 }
 
-/// The first call of the process: detect the plan, then fill.
-#[cold]
+/// The free functions' path when the AVX-512 fast path is off: the first
+/// call of the process (which detects the plan), and CPUs without AVX-512.
 #[inline(never)]
-fn fill_first(dst: &mut [u8], byte: u8, stores: Stores) {
-    let c = &init_global().copier;
-    match stores {
-        Stores::Default => c.kernel.fill(dst, byte, &c.fill),
-        Stores::Temporal => c.kernel.fill(dst, byte, &c.fill_temporal),
-    }
+fn copy_slow(dst: &mut [u8], src: &[u8], stores: Stores) {
+    let c = global_copier();
+    c.kernel.copy(dst, src, c.sets().pick(Op::Copy, stores));
 }
 
-// The free functions are `#[inline]`: they reach their kernel with one load,
-// a well-predicted branch and a direct call (small enough that callers inline
-// them). With AVX-512 every size goes to the kernel, whose masked moves make
-// sizes up to 64 bytes branch-free (calls of varying sizes never mispredict
-// there); without it, one out-of-line function handles the small sizes
-// without a loop and calls the AVX2 or SSE2 kernel for the others.
+/// As [`copy_slow`], for fills.
+#[inline(never)]
+fn fill_slow(dst: &mut [u8], byte: u8, stores: Stores) {
+    let c = global_copier();
+    c.kernel.fill(dst, byte, c.sets().pick(Op::Fill, stores));
+}
+
+// The free functions are `#[inline]` and small: with AVX-512 they reach their
+// kernel with one load of a static flag, a well-predicted branch and a direct
+// call, with the thresholds in a static too. Every size goes to the kernel,
+// whose masked moves make sizes up to 64 bytes branch-free (calls of varying
+// sizes never mispredict there). Otherwise (and on the first call, which
+// detects the plan) they call one out-of-line function.
 
 /// Copies `src` into `dst` with the best kernel for this CPU and size.
 ///
@@ -239,9 +311,8 @@ fn fill_first(dst: &mut [u8], byte: u8, stores: Stores) {
 #[inline]
 pub fn copy(dst: &mut [u8], src: &[u8]) -> Result<(), LengthMismatch> {
     check(dst, src)?;
-    match GLOBAL.get() {
-        Some(g) => g.copier.kernel.copy(dst, src, &g.copier.copy),
-        None => copy_first(dst, src, Stores::Default),
+    if !crate::sys::copy::fast_copy(dst, src, &PROCESS.copy) {
+        copy_slow(dst, src, Stores::Default);
     }
     Ok(())
 }
@@ -251,9 +322,8 @@ pub fn copy(dst: &mut [u8], src: &[u8]) -> Result<(), LengthMismatch> {
 #[inline]
 pub fn copy_temporal(dst: &mut [u8], src: &[u8]) -> Result<(), LengthMismatch> {
     check(dst, src)?;
-    match GLOBAL.get() {
-        Some(g) => g.copier.kernel.copy(dst, src, &g.copier.copy_temporal),
-        None => copy_first(dst, src, Stores::Temporal),
+    if !crate::sys::copy::fast_copy(dst, src, &PROCESS.copy_temporal) {
+        copy_slow(dst, src, Stores::Temporal);
     }
     Ok(())
 }
@@ -262,18 +332,16 @@ pub fn copy_temporal(dst: &mut [u8], src: &[u8]) -> Result<(), LengthMismatch> {
 /// size; non-temporal stores from [`Plan::fill_nontemporal`] up.
 #[inline]
 pub fn fill(dst: &mut [u8], byte: u8) {
-    match GLOBAL.get() {
-        Some(g) => g.copier.kernel.fill(dst, byte, &g.copier.fill),
-        None => fill_first(dst, byte, Stores::Default),
+    if !crate::sys::copy::fast_fill(dst, byte, &PROCESS.fill) {
+        fill_slow(dst, byte, Stores::Default);
     }
 }
 
 /// Like [`fill`], but keeps temporal stores at every size.
 #[inline]
 pub fn fill_temporal(dst: &mut [u8], byte: u8) {
-    match GLOBAL.get() {
-        Some(g) => g.copier.kernel.fill(dst, byte, &g.copier.fill_temporal),
-        None => fill_first(dst, byte, Stores::Temporal),
+    if !crate::sys::copy::fast_fill(dst, byte, &PROCESS.fill_temporal) {
+        fill_slow(dst, byte, Stores::Temporal);
     }
 }
 
@@ -473,6 +541,33 @@ impl Plan {
 #[cfg(test)]
 mod tests {
     use super::Routine;
+
+    #[test]
+    fn the_free_functions_follow_the_process_copier() {
+        use super::{global_copier, Isa, Plan, PROCESS};
+        let plan = Plan::current();
+        let global = global_copier();
+        assert_eq!(
+            (PROCESS.copy.nontemporal(), PROCESS.fill.nontemporal()),
+            (plan.copy_nontemporal, plan.fill_nontemporal)
+        );
+        // The fast path is on exactly when the process copier is AVX-512, and
+        // then it copies.
+        let mut dst = [0u8; 3];
+        let fast = crate::sys::copy::fast_copy(&mut dst, &[1, 2, 3], &PROCESS.copy);
+        assert_eq!(fast, global.isa() == Isa::Avx512);
+        assert_eq!(dst, if fast { [1, 2, 3] } else { [0; 3] });
+        // A clone is a snapshot; the process copier's changes reach the statics.
+        let snapshot = global.clone();
+        let saved = (PROCESS.copy.nontemporal(), PROCESS.fill.nontemporal());
+        global.set_nontemporal_threshold(Some(3 << 20));
+        assert_eq!(PROCESS.copy.nontemporal(), Some(3 << 20));
+        assert_eq!(PROCESS.fill.nontemporal(), Some(3 << 20));
+        assert_eq!(snapshot.nontemporal_thresholds(), saved);
+        PROCESS.copy.set_nontemporal(saved.0);
+        PROCESS.fill.set_nontemporal(saved.1);
+        assert_eq!(global.nontemporal_thresholds(), saved);
+    }
 
     #[test]
     fn routines_parse_by_name_and_copy_the_common_prefix() {

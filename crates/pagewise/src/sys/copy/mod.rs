@@ -14,7 +14,7 @@
 mod x86;
 
 use serde::Serialize;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 /// An instruction set with its own copy and fill kernels.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
@@ -118,6 +118,21 @@ impl Thresholds {
         }
     }
 
+    /// Sets the `rep` range and the non-temporal threshold, as [`Thresholds::new`]
+    /// does (the backward-loop tuning is kept). Calls racing with it may see a
+    /// mix of the old and new values, each of which is a valid choice.
+    pub fn assign(&self, rep: Option<(usize, usize)>, nontemporal: Option<usize>) {
+        let fresh = Thresholds::new(rep, nontemporal);
+        for (to, from) in [
+            (&self.rep_min, &fresh.rep_min),
+            (&self.rep_max, &fresh.rep_max),
+            (&self.nontemporal_min, &fresh.nontemporal_min),
+            (&self.special_min, &fresh.special_min),
+        ] {
+            to.store(from.load(Ordering::Relaxed), Ordering::Relaxed);
+        }
+    }
+
     /// The `rep` range, if any.
     pub fn rep(&self) -> Option<(usize, usize)> {
         let lo = self.rep_min.load(Ordering::Relaxed);
@@ -193,6 +208,50 @@ pub const DEFAULT_BACKWARD_BELOW: usize = 2048;
 /// The non-temporal copy's layout, for reports: 4 KiB pages copied side by
 /// side, and bytes copied from each before moving to the next.
 pub const NONTEMPORAL_STREAMS: (usize, usize) = (x86::STREAMS, x86::VISIT);
+
+/// Whether [`fast_copy`] and [`fast_fill`] run the AVX-512 kernels: set once,
+/// by [`enable_fast_path`], which needs a [`Kernel`] (the proof that the CPU
+/// has them).
+static AVX512_FAST_PATH: AtomicBool = AtomicBool::new(false);
+
+/// Turns the fast path on when `kernel` is the AVX-512 one; otherwise leaves
+/// it off. Call it after the thresholds the fast path will be given are set.
+pub fn enable_fast_path(kernel: Kernel) {
+    if kernel.isa == Isa::Avx512 {
+        AVX512_FAST_PATH.store(true, Ordering::Release);
+    }
+}
+
+/// Copies `src` into `dst` (`min` of the lengths) with the AVX-512 kernel and
+/// `t`, and returns `true`, if the fast path is on; returns `false` and does
+/// nothing if not. One load of a static and a branch before the kernel.
+#[inline]
+pub fn fast_copy(dst: &mut [u8], src: &[u8], t: &Thresholds) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    if AVX512_FAST_PATH.load(Ordering::Acquire) {
+        let n = dst.len().min(src.len());
+        // SAFETY: the flag is only set by `enable_fast_path` with an AVX-512
+        // `Kernel`, which proves that the CPU has AVX-512 F and BW and BMI2; both
+        // slices hold at least n bytes and cannot overlap (one is borrowed mutably).
+        unsafe { x86::avx512_small::copy_any(dst.as_mut_ptr(), src.as_ptr(), n, t) };
+        return true;
+    }
+    let _ = (dst, src, t);
+    false
+}
+
+/// Fills `dst` as [`fast_copy`] copies.
+#[inline]
+pub fn fast_fill(dst: &mut [u8], byte: u8, t: &Thresholds) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    if AVX512_FAST_PATH.load(Ordering::Acquire) {
+        // SAFETY: as in `fast_copy`; dst holds dst.len() bytes.
+        unsafe { x86::avx512_small::fill_any(dst.as_mut_ptr(), byte, dst.len(), t) };
+        return true;
+    }
+    let _ = (dst, byte, t);
+    false
+}
 
 /// The copy and fill kernels of one instruction set that this CPU supports.
 ///
