@@ -1,9 +1,7 @@
 //! `pagewise doctor`: prints the machine report as tables or JSON.
 
 use crate::format::{bytes, or_unread, table};
-use pagewise::copy::{
-    Choices, SizeRange, Source, COPY_L2_FRACTION, COPY_LLC_DIVISOR, COPY_NT_FLOOR, FILL_LLC_DIVISOR,
-};
+use pagewise::copy::{Choices, SizeRange, Source, COPY_LLC_DIVISOR, FILL_LLC_DIVISOR};
 use pagewise::probe::{MachineReport, NamedProbe, ProbeResult, ProbeStatus};
 use std::process::ExitCode;
 
@@ -88,23 +86,10 @@ fn copy_rows(rows: &mut Vec<[String; 3]>, copy: Option<&Choices>) {
             nt(p.fill_nontemporal),
             source(p.nontemporal_source),
             match (p.nontemporal_source, p.llc_bytes) {
-                (Source::Detected, Some(llc)) => {
-                    let copy = match p.l2_bytes {
-                        Some(l2) => format!(
-                            "copy {}/{} of the {} L2 (at least {}, at most the LLC / \
-                             {COPY_LLC_DIVISOR})",
-                            COPY_L2_FRACTION.0,
-                            COPY_L2_FRACTION.1,
-                            bytes(l2),
-                            bytes(COPY_NT_FLOOR)
-                        ),
-                        None => format!("copy the LLC / {COPY_LLC_DIVISOR}"),
-                    };
-                    format!(
-                        ": {copy}, fill the {} last-level cache / {FILL_LLC_DIVISOR}",
-                        bytes(llc)
-                    )
-                }
+                (Source::Detected, Some(llc)) => format!(
+                    ": last-level cache {} / {COPY_LLC_DIVISOR} and / {FILL_LLC_DIVISOR}",
+                    bytes(llc)
+                ),
                 _ => String::new(),
             }
         ),

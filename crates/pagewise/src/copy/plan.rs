@@ -23,27 +23,11 @@ pub const ENV_REP_MOVSB: &str = "PAGEWISE_REP_MOVSB";
 /// [`ENV_REP_MOVSB`]).
 pub const ENV_REP_STOSB: &str = "PAGEWISE_REP_STOSB";
 
-/// Copies use non-temporal stores from this fraction of the private level-2
-/// cache: source and destination together then take 1.5 times it. Measured on
-/// the development VM (Emerald Rapids, 2 MiB L2, 105 MiB shared L3): a copy
-/// that spills out of the L2 runs at 13.5 GB/s with temporal stores (`rep
-/// movsb` or the vector loop alike) and at 17–19 GB/s with non-temporal ones,
-/// from 1.5 MiB up; at 1.25 MiB the two are level, at 1 MiB temporal stores
-/// are twice as fast. The shared L3 of a server part does not help a single
-/// core's copy.
-pub const COPY_L2_FRACTION: (u64, u64) = (3, 4);
-/// The copy threshold is never below this (a CPU with a small L2 usually has
-/// a fast L3 in front of memory).
-pub const COPY_NT_FLOOR: u64 = 1 << 20;
 /// Copies use non-temporal stores from the last-level cache size divided by
-/// this at the latest, and from it when the L2 size is unknown.
+/// this: source and destination together then fill half of it.
 pub const COPY_LLC_DIVISOR: u64 = 4;
 /// Fills use non-temporal stores from the last-level cache size divided by
-/// this. Unlike copies, fills gain from the L3: on the development VM `rep
-/// stosb` fills L3-resident buffers at 23–27 GB/s against 16–22 GB/s for
-/// non-temporal stores. Where the L3 stops holding a fill depends on the
-/// other tenants of the host (measured: from 20 MiB in one run, above 32 MiB
-/// in another), so the threshold stays at half of it.
+/// this (the same footprint as a copy: a fill has no source).
 pub const FILL_LLC_DIVISOR: u64 = 2;
 
 /// Threshold used when the cache size cannot be read.
@@ -97,8 +81,6 @@ pub struct Inputs {
     pub fsrm: bool,
     /// Size of the largest cache, in bytes.
     pub llc_bytes: Option<u64>,
-    /// Size of the level-2 cache, in bytes.
-    pub l2_bytes: Option<u64>,
     /// Value of [`ENV_ISA`].
     pub env_isa: Option<String>,
     /// Value of [`ENV_NT_THRESHOLD`].
@@ -152,10 +134,8 @@ pub struct Plan {
     pub fill_nontemporal: Option<usize>,
     /// Where the thresholds came from.
     pub nontemporal_source: Source,
-    /// The last-level cache size the thresholds are derived from.
+    /// The last-level cache size the threshold is derived from.
     pub llc_bytes: Option<u64>,
-    /// The level-2 cache size the copy threshold is derived from.
-    pub l2_bytes: Option<u64>,
     /// Enhanced `rep movsb` on this CPU.
     pub erms: bool,
     /// Fast short `rep movsb` on this CPU.
@@ -177,8 +157,7 @@ impl Plan {
                 .collect(),
             erms: f.erms,
             fsrm: f.fsrm,
-            llc_bytes: cache_bytes(None),
-            l2_bytes: cache_bytes(Some(2)),
+            llc_bytes: largest_cache_bytes(),
             env_isa: std::env::var(ENV_ISA).ok(),
             env_nt_threshold: std::env::var(ENV_NT_THRESHOLD).ok(),
             env_rep_movsb: std::env::var(ENV_REP_MOVSB).ok(),
@@ -208,14 +187,8 @@ impl Plan {
         };
 
         let derived = inputs.llc_bytes.map(|llc| {
-            let (num, den) = COPY_L2_FRACTION;
-            let copy = inputs.l2_bytes.map_or(llc / COPY_LLC_DIVISOR, |l2| {
-                (l2 / den * num)
-                    .max(COPY_NT_FLOOR)
-                    .min(llc / COPY_LLC_DIVISOR)
-            });
-            let bytes = |b: u64| usize::try_from(b).unwrap_or(usize::MAX);
-            (bytes(copy), bytes(llc / FILL_LLC_DIVISOR))
+            let part = |divisor: u64| usize::try_from(llc / divisor).unwrap_or(usize::MAX);
+            (part(COPY_LLC_DIVISOR), part(FILL_LLC_DIVISOR))
         });
         let (detected, detected_source) = match derived {
             Some((copy, fill)) => ((Some(copy), Some(fill)), Source::Detected),
@@ -283,7 +256,6 @@ impl Plan {
             fill_nontemporal,
             nontemporal_source,
             llc_bytes: inputs.llc_bytes,
-            l2_bytes: inputs.l2_bytes,
             erms: inputs.erms,
             fsrm: inputs.fsrm,
             notes,
@@ -503,25 +475,16 @@ pub fn parse_size(text: &str) -> Option<usize> {
     n.checked_mul(1usize << shift)
 }
 
-/// The size of the largest data or unified cache of CPU 0 at `level` (any
-/// level: `None`), from sysfs.
-fn cache_bytes(level: Option<u32>) -> Option<u64> {
+/// The size of the largest cache of CPU 0, from sysfs.
+fn largest_cache_bytes() -> Option<u64> {
     const CACHE: &str = "/sys/devices/system/cpu/cpu0/cache";
     std::fs::read_dir(CACHE)
         .ok()?
         .filter_map(|e| e.ok())
         .filter(|e| e.file_name().to_string_lossy().starts_with("index"))
         .filter_map(|e| {
-            let read = |name: &str| std::fs::read_to_string(e.path().join(name)).ok();
-            if read("type")?.trim() == "Instruction" {
-                return None;
-            }
-            if let Some(level) = level {
-                if read("level")?.trim().parse::<u32>().ok()? != level {
-                    return None;
-                }
-            }
-            crate::probe::parse::cache_size_bytes(&read("size")?)
+            let text = std::fs::read_to_string(e.path().join("size")).ok()?;
+            crate::probe::parse::cache_size_bytes(&text)
         })
         .max()
 }
@@ -536,7 +499,6 @@ mod tests {
             erms: true,
             fsrm: true,
             llc_bytes: Some(100 << 20),
-            l2_bytes: Some(2 << 20),
             ..Inputs::default()
         }
     }
@@ -545,27 +507,11 @@ mod tests {
     fn detected_plan_uses_the_widest_isa_and_the_cache_size() {
         let p = Plan::decide(&inputs());
         assert_eq!((p.isa, p.isa_source), (Isa::Avx512, Source::Detected));
-        assert_eq!(p.copy_nontemporal, Some(3 << 19));
+        assert_eq!(p.copy_nontemporal, Some(25 << 20));
         assert_eq!(p.fill_nontemporal, Some(50 << 20));
         assert_eq!(p.nontemporal_source, Source::Detected);
         assert_eq!(p.copy_rep, Some((COPY_REP_MIN, usize::MAX)));
         assert!(p.notes.is_empty(), "{:?}", p.notes);
-    }
-
-    #[test]
-    fn copy_threshold_follows_the_l2_within_a_floor_and_the_llc() {
-        let copy = |l2: Option<u64>, llc: u64| {
-            Plan::decide(&Inputs {
-                l2_bytes: l2,
-                llc_bytes: Some(llc),
-                ..inputs()
-            })
-            .copy_nontemporal
-        };
-        assert_eq!(copy(Some(1 << 20), 32 << 20), Some(1 << 20), "floor");
-        assert_eq!(copy(Some(2 << 20), 100 << 20), Some(3 << 19));
-        assert_eq!(copy(Some(4 << 20), 8 << 20), Some(2 << 20), "LLC cap");
-        assert_eq!(copy(None, 100 << 20), Some(25 << 20), "no L2 known");
     }
 
     #[test]
@@ -613,7 +559,7 @@ mod tests {
             ..inputs()
         });
         assert_eq!((p.isa, p.isa_source), (Isa::Avx2, Source::Detected));
-        assert_eq!(p.copy_nontemporal, Some(3 << 19));
+        assert_eq!(p.copy_nontemporal, Some(25 << 20));
         assert_eq!(p.copy_rep, Some((COPY_REP_MIN, usize::MAX)));
         assert_eq!(p.notes.len(), 3, "{:?}", p.notes);
         assert!(p.notes[0].contains("does not support"));
