@@ -248,7 +248,14 @@ fn init_global() -> &'static Global {
             .expect("SSE2 is part of x86-64");
         PROCESS.assign(&plan);
         // After the thresholds: the fast path reads them once it is on.
-        crate::sys::copy::enable_fast_path(kernel);
+        for t in [
+            &PROCESS.copy,
+            &PROCESS.copy_temporal,
+            &PROCESS.fill,
+            &PROCESS.fill_temporal,
+        ] {
+            crate::sys::copy::enable_fast_path(kernel, t);
+        }
         Global {
             plan,
             copier: Copier {

@@ -95,6 +95,11 @@ pub struct Thresholds {
     nontemporal_min: AtomicUsize,
     /// The loop runs backwards when `(dst - src) mod 4096` is below this.
     backward_below: AtomicUsize,
+    /// Whether [`fast_copy`] and [`fast_fill`] may run the AVX-512 kernels with
+    /// these thresholds: set only by [`enable_fast_path`], which needs an
+    /// AVX-512 [`Kernel`] (the proof that the CPU has them). Kept here, beside
+    /// the values the kernels read, so the fast path needs one address.
+    avx512: AtomicBool,
 }
 
 impl Thresholds {
@@ -115,6 +120,7 @@ impl Thresholds {
             rep_max: AtomicUsize::new(hi),
             nontemporal_min: AtomicUsize::new(nt),
             backward_below: AtomicUsize::new(DEFAULT_BACKWARD_BELOW),
+            avx512: AtomicBool::new(false),
         }
     }
 
@@ -190,6 +196,7 @@ impl Thresholds {
     }
 }
 
+/// A copy of the values; the fast-path permission ([`enable_fast_path`]) is not copied.
 impl Clone for Thresholds {
     fn clone(&self) -> Thresholds {
         let t = Thresholds::new(self.rep(), self.nontemporal());
@@ -209,28 +216,25 @@ pub const DEFAULT_BACKWARD_BELOW: usize = 2048;
 /// side, and bytes copied from each before moving to the next.
 pub const NONTEMPORAL_STREAMS: (usize, usize) = (x86::STREAMS, x86::VISIT);
 
-/// Whether [`fast_copy`] and [`fast_fill`] run the AVX-512 kernels: set once,
-/// by [`enable_fast_path`], which needs a [`Kernel`] (the proof that the CPU
-/// has them).
-static AVX512_FAST_PATH: AtomicBool = AtomicBool::new(false);
-
-/// Turns the fast path on when `kernel` is the AVX-512 one; otherwise leaves
-/// it off. Call it after the thresholds the fast path will be given are set.
-pub fn enable_fast_path(kernel: Kernel) {
+/// Lets [`fast_copy`] and [`fast_fill`] run the AVX-512 kernels with `t` when
+/// `kernel` is the AVX-512 one; otherwise leaves them off for `t`. Call it
+/// after `t` holds its values.
+pub fn enable_fast_path(kernel: Kernel, t: &Thresholds) {
     if kernel.isa == Isa::Avx512 {
-        AVX512_FAST_PATH.store(true, Ordering::Release);
+        t.avx512.store(true, Ordering::Release);
     }
 }
 
 /// Copies `src` into `dst` (`min` of the lengths) with the AVX-512 kernel and
-/// `t`, and returns `true`, if the fast path is on; returns `false` and does
-/// nothing if not. One load of a static and a branch before the kernel.
+/// `t`, and returns `true`, if [`enable_fast_path`] was called for `t`;
+/// returns `false` and does nothing if not. One load and a branch before the
+/// kernel.
 #[inline]
 pub fn fast_copy(dst: &mut [u8], src: &[u8], t: &Thresholds) -> bool {
     #[cfg(target_arch = "x86_64")]
-    if AVX512_FAST_PATH.load(Ordering::Acquire) {
+    if t.avx512.load(Ordering::Acquire) {
         let n = dst.len().min(src.len());
-        // SAFETY: the flag is only set by `enable_fast_path` with an AVX-512
+        // SAFETY: `t.avx512` is only set by `enable_fast_path` with an AVX-512
         // `Kernel`, which proves that the CPU has AVX-512 F and BW and BMI2; both
         // slices hold at least n bytes and cannot overlap (one is borrowed mutably).
         unsafe { x86::avx512_small::copy_any(dst.as_mut_ptr(), src.as_ptr(), n, t) };
@@ -244,7 +248,7 @@ pub fn fast_copy(dst: &mut [u8], src: &[u8], t: &Thresholds) -> bool {
 #[inline]
 pub fn fast_fill(dst: &mut [u8], byte: u8, t: &Thresholds) -> bool {
     #[cfg(target_arch = "x86_64")]
-    if AVX512_FAST_PATH.load(Ordering::Acquire) {
+    if t.avx512.load(Ordering::Acquire) {
         // SAFETY: as in `fast_copy`; dst holds dst.len() bytes.
         unsafe { x86::avx512_small::fill_any(dst.as_mut_ptr(), byte, dst.len(), t) };
         return true;
