@@ -279,7 +279,7 @@ impl Plan {
                     op,
                     sizes: SizeRange {
                         from: 0,
-                        to: Some(65),
+                        to: Some(64),
                     },
                     kernel: if op == "copy" {
                         "one masked 64-byte load and store, no size-dependent branch (scalar \
@@ -292,7 +292,7 @@ impl Plan {
                 out.push(SizeClass {
                     op,
                     sizes: SizeRange {
-                        from: 65,
+                        from: 64,
                         to: Some(small + 1),
                     },
                     kernel: loop_free,
@@ -330,7 +330,8 @@ impl Plan {
                 let kernel = match (in_rep, op) {
                     (true, "copy") => format!(
                         "{string_op}, destination aligned to 64 B (the vector loop instead when \
-                         the destination is less than 1 KiB ahead of the source modulo 4 KiB)"
+                         the destination is less than 1 KiB ahead of the source modulo 1 MiB, or \
+                         modulo 4 KiB below 512 KiB)"
                     ),
                     (true, _) => format!("{string_op}, destination aligned to 64 B"),
                     (false, "copy") => format!(
