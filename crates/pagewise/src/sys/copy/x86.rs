@@ -174,6 +174,24 @@ fn rep_movsb_suits(dst: *mut u8, src: *const u8, n: usize) -> bool {
         && (n >= REP_NEAR_4K_MIN || !dst_shortly_ahead(dst, src, 4096, REP_MOVSB_NEAR))
 }
 
+/// Copies `n` bytes with unaligned vector moves at the given offsets (`"0"`,
+/// `"64"`, `"{n} - 64"`, …), all loads before the first store, in the given
+/// registers (zmm16 and up have no legacy-SSE form, so using them needs no
+/// `vzeroupper`). The offsets must cover `[0, n)` and stay inside it.
+macro_rules! moves_from_both_ends {
+    ($dst:expr, $src:expr, $n:expr, $width:tt; $($reg:tt @ $off:tt),+ $(,)?) => {
+        asm!(
+            $(concat!("vmovdqu64 ", $reg, ", ", $width, " ptr [{src} + ", $off, "]"),)+
+            $(concat!("vmovdqu64 ", $width, " ptr [{dst} + ", $off, "], ", $reg),)+
+            src = in(reg) $src,
+            dst = in(reg) $dst,
+            n = in(reg) $n,
+            $(out($reg) _,)+
+            options(nostack, preserves_flags)
+        )
+    };
+}
+
 /// AVX-512 copy and fill of any size: below 64 bytes with one masked load and
 /// store (no size-dependent branch, so calls of varying sizes do not
 /// mispredict), up to 512 with two, four or eight overlapping moves, larger
@@ -203,6 +221,12 @@ pub(super) mod avx512_small {
         // Exactly 64 bytes take the unmasked pair below (one vector twice):
         // measured faster than a masked move with all lanes on.
         if n < 64 {
+            if n > 32 {
+                // Two overlapping 32-byte moves: measured a cycle faster than
+                // a masked move at a fixed size (0.91 against 1.0 of glibc).
+                return moves_from_both_ends!(dst, src, n, "ymmword";
+                    "ymm16" @ "0", "ymm17" @ "{n} - 32");
+            }
             // A masked load waits for any earlier store to an address with the
             // same low 12 bits to finish (4K aliasing), which hurts when the
             // destination sits within 64 bytes of the source modulo 4 KiB (as
@@ -211,36 +235,8 @@ pub(super) mod avx512_small {
             if ((dst as usize).wrapping_sub(src as usize).wrapping_add(64) & 4095) < 128 {
                 return match n {
                     0..=16 => copy_le16(dst, src, n),
-                    17..=32 => copy_16_32(dst, src, n),
-                    _ => asm!(
-                        "vmovdqu64 ymm16, ymmword ptr [{src}]",
-                        "vmovdqu64 ymm17, ymmword ptr [{src} + {n} - 32]",
-                        "vmovdqu64 ymmword ptr [{dst}], ymm16",
-                        "vmovdqu64 ymmword ptr [{dst} + {n} - 32], ymm17",
-                        src = in(reg) src,
-                        dst = in(reg) dst,
-                        n = in(reg) n,
-                        out("ymm16") _,
-                        out("ymm17") _,
-                        options(nostack, preserves_flags)
-                    ),
+                    _ => copy_16_32(dst, src, n),
                 };
-            }
-            if n > 32 {
-                // Two overlapping 32-byte moves: measured a cycle faster than
-                // a masked move at a fixed size (0.91 against 1.0 of glibc).
-                return asm!(
-                    "vmovdqu64 ymm16, ymmword ptr [{src}]",
-                    "vmovdqu64 ymm17, ymmword ptr [{src} + {n} - 32]",
-                    "vmovdqu64 ymmword ptr [{dst}], ymm16",
-                    "vmovdqu64 ymmword ptr [{dst} + {n} - 32], ymm17",
-                    src = in(reg) src,
-                    dst = in(reg) dst,
-                    n = in(reg) n,
-                    out("ymm16") _,
-                    out("ymm17") _,
-                    options(nostack, preserves_flags)
-                );
             }
             // Lanes past `n` are masked off: neither read nor written, and they
             // cannot fault (masked lanes suppress faults). zmm16 and up have
@@ -259,76 +255,20 @@ pub(super) mod avx512_small {
             );
             return;
         }
+        // Vectors from each end, every load before the first store.
         if n <= 128 {
-            // Two overlapping vectors, in zmm16/zmm17 (see above).
-            asm!(
-                "vmovdqu64 zmm16, zmmword ptr [{src}]",
-                "vmovdqu64 zmm17, zmmword ptr [{src} + {n} - 64]",
-                "vmovdqu64 zmmword ptr [{dst}], zmm16",
-                "vmovdqu64 zmmword ptr [{dst} + {n} - 64], zmm17",
-                src = in(reg) src,
-                dst = in(reg) dst,
-                n = in(reg) n,
-                out("zmm16") _,
-                out("zmm17") _,
-                options(nostack, preserves_flags)
-            );
-            return;
+            return moves_from_both_ends!(dst, src, n, "zmmword";
+                "zmm16" @ "0", "zmm17" @ "{n} - 64");
         }
         if n <= 256 {
-            // Two vectors from each end; every load before the first store.
-            asm!(
-                "vmovdqu64 zmm16, zmmword ptr [{src}]",
-                "vmovdqu64 zmm17, zmmword ptr [{src} + 64]",
-                "vmovdqu64 zmm18, zmmword ptr [{src} + {n} - 128]",
-                "vmovdqu64 zmm19, zmmword ptr [{src} + {n} - 64]",
-                "vmovdqu64 zmmword ptr [{dst}], zmm16",
-                "vmovdqu64 zmmword ptr [{dst} + 64], zmm17",
-                "vmovdqu64 zmmword ptr [{dst} + {n} - 128], zmm18",
-                "vmovdqu64 zmmword ptr [{dst} + {n} - 64], zmm19",
-                src = in(reg) src,
-                dst = in(reg) dst,
-                n = in(reg) n,
-                out("zmm16") _,
-                out("zmm17") _,
-                out("zmm18") _,
-                out("zmm19") _,
-                options(nostack, preserves_flags)
-            );
-            return;
+            return moves_from_both_ends!(dst, src, n, "zmmword";
+                "zmm16" @ "0", "zmm17" @ "64", "zmm18" @ "{n} - 128", "zmm19" @ "{n} - 64");
         }
         if n <= 512 {
-            asm!(
-                "vmovdqu64 zmm16, zmmword ptr [{src}]",
-                "vmovdqu64 zmm17, zmmword ptr [{src} + 64]",
-                "vmovdqu64 zmm18, zmmword ptr [{src} + 128]",
-                "vmovdqu64 zmm19, zmmword ptr [{src} + 192]",
-                "vmovdqu64 zmm20, zmmword ptr [{src} + {n} - 256]",
-                "vmovdqu64 zmm21, zmmword ptr [{src} + {n} - 192]",
-                "vmovdqu64 zmm22, zmmword ptr [{src} + {n} - 128]",
-                "vmovdqu64 zmm23, zmmword ptr [{src} + {n} - 64]",
-                "vmovdqu64 zmmword ptr [{dst}], zmm16",
-                "vmovdqu64 zmmword ptr [{dst} + 64], zmm17",
-                "vmovdqu64 zmmword ptr [{dst} + 128], zmm18",
-                "vmovdqu64 zmmword ptr [{dst} + 192], zmm19",
-                "vmovdqu64 zmmword ptr [{dst} + {n} - 256], zmm20",
-                "vmovdqu64 zmmword ptr [{dst} + {n} - 192], zmm21",
-                "vmovdqu64 zmmword ptr [{dst} + {n} - 128], zmm22",
-                "vmovdqu64 zmmword ptr [{dst} + {n} - 64], zmm23",
-                src = in(reg) src,
-                dst = in(reg) dst,
-                n = in(reg) n,
-                out("zmm16") _,
-                out("zmm17") _,
-                out("zmm18") _,
-                out("zmm19") _,
-                out("zmm20") _,
-                out("zmm21") _,
-                out("zmm22") _,
-                out("zmm23") _,
-                options(nostack, preserves_flags)
-            );
-            return;
+            return moves_from_both_ends!(dst, src, n, "zmmword";
+                "zmm16" @ "0", "zmm17" @ "64", "zmm18" @ "128", "zmm19" @ "192",
+                "zmm20" @ "{n} - 256", "zmm21" @ "{n} - 192", "zmm22" @ "{n} - 128",
+                "zmm23" @ "{n} - 64");
         }
         super::avx512::copy_gt16(dst, src, n, t)
     }
@@ -355,28 +295,17 @@ pub(super) mod avx512_small {
             );
             return;
         }
-        if n <= 128 {
+        if n <= 512 {
+            // One vector at each end, then two more and four more as the size
+            // needs (overlapping where it is not a multiple of 64).
             asm!(
                 "vpbroadcastb zmm16, {byte:e}",
                 "vmovdqu64 zmmword ptr [{dst}], zmm16",
                 "vmovdqu64 zmmword ptr [{dst} + {n} - 64], zmm16",
-                byte = in(reg) u32::from(byte),
-                dst = in(reg) dst,
-                n = in(reg) n,
-                out("zmm16") _,
-                options(nostack, preserves_flags)
-            );
-            return;
-        }
-        if n <= 512 {
-            // Four vectors from the start and four ending at `n` (overlapping
-            // for n <= 256).
-            asm!(
-                "vpbroadcastb zmm16, {byte:e}",
-                "vmovdqu64 zmmword ptr [{dst}], zmm16",
+                "cmp {n}, 128",
+                "jbe 2f",
                 "vmovdqu64 zmmword ptr [{dst} + 64], zmm16",
                 "vmovdqu64 zmmword ptr [{dst} + {n} - 128], zmm16",
-                "vmovdqu64 zmmword ptr [{dst} + {n} - 64], zmm16",
                 "cmp {n}, 256",
                 "jbe 2f",
                 "vmovdqu64 zmmword ptr [{dst} + 128], zmm16",
