@@ -25,8 +25,9 @@ pub enum Isa {
     /// 32-byte AVX2 vectors.
     Avx2,
     /// 64-byte AVX-512 vectors (AVX-512 Foundation and Byte/Word: the byte
-    /// broadcast of `fill` needs BW; and BMI2, whose `bzhi` makes the masks of
-    /// the small sizes).
+    /// broadcast of `fill` needs BW; Vector Length, for the 32-byte moves in
+    /// ymm16 and up; and BMI2, whose `bzhi` makes the masks of the small
+    /// sizes).
     Avx512,
 }
 
@@ -68,6 +69,7 @@ impl Isa {
                 Isa::Avx512 => {
                     std::arch::is_x86_feature_detected!("avx512f")
                         && std::arch::is_x86_feature_detected!("avx512bw")
+                        && std::arch::is_x86_feature_detected!("avx512vl")
                         && std::arch::is_x86_feature_detected!("bmi2")
                 }
             }
@@ -235,7 +237,7 @@ pub fn fast_copy(dst: &mut [u8], src: &[u8], t: &Thresholds) -> bool {
     if t.avx512.load(Ordering::Acquire) {
         let n = dst.len().min(src.len());
         // SAFETY: `t.avx512` is only set by `enable_fast_path` with an AVX-512
-        // `Kernel`, which proves that the CPU has AVX-512 F and BW and BMI2; both
+        // `Kernel`, which proves that the CPU has AVX-512 F, BW and VL and BMI2; both
         // slices hold at least n bytes and cannot overlap (one is borrowed mutably).
         unsafe { x86::avx512_small::copy_any(dst.as_mut_ptr(), src.as_ptr(), n, t) };
         return true;
@@ -291,7 +293,7 @@ impl Kernel {
         if self.isa == Isa::Avx512 {
             let n = dst.len().min(src.len());
             // SAFETY: both slices hold at least n bytes and cannot overlap (one is
-            // borrowed mutably); AVX-512 F and BW and BMI2 are supported (checked in `new`).
+            // borrowed mutably); AVX-512 F, BW and VL and BMI2 are supported (checked in `new`).
             unsafe { x86::avx512_small::copy_any(dst.as_mut_ptr(), src.as_ptr(), n, t) };
             return;
         }
@@ -335,7 +337,7 @@ impl Kernel {
     pub fn fill(&self, dst: &mut [u8], byte: u8, t: &Thresholds) {
         #[cfg(target_arch = "x86_64")]
         if self.isa == Isa::Avx512 {
-            // SAFETY: dst holds dst.len() bytes; AVX-512 F and BW and BMI2 are
+            // SAFETY: dst holds dst.len() bytes; AVX-512 F, BW and VL and BMI2 are
             // supported (checked in `new`).
             unsafe { x86::avx512_small::fill_any(dst.as_mut_ptr(), byte, dst.len(), t) };
             return;

@@ -210,7 +210,7 @@ pub(super) mod avx512_small {
     /// Copies `n` bytes (any `n`). Sizes up to 512 bytes are a leaf that saves
     /// no registers and uses only zmm16 and up; larger ones continue in the
     /// general kernel.
-    #[target_feature(enable = "avx512f,avx512bw,bmi2")]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,bmi2")]
     #[inline]
     pub(in crate::sys::copy) unsafe fn copy_any(
         dst: *mut u8,
@@ -275,7 +275,7 @@ pub(super) mod avx512_small {
 
     /// Fills `n` bytes (any `n`): up to 512 bytes as a leaf in zmm16 (no
     /// `vzeroupper`, see `copy_any`), larger ones by the general kernel.
-    #[target_feature(enable = "avx512f,avx512bw,bmi2")]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,bmi2")]
     #[inline]
     pub(in crate::sys::copy) unsafe fn fill_any(dst: *mut u8, byte: u8, n: usize, t: &Thresholds) {
         // Exactly 64 bytes take the unmasked pair below, as in `copy_any`.
