@@ -346,3 +346,47 @@ fn memcpy_parallel_and_end_to_end_rows() {
     // The queue files are removed.
     assert!(std::fs::read_dir(shm.path()).unwrap().next().is_none());
 }
+
+/// The free functions take a different path for each instruction set; the
+/// benchmark checks pagewise's bytes before timing each row (a wrong result is
+/// an error), so running it with each set pinned checks those paths end to end.
+#[test]
+fn every_instruction_set_copies_and_fills_correctly_through_the_free_functions() {
+    for isa in ["sse2", "avx2", "avx512"] {
+        for op in ["memcpy", "memset"] {
+            let mut args = vec![
+                "bench",
+                op,
+                "--sizes",
+                "1,8,33,100,129,513,5000,20000",
+                "--no-cold",
+                "--no-fleet",
+                "--trials",
+                "1",
+                "--json",
+                "-q",
+            ];
+            if op == "memcpy" {
+                args.push("--no-end-to-end");
+            }
+            let out = pagewise()
+                .args(&args)
+                .env("PAGEWISE_COPY_ISA", isa)
+                .assert()
+                .success()
+                .get_output()
+                .stdout
+                .clone();
+            let json: Value = serde_json::from_slice(&out).unwrap();
+            let supported = json["plan"]["isa"] == isa;
+            let noted = json["plan"]["notes"]
+                .as_array()
+                .is_some_and(|n| n.iter().any(|n| n.as_str().unwrap().contains(isa)));
+            assert!(supported || noted, "{isa} {op}: {}", json["plan"]);
+            assert_eq!(
+                json["rows"].as_array().unwrap().len(),
+                8 * 2 + 8 * usize::from(op == "memcpy")
+            );
+        }
+    }
+}

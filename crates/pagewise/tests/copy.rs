@@ -358,10 +358,21 @@ fn threshold_changes_show_in_the_plan() {
     // The global copier: change and restore (other tests copy meanwhile, which
     // is fine: thresholds only choose between correct kernels).
     let before = Plan::current();
+    let snapshot = copy::global_copier().clone();
     copy::set_nontemporal_threshold(Some(1 << 20));
     let now = Plan::current();
     assert_eq!(now.copy_nontemporal, Some(1 << 20));
+    assert_eq!(now.fill_nontemporal, Some(1 << 20));
     assert_eq!(now.nontemporal_source, copy::Source::Api);
+    assert_eq!(
+        copy::global_copier().nontemporal_thresholds(),
+        (Some(1 << 20), Some(1 << 20))
+    );
+    // A clone of the process copier is a snapshot: it keeps the old values.
+    assert_eq!(
+        snapshot.nontemporal_thresholds(),
+        (before.copy_nontemporal, before.fill_nontemporal)
+    );
     copy::set_nontemporal_threshold(before.copy_nontemporal);
     assert_eq!(Plan::current().copy_nontemporal, before.copy_nontemporal);
 }

@@ -540,24 +540,36 @@ fn specs(op: Op, options: &Options, caches: &Caches) -> Vec<Spec> {
     out
 }
 
-/// How far past the start of its mapping the destination buffer begins.
+/// How far the destination buffer starts past the source buffer, modulo
+/// [`DST_ALIAS_SPAN`].
 ///
-/// Both mappings start on 2 MiB boundaries (the kernel aligns large anonymous
-/// mappings for transparent huge pages), so without a shift every source byte
-/// would sit at the same offset modulo 2 MiB as the destination byte it is
-/// copied to. On the development VM that makes each call's loads wait for the
-/// previous call's stores to the same hot buffers: 100-byte copies took 7 ns
-/// per call on both sides, whatever the size, instead of 1.4–2.8 ns with the
+/// With the two at the same offset modulo 2 MiB (which is what the kernel
+/// gives two mappings whose lengths are multiples of 2 MiB: it aligns them
+/// for transparent huge pages), each call's loads wait for the previous
+/// call's stores to the same hot buffers: 100-byte copies took 7 ns per call
+/// on both sides, whatever the size, instead of 1.4–2.8 ns with the
 /// destination a few pages further on (measured with a throw-away harness,
-/// both routines). A whole number of pages keeps every row's alignment and
-/// its source-to-destination distance modulo 4 KiB.
+/// both routines); and `rep movsb` falls into its slow mode on rows whose
+/// destination is a few bytes ahead. A whole number of pages keeps every
+/// row's alignment and its source-to-destination distance modulo 4 KiB.
 const DST_SHIFT: usize = 12 << 10;
+
+/// The span over which the two buffers' placement is fixed (see
+/// [`DST_SHIFT`]): the huge-page size, a multiple of the 1 MiB over which
+/// `rep movsb` compares addresses.
+const DST_ALIAS_SPAN: usize = 2 << 20;
 
 /// A pair of page-aligned buffers (the source unused for memset).
 struct Buffers {
     src: AnonMapping,
-    /// Starts [`DST_SHIFT`] bytes before the destination buffer.
+    /// Holds the destination buffer at `dst_start`.
     dst: AnonMapping,
+    /// Where the destination buffer starts in `dst`: `DST_SHIFT` past the
+    /// source's start modulo `DST_ALIAS_SPAN`, wherever the kernel placed the
+    /// two mappings.
+    dst_start: usize,
+    /// Bytes in each buffer.
+    len: usize,
 }
 
 impl Buffers {
@@ -573,7 +585,7 @@ impl Buffers {
             }
             Ok(m)
         };
-        let mut dst = map(len + DST_SHIFT)?;
+        let mut dst = map(len + DST_ALIAS_SPAN)?;
         // Fault every page in now, outside any timing.
         dst.as_mut_slice().fill(0);
         let src = match op {
@@ -588,13 +600,21 @@ impl Buffers {
             // memset reads no source: a one-page stand-in.
             Op::Memset => map(4096)?,
         };
-        Ok(Buffers { src, dst })
+        let wanted = (src.as_slice().as_ptr() as usize + DST_SHIFT) % DST_ALIAS_SPAN;
+        let base = dst.as_mut_slice().as_ptr() as usize;
+        let dst_start = (wanted + DST_ALIAS_SPAN - base % DST_ALIAS_SPAN) % DST_ALIAS_SPAN;
+        Ok(Buffers {
+            src,
+            dst,
+            dst_start,
+            len,
+        })
     }
 
     /// The destination and source buffers.
     fn slices(&mut self) -> (&mut [u8], &[u8]) {
         (
-            &mut self.dst.as_mut_slice()[DST_SHIFT..],
+            &mut self.dst.as_mut_slice()[self.dst_start..][..self.len],
             self.src.as_slice(),
         )
     }
@@ -1128,5 +1148,17 @@ mod tests {
             ..spec
         };
         assert_eq!(blocks(&big, (1 << 30) + (2 << 20)).len(), 1);
+    }
+
+    #[test]
+    fn the_destination_sits_a_fixed_distance_past_the_source() {
+        for len in [4 << 20, (4 << 20) + 4096] {
+            let mut bufs = Buffers::new(Op::Memcpy, len, true).unwrap();
+            let (dst, src) = bufs.slices();
+            assert_eq!((dst.len(), src.len()), (len, len));
+            let distance = (dst.as_ptr() as usize).wrapping_sub(src.as_ptr() as usize);
+            assert_eq!(distance % DST_ALIAS_SPAN, DST_SHIFT, "len {len}");
+            assert!(dst.iter().all(|&b| b == 0));
+        }
     }
 }

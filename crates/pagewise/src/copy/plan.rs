@@ -282,9 +282,9 @@ impl Plan {
                         to: Some(64),
                     },
                     kernel: if op == "copy" {
-                        "up to 32 B one masked 64-byte load and store, no size-dependent branch \
-                         (scalar moves when the destination is within 64 B of the source modulo \
-                         4 KiB); from 33 B two overlapping 32-byte moves"
+                        "up to 32 B one masked 64-byte load and store, no branch on the size \
+                         (scalar or 16-byte moves when the destination is within 64 B of the \
+                         source modulo 4 KiB); from 33 B two overlapping 32-byte moves"
                             .to_owned()
                     } else {
                         "one masked 64-byte store, no size-dependent branch".to_owned()

@@ -14,7 +14,7 @@
 mod x86;
 
 use serde::Serialize;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 
 /// An instruction set with its own copy and fill kernels.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
@@ -48,6 +48,26 @@ impl Isa {
     /// loop (eight vectors).
     pub fn small_max(self) -> usize {
         8 * self.vector_bytes()
+    }
+
+    /// A non-zero code for the instruction set (0 means none), for atomics.
+    pub fn code(self) -> u8 {
+        match self {
+            Isa::Sse2 => 1,
+            Isa::Avx2 => 2,
+            Isa::Avx512 => 3,
+        }
+    }
+
+    /// The instruction set of a [`Isa::code`]; `None` for 0 or an unknown code.
+    #[inline(always)]
+    pub fn from_code(code: u8) -> Option<Isa> {
+        match code {
+            1 => Some(Isa::Sse2),
+            2 => Some(Isa::Avx2),
+            3 => Some(Isa::Avx512),
+            _ => None,
+        }
     }
 
     /// Lower-case name: `sse2`, `avx2`, `avx512`.
@@ -97,11 +117,12 @@ pub struct Thresholds {
     nontemporal_min: AtomicUsize,
     /// The loop runs backwards when `(dst - src) mod 4096` is below this.
     backward_below: AtomicUsize,
-    /// Whether [`fast_copy`] and [`fast_fill`] may run the AVX-512 kernels with
-    /// these thresholds: set only by [`enable_fast_path`], which needs an
-    /// AVX-512 [`Kernel`] (the proof that the CPU has them). Kept here, beside
-    /// the values the kernels read, so the fast path needs one address.
-    avx512: AtomicBool,
+    /// The instruction set whose kernels [`fast_copy`] and [`fast_fill`] may
+    /// run with these thresholds ([`Isa::code`]; 0: none): set only by
+    /// [`enable_fast_path`], which needs a [`Kernel`] (the proof that the CPU
+    /// has them). Kept here, beside the values the kernels read, so the fast
+    /// path needs one address.
+    fast_isa: AtomicU8,
 }
 
 impl Thresholds {
@@ -122,7 +143,7 @@ impl Thresholds {
             rep_max: AtomicUsize::new(hi),
             nontemporal_min: AtomicUsize::new(nt),
             backward_below: AtomicUsize::new(DEFAULT_BACKWARD_BELOW),
-            avx512: AtomicBool::new(false),
+            fast_isa: AtomicU8::new(0),
         }
     }
 
@@ -218,45 +239,83 @@ pub const DEFAULT_BACKWARD_BELOW: usize = 2048;
 /// side, and bytes copied from each before moving to the next.
 pub const NONTEMPORAL_STREAMS: (usize, usize) = (x86::STREAMS, x86::VISIT);
 
-/// Lets [`fast_copy`] and [`fast_fill`] run the AVX-512 kernels with `t` when
-/// `kernel` is the AVX-512 one; otherwise leaves them off for `t`. Call it
-/// after `t` holds its values.
+/// Lets [`fast_copy`] and [`fast_fill`] run `kernel` with `t`. Call it after
+/// `t` holds its values.
 pub fn enable_fast_path(kernel: Kernel, t: &Thresholds) {
-    if kernel.isa == Isa::Avx512 {
-        t.avx512.store(true, Ordering::Release);
-    }
+    t.fast_isa.store(kernel.isa.code(), Ordering::Release);
 }
 
-/// Copies `src` into `dst` (`min` of the lengths) with the AVX-512 kernel and
-/// `t`, and returns `true`, if [`enable_fast_path`] was called for `t`;
-/// returns `false` and does nothing if not. One load and a branch before the
-/// kernel.
-#[inline]
+/// Copies `src` into `dst` (`min` of the lengths) with the kernel allowed for
+/// `t` ([`enable_fast_path`]) and returns `true`; returns `false` and does
+/// nothing if none is. Always inlined: one load and a compare, then a direct
+/// call of the AVX-512 kernel; or, for AVX2 and SSE2, sizes up to 32 bytes
+/// in place and a direct call for larger ones.
+#[inline(always)]
 pub fn fast_copy(dst: &mut [u8], src: &[u8], t: &Thresholds) -> bool {
+    let code = t.fast_isa.load(Ordering::Acquire);
     #[cfg(target_arch = "x86_64")]
-    if t.avx512.load(Ordering::Acquire) {
+    {
         let n = dst.len().min(src.len());
-        // SAFETY: `t.avx512` is only set by `enable_fast_path` with an AVX-512
-        // `Kernel`, which proves that the CPU has AVX-512 F, BW and VL and BMI2; both
-        // slices hold at least n bytes and cannot overlap (one is borrowed mutably).
-        unsafe { x86::avx512_small::copy_any(dst.as_mut_ptr(), src.as_ptr(), n, t) };
-        return true;
+        let (d, s) = (dst.as_mut_ptr(), src.as_ptr());
+        // SAFETY (all three calls): only `enable_fast_path` stores a code, and
+        // only the code of a `Kernel`, which proves the CPU has that instruction
+        // set; both slices hold at least n bytes and cannot overlap (one is
+        // borrowed mutably); the `copy_gt16` kernels get n > 32.
+        if code == Isa::Avx512.code() {
+            unsafe { x86::avx512_small::copy_any(d, s, n, t) };
+            return true;
+        }
+        if code == 0 {
+            return false;
+        }
+        if copy_small(dst, src) {
+            return true;
+        }
+        if code == Isa::Avx2.code() {
+            unsafe { x86::avx2::copy_gt16(d, s, n, t) };
+        } else {
+            unsafe { x86::sse2::copy_gt16(d, s, n, t) };
+        }
+        true
     }
-    let _ = (dst, src, t);
-    false
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = (dst, src, t, code);
+        false
+    }
 }
 
-/// Fills `dst` as [`fast_copy`] copies.
-#[inline]
+/// Fills `dst` as [`fast_copy`] copies (in place up to 128 bytes for AVX2 and
+/// SSE2).
+#[inline(always)]
 pub fn fast_fill(dst: &mut [u8], byte: u8, t: &Thresholds) -> bool {
+    let code = t.fast_isa.load(Ordering::Acquire);
     #[cfg(target_arch = "x86_64")]
-    if t.avx512.load(Ordering::Acquire) {
-        // SAFETY: as in `fast_copy`; dst holds dst.len() bytes.
-        unsafe { x86::avx512_small::fill_any(dst.as_mut_ptr(), byte, dst.len(), t) };
-        return true;
+    {
+        let (d, n) = (dst.as_mut_ptr(), dst.len());
+        // SAFETY: as in `fast_copy`; dst holds n bytes, n > 128 for `fill_gt16`.
+        if code == Isa::Avx512.code() {
+            unsafe { x86::avx512_small::fill_any(d, byte, n, t) };
+            return true;
+        }
+        if code == 0 {
+            return false;
+        }
+        if fill_small(dst, byte) {
+            return true;
+        }
+        if code == Isa::Avx2.code() {
+            unsafe { x86::avx2::fill_gt16(d, byte, n, t) };
+        } else {
+            unsafe { x86::sse2::fill_gt16(d, byte, n, t) };
+        }
+        true
     }
-    let _ = (dst, byte, t);
-    false
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = (dst, byte, t, code);
+        false
+    }
 }
 
 /// The copy and fill kernels of one instruction set that this CPU supports.
@@ -285,8 +344,8 @@ impl Kernel {
     /// Copies `src` into `dst`; copies `min(dst.len(), src.len())` bytes (callers
     /// check that the lengths are equal). Small enough to inline into the
     /// caller: one compare and one direct call. With AVX-512 the kernel
-    /// handles sizes up to 128 bytes as a leaf (masked moves make sizes up to
-    /// 64 bytes branch-free); other instruction sets take [`Kernel::copy_narrow`].
+    /// handles sizes up to 512 bytes as a leaf (a masked move makes sizes up to
+    /// 32 bytes branch-free); other instruction sets take [`Kernel::copy_narrow`].
     #[inline]
     pub fn copy(&self, dst: &mut [u8], src: &[u8], t: &Thresholds) {
         #[cfg(target_arch = "x86_64")]
@@ -302,7 +361,7 @@ impl Kernel {
 
     /// [`Kernel::copy`] without AVX-512: sizes up to 32 bytes with scalar and
     /// 16-byte moves, larger ones by the AVX2 or SSE2 kernel. Out of line, so
-    /// that the callers of [`Kernel::copy`] stay small.
+    /// that [`Kernel::copy`] stays small enough to inline everywhere.
     #[inline(never)]
     fn copy_narrow(&self, dst: &mut [u8], src: &[u8], t: &Thresholds) {
         #[cfg(target_arch = "x86_64")]
@@ -330,7 +389,7 @@ impl Kernel {
     }
 
     /// Sets every byte of `dst` to `byte`. Small enough to inline into the
-    /// caller, as [`Kernel::copy`]; with AVX-512, sizes up to 64 bytes take one
+    /// caller, as [`Kernel::copy`]; with AVX-512, sizes below 64 bytes take one
     /// masked store and no size-dependent branch (calls of varying sizes then
     /// never mispredict).
     #[inline]
@@ -346,7 +405,8 @@ impl Kernel {
     }
 
     /// [`Kernel::fill`] without AVX-512: sizes up to 128 bytes with scalar and
-    /// 16-byte stores, larger ones by the AVX2 or SSE2 kernel.
+    /// 16-byte stores, larger ones by the AVX2 or SSE2 kernel (out of line, as
+    /// [`Kernel::copy_narrow`]).
     #[inline(never)]
     fn fill_narrow(&self, dst: &mut [u8], byte: u8, t: &Thresholds) {
         #[cfg(target_arch = "x86_64")]
