@@ -486,3 +486,43 @@ fn parallel_copy_and_fill_match_the_serial_ones() {
     let err = copy::copy_parallel(&mut dst[..10], &src[..11], 2).unwrap_err();
     assert_eq!((err.dst, err.src), (10, 11));
 }
+
+#[test]
+fn nontemporal_copy_with_the_destination_just_ahead_modulo_2_mib() {
+    // A destination less than 32 pages ahead of the source modulo 2 MiB makes
+    // the non-temporal copy visit its streams from the last one down.
+    let chunk = 32 * 4096;
+    let span = 2 << 20;
+    let mut buf = vec![0u8; 2 * span + 4 * chunk];
+    let base = (4096 - (buf.as_ptr() as usize & 4095)) % 4096;
+    for config in configs()
+        .iter()
+        .filter(|c| c.name.ends_with("/nontemporal"))
+    {
+        for ahead in [
+            64usize,
+            4096 + 7,
+            12 << 10,
+            chunk - 4096,
+            chunk - 64,
+            chunk + 64,
+        ] {
+            for n in [chunk, 2 * chunk + 4031] {
+                let (low, high) = buf.split_at_mut(base + span);
+                let src = &mut low[base..base + n];
+                pattern(src, ahead as u8);
+                high[..ahead + n].fill(0xEE);
+                let dst = &mut high[ahead..ahead + n];
+                config.copier.copy(dst, src).unwrap();
+                let case = format!("{} ahead {ahead} n {n}", config.name);
+                assert!(*dst == *src, "{case}: bytes differ");
+                assert!(
+                    high[..ahead].iter().all(|&b| b == 0xEE),
+                    "{case}: wrote before"
+                );
+                assert_eq!(high[ahead + n], 0, "{case}: wrote after");
+                high[..ahead + n].fill(0);
+            }
+        }
+    }
+}
