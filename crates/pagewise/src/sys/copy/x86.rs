@@ -625,12 +625,15 @@ macro_rules! vector_kernels {
                 stu(dst.add(n - W), last);
             }
 
-            /// `rep movsb` with the destination aligned to 64 (`n > 8 W >= 128`).
+            /// `rep movsb` with the destination aligned to 64 (`n > 8 W >= 128`):
+            /// a first vector covers the bytes up to the boundary.
             #[target_feature(enable = $feat)]
             #[inline]
             unsafe fn copy_rep(dst: *mut u8, src: *const u8, n: usize) {
-                let skew = 64 - (dst as usize & 63);
-                copy_first_64(dst, src);
+                let skew = (64 - (dst as usize & 63)) & 63;
+                if skew != 0 {
+                    copy_first_64(dst, src);
+                }
                 rep_movsb(dst.add(skew), src.add(skew), n - skew);
             }
 
@@ -749,7 +752,7 @@ macro_rules! vector_kernels {
                             && n >= FILL_REP_MISALIGNED_MIN
                             && t.rep_min() != usize::MAX
                         {
-                            return fill_rep(dst, byte, v, n);
+                            return fill_rep(dst, byte, n);
                         }
                         return fill_loop(dst, v, n);
                     }
@@ -799,19 +802,20 @@ macro_rules! vector_kernels {
                 if n >= t.nontemporal_min() {
                     fill_nontemporal(dst, v, n)
                 } else if n >= t.rep_min() && n < t.rep_max() {
-                    fill_rep(dst, byte, v, n)
+                    fill_rep(dst, byte, n)
                 } else {
                     fill_loop(dst, v, n)
                 }
             }
 
-            /// `rep stosb` with the destination aligned to 64 (`n > 8 W`).
+            /// `rep stosb` over the whole range. Aligning the destination first
+            /// (one vector store, then `rep stosb` from the next 64-byte
+            /// boundary) measured 0.95–0.99 of glibc's plain `rep stosb` on
+            /// 4 KiB fills one byte past a boundary, 1.00–1.01 without.
             #[target_feature(enable = $feat)]
             #[inline]
-            unsafe fn fill_rep(dst: *mut u8, byte: u8, v: $v, n: usize) {
-                let skew = 64 - (dst as usize & 63);
-                fill_first_64(dst, v);
-                rep_stosb(dst.add(skew), byte, n - skew);
+            unsafe fn fill_rep(dst: *mut u8, byte: u8, n: usize) {
+                rep_stosb(dst, byte, n);
             }
 
             /// Vector loop with aligned temporal stores (`n > 8 W`).
