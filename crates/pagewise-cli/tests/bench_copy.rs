@@ -17,8 +17,14 @@ fn fleet_file(dir: &tempfile::TempDir) -> std::path::PathBuf {
 }
 
 fn run_json(args: &[&str]) -> Value {
+    run_json_with(args, &[])
+}
+
+/// `run_json` with environment variables set.
+fn run_json_with(args: &[&str], env: &[(&str, &str)]) -> Value {
     let out = pagewise()
         .args(args)
+        .envs(env.iter().copied())
         .assert()
         .success()
         .get_output()
@@ -288,16 +294,13 @@ fn doctor_shows_the_copy_plan() {
 
 #[test]
 fn environment_pins_the_plan() {
-    let out = pagewise()
-        .args(["doctor", "--json"])
-        .env("PAGEWISE_COPY_ISA", "sse2")
-        .env("PAGEWISE_NT_THRESHOLD", "3M")
-        .assert()
-        .success()
-        .get_output()
-        .stdout
-        .clone();
-    let json: Value = serde_json::from_slice(&out).unwrap();
+    let json = run_json_with(
+        &["doctor", "--json"],
+        &[
+            ("PAGEWISE_COPY_ISA", "sse2"),
+            ("PAGEWISE_NT_THRESHOLD", "3M"),
+        ],
+    );
     let plan = &json["copy"]["plan"];
     assert_eq!(plan["isa"], "sse2");
     assert_eq!(plan["isa_source"], "environment");
@@ -369,15 +372,7 @@ fn every_instruction_set_copies_and_fills_correctly_through_the_free_functions()
             if op == "memcpy" {
                 args.push("--no-end-to-end");
             }
-            let out = pagewise()
-                .args(&args)
-                .env("PAGEWISE_COPY_ISA", isa)
-                .assert()
-                .success()
-                .get_output()
-                .stdout
-                .clone();
-            let json: Value = serde_json::from_slice(&out).unwrap();
+            let json = run_json_with(&args, &[("PAGEWISE_COPY_ISA", isa)]);
             let supported = json["plan"]["isa"] == isa;
             let noted = json["plan"]["notes"]
                 .as_array()

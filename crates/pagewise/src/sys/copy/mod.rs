@@ -247,74 +247,91 @@ pub fn enable_fast_path(kernel: Kernel, t: &Thresholds) {
 
 /// Copies `src` into `dst` (`min` of the lengths) with the kernel allowed for
 /// `t` ([`enable_fast_path`]) and returns `true`; returns `false` and does
-/// nothing if none is. Always inlined: one load and a compare, then a direct
-/// call of the AVX-512 kernel; or, for AVX2 and SSE2, sizes up to 32 bytes
-/// in place and a direct call for larger ones.
+/// nothing if none is. Always inlined: one load and a few compares, then
+/// what [`Kernel::copy`] does.
 #[inline(always)]
 pub fn fast_copy(dst: &mut [u8], src: &[u8], t: &Thresholds) -> bool {
-    let code = t.fast_isa.load(Ordering::Acquire);
+    match Isa::from_code(t.fast_isa.load(Ordering::Acquire)) {
+        // SAFETY: only `enable_fast_path` stores a code, and only the code of a
+        // `Kernel`, which proves the CPU has that instruction set.
+        Some(isa) => unsafe { copy_with(isa, dst, src, t) },
+        None => return false,
+    }
+    true
+}
+
+/// Fills `dst` as [`fast_copy`] copies.
+#[inline(always)]
+pub fn fast_fill(dst: &mut [u8], byte: u8, t: &Thresholds) -> bool {
+    match Isa::from_code(t.fast_isa.load(Ordering::Acquire)) {
+        // SAFETY: as in `fast_copy`.
+        Some(isa) => unsafe { fill_with(isa, dst, byte, t) },
+        None => return false,
+    }
+    true
+}
+
+/// Copies `min(dst.len(), src.len())` bytes with `isa`'s kernels: with
+/// AVX-512 a direct call of its kernel (sizes up to 512 bytes are a leaf
+/// there); with AVX2 or SSE2, sizes up to 32 bytes in place and a direct call
+/// for larger ones.
+///
+/// # Safety
+/// The CPU must support `isa` (as a [`Kernel`] for it proves).
+#[inline(always)]
+unsafe fn copy_with(isa: Isa, dst: &mut [u8], src: &[u8], t: &Thresholds) {
     #[cfg(target_arch = "x86_64")]
     {
         let n = dst.len().min(src.len());
         let (d, s) = (dst.as_mut_ptr(), src.as_ptr());
-        // SAFETY (all three calls): only `enable_fast_path` stores a code, and
-        // only the code of a `Kernel`, which proves the CPU has that instruction
-        // set; both slices hold at least n bytes and cannot overlap (one is
-        // borrowed mutably); the `copy_gt16` kernels get n > 32.
-        if code == Isa::Avx512.code() {
-            unsafe { x86::avx512_small::copy_any(d, s, n, t) };
-            return true;
-        }
-        if code == 0 {
-            return false;
+        // SAFETY (all three calls): the caller guarantees `isa`; both slices
+        // hold at least n bytes and cannot overlap (one is borrowed mutably);
+        // the `copy_gt16` kernels get n > 32.
+        if isa == Isa::Avx512 {
+            return unsafe { x86::avx512_small::copy_any(d, s, n, t) };
         }
         if copy_small(dst, src) {
-            return true;
+            return;
         }
-        if code == Isa::Avx2.code() {
-            unsafe { x86::avx2::copy_gt16(d, s, n, t) };
-        } else {
-            unsafe { x86::sse2::copy_gt16(d, s, n, t) };
+        match isa {
+            Isa::Avx512 | Isa::Avx2 => unsafe { x86::avx2::copy_gt16(d, s, n, t) },
+            Isa::Sse2 => unsafe { x86::sse2::copy_gt16(d, s, n, t) },
         }
-        true
     }
     #[cfg(not(target_arch = "x86_64"))]
     {
-        let _ = (dst, src, t, code);
-        false
+        let _ = (isa, t);
+        let n = dst.len().min(src.len());
+        dst[..n].copy_from_slice(&src[..n]);
     }
 }
 
-/// Fills `dst` as [`fast_copy`] copies (in place up to 128 bytes for AVX2 and
-/// SSE2).
+/// Fills `dst` with `isa`'s kernels, as [`copy_with`] copies (in place up to
+/// 128 bytes for AVX2 and SSE2).
+///
+/// # Safety
+/// The CPU must support `isa`.
 #[inline(always)]
-pub fn fast_fill(dst: &mut [u8], byte: u8, t: &Thresholds) -> bool {
-    let code = t.fast_isa.load(Ordering::Acquire);
+unsafe fn fill_with(isa: Isa, dst: &mut [u8], byte: u8, t: &Thresholds) {
     #[cfg(target_arch = "x86_64")]
     {
         let (d, n) = (dst.as_mut_ptr(), dst.len());
-        // SAFETY: as in `fast_copy`; dst holds n bytes, n > 128 for `fill_gt16`.
-        if code == Isa::Avx512.code() {
-            unsafe { x86::avx512_small::fill_any(d, byte, n, t) };
-            return true;
-        }
-        if code == 0 {
-            return false;
+        // SAFETY: as in `copy_with`; dst holds n bytes, n > 128 for `fill_gt16`.
+        if isa == Isa::Avx512 {
+            return unsafe { x86::avx512_small::fill_any(d, byte, n, t) };
         }
         if fill_small(dst, byte) {
-            return true;
+            return;
         }
-        if code == Isa::Avx2.code() {
-            unsafe { x86::avx2::fill_gt16(d, byte, n, t) };
-        } else {
-            unsafe { x86::sse2::fill_gt16(d, byte, n, t) };
+        match isa {
+            Isa::Avx512 | Isa::Avx2 => unsafe { x86::avx2::fill_gt16(d, byte, n, t) },
+            Isa::Sse2 => unsafe { x86::sse2::fill_gt16(d, byte, n, t) },
         }
-        true
     }
     #[cfg(not(target_arch = "x86_64"))]
     {
-        let _ = (dst, byte, t, code);
-        false
+        let _ = (isa, t);
+        dst.fill(byte);
     }
 }
 
@@ -342,92 +359,22 @@ impl Kernel {
     }
 
     /// Copies `src` into `dst`; copies `min(dst.len(), src.len())` bytes (callers
-    /// check that the lengths are equal). Small enough to inline into the
-    /// caller: one compare and one direct call. With AVX-512 the kernel
-    /// handles sizes up to 512 bytes as a leaf (a masked move makes sizes up to
-    /// 32 bytes branch-free); other instruction sets take [`Kernel::copy_narrow`].
+    /// check that the lengths are equal). With AVX-512 a direct call of its
+    /// kernel (sizes up to 512 bytes are a leaf there); with AVX2 or SSE2,
+    /// sizes up to 32 bytes in place and a direct call for larger ones.
     #[inline]
     pub fn copy(&self, dst: &mut [u8], src: &[u8], t: &Thresholds) {
-        #[cfg(target_arch = "x86_64")]
-        if self.isa == Isa::Avx512 {
-            let n = dst.len().min(src.len());
-            // SAFETY: both slices hold at least n bytes and cannot overlap (one is
-            // borrowed mutably); AVX-512 F, BW and VL and BMI2 are supported (checked in `new`).
-            unsafe { x86::avx512_small::copy_any(dst.as_mut_ptr(), src.as_ptr(), n, t) };
-            return;
-        }
-        self.copy_narrow(dst, src, t)
+        // SAFETY: a `Kernel` exists only for an instruction set the CPU has.
+        unsafe { copy_with(self.isa, dst, src, t) }
     }
 
-    /// [`Kernel::copy`] without AVX-512: sizes up to 32 bytes with scalar and
-    /// 16-byte moves, larger ones by the AVX2 or SSE2 kernel. Out of line, so
-    /// that [`Kernel::copy`] stays small enough to inline everywhere.
-    #[inline(never)]
-    fn copy_narrow(&self, dst: &mut [u8], src: &[u8], t: &Thresholds) {
-        #[cfg(target_arch = "x86_64")]
-        {
-            if copy_small(dst, src) {
-                return;
-            }
-            let n = dst.len().min(src.len());
-            let (d, s) = (dst.as_mut_ptr(), src.as_ptr());
-            // SAFETY: both slices hold at least n > 32 bytes and cannot overlap;
-            // `self.isa` is supported by this CPU (checked in `new`).
-            unsafe {
-                match self.isa {
-                    Isa::Avx512 | Isa::Avx2 => x86::avx2::copy_gt16(d, s, n, t),
-                    Isa::Sse2 => x86::sse2::copy_gt16(d, s, n, t),
-                }
-            }
-        }
-        #[cfg(not(target_arch = "x86_64"))]
-        {
-            let _ = t;
-            let n = dst.len().min(src.len());
-            dst[..n].copy_from_slice(&src[..n]);
-        }
-    }
-
-    /// Sets every byte of `dst` to `byte`. Small enough to inline into the
-    /// caller, as [`Kernel::copy`]; with AVX-512, sizes below 64 bytes take one
-    /// masked store and no size-dependent branch (calls of varying sizes then
-    /// never mispredict).
+    /// Sets every byte of `dst` to `byte`, as [`Kernel::copy`] copies (with
+    /// AVX-512, sizes below 64 bytes take one masked store and no
+    /// size-dependent branch; otherwise sizes up to 128 bytes in place).
     #[inline]
     pub fn fill(&self, dst: &mut [u8], byte: u8, t: &Thresholds) {
-        #[cfg(target_arch = "x86_64")]
-        if self.isa == Isa::Avx512 {
-            // SAFETY: dst holds dst.len() bytes; AVX-512 F, BW and VL and BMI2 are
-            // supported (checked in `new`).
-            unsafe { x86::avx512_small::fill_any(dst.as_mut_ptr(), byte, dst.len(), t) };
-            return;
-        }
-        self.fill_narrow(dst, byte, t)
-    }
-
-    /// [`Kernel::fill`] without AVX-512: sizes up to 128 bytes with scalar and
-    /// 16-byte stores, larger ones by the AVX2 or SSE2 kernel (out of line, as
-    /// [`Kernel::copy_narrow`]).
-    #[inline(never)]
-    fn fill_narrow(&self, dst: &mut [u8], byte: u8, t: &Thresholds) {
-        #[cfg(target_arch = "x86_64")]
-        {
-            if fill_small(dst, byte) {
-                return;
-            }
-            let (d, n) = (dst.as_mut_ptr(), dst.len());
-            // SAFETY: dst holds n > 128 bytes; `self.isa` is supported by this CPU.
-            unsafe {
-                match self.isa {
-                    Isa::Avx512 | Isa::Avx2 => x86::avx2::fill_gt16(d, byte, n, t),
-                    Isa::Sse2 => x86::sse2::fill_gt16(d, byte, n, t),
-                }
-            }
-        }
-        #[cfg(not(target_arch = "x86_64"))]
-        {
-            let _ = t;
-            dst.fill(byte);
-        }
+        // SAFETY: as in `copy`.
+        unsafe { fill_with(self.isa, dst, byte, t) }
     }
 }
 
