@@ -342,7 +342,13 @@ impl Plan {
                     ),
                     (false, _) => format!(
                         "{w}-byte vector loop, 4 vectors per iteration, aligned stores \
-                         (rep stosb from 4 KiB when the destination is not 64-byte aligned)"
+                         (rep stosb from 4 KiB when the destination is not 64-byte aligned{})",
+                        if w == 64 {
+                            "; up to 2 KiB with an aligned destination, four vectors at each \
+                             end and aligned blocks between"
+                        } else {
+                            ""
+                        }
                     ),
                 };
                 out.push(SizeClass {

@@ -321,9 +321,54 @@ pub(super) mod avx512_small {
             );
             return;
         }
+        if n <= FILL_LEAF_MAX && dst as usize & 63 == 0 {
+            // An aligned destination takes glibc's shape, four vectors at each
+            // end and aligned blocks of four between them (measured: 1.00 of
+            // glibc at 1 KiB, against 0.93-0.94 for the general loop, which
+            // starts its blocks at the first byte and has no head). A
+            // misaligned one is faster in the general loop (1.09-1.27 of
+            // glibc at 1000 B - 2 KiB, against 1.00 in this shape).
+            asm!(
+                "vpbroadcastb zmm16, {byte:e}",
+                "lea {end}, [{dst} + {n} - 256]",
+                "vmovdqu64 zmmword ptr [{dst}], zmm16",
+                "vmovdqu64 zmmword ptr [{dst} + 64], zmm16",
+                "vmovdqu64 zmmword ptr [{dst} + 128], zmm16",
+                "vmovdqu64 zmmword ptr [{dst} + 192], zmm16",
+                "vmovdqu64 zmmword ptr [{end}], zmm16",
+                "vmovdqu64 zmmword ptr [{end} + 64], zmm16",
+                "vmovdqu64 zmmword ptr [{end} + 128], zmm16",
+                "vmovdqu64 zmmword ptr [{end} + 192], zmm16",
+                "lea {p}, [{dst} + 256]",
+                "and {p}, -64",
+                "cmp {p}, {end}",
+                "jae 3f",
+                "2:",
+                "vmovdqa64 zmmword ptr [{p}], zmm16",
+                "vmovdqa64 zmmword ptr [{p} + 64], zmm16",
+                "vmovdqa64 zmmword ptr [{p} + 128], zmm16",
+                "vmovdqa64 zmmword ptr [{p} + 192], zmm16",
+                "add {p}, 256",
+                "cmp {p}, {end}",
+                "jb 2b",
+                "3:",
+                byte = in(reg) u32::from(byte),
+                dst = in(reg) dst,
+                n = in(reg) n,
+                end = out(reg) _,
+                p = out(reg) _,
+                out("zmm16") _,
+                options(nostack)
+            );
+            return;
+        }
         super::avx512::fill_gt16(dst, byte, n, t)
     }
 }
+
+/// Aligned fills up to this size are a leaf in `fill_any`; above it the
+/// general kernel (loop, `rep stosb` or non-temporal stores) takes over.
+const FILL_LEAF_MAX: usize = 2048;
 
 /// Bytes per page-sized stream of the non-temporal copy.
 const PAGE: usize = 4096;
