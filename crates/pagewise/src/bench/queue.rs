@@ -843,16 +843,15 @@ pub fn run(config: &Config, progress: &dyn Progress, spawn: Spawn<'_>) -> Report
             });
             continue;
         }
-        let q = |k: usize| {
-            let v: Option<Vec<f64>> = t.iter().map(|x| x.latency.map(|l| l[k] as f64)).collect();
-            v.and_then(|v| Summary::of(&v))
-                .map(|s| s.median.round() as u64)
+        // The median of a figure that every trial has (`None` otherwise).
+        let every = |f: &dyn Fn(&Trial) -> Option<f64>| {
+            let v: Option<Vec<f64>> = t.iter().map(f).collect();
+            v.and_then(|v| Summary::of(&v)).map(|s| s.median)
         };
         let opt = |f: &dyn Fn(&Trial) -> Option<u64>| {
-            let v: Option<Vec<f64>> = t.iter().map(|x| f(x).map(|n| n as f64)).collect();
-            v.and_then(|v| Summary::of(&v))
-                .map(|s| s.median.round() as u64)
+            every(&|x| f(x).map(|n| n as f64)).map(|m| m.round() as u64)
         };
+        let q = |k: usize| opt(&|x| x.latency.map(|l| l[k]));
         let Some(rate) = median(t.iter().map(|x| x.records_per_s)) else {
             continue;
         };
@@ -873,12 +872,7 @@ pub fn run(config: &Config, progress: &dyn Progress, spawn: Spawn<'_>) -> Report
             p999_ns: q(3),
             p9999_ns: q(4),
             max_ns: q(5),
-            over_1ms_per_mille: t
-                .iter()
-                .map(|x| x.over_1ms_per_mille)
-                .collect::<Option<Vec<f64>>>()
-                .and_then(|v| Summary::of(&v))
-                .map(|s| s.median),
+            over_1ms_per_mille: every(&|x| x.over_1ms_per_mille),
             append_faults: opt(&|x| x.faults),
             append_faults_throughput: opt(&|x| x.faults_throughput),
             writer_pieces_inline: median(t.iter().map(|x| x.pieces_inline as f64))
