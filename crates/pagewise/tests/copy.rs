@@ -422,29 +422,26 @@ fn nontemporal_streams_start_on_source_pages_at_every_common_alignment() {
                         .copy(&mut dst[d_start..d_start + n], s)
                         .unwrap();
                     let case = format!("{} src+{src_off} delta {delta} n {n}", config.name);
+                    // Nothing outside [d_start, d_start + n) was written.
+                    let untouched = |dst: &[u8], what: &str| {
+                        assert!(
+                            dst[..d_start].iter().all(|&b| b == 0xEE),
+                            "{case}: {what} wrote before"
+                        );
+                        assert!(
+                            dst[d_start + n..].iter().all(|&b| b == 0xEE),
+                            "{case}: {what} wrote after"
+                        );
+                    };
                     assert!(dst[d_start..d_start + n] == *s, "{case}: bytes differ");
-                    assert!(
-                        dst[..d_start].iter().all(|&b| b == 0xEE),
-                        "{case}: wrote before"
-                    );
-                    assert!(
-                        dst[d_start + n..].iter().all(|&b| b == 0xEE),
-                        "{case}: wrote after"
-                    );
+                    untouched(&dst, "copy");
                     // The fill streams from the destination's page boundaries.
                     config.copier.fill(&mut dst[d_start..d_start + n], 0x5A);
                     assert!(
                         dst[d_start..d_start + n].iter().all(|&b| b == 0x5A),
                         "{case}: fill"
                     );
-                    assert!(
-                        dst[..d_start].iter().all(|&b| b == 0xEE),
-                        "{case}: fill before"
-                    );
-                    assert!(
-                        dst[d_start + n..].iter().all(|&b| b == 0xEE),
-                        "{case}: fill after"
-                    );
+                    untouched(&dst, "fill");
                 }
             }
         }

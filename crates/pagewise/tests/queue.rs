@@ -63,6 +63,20 @@ fn read_all(reader: &mut Reader) -> Vec<(Position, Vec<u8>)> {
     out
 }
 
+/// Reads every record from `reader` and checks that there are `count`, each
+/// `payload(i)` in order; returns them.
+fn read_payloads_in_order(reader: &mut Reader, count: u64, what: &str) -> Vec<(Position, Vec<u8>)> {
+    let all = read_all(reader);
+    assert_eq!(all.len() as u64, count, "{what}");
+    assert!(
+        all.iter()
+            .enumerate()
+            .all(|(i, (_, p))| *p == payload(i as u64)),
+        "{what}: a record differs"
+    );
+    all
+}
+
 #[test]
 fn appended_records_read_back_in_order_across_chunks() {
     for pretouch in [false, true] {
@@ -734,12 +748,7 @@ fn a_writer_that_never_idles_still_appends_across_chunks() {
     assert_eq!(report.pieces_idle, 0);
     assert!(report.pieces_inline > 0);
     let mut r = Reader::open(&path).unwrap();
-    let all = read_all(&mut r);
-    assert_eq!(all.len(), 30_000);
-    assert!(all
-        .iter()
-        .enumerate()
-        .all(|(i, (_, p))| *p == payload(i as u64)));
+    read_payloads_in_order(&mut r, 30_000, "inline pieces");
 }
 
 #[test]
@@ -795,12 +804,7 @@ fn both_copy_routines_carry_the_same_bytes() {
             },
         )
         .unwrap();
-        let all = read_all(&mut r);
-        assert_eq!(all.len(), 500, "{copy:?}");
-        assert!(all
-            .iter()
-            .enumerate()
-            .all(|(i, (_, p))| *p == payload(i as u64)));
+        read_payloads_in_order(&mut r, 500, &format!("{copy:?}"));
     }
 }
 
@@ -836,12 +840,7 @@ fn idle_pretouch_reopened_at_an_unaligned_position_crosses_small_chunks() {
         }
     }
     let mut r = Reader::open(&path).unwrap();
-    let all = read_all(&mut r);
-    assert_eq!(all.len() as u64, seq);
-    assert!(all
-        .iter()
-        .enumerate()
-        .all(|(i, (_, p))| *p == payload(i as u64)));
+    let all = read_payloads_in_order(&mut r, seq, "reopened writers");
     assert!(
         all.last().unwrap().0 .0 > 4096 + 5 * CHUNK,
         "crossed many chunks"
