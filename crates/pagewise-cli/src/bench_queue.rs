@@ -32,7 +32,7 @@ pub struct QueueArgs {
     /// Directory on a disk file system.
     #[arg(long, default_value = "/var/tmp")]
     disk_dir: PathBuf,
-    /// Rows to run, comma-separated (floor, tmpfs+pretouch, tmpfs, disk+pretouch, disk); all by default.
+    /// Rows to run, comma-separated (floor, tmpfs+pretouch, tmpfs+idle-pretouch, tmpfs, disk+pretouch, disk); all by default.
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
     /// The routine that copies payloads into and out of the file: pagewise or glibc.

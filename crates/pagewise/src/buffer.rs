@@ -150,7 +150,7 @@ impl Buffer {
     pub fn with_options(options: BufferOptions) -> Result<Buffer, BufferError> {
         // The copy and fill detect the CPU on first use: do it here, not in
         // the first `resize` or write.
-        let _ = crate::copy::Routine::Pagewise.prepare();
+        crate::copy::global_copier();
         let mut buffer = Buffer {
             background: Vec::new(),
             reservation: None,

@@ -367,17 +367,13 @@ impl Plan {
                         from: nt.max(small + 1),
                         to: None,
                     },
-                    kernel: if op == "copy" {
+                    kernel: {
                         let (pages, visit) = crate::sys::copy::NONTEMPORAL_STREAMS;
+                        let from_or_to = if op == "copy" { "from" } else { "to" };
                         format!(
                             "{w}-byte non-temporal stores, {pages} pages side by side \
-                             ({visit} B from each in turn), destination aligned to 64 B, sfence"
-                        )
-                    } else {
-                        let (pages, visit) = crate::sys::copy::NONTEMPORAL_STREAMS;
-                        format!(
-                            "{w}-byte non-temporal stores, {pages} pages side by side \
-                             ({visit} B to each in turn), destination aligned to 64 B, sfence"
+                             ({visit} B {from_or_to} each in turn), destination aligned to 64 B, \
+                             sfence"
                         )
                     },
                 });
