@@ -180,28 +180,23 @@ pub fn run_worker(mode: WorkerMode, workload: &Workload) -> Result<WorkerResult,
                     WorkerMode::Malloc => Ok(None),
                 };
                 let mut buffer = None;
-                let run = |iterations: usize,
-                           seed: &mut u64,
-                           buffer: &mut Option<Buffer>|
-                 -> Result<u64, String> {
+                let counters = ThreadCounters::open();
+                // The warm-up goes through this same function, so the measured
+                // phase runs no code and uses no stack depth for the first time:
+                // a first call of `thread_usage` or a deeper frame faults on a
+                // code or stack page, which is the harness's cost, not the row's.
+                let measure = |iterations: usize,
+                               seed: &mut u64,
+                               buffer: &mut Option<Buffer>|
+                 -> Result<WorkerResult, String> {
+                    let (faults0, maps0) = counters.read();
+                    let usage0 = crate::sys::time::thread_usage().unwrap_or_default();
                     let mut bytes = 0u64;
                     for i in 0..iterations {
                         let size = w.min_size + (next(seed) % span) as usize;
                         one_iteration(mode, buffer, size, i as u8)?;
                         bytes += size as u64;
                     }
-                    Ok(bytes)
-                };
-                let warm = setup.and_then(|b| {
-                    buffer = b;
-                    run(w.warmup, &mut seed, &mut buffer)
-                });
-                let counters = ThreadCounters::open();
-                start_barrier.wait();
-                let measured = warm.and_then(|_| {
-                    let (faults0, maps0) = counters.read();
-                    let usage0 = crate::sys::time::thread_usage().unwrap_or_default();
-                    let bytes = run(w.iterations, &mut seed, &mut buffer)?;
                     let usage1 = crate::sys::time::thread_usage().unwrap_or_default();
                     let (faults1, maps1) = counters.read();
                     Ok(WorkerResult {
@@ -211,9 +206,15 @@ pub fn run_worker(mode: WorkerMode, workload: &Workload) -> Result<WorkerResult,
                         map_calls: maps1.zip(maps0).map(|(a, b)| a - b),
                         user_s: usage1.user_s - usage0.user_s,
                         sys_s: usage1.sys_s - usage0.sys_s,
-                        iterations: w.iterations as u64,
+                        iterations: iterations as u64,
                     })
+                };
+                let warm = setup.and_then(|b| {
+                    buffer = b;
+                    measure(w.warmup, &mut seed, &mut buffer)
                 });
+                start_barrier.wait();
+                let measured = warm.and_then(|_| measure(w.iterations, &mut seed, &mut buffer));
                 end_barrier.wait();
                 measured
             },
