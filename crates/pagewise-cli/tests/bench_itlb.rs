@@ -20,8 +20,10 @@ fn tiny_itlb_run_reports_every_variant() {
             c.wait()
         });
     if !probe.map(|s| s.success()).unwrap_or(false) {
-        eprintln!("skipped: cc with gold (binutils) is not available");
-        return;
+        pagewise_testkit::skip!(
+            pagewise_testkit::Need::Compiler,
+            "cc with gold (binutils) is not available"
+        );
     }
     let out = Command::cargo_bin("pagewise")
         .unwrap()

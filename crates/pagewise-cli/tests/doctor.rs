@@ -139,17 +139,18 @@ fn help_and_version_succeed() {
 
 #[test]
 fn doctor_runs_unprivileged_and_says_what_it_could_not_read() {
-    if !pagewise::sys::libc_info::is_root() {
-        eprintln!("skipped: needs root to drop to the nobody user");
-        return;
+    if !pagewise_testkit::is_root() {
+        pagewise_testkit::skip!(
+            pagewise_testkit::Need::Root,
+            "needs root to drop to the nobody user"
+        );
     }
     if std::process::Command::new("setpriv")
         .arg("--version")
         .output()
         .is_err()
     {
-        eprintln!("skipped: setpriv is not installed");
-        return;
+        pagewise_testkit::skip!(pagewise_testkit::Need::Tool, "setpriv is not installed");
     }
     // Copy the binary where nobody can execute it (the build folder may not be reachable).
     let dir = tempfile::tempdir().unwrap();

@@ -24,9 +24,9 @@ fn pagewise() -> Command {
 
 const BIG_TEXT: &str = include_str!("fixtures/big_text.c");
 
-fn build_fixture(dir: &Path, name: &str, pie: bool) -> Option<PathBuf> {
+fn build_fixture(dir: &Path, name: &str, pie: bool) -> Result<PathBuf, String> {
     let position = if pie { "-pie" } else { "-no-pie" };
-    common::compile_c(dir, name, BIG_TEXT, &["-fno-toplevel-reorder", position])
+    pagewise_testkit::compile_c(dir, name, BIG_TEXT, &["-fno-toplevel-reorder", position])
 }
 
 struct Outcome {
@@ -144,15 +144,17 @@ fn check_moved_and_identical(bin: &Path) {
 fn fixture_moves(pie: bool) {
     let _s = serial();
     let dir = tempfile::tempdir().unwrap();
-    let Some(bin) = build_fixture(dir.path(), "big", pie) else {
-        eprintln!("skipped: no working C compiler");
-        return;
+    let bin = match build_fixture(dir.path(), "big", pie) {
+        Ok(b) => b,
+        Err(why) => pagewise_testkit::skip!(pagewise_testkit::Need::Compiler, "{why}"),
     };
     if pagewise::probe::thp_enabled_mode().as_deref() == Some("never")
         && pagewise::probe::hugetlb_available(2 << 20) < 2
     {
-        eprintln!("skipped: THP is never and no hugetlb pool has room");
-        return;
+        pagewise_testkit::skip!(
+            pagewise_testkit::Need::Thp,
+            "THP is never and no hugetlb pool has room"
+        );
     }
     check_moved_and_identical(&bin);
 }
@@ -170,22 +172,24 @@ fn non_pie_program_moves_onto_huge_pages() {
 #[test]
 fn hugetlb_is_used_when_a_pool_has_room() {
     let _s = serial();
-    if !pagewise::sys::libc_info::is_root() {
-        eprintln!("skipped: reserving hugetlb pages needs root");
-        return;
+    if !pagewise_testkit::is_root() {
+        pagewise_testkit::skip!(
+            pagewise_testkit::Need::Root,
+            "reserving hugetlb pages needs root"
+        );
     }
     let dir = tempfile::tempdir().unwrap();
-    let Some(bin) = build_fixture(dir.path(), "big_pie", true) else {
-        eprintln!("skipped: no working C compiler");
-        return;
+    let bin = match build_fixture(dir.path(), "big_pie", true) {
+        Ok(b) => b,
+        Err(why) => pagewise_testkit::skip!(pagewise_testkit::Need::Compiler, "{why}"),
     };
     let reservation = pagewise::region::PoolReservation::ensure_available(2 << 20, 2).unwrap();
     if pagewise::probe::hugetlb_available(2 << 20) < 2 {
-        eprintln!(
-            "skipped: the kernel granted only {} pages",
+        pagewise_testkit::skip!(
+            pagewise_testkit::Need::Hugetlb,
+            "the kernel granted only {} pages",
             reservation.obtained()
         );
-        return;
     }
     let program = [bin.to_str().unwrap()];
     let outcome = run_huge(&program, &[("SHOW_SMAPS", "1")], &["--huge-text"]);
@@ -206,15 +210,17 @@ fn hugetlb_is_used_when_a_pool_has_room() {
 fn each_failed_step_leaves_a_working_program() {
     let _s = serial();
     let dir = tempfile::tempdir().unwrap();
-    let Some(bin) = build_fixture(dir.path(), "big_pie", true) else {
-        eprintln!("skipped: no working C compiler");
-        return;
+    let bin = match build_fixture(dir.path(), "big_pie", true) {
+        Ok(b) => b,
+        Err(why) => pagewise_testkit::skip!(pagewise_testkit::Need::Compiler, "{why}"),
     };
     if pagewise::probe::thp_enabled_mode().as_deref() == Some("never")
         && pagewise::probe::hugetlb_available(2 << 20) < 2
     {
-        eprintln!("skipped: THP is never and no hugetlb pool has room, so no move is attempted");
-        return;
+        pagewise_testkit::skip!(
+            pagewise_testkit::Need::Thp,
+            "THP is never and no hugetlb pool has room, so no move is attempted"
+        );
     }
     let program = [bin.to_str().unwrap()];
     let expected = plain_stdout(&program);
@@ -249,7 +255,11 @@ fn rust_binary_and_python_skip_cleanly_when_text_is_small() {
     }
     let python = ["/usr/bin/python3", "-c", "print(sum(range(10)))"];
     if !Path::new(python[0]).exists() {
-        eprintln!("skipped the python3 part: /usr/bin/python3 is missing");
+        pagewise_testkit::skip_part!(
+            "python3",
+            pagewise_testkit::Need::Tool,
+            "/usr/bin/python3 is missing"
+        );
         return;
     }
     let outcome = run_huge(&python, &[], &["--huge-text"]);
@@ -266,8 +276,7 @@ fn children_of_the_program_are_handled() {
         .arg("-print-prog-name=cc1")
         .output();
     let Ok(cc1) = cc1 else {
-        eprintln!("skipped: gcc is not installed");
-        return;
+        pagewise_testkit::skip!(pagewise_testkit::Need::Compiler, "gcc is not installed");
     };
     let cc1 = String::from_utf8_lossy(&cc1.stdout).trim().to_owned();
     let dir = tempfile::tempdir().unwrap();
@@ -312,9 +321,9 @@ fn children_of_the_program_are_handled() {
 fn hot_profile_limits_the_move_to_hot_pages() {
     let _s = serial();
     let dir = tempfile::tempdir().unwrap();
-    let Some(bin) = build_fixture(dir.path(), "big_pie", true) else {
-        eprintln!("skipped: no working C compiler");
-        return;
+    let bin = match build_fixture(dir.path(), "big_pie", true) {
+        Ok(b) => b,
+        Err(why) => pagewise_testkit::skip!(pagewise_testkit::Need::Compiler, "{why}"),
     };
     let table = pagewise::text::symbols::FunctionTable::read(&bin).unwrap();
     let hot = &table.functions()[table.by_name("hot_function").unwrap()];
@@ -397,21 +406,23 @@ int main(int argc, char **argv) {
 fn a_w_x_policy_is_reported_and_the_program_runs() {
     let _s = serial();
     let dir = tempfile::tempdir().unwrap();
-    let Some(bin) = build_fixture(dir.path(), "big_pie", true) else {
-        eprintln!("skipped: no working C compiler");
-        return;
+    let bin = match build_fixture(dir.path(), "big_pie", true) {
+        Ok(b) => b,
+        Err(why) => pagewise_testkit::skip!(pagewise_testkit::Need::Compiler, "{why}"),
     };
-    let Some(wrapper) = common::compile_c(dir.path(), "mdwe", MDWE_WRAPPER, &[]) else {
-        eprintln!("skipped: cannot build the MDWE wrapper");
-        return;
+    let wrapper = match pagewise_testkit::compile_c(dir.path(), "mdwe", MDWE_WRAPPER, &[]) {
+        Ok(b) => b,
+        Err(why) => pagewise_testkit::skip!(pagewise_testkit::Need::Compiler, "{why}"),
     };
     let probe = std::process::Command::new(&wrapper)
         .arg("/bin/true")
         .status()
         .unwrap();
     if probe.code() == Some(125) {
-        eprintln!("skipped: this kernel has no PR_SET_MDWE");
-        return;
+        pagewise_testkit::skip!(
+            pagewise_testkit::Need::Kernel,
+            "this kernel has no PR_SET_MDWE"
+        );
     }
     let report = dir.path().join("r.json");
     let out = pagewise()
@@ -449,13 +460,15 @@ fn an_existing_perf_map_is_left_alone_and_reported() {
     if pagewise::probe::thp_enabled_mode().as_deref() == Some("never")
         && pagewise::probe::hugetlb_available(2 << 20) < 2
     {
-        eprintln!("skipped: THP is never and no hugetlb pool has room");
-        return;
+        pagewise_testkit::skip!(
+            pagewise_testkit::Need::Thp,
+            "THP is never and no hugetlb pool has room"
+        );
     }
     let dir = tempfile::tempdir().unwrap();
-    let Some(bin) = build_fixture(dir.path(), "big_pie", true) else {
-        eprintln!("skipped: no working C compiler");
-        return;
+    let bin = match build_fixture(dir.path(), "big_pie", true) {
+        Ok(b) => b,
+        Err(why) => pagewise_testkit::skip!(pagewise_testkit::Need::Compiler, "{why}"),
     };
     // pagewise run execs the program, so the program's pid is the one the
     // command gets: create the map file of a process that sleeps, then exec it.
@@ -491,15 +504,16 @@ fn an_existing_perf_map_is_left_alone_and_reported() {
 #[test]
 fn static_programs_are_refused_with_a_reason() {
     let dir = tempfile::tempdir().unwrap();
-    let Some(bin) = common::compile_c(
+    if let Err(why) = pagewise_testkit::compiler_supports(dir.path(), &["-static"]) {
+        pagewise_testkit::skip!(pagewise_testkit::Need::Compiler, "{why}");
+    }
+    let bin = pagewise_testkit::compile_c(
         dir.path(),
         "s",
         "int main(void) { return 0; }\n",
         &["-static"],
-    ) else {
-        eprintln!("skipped: cc -static does not work here");
-        return;
-    };
+    )
+    .unwrap_or_else(|why| panic!("{why}"));
     let out = pagewise()
         .args(["run", "--huge-text", "--"])
         .arg(&bin)

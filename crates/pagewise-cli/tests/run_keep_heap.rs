@@ -16,9 +16,9 @@ const CHURN: &str = include_str!("fixtures/churn_count.c");
 #[test]
 fn keep_heap_stops_the_mmaps_in_the_child() {
     let dir = tempfile::tempdir().unwrap();
-    let Some(bin) = common::compile_c(dir.path(), "churn", CHURN, &[]) else {
-        eprintln!("skipped: no working C compiler (cc)");
-        return;
+    let bin = match pagewise_testkit::compile_c(dir.path(), "churn", CHURN, &[]) {
+        Ok(b) => b,
+        Err(why) => pagewise_testkit::skip!(pagewise_testkit::Need::Compiler, "{why}"),
     };
     let plain = std::process::Command::new(&bin)
         .env_remove("GLIBC_TUNABLES")
@@ -152,9 +152,15 @@ fn static_and_musl_programs_are_refused() {
         ),
     ];
     for (name, flags, expected) in cases {
-        match common::compile_c(dir.path(), name, src, flags) {
-            Some(bin) => assert_refused(&bin, expected),
-            None => eprintln!("skipped the {name} case: cc {flags:?} does not work here"),
+        match pagewise_testkit::compiler_supports(dir.path(), flags) {
+            Ok(()) => {
+                let bin = pagewise_testkit::compile_c(dir.path(), name, src, flags)
+                    .unwrap_or_else(|why| panic!("{why}"));
+                assert_refused(&bin, expected)
+            }
+            Err(why) => {
+                pagewise_testkit::skip_part!(name, pagewise_testkit::Need::Compiler, "{why}")
+            }
         }
     }
 }

@@ -19,30 +19,16 @@ fn build_dir() -> PathBuf {
     dir
 }
 
-/// Compiles `source` into `name` once per test run; `None` (with the reason
-/// printed) when there is no C compiler.
-fn compile(name: &str, source: &Path, extra: &[&str]) -> Option<PathBuf> {
-    let out = build_dir().join(name);
-    let status = std::process::Command::new("cc")
-        .args(CFLAGS)
-        .args(extra)
-        .arg(source)
-        .arg("-o")
-        .arg(&out)
-        .status();
-    match status {
-        Ok(s) if s.success() => Some(out),
-        Ok(s) => panic!("cc failed on {}: {s}", source.display()),
-        Err(e) => {
-            eprintln!("skipped: no C compiler (cc): {e}");
-            None
-        }
-    }
+/// Compiles `source` into `name` once per test run; `Err(reason)` when there
+/// is no C compiler (a compile error fails the test).
+fn compile(name: &str, source: &Path, extra: &[&str]) -> Result<PathBuf, String> {
+    let flags: Vec<&str> = CFLAGS.iter().chain(extra).copied().collect();
+    pagewise_testkit::compile_c_file(source, &build_dir().join(name), &flags)
 }
 
-fn fixture(name: &'static str) -> Option<PathBuf> {
+fn fixture(name: &'static str) -> Result<PathBuf, String> {
     static BUILT: OnceLock<
-        std::sync::Mutex<std::collections::HashMap<&'static str, Option<PathBuf>>>,
+        std::sync::Mutex<std::collections::HashMap<&'static str, Result<PathBuf, String>>>,
     > = OnceLock::new();
     let map = BUILT.get_or_init(Default::default);
     let mut map = map.lock().unwrap_or_else(|e| e.into_inner());
@@ -108,34 +94,20 @@ fn pagewise() -> Command {
     Command::cargo_bin("pagewise").unwrap()
 }
 
-fn is_root() -> bool {
-    // SAFETY-free check through /proc: the effective uid is the second field of Uid.
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("Uid:"))
-                .and_then(|l| l.split_whitespace().nth(2).map(|u| u == "0"))
-        })
-        .unwrap_or(false)
-}
+use pagewise_testkit::{is_root, Need};
 
-fn tracefs_mounted() -> bool {
-    std::fs::read_to_string("/proc/mounts")
-        .is_ok_and(|m| m.lines().any(|l| l.contains(" tracefs ")))
-}
-
-/// Root and tracefs: needed for fault kinds and mmap tracepoints.
-fn tracing_available() -> bool {
+/// What is missing for fault kinds and mmap tracepoints (root and tracefs), if anything.
+fn tracing_missing() -> Option<(Need, &'static str)> {
     if !is_root() {
-        eprintln!("skipped: needs root for tracepoints");
-        return false;
+        Some((Need::Root, "tracepoints need root"))
+    } else if !pagewise_testkit::tracefs_mounted() {
+        Some((
+            Need::Tracefs,
+            "tracefs is not mounted (mount -t tracefs nodev /sys/kernel/tracing)",
+        ))
+    } else {
+        None
     }
-    if !tracefs_mounted() {
-        eprintln!("skipped: tracefs is not mounted (mount -t tracefs nodev /sys/kernel/tracing)");
-        return false;
-    }
-    true
 }
 
 /// Runs `pagewise stat --json ARGS -- CMD...` and returns (status, report).
@@ -178,8 +150,9 @@ fn top_site(v: &Value) -> String {
 
 #[test]
 fn first_touch_fixture() {
-    let Some(a) = fixture("first_touch") else {
-        return;
+    let a = match fixture("first_touch") {
+        Ok(path) => path,
+        Err(why) => pagewise_testkit::skip!(Need::Compiler, "{why}"),
     };
     let (status, v) = stat_json(&[], &[a.to_str().unwrap()]);
     assert_eq!(status, 0);
@@ -197,7 +170,9 @@ fn first_touch_fixture() {
     let p = &v["page_sizes"];
     let peak = p["peak_4k_bytes"].as_u64().unwrap() + p["peak_thp_bytes"].as_u64().unwrap();
     assert!(peak >= 256 << 20, "{p:#}");
-    if tracing_available() {
+    if let Some((need, why)) = tracing_missing() {
+        pagewise_testkit::skip_part!("fault kinds", need, "{why}");
+    } else {
         // The total is exact; the split is estimated from samples.
         let k = &v["fault_kinds"];
         let user = v["counts"]["user_mode_faults"].as_u64().unwrap();
@@ -216,8 +191,9 @@ fn first_touch_fixture() {
 
 #[test]
 fn first_touch_sites_name_the_fixture_function_not_memset() {
-    let Some(a) = fixture("first_touch") else {
-        return;
+    let a = match fixture("first_touch") {
+        Ok(path) => path,
+        Err(why) => pagewise_testkit::skip!(Need::Compiler, "{why}"),
     };
     let dir = tempfile::tempdir().unwrap();
     let svg = dir.path().join("faults.svg");
@@ -264,11 +240,12 @@ fn first_touch_sites_name_the_fixture_function_not_memset() {
 
 #[test]
 fn heap_churn_fixture() {
-    let Some(b) = fixture("heap_churn") else {
-        return;
+    let b = match fixture("heap_churn") {
+        Ok(path) => path,
+        Err(why) => pagewise_testkit::skip!(Need::Compiler, "{why}"),
     };
-    if !tracing_available() {
-        return;
+    if let Some((need, why)) = tracing_missing() {
+        pagewise_testkit::skip!(need, "{why}");
     }
     let (status, v) = stat_json(&["--sites"], &[b.to_str().unwrap(), "16"]);
     assert_eq!(status, 0);
@@ -300,8 +277,9 @@ fn heap_churn_fixture() {
 
 #[test]
 fn text_footprint_fixture() {
-    let Some(c) = fixture("text_footprint") else {
-        return;
+    let c = match fixture("text_footprint") {
+        Ok(path) => path,
+        Err(why) => pagewise_testkit::skip!(Need::Compiler, "{why}"),
     };
     let size = std::fs::metadata(&c).unwrap().len();
     assert!(size > 8 << 20, "the fixture has {size} bytes");
@@ -319,8 +297,9 @@ fn text_footprint_fixture() {
 
 #[test]
 fn file_faults_fixture() {
-    let Some(d) = fixture("file_faults") else {
-        return;
+    let d = match fixture("file_faults") {
+        Ok(path) => path,
+        Err(why) => pagewise_testkit::skip!(Need::Compiler, "{why}"),
     };
     // A file on the target disk (not tmpfs), written and dropped from the page cache.
     let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
@@ -335,11 +314,11 @@ fn file_faults_fixture() {
     assert_eq!(status, 0);
     let majors = v["counts"]["major_faults"].as_u64().unwrap();
     if majors < 1000 {
-        eprintln!(
-            "skipped: the page cache kept the file ({majors} major faults); \
+        pagewise_testkit::skip!(
+            Need::Other,
+            "the page cache kept the file ({majors} major faults); \
              this file system ignores POSIX_FADV_DONTNEED"
         );
-        return;
     }
     assert_eq!(kinds(&v)[0], "file-faults", "{:#}", v["findings"]);
     assert!(v["findings"][0]["summary"]
@@ -364,8 +343,9 @@ fn perf_count(csv: &str, event: &str) -> Option<u64> {
 
 #[test]
 fn fault_counts_agree_with_perf_stat_and_getrusage() {
-    let Some(a) = fixture("first_touch") else {
-        return;
+    let a = match fixture("first_touch") {
+        Ok(path) => path,
+        Err(why) => pagewise_testkit::skip!(Need::Compiler, "{why}"),
     };
     let a = a.to_str().unwrap();
     let (_, v) = stat_json(&[], &[a]);
@@ -383,20 +363,19 @@ fn fault_counts_agree_with_perf_stat_and_getrusage() {
     {
         Ok(o) if o.status.success() => String::from_utf8_lossy(&o.stderr).into_owned(),
         Ok(o) => {
-            eprintln!(
-                "skipped the perf oracle: perf stat failed: {}",
+            pagewise_testkit::skip!(
+                Need::PerfEvents,
+                "the perf oracle failed: {}",
                 String::from_utf8_lossy(&o.stderr)
             );
-            return;
         }
-        Err(e) => {
-            eprintln!("skipped the perf oracle: no perf: {e}");
-            return;
-        }
+        Err(e) => pagewise_testkit::skip!(Need::Tool, "the perf oracle needs perf(1): {e}"),
     };
     let Some(perf_minor) = perf_count(&out, "minor-faults") else {
-        eprintln!("skipped the perf oracle: perf could not count minor-faults:\n{out}");
-        return;
+        pagewise_testkit::skip!(
+            Need::PerfEvents,
+            "the perf oracle could not count minor-faults: {out}"
+        );
     };
     let perf_major = perf_count(&out, "major-faults").unwrap_or(0) as f64;
     let perf_minor = perf_minor as f64;
@@ -484,16 +463,17 @@ fn bad_input_gives_one_line() {
 #[test]
 fn without_tracefs_the_report_says_so_and_has_no_fault_kinds() {
     if !is_root() {
-        eprintln!("skipped: needs root to unmount tracefs in a private mount namespace");
-        return;
+        pagewise_testkit::skip!(
+            Need::Root,
+            "needs root to unmount tracefs in a private mount namespace"
+        );
     }
     if std::process::Command::new("unshare")
         .arg("--version")
         .output()
         .is_err()
     {
-        eprintln!("skipped: no unshare(1)");
-        return;
+        pagewise_testkit::skip!(Need::Tool, "no unshare(1)");
     }
     let bin = assert_cmd::cargo::cargo_bin("pagewise");
     let dir = tempfile::tempdir().unwrap();
@@ -512,8 +492,10 @@ fn without_tracefs_the_report_says_so_and_has_no_fault_kinds() {
         .status()
         .unwrap();
     if status.code() == Some(9) {
-        eprintln!("skipped: could not unmount tracefs in a private namespace");
-        return;
+        pagewise_testkit::skip!(
+            Need::Tracefs,
+            "could not unmount tracefs in a private namespace"
+        );
     }
     assert!(status.success(), "{status}");
     let v: Value = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
@@ -526,23 +508,22 @@ fn without_tracefs_the_report_says_so_and_has_no_fault_kinds() {
 #[test]
 fn unprivileged_with_paranoid_2_does_what_it_may() {
     if !is_root() {
-        eprintln!("skipped: needs root to switch to uid 65534 with setpriv");
-        return;
+        pagewise_testkit::skip!(Need::Root, "needs root to switch to uid 65534 with setpriv");
     }
     if std::process::Command::new("setpriv")
         .arg("--version")
         .output()
         .is_err()
     {
-        eprintln!("skipped: no setpriv(1)");
-        return;
+        pagewise_testkit::skip!(Need::Tool, "no setpriv(1)");
     }
     let paranoid: i64 = std::fs::read_to_string("/proc/sys/kernel/perf_event_paranoid")
         .ok()
         .and_then(|t| t.trim().parse().ok())
         .unwrap_or(2);
-    let Some(a) = fixture("first_touch") else {
-        return;
+    let a = match fixture("first_touch") {
+        Ok(path) => path,
+        Err(why) => pagewise_testkit::skip!(Need::Compiler, "{why}"),
     };
     // Everything the unprivileged user runs must be world-executable.
     let dir = tempfile::tempdir().unwrap();
@@ -581,15 +562,20 @@ fn unprivileged_with_paranoid_2_does_what_it_may() {
         assert!(c["user_mode_faults"].as_u64().unwrap() >= 32_768);
         assert_eq!(top_site(&v), "touch_buffer", "{:#}", v["sites"]);
     } else {
-        eprintln!("perf_event_paranoid is {paranoid}: checked only what any setting allows");
+        pagewise_testkit::skip_part!(
+            "user-mode faults and sites",
+            Need::PerfEvents,
+            "perf_event_paranoid is {paranoid}: checked only what any setting allows"
+        );
     }
     assert!(skipped.contains("fault kinds"), "{skipped}");
 }
 
 #[test]
 fn attaching_to_a_running_process() {
-    let Some(b) = fixture("heap_churn") else {
-        return;
+    let b = match fixture("heap_churn") {
+        Ok(path) => path,
+        Err(why) => pagewise_testkit::skip!(Need::Compiler, "{why}"),
     };
     // A long churn loop; observed for one second, then killed.
     let mut child = std::process::Command::new(&b)
@@ -620,8 +606,9 @@ fn attaching_to_a_running_process() {
     assert!(c["minor_faults"].as_u64().unwrap() >= 16_384, "{c:#}");
     assert!(c["sys_s"].as_f64().unwrap() > 0.1, "{c:#}");
     assert_eq!(top_site(&v), "churn", "{:#}", v["sites"]);
-    if tracing_available() {
-        assert!(v["syscalls"]["mmap"]["calls"].as_u64().unwrap() >= 1);
+    match tracing_missing() {
+        Some((need, why)) => pagewise_testkit::skip_part!("mmap calls", need, "{why}"),
+        None => assert!(v["syscalls"]["mmap"]["calls"].as_u64().unwrap() >= 1),
     }
 }
 

@@ -15,8 +15,8 @@ F(1) F(2) F(3) F(4) F(5) F(6) F(7) F(8)
 int main(int argc, char **argv) { unsigned a = argc; for (unsigned i = 0; i < 1000; i++) a = f8(f5(f1(a))); printf("%u\n", a); return 0; }
 "#;
 
-fn build(dir: &Path) -> Option<PathBuf> {
-    common::compile_c(dir, "spread", SPREAD, &["-fno-toplevel-reorder"])
+fn build(dir: &Path) -> Result<PathBuf, String> {
+    pagewise_testkit::compile_c(dir, "spread", SPREAD, &["-fno-toplevel-reorder"])
 }
 
 /// Runs `pagewise text ARGS…`, expects success, returns the JSON it printed.
@@ -54,9 +54,9 @@ fn profile(dir: &Path, bin: &Path) -> PathBuf {
 #[test]
 fn order_groups_the_hot_functions_and_footprint_shrinks() {
     let dir = tempfile::tempdir().unwrap();
-    let Some(bin) = build(dir.path()) else {
-        eprintln!("skipped: no working C compiler");
-        return;
+    let bin = match build(dir.path()) {
+        Ok(b) => b,
+        Err(why) => pagewise_testkit::skip!(pagewise_testkit::Need::Compiler, "{why}"),
     };
     let prof = profile(dir.path(), &bin);
     let order = dir.path().join("order.txt");
@@ -121,9 +121,9 @@ fn order_groups_the_hot_functions_and_footprint_shrinks() {
 #[test]
 fn perf_script_profiles_are_accepted() {
     let dir = tempfile::tempdir().unwrap();
-    let Some(bin) = build(dir.path()) else {
-        eprintln!("skipped: no working C compiler");
-        return;
+    let bin = match build(dir.path()) {
+        Ok(b) => b,
+        Err(why) => pagewise_testkit::skip!(pagewise_testkit::Need::Compiler, "{why}"),
     };
     let script = format!(
         "spread 1 [000] 1.0: 250000 cpu-clock:u:\n\t  1129 f1+0x1 ({0})\n\t  1200 main+0x20 ({0})\n\nspread 1 [000] 1.1: 250000 cpu-clock:u:\n\t  1129 f5+0x1 ({0})\n\t  1200 main+0x20 ({0})\n\n",

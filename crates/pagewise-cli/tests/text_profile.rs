@@ -5,24 +5,24 @@ use pagewise::text::profile::{Location, Profile};
 
 const BUSY: &str = "i=0; while [ $i -lt 30000 ]; do i=$((i+1)); done";
 
-fn sampling_works() -> bool {
+/// Why sampling events cannot be opened here, if they cannot.
+fn sampling_unavailable() -> Option<String> {
     let ok = pagewise::text::sampler::sample(
         &pagewise::text::sampler::Target::Command(vec!["true".into()]),
         1_000_000,
     );
     match ok {
         Err(pagewise::text::sampler::SampleError::Open(e)) => {
-            eprintln!("skipped: sampling events cannot be opened here: {e}");
-            false
+            Some(format!("sampling events cannot be opened here: {e}"))
         }
-        _ => true,
+        _ => None,
     }
 }
 
 #[test]
 fn profiles_a_command_and_keeps_its_exit_status() {
-    if !sampling_works() {
-        return;
+    if let Some(why) = sampling_unavailable() {
+        pagewise_testkit::skip!(pagewise_testkit::Need::PerfEvents, "{why}");
     }
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("sh.profile");
@@ -52,8 +52,8 @@ fn profiles_a_command_and_keeps_its_exit_status() {
 
 #[test]
 fn profiles_a_running_process() {
-    if !sampling_works() {
-        return;
+    if let Some(why) = sampling_unavailable() {
+        pagewise_testkit::skip!(pagewise_testkit::Need::PerfEvents, "{why}");
     }
     let mut child = std::process::Command::new("sh")
         .args(["-c", "while :; do :; done"])

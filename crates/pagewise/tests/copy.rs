@@ -30,6 +30,15 @@ type RepRange = Option<(usize, usize)>;
 fn configs() -> Vec<Config> {
     let base = Plan::detect();
     let mut out = Vec::new();
+    for isa in Isa::ALL.into_iter().filter(|i| !i.is_supported()) {
+        // No emulator (such as Intel SDE) is available here to run them anyway.
+        pagewise_testkit::skip_part!(
+            isa.name(),
+            pagewise_testkit::Need::CpuFeature,
+            "this CPU cannot run the {} kernels, so they are not tested here",
+            isa.name()
+        );
+    }
     for isa in Isa::ALL.into_iter().filter(|i| i.is_supported()) {
         let modes: [(&str, RepRange, Option<usize>); 4] = [
             ("loop", None, None),
@@ -520,6 +529,35 @@ fn nontemporal_copy_with_the_destination_just_ahead_modulo_2_mib() {
                 assert_eq!(high[ahead + n], 0, "{case}: wrote after");
                 high[..ahead + n].fill(0);
             }
+        }
+    }
+}
+
+/// With `PAGEWISE_COPY_ISA` set (the pinned-ISA runs in `.ci/run`), the free
+/// functions must run that instruction set, not fall back to another one;
+/// without it, the widest one this CPU supports.
+#[test]
+fn the_pinned_instruction_set_is_the_one_that_runs() {
+    let plan = copy::Plan::current();
+    let running = copy::global_copier().isa();
+    assert_eq!(running, plan.isa);
+    match std::env::var(copy::ENV_ISA) {
+        Ok(pinned) if !pinned.is_empty() => {
+            assert_eq!(
+                running.name(),
+                pinned,
+                "{} = {pinned} but {} runs: {:?}",
+                copy::ENV_ISA,
+                running.name(),
+                plan.notes
+            );
+        }
+        _ => {
+            let widest = Isa::ALL
+                .into_iter()
+                .rfind(|i| i.is_supported())
+                .expect("SSE2 is always supported");
+            assert_eq!(running, widest);
         }
     }
 }

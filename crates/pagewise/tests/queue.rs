@@ -553,8 +553,10 @@ fn a_full_file_system_is_an_error_from_append_not_a_sigbus() {
     let fs = match SmallFs::mount("1m") {
         Ok(fs) => fs,
         Err(e) => {
-            eprintln!("skipped: needs a small tmpfs mount (root): {e}");
-            return;
+            pagewise_testkit::skip!(
+                pagewise_testkit::Need::Root,
+                "needs a small tmpfs mount (root): {e}"
+            );
         }
     };
     for pretouch in [true, false] {
@@ -610,7 +612,9 @@ fn truncation_by_another_process_is_a_clear_error() {
             r.next().unwrap().unwrap();
         }
         if watch && r.truncation_check().0 != pagewise::queue::TruncationCheck::Inotify {
-            eprintln!(
+            pagewise_testkit::skip_part!(
+                "inotify",
+                pagewise_testkit::Need::Kernel,
                 "inotify unavailable, checking periodically: {:?}",
                 r.truncation_check()
             );
@@ -645,8 +649,10 @@ fn truncation_by_another_process_is_a_clear_error() {
 #[test]
 fn appends_take_no_page_faults_with_pretouch() {
     if faults_during(|| ()).is_none() {
-        eprintln!("skipped: the page-faults software event does not open here");
-        return;
+        pagewise_testkit::skip!(
+            pagewise_testkit::Need::PerfEvents,
+            "the page-faults software event does not open here"
+        );
     }
     let d = dir();
     let path = d.path().join("q");

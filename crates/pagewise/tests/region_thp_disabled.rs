@@ -8,8 +8,10 @@ use pagewise::region::{PageSize, Populate, RegionBuilder};
 fn thp_disabled_for_the_process_gives_base_pages_with_reasons() {
     let free_2m = pagewise::probe::hugetlb_available(2 << 20);
     if free_2m > 0 {
-        eprintln!("skipped: a 2 MiB hugetlb pool has free pages, the ladder would stop there");
-        return;
+        pagewise_testkit::skip!(
+            pagewise_testkit::Need::NoHugetlb,
+            "a 2 MiB hugetlb pool has free pages, the ladder would stop there"
+        );
     }
     pagewise::sys::prctl::set_thp_disabled(true).unwrap();
     let size = 32 << 20;

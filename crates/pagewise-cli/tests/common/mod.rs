@@ -32,25 +32,3 @@ pub fn preload_library() -> PathBuf {
     })
     .clone()
 }
-
-/// Writes `source` to `DIR/NAME.c` and compiles it with the system `cc -O1`
-/// and `flags` into `DIR/NAME`; `None` when there is no working compiler.
-#[allow(dead_code)] // each test binary uses the helpers it needs
-pub fn compile_c(
-    dir: &std::path::Path,
-    name: &str,
-    source: &str,
-    flags: &[&str],
-) -> Option<PathBuf> {
-    let src = dir.join(format!("{name}.c"));
-    std::fs::write(&src, source).unwrap();
-    let out = dir.join(name);
-    let status = std::process::Command::new("cc")
-        .args(["-O1", "-o"])
-        .arg(&out)
-        .arg(&src)
-        .args(flags)
-        .status()
-        .ok()?;
-    status.success().then_some(out)
-}

@@ -514,8 +514,10 @@ mod tests {
     fn hugetlb_without_a_pool_or_root_is_reported_not_run() {
         let free = crate::probe::hugetlb_available(MIB2);
         if free > 0 {
-            eprintln!("skipped: a 2 MiB pool has free pages here");
-            return;
+            pagewise_testkit::skip!(
+                pagewise_testkit::Need::NoHugetlb,
+                "a 2 MiB pool has free pages here"
+            );
         }
         let config = Config {
             size: 8 << 20,

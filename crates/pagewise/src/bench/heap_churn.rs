@@ -463,7 +463,11 @@ mod tests {
             // The buffer was faulted in at its largest size before the loop.
             assert_eq!(buffer.faults, Some(0));
         } else {
-            eprintln!("skipped the fault check: the page-faults event does not open here");
+            pagewise_testkit::skip_part!(
+                "fault check",
+                pagewise_testkit::Need::PerfEvents,
+                "the page-faults event does not open here"
+            );
         }
     }
 

@@ -531,8 +531,10 @@ mod tests {
         std::fs::write(&src, generate(&shape)).unwrap();
         let bin = dir.path().join("t");
         if let Err(e) = build(&src, &bin, None) {
-            eprintln!("skipped: cannot build with cc and gold here: {e}");
-            return;
+            pagewise_testkit::skip!(
+                pagewise_testkit::Need::Compiler,
+                "cannot build with cc and gold here: {e}"
+            );
         }
         let t = time_once(Path::new("/nonexistent"), &bin, false, 10, dir.path()).unwrap();
         assert!(t > 0.0);

@@ -244,8 +244,10 @@ mod tests {
         let two_mib = 2 << 20;
         let pool_free = crate::probe::hugetlb_available(two_mib);
         if pool_free != 0 {
-            eprintln!("skipped: needs an empty 2 MiB hugetlb pool, found {pool_free} free pages");
-            return;
+            pagewise_testkit::skip!(
+                pagewise_testkit::Need::NoHugetlb,
+                "needs an empty 2 MiB hugetlb pool, found {pool_free} free pages"
+            );
         }
         let options = MapOptions {
             hugetlb_page_size: Some(two_mib),

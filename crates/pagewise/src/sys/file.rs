@@ -353,8 +353,10 @@ mod tests {
     #[test]
     fn fs_kind_of_dev_shm_is_tmpfs() {
         let Ok(file) = tempfile::tempfile_in("/dev/shm") else {
-            eprintln!("skipped: /dev/shm is not writable here");
-            return;
+            pagewise_testkit::skip!(
+                pagewise_testkit::Need::Other,
+                "/dev/shm is not writable here"
+            );
         };
         assert_eq!(fs_kind(&file).unwrap(), FsKind::Tmpfs);
     }
@@ -374,8 +376,7 @@ mod tests {
         let inotify = match Inotify::new() {
             Ok(i) => i,
             Err(e) => {
-                eprintln!("skipped: inotify unavailable: {e}");
-                return;
+                pagewise_testkit::skip!(pagewise_testkit::Need::Kernel, "inotify unavailable: {e}");
             }
         };
         let wd = inotify.add_watch(&path, IN_MODIFY).unwrap();

@@ -121,8 +121,7 @@ mod tests {
         let pagemap = match Pagemap::open_self() {
             Ok(p) => p,
             Err(e) => {
-                eprintln!("skipped: no pagemap: {e}");
-                return;
+                pagewise_testkit::skip!(pagewise_testkit::Need::Kernel, "no pagemap: {e}");
             }
         };
         let mut m = AnonMapping::map(8 * 4096, MapOptions::default()).unwrap();
@@ -145,7 +144,10 @@ mod tests {
                 if e.errno() == Some(libc::ENOTTY)
                     || (e.errno() == Some(libc::EINVAL) && !kernel_at_least(6, 7)) =>
             {
-                eprintln!("skipped: kernel lacks PAGEMAP_SCAN: {e}");
+                pagewise_testkit::skip!(
+                    pagewise_testkit::Need::Kernel,
+                    "kernel lacks PAGEMAP_SCAN: {e}"
+                );
             }
             Err(e) => panic!("{e}"),
         }

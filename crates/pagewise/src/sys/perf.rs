@@ -796,8 +796,10 @@ mod tests {
         let counter = match Counter::open(&spec, 0) {
             Ok(c) => c,
             Err(e) => {
-                eprintln!("skipped: software counters unavailable here: {e}");
-                return;
+                pagewise_testkit::skip!(
+                    pagewise_testkit::Need::PerfEvents,
+                    "software counters unavailable here: {e}"
+                );
             }
         };
         let before = counter.read().unwrap();
@@ -830,8 +832,10 @@ mod tests {
         let event = match Event::open(&attr, 0, -1) {
             Ok(e) => e,
             Err(e) => {
-                eprintln!("skipped: software sampling unavailable here: {e}");
-                return;
+                pagewise_testkit::skip!(
+                    pagewise_testkit::Need::PerfEvents,
+                    "software sampling unavailable here: {e}"
+                );
             }
         };
         let mut ring = RingBuffer::map(&event, 8).unwrap();

@@ -514,7 +514,10 @@ mod tests {
                 );
             }
             Err(SampleError::Open(e)) => {
-                eprintln!("skipped: cannot open sampling events here: {e}")
+                pagewise_testkit::skip!(
+                    pagewise_testkit::Need::PerfEvents,
+                    "cannot open sampling events here: {e}"
+                )
             }
             Err(e) => panic!("{e}"),
         }

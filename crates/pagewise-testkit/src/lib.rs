@@ -1,0 +1,319 @@
+//! Test support shared by every pagewise test suite (a dev-dependency only).
+//!
+//! **Skips that show.** A test that cannot check its claim on this machine
+//! (no root, no tracefs, no C compiler, a CPU feature missing…) calls
+//! [`skip!`] with a [`Need`] and a reason, and returns. The skip is printed as
+//! one `SKIP <test>: <need>: <reason>` line straight to the process's standard
+//! error (libtest captures only the `print!` family, so the line shows in a
+//! plain `cargo test` run even for a test that then passes), and appended to
+//! the file named by `PAGEWISE_SKIP_LOG` when that is set. `scripts/test`
+//! sets it and prints the count of tests run, skipped (with reasons) and
+//! exercised; `.ci/run` fails when a run that had root, tracefs, a compiler,
+//! perf events and hugetlb pages still skipped for one of them.
+//!
+//! **C fixtures.** [`compile_c`] tells "no compiler here" (a skip) from "the
+//! compiler rejected the fixture" (a failure: the test panics with the
+//! compiler's message), so a broken fixture never passes as a skip.
+
+use std::fmt;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+/// The environment variable naming the file that collects skip lines.
+pub const SKIP_LOG_ENV: &str = "PAGEWISE_SKIP_LOG";
+
+/// What a skipped test needed and did not have. The names are stable: the CI
+/// script matches on them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Need {
+    /// Running as root (uid 0).
+    Root,
+    /// tracefs mounted (`/sys/kernel/tracing`), for tracepoints.
+    Tracefs,
+    /// Free hugetlb pages in a pool.
+    Hugetlb,
+    /// A 2 MiB hugetlb pool with no free pages (so a fallback path is taken).
+    NoHugetlb,
+    /// Transparent huge pages not `never`.
+    Thp,
+    /// A working C compiler (`cc`) or linker feature.
+    Compiler,
+    /// perf events that open here (software counters, sampling).
+    PerfEvents,
+    /// A CPU feature this CPU lacks.
+    CpuFeature,
+    /// A kernel feature this kernel lacks.
+    Kernel,
+    /// A program that is not installed (setpriv, strace, python3, …).
+    Tool,
+    /// Anything else; the reason says what.
+    Other,
+}
+
+impl Need {
+    /// The stable name used in skip lines.
+    pub fn name(self) -> &'static str {
+        match self {
+            Need::Root => "root",
+            Need::Tracefs => "tracefs",
+            Need::Hugetlb => "hugetlb",
+            Need::NoHugetlb => "no-hugetlb",
+            Need::Thp => "thp",
+            Need::Compiler => "compiler",
+            Need::PerfEvents => "perf-events",
+            Need::CpuFeature => "cpu-feature",
+            Need::Kernel => "kernel",
+            Need::Tool => "tool",
+            Need::Other => "other",
+        }
+    }
+}
+
+impl fmt::Display for Need {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// The running test's name: libtest names each test's thread after it.
+fn current_test() -> String {
+    std::thread::current()
+        .name()
+        .filter(|n| *n != "main")
+        .unwrap_or("<unnamed test>")
+        .to_owned()
+}
+
+/// The test binary's crate-level name (`copy`, `stat`, `pagewise` for unit tests).
+fn binary_name() -> String {
+    std::env::current_exe()
+        .ok()
+        .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
+        .map(|n| match n.rsplit_once('-') {
+            Some((stem, hash)) if hash.chars().all(|c| c.is_ascii_hexdigit()) => stem.to_owned(),
+            _ => n,
+        })
+        .unwrap_or_default()
+}
+
+/// Records that the running test (or one part of it, when `part` is given)
+/// did not check its claim. Prefer the [`skip!`] and [`skip_part!`] macros.
+pub fn record_skip(need: Need, part: Option<&str>, reason: &str) {
+    let test = match part {
+        Some(p) => format!("{}::{} [{p}]", binary_name(), current_test()),
+        None => format!("{}::{}", binary_name(), current_test()),
+    };
+    let reason = reason.replace('\n', " ");
+    let line = format!("SKIP {test}: {need}: {reason}\n");
+    // Straight to fd 2: libtest captures print!/eprint!, not io::stderr().
+    let _ = std::io::stderr().lock().write_all(line.as_bytes());
+    if let Some(log) = std::env::var_os(SKIP_LOG_ENV).filter(|v| !v.is_empty()) {
+        // One short write in append mode: lines from parallel tests do not interleave.
+        let appended = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log)
+            .and_then(|mut f| f.write_all(format!("{test}\t{need}\t{reason}\n").as_bytes()));
+        if let Err(e) = appended {
+            panic!(
+                "cannot append to {SKIP_LOG_ENV}={}: {e}",
+                log.to_string_lossy()
+            );
+        }
+    }
+}
+
+/// Skips the rest of the running test: records why and returns from it.
+///
+/// `skip!(Need::Root, "reserving hugetlb pages needs root")`, or with
+/// format arguments after the need.
+#[macro_export]
+macro_rules! skip {
+    ($need:expr, $($arg:tt)+) => {{
+        $crate::record_skip($need, None, &format!($($arg)+));
+        return;
+    }};
+}
+
+/// Records that one part of the running test was not checked, and goes on
+/// with the rest: `skip_part!("python3", Need::Tool, "/usr/bin/python3 is missing")`.
+#[macro_export]
+macro_rules! skip_part {
+    ($part:expr, $need:expr, $($arg:tt)+) => {{
+        $crate::record_skip($need, Some($part), &format!($($arg)+));
+    }};
+}
+
+/// Whether this process runs as root (effective uid 0), from `/proc/self/status`.
+pub fn is_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("Uid:"))
+                .and_then(|ids| ids.split_whitespace().nth(1).map(|e| e == "0"))
+        })
+        .unwrap_or(false)
+}
+
+/// Whether tracefs is mounted where tracepoint ids can be read.
+pub fn tracefs_mounted() -> bool {
+    std::fs::read_to_string("/proc/mounts")
+        .map(|m| {
+            m.lines()
+                .any(|l| l.split_whitespace().nth(2) == Some("tracefs"))
+        })
+        .unwrap_or(false)
+}
+
+/// Why no C compiler can be used here, or `None` when `cc` runs.
+pub fn compiler_missing() -> Option<String> {
+    match std::process::Command::new("cc")
+        .arg("--version")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+    {
+        Ok(s) if s.success() => None,
+        Ok(s) => Some(format!("`cc --version` exited with {s}")),
+        Err(e) => Some(format!("no C compiler (cc): {e}")),
+    }
+}
+
+/// Writes `source` to `DIR/NAME.c` and compiles it with the system `cc -O1`
+/// and `flags` into `DIR/NAME`.
+///
+/// `Err(reason)` only when there is no compiler at all (the caller skips with
+/// [`Need::Compiler`]); a compiler that rejects the fixture is a test failure,
+/// so this panics with the compiler's output.
+pub fn compile_c(dir: &Path, name: &str, source: &str, flags: &[&str]) -> Result<PathBuf, String> {
+    if let Some(why) = compiler_missing() {
+        return Err(why);
+    }
+    let src = dir.join(format!("{name}.c"));
+    std::fs::write(&src, source).unwrap_or_else(|e| panic!("write {}: {e}", src.display()));
+    compile_c_file(&src, &dir.join(name), flags)
+}
+
+/// Compiles the C file `src` with `cc -O1 flags` into `out`; see [`compile_c`]
+/// for what is an error and what is a panic.
+pub fn compile_c_file(src: &Path, out: &Path, flags: &[&str]) -> Result<PathBuf, String> {
+    if let Some(why) = compiler_missing() {
+        return Err(why);
+    }
+    let output = std::process::Command::new("cc")
+        .args(["-O1", "-o"])
+        .arg(out)
+        .arg(src)
+        .args(flags)
+        .output()
+        .map_err(|e| format!("no C compiler (cc): {e}"))?;
+    assert!(
+        output.status.success(),
+        "cc {flags:?} failed on {} ({}): {}",
+        src.display(),
+        output.status,
+        String::from_utf8_lossy(&output.stderr)
+    );
+    Ok(out.to_path_buf())
+}
+
+/// Whether `cc FLAGS` can build and link a trivial program here (for optional
+/// toolchain features such as `-static` or `-fuse-ld=gold`): `Err(reason)`
+/// when it cannot. Unlike [`compile_c`], a failure here is a skip reason.
+pub fn compiler_supports(dir: &Path, flags: &[&str]) -> Result<(), String> {
+    if let Some(why) = compiler_missing() {
+        return Err(why);
+    }
+    let src = dir.join("pagewise_probe_flags.c");
+    std::fs::write(&src, "int main(void) { return 0; }\n")
+        .unwrap_or_else(|e| panic!("write {}: {e}", src.display()));
+    let output = std::process::Command::new("cc")
+        .arg("-o")
+        .arg(dir.join("pagewise_probe_flags"))
+        .arg(&src)
+        .args(flags)
+        .output()
+        .map_err(|e| format!("no C compiler (cc): {e}"))?;
+    if output.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "cc {flags:?} cannot build a trivial program here: {}",
+            String::from_utf8_lossy(&output.stderr).trim()
+        ))
+    }
+}
+
+/// Whether the program `name` can be started (`name --version` or `--help` runs).
+pub fn tool_missing(name: &str) -> Option<String> {
+    match std::process::Command::new(name)
+        .arg("--version")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+    {
+        Ok(_) => None,
+        Err(e) => Some(format!("{name} is not installed: {e}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn binary_names_drop_the_hash() {
+        let name = binary_name();
+        assert!(!name.is_empty());
+        assert_eq!(name, "pagewise_testkit");
+    }
+
+    #[test]
+    fn a_broken_fixture_fails_rather_than_skips() {
+        if let Some(why) = compiler_missing() {
+            skip!(Need::Compiler, "{why}");
+        }
+        let dir = std::env::temp_dir().join(format!("pagewise-testkit-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let broken = std::panic::catch_unwind(|| {
+            compile_c(&dir, "broken", "int main(void) { return }\n", &[])
+        });
+        let good = compile_c(&dir, "good", "int main(void) { return 0; }\n", &[]);
+        std::fs::remove_dir_all(&dir).ok();
+        assert!(broken.is_err(), "a compile error must fail the test");
+        assert!(good.is_ok());
+    }
+
+    #[test]
+    fn skips_are_logged_with_test_need_and_reason() {
+        let dir = std::env::temp_dir().join(format!("pagewise-skiplog-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let log = dir.join("skips");
+        // The variable is read at each skip; this test sets it for itself only
+        // through a child process, so other tests' skips are not captured here.
+        let exe = std::env::current_exe().unwrap();
+        let status = std::process::Command::new(exe)
+            .args(["--exact", "tests::child_that_skips", "--include-ignored"])
+            .env(SKIP_LOG_ENV, &log)
+            .output()
+            .unwrap();
+        assert!(status.status.success());
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        std::fs::remove_dir_all(&dir).ok();
+        assert_eq!(
+            text,
+            "pagewise_testkit::tests::child_that_skips\tkernel\twhy 42\n",
+            "{}",
+            String::from_utf8_lossy(&status.stderr)
+        );
+        assert!(String::from_utf8_lossy(&status.stderr)
+            .contains("SKIP pagewise_testkit::tests::child_that_skips: kernel: why 42"));
+    }
+
+    #[test]
+    #[ignore = "run by skips_are_logged_with_test_need_and_reason in a child process"]
+    fn child_that_skips() {
+        skip!(Need::Kernel, "why {}", 42);
+    }
+}
