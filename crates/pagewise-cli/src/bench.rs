@@ -54,7 +54,7 @@ pub enum Experiment {
 
 /// Runs one experiment.
 pub fn run(experiment: &Experiment) -> anyhow::Result<ExitCode> {
-    use pagewise::bench::memcpy::Op;
+    use pagewise_bench::memcpy::Op;
     match experiment {
         Experiment::FirstTouch(args) => crate::bench_first_touch::run(args),
         Experiment::MmapPrefault(args) => crate::bench_mmap_prefault::run(args),

@@ -1,13 +1,13 @@
 //! `pagewise bench memcpy` and `pagewise bench memset`: arguments, the fleet
 //! file, and printing (table, JSON, plot). The experiment is in
-//! `pagewise::bench::memcpy`.
+//! `pagewise_bench::memcpy`.
 
 use crate::bench::CommonArgs;
 use crate::format::{bytes, table};
 use anyhow::Context;
-use pagewise::bench::fleet::FleetDistribution;
-use pagewise::bench::memcpy::{self, Op, Options, Report};
-use pagewise::bench::Summary;
+use pagewise_bench::fleet::FleetDistribution;
+use pagewise_bench::memcpy::{self, Op, Options, Report};
+use pagewise_bench::Summary;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 

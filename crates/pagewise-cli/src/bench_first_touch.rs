@@ -2,7 +2,7 @@
 
 use crate::bench::CommonArgs;
 use crate::format::{bytes, table};
-use pagewise::bench::first_touch::{self, Config, Strategy};
+use pagewise_bench::first_touch::{self, Config, Strategy};
 use std::process::ExitCode;
 
 /// Allocate SIZE, write it three times per strategy; compare the first pass with the third.

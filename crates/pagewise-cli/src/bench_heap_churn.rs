@@ -3,7 +3,7 @@
 use crate::bench::CommonArgs;
 use crate::format::{bytes, parse_size_arg, table};
 use anyhow::{anyhow, Context};
-use pagewise::bench::heap_churn::{self, Config, WorkerMode, Workload};
+use pagewise_bench::heap_churn::{self, Config, WorkerMode, Workload};
 use std::process::ExitCode;
 
 /// The workload's shape, shared by the experiment and its worker.

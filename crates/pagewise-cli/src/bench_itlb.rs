@@ -3,9 +3,9 @@
 use crate::bench::CommonArgs;
 use crate::format::{bytes, table};
 use anyhow::{anyhow, Context};
-use pagewise::bench::itlb::{self, Config, Shape};
 use pagewise::text::profile::Profile;
 use pagewise::text::sampler::{self, Target};
+use pagewise_bench::itlb::{self, Config, Shape};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 

@@ -2,8 +2,8 @@
 
 use crate::bench::CommonArgs;
 use crate::format::{bytes, table};
-use pagewise::bench::mmap_prefault::{self, Config, Method};
 use pagewise::queue::PreTouch;
+use pagewise_bench::mmap_prefault::{self, Config, Method};
 use std::path::PathBuf;
 use std::process::ExitCode;
 

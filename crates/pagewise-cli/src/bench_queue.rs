@@ -3,8 +3,8 @@
 
 use crate::bench::CommonArgs;
 use crate::format::{bytes, table};
-use pagewise::bench::queue::{self, ChildSpec, Config, RowSpec};
 use pagewise::copy::Routine;
+use pagewise_bench::queue::{self, ChildSpec, Config, RowSpec};
 use std::path::PathBuf;
 use std::process::{Child, Command, ExitCode, Stdio};
 
@@ -171,7 +171,7 @@ pub fn child_spawner() -> anyhow::Result<impl Fn(&ChildSpec) -> std::io::Result<
 /// One side of one phase of `bench queue` (started by it).
 #[derive(Debug, clap::Args)]
 pub struct ChildArgs {
-    /// What to do, as JSON (`pagewise::bench::queue::ChildSpec`).
+    /// What to do, as JSON (`pagewise_bench::queue::ChildSpec`).
     #[arg(long)]
     spec: String,
 }

@@ -6,7 +6,7 @@
 //! refused with a message that says so.
 
 use anyhow::{bail, Context};
-use pagewise::bench::memcpy::{size_label, Op, Report, Residency};
+use pagewise_bench::memcpy::{size_label, Op, Report, Residency};
 use plotters::coord::Shift;
 use plotters::prelude::*;
 use std::path::Path;

@@ -4,7 +4,7 @@
 use indicatif::{ProgressBar, ProgressStyle};
 use std::io::IsTerminal;
 
-/// A [`pagewise::bench::Progress`] that draws on stderr.
+/// A [`pagewise_bench::Progress`] that draws on stderr.
 // Used by the bench experiments that are being written on another branch.
 pub struct StderrProgress {
     bar: Option<ProgressBar>,
@@ -27,7 +27,7 @@ impl StderrProgress {
     }
 }
 
-impl pagewise::bench::Progress for StderrProgress {
+impl pagewise_bench::Progress for StderrProgress {
     fn update(&self, done: usize, total: usize, what: &str) {
         match &self.bar {
             Some(bar) => {

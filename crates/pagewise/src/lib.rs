@@ -9,6 +9,8 @@
 //!   them, with a verified report of what the kernel granted.
 //! - [`queue`]: a persistent single-writer, many-reader queue in a shared
 //!   file mapping whose appends never fault.
+//! - [`file_window`]: the queue writer's pre-toucher for any file written
+//!   front to back through a shared mapping.
 //! - [`buffer`]: a growable buffer over reserved address space that keeps
 //!   its pages across `clear`, so reuse never faults.
 //! - [`launch`]: what `pagewise run` needs to start unmodified programs
@@ -17,22 +19,23 @@
 //!   kind and site, mmap churn, page sizes, hot text, findings); behind `pagewise stat`.
 //! - [`text`]: hot text on huge pages (the move behind `pagewise run
 //!   --huge-text`) and perf map files.
-//! - [`bench`](mod@bench): statistics, progress and machine description shared by every
-//!   `pagewise bench` experiment.
 //! - [`copy`]: `copy` and `fill` with runtime CPU dispatch and non-temporal
 //!   stores for large sizes; behind `pagewise bench memcpy` and `bench memset`.
 //! - [`sys`]: the only layer with raw system calls and `unsafe`; everything
 //!   else is safe Rust built on it.
 //!
 //! Errors carry the failing system call and errno, and say what to do.
+//!
+//! The `pagewise bench` experiments that measure these claims live in their
+//! own crate, `pagewise-bench`, so that nothing here links their statistics.
 
 #![warn(missing_docs)]
 // `unsafe` lives only in `sys`; the compiler enforces it for every other module.
 #![deny(unsafe_code)]
 
-pub mod bench;
 pub mod buffer;
 pub mod copy;
+pub mod file_window;
 pub mod launch;
 pub mod observe;
 pub mod probe;

@@ -494,6 +494,22 @@ impl Routine {
             Routine::Glibc => crate::sys::copy::glibc_memcpy,
         }
     }
+
+    /// Copies `dst.len()` bytes at `offset` of a shared file mapping into
+    /// `dst` with this routine (one call of it); `false`, and nothing copied,
+    /// when the range is not inside the mapping. For bytes a protocol has
+    /// published and never writes again (the reader saw them committed with
+    /// an acquire load), as the queue reader copies records out: bytes that
+    /// another process writes during the call come out torn.
+    #[inline]
+    pub fn copy_out(
+        self,
+        map: &crate::sys::file_map::ReadMap,
+        offset: usize,
+        dst: &mut [u8],
+    ) -> bool {
+        map.copy_out_with(offset, dst, self.function())
+    }
 }
 
 impl std::str::FromStr for Routine {

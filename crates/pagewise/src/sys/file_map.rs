@@ -200,7 +200,8 @@ impl RawMap {
         };
         // SAFETY: [p, p+len) is inside the live mapping and readable for the duration of
         // the call (the mapping outlives &self). The only callers (crate-internal: the
-        // queue reader and the benchmark's floor reader) pass bytes they saw published
+        // queue reader, and `copy::Routine::copy_out`, which takes only pagewise's own two
+        // routines and serves the benchmark's floor reader) pass bytes they saw published
         // with an acquire load and that their protocol never writes again, so the shared
         // view is not mutated while borrowed. dst is a distinct buffer we own.
         let src = unsafe { std::slice::from_raw_parts(p.cast_const(), dst.len()) };
@@ -374,7 +375,8 @@ impl ReadMap {
     /// [`crate::copy::Routine::function`]); one call of it. Crate-only: the
     /// routine sees the mapped bytes as a shared slice, which is sound only
     /// for bytes no process writes while it runs (the queue's committed
-    /// records, the benchmark's published slots).
+    /// records, the benchmark's published slots). Outside the crate,
+    /// [`crate::copy::Routine::copy_out`] offers it with pagewise's own routines.
     #[inline]
     pub(crate) fn copy_out_with(
         &self,

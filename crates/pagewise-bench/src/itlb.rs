@@ -18,10 +18,10 @@
 //! (gold `--section-ordering-file`) → profile it → time `baseline`,
 //! `huge-text`, `ordered`, `ordered+huge-text`, interleaved trial by trial.
 
-use super::{Machine, Progress, Summary};
-use crate::text::order::{self, OrderOptions};
-use crate::text::profile::Profile;
-use crate::text::symbols::FunctionTable;
+use crate::{Machine, Progress, Summary};
+use pagewise::text::order::{self, OrderOptions};
+use pagewise::text::profile::Profile;
+use pagewise::text::symbols::FunctionTable;
 use serde::Serialize;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};

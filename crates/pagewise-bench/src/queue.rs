@@ -23,14 +23,14 @@
 //! function (the CLI re-executes itself with a hidden subcommand); they talk to
 //! the parent with one line of JSON each on stdout.
 
-use super::{Machine, Progress, Summary};
-use crate::copy::Routine;
-use crate::queue::{Options, PreTouch, Reader, ReaderOptions, Start, Wait, Writer};
-use crate::sys::clock::monotonic_ns;
-use crate::sys::file::{self};
-use crate::sys::file_map::{FileAdvice, ReadMap, WriteMap};
-use crate::sys::perf::Counter;
+use crate::{Machine, Progress, Summary};
 use hdrhistogram::Histogram;
+use pagewise::copy::Routine;
+use pagewise::queue::{Options, PreTouch, Reader, ReaderOptions, Start, Wait, Writer};
+use pagewise::sys::clock::monotonic_ns;
+use pagewise::sys::file::{self};
+use pagewise::sys::file_map::{FileAdvice, ReadMap, WriteMap};
+use pagewise::sys::perf::Counter;
 use serde::{Deserialize, Serialize};
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
@@ -268,7 +268,7 @@ struct FloorSource {
     slot: usize,
     next: usize,
     buf: Vec<u8>,
-    copy: fn(&mut [u8], &[u8]),
+    copy: Routine,
 }
 
 impl Source for FloorSource {
@@ -293,7 +293,7 @@ impl Source for FloorSource {
                 }
             }
         }
-        self.map.copy_out_with(off + 8, &mut self.buf, self.copy);
+        self.copy.copy_out(&self.map, off + 8, &mut self.buf);
         self.next += 1;
         Ok(&self.buf)
     }
@@ -363,7 +363,7 @@ fn open_source(spec: &ChildSpec) -> Result<Box<dyn Source>, String> {
                 slot: floor_slot(spec.record_bytes),
                 next: 0,
                 buf: vec![0; spec.record_bytes],
-                copy: spec.copy.function(),
+                copy: spec.copy,
             }))
         }
     }
@@ -375,12 +375,12 @@ fn warm_up(copy: Routine, payload: &[u8]) {
     let mut scratch = vec![0u8; payload.len()];
     copy.function()(&mut scratch, payload);
     std::hint::black_box(&scratch);
-    super::grow_stack();
+    crate::grow_stack();
 }
 
 fn run_writer(spec: &ChildSpec, out: &mut dyn Write) -> Result<ChildResult, String> {
     let mut sink = open_sink(spec)?;
-    let counter = crate::observe::thread_page_fault_counter().ok();
+    let counter = pagewise::observe::thread_page_fault_counter().ok();
     let read = |c: &Option<Counter>| c.as_ref().and_then(|c| c.read().ok());
     let mut payload = vec![0x5Au8; spec.record_bytes];
     warm_up(spec.copy, &payload);
@@ -710,7 +710,7 @@ fn phase(
 ) -> Result<(ChildResult, ChildResult), String> {
     let remove = || {
         let _ = std::fs::remove_file(path);
-        let _ = std::fs::remove_file(crate::queue::wait_path(path));
+        let _ = std::fs::remove_file(pagewise::queue::wait_path(path));
     };
     remove();
     let spec = |role| ChildSpec {

@@ -1,4 +1,4 @@
-//! `pagewise bench memcpy` and `pagewise bench memset`: [`crate::copy`]
+//! `pagewise bench memcpy` and `pagewise bench memset`: [`pagewise::copy`]
 //! against glibc's `memcpy` and `memset`, measured in the same run and
 //! interleaved trial by trial (the order of the two flips every trial).
 //!
@@ -14,7 +14,7 @@
 //!   LLC, each call 64 KiB or more past the previous one, so that every call
 //!   starts from memory;
 //! - **fleet**: sizes and alignments drawn from a real distribution of calls
-//!   (see [`super::fleet`]) at random offsets in a region that fits in L2; the
+//!   (see [`crate::fleet`]) at random offsets in a region that fits in L2; the
 //!   result is in ns per call (each trial the fastest of [`RUNS_PER_TRIAL`]
 //!   runs as well).
 //!
@@ -24,13 +24,13 @@
 //! the benchmark, nor drop or hoist calls. Every row is checked for correct
 //! output once, outside the timing.
 
-use super::fleet::{FleetDistribution, SplitMix64};
-use super::{Machine, Progress, Summary};
-use crate::copy::Plan;
-use crate::copy::Routine;
-use crate::sys::copy::{glibc_memcpy, glibc_memset};
-use crate::sys::mem::{Advice, AnonMapping, MapOptions};
-use crate::sys::SysError;
+use crate::fleet::{FleetDistribution, SplitMix64};
+use crate::{Machine, Progress, Summary};
+use pagewise::copy::Plan;
+use pagewise::copy::Routine;
+use pagewise::sys::copy::{glibc_memcpy, glibc_memset};
+use pagewise::sys::mem::{Advice, AnonMapping, MapOptions};
+use pagewise::sys::SysError;
 use serde::Serialize;
 use std::hint::black_box;
 use std::sync::atomic::{compiler_fence, Ordering};
@@ -159,7 +159,7 @@ pub struct Options {
     pub huge_pages: bool,
     /// Seed of the fleet call sequence.
     pub seed: u64,
-    /// When above 1: every cold size from [`crate::copy::PARALLEL_MIN`] also
+    /// When above 1: every cold size from [`pagewise::copy::PARALLEL_MIN`] also
     /// gets a row where pagewise's side is `copy_parallel` / `fill_parallel`
     /// on this many threads (glibc's side stays single-threaded).
     pub parallel: usize,
@@ -282,15 +282,15 @@ pub struct EndToEndRow {
 /// Runs the end-to-end row: the queue experiment's throughput phase with
 /// 4 KiB records under each copy routine, `trials` times each, interleaved.
 /// `spawn` starts the writer and reader processes (see
-/// [`super::queue::run`]).
+/// [`crate::queue::run`]).
 pub fn end_to_end(
     trials: usize,
     records: u64,
     tmpfs: &std::path::Path,
     progress: &dyn Progress,
-    spawn: super::queue::Spawn<'_>,
+    spawn: crate::queue::Spawn<'_>,
 ) -> Result<EndToEndRow, String> {
-    use super::queue::{Config, Pretouch, RowSpec, Transport};
+    use crate::queue::{Config, Pretouch, RowSpec, Transport};
     const BYTES: usize = 4096;
     let rows = Routine::ALL
         .iter()
@@ -310,7 +310,7 @@ pub fn end_to_end(
         rows,
         ..Config::default()
     };
-    let report = super::queue::run(&config, progress, spawn);
+    let report = crate::queue::run(&config, progress, spawn);
     if let Some(n) = report.not_run.first() {
         return Err(format!("the {} run failed: {}", n.name, n.reason));
     }
@@ -524,7 +524,9 @@ fn specs(op: Op, options: &Options, caches: &Caches) -> Vec<Spec> {
                     dst_offset,
                     threads: 1,
                 });
-                if !residency.is_hot() && options.parallel > 1 && bytes >= crate::copy::PARALLEL_MIN
+                if !residency.is_hot()
+                    && options.parallel > 1
+                    && bytes >= pagewise::copy::PARALLEL_MIN
                 {
                     out.push(Spec {
                         bytes,
@@ -624,12 +626,12 @@ impl Buffers {
 /// always have equal lengths), never inlined like glibc's side.
 #[inline(never)]
 fn pagewise_copy(dst: &mut [u8], src: &[u8]) {
-    let _ = crate::copy::copy(dst, src);
+    let _ = pagewise::copy::copy(dst, src);
 }
 
 #[inline(never)]
 fn pagewise_fill(dst: &mut [u8], byte: u8) {
-    crate::copy::fill(dst, byte);
+    pagewise::copy::fill(dst, byte);
 }
 
 /// `reps` calls of one routine on the same buffers, or one call per block.
@@ -713,7 +715,7 @@ fn trial(op: Op, side: Routine, bufs: &mut Buffers, spec: &Spec, blocks: &[(usiz
             let threads = spec.threads;
             timed_loop(
                 |d, s| {
-                    let _ = crate::copy::copy_parallel(d, s, threads);
+                    let _ = pagewise::copy::copy_parallel(d, s, threads);
                 },
                 dst,
                 src,
@@ -730,7 +732,7 @@ fn trial(op: Op, side: Routine, bufs: &mut Buffers, spec: &Spec, blocks: &[(usiz
         (Op::Memset, Routine::Pagewise) if spec.threads > 1 => {
             let (byte, threads) = (fill_byte(), spec.threads);
             timed_loop(
-                |d, _| crate::copy::fill_parallel(d, byte, threads),
+                |d, _| pagewise::copy::fill_parallel(d, byte, threads),
                 dst,
                 src,
                 n,
@@ -770,7 +772,7 @@ fn verify(op: Op, bufs: &mut Buffers, spec: &Spec, block: (usize, usize)) -> boo
             let src = &src[s..s + n];
             dst.fill(0xee);
             if spec.threads > 1 {
-                let _ = crate::copy::copy_parallel(dst, src, spec.threads);
+                let _ = pagewise::copy::copy_parallel(dst, src, spec.threads);
             } else {
                 pagewise_copy(dst, src);
             }
@@ -779,7 +781,7 @@ fn verify(op: Op, bufs: &mut Buffers, spec: &Spec, block: (usize, usize)) -> boo
         Op::Memset => {
             dst.fill(!FILL_BYTE);
             if spec.threads > 1 {
-                crate::copy::fill_parallel(dst, FILL_BYTE, spec.threads);
+                pagewise::copy::fill_parallel(dst, FILL_BYTE, spec.threads);
             } else {
                 pagewise_fill(dst, FILL_BYTE);
             }

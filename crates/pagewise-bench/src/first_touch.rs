@@ -8,10 +8,10 @@
 //! counted for the calling thread only (background workers' population is
 //! not a fault on the caller's path).
 
-use super::{Machine, Progress, Summary};
-use crate::region::{PageSize, PoolReservation, Populate, Region, RegionBuilder};
-use crate::sys::mem::{Advice, AnonMapping, CHeapBlock, MapOptions};
-use crate::sys::perf::Counter;
+use crate::{Machine, Progress, Summary};
+use pagewise::region::{PageSize, PoolReservation, Populate, Region, RegionBuilder};
+use pagewise::sys::mem::{Advice, AnonMapping, CHeapBlock, MapOptions};
+use pagewise::sys::perf::Counter;
 use serde::Serialize;
 use std::time::Instant;
 
@@ -197,11 +197,11 @@ impl Memory {
                 return describe(&b.granted, Some(b.page_size));
             }
             Memory::Heap(b) => {
-                crate::region::granted_for(b.as_slice().as_ptr() as usize, size, None)
+                pagewise::region::granted_for(b.as_slice().as_ptr() as usize, size, None)
             }
             Memory::Mapped(m) => {
                 let hugetlb = m.hugetlb_page_size();
-                crate::region::granted_for(m.addr(), m.len(), hugetlb)
+                pagewise::region::granted_for(m.addr(), m.len(), hugetlb)
             }
         };
         match granted {
@@ -211,7 +211,7 @@ impl Memory {
     }
 }
 
-fn describe(g: &crate::region::Granted, chosen: Option<PageSize>) -> String {
+fn describe(g: &pagewise::region::Granted, chosen: Option<PageSize>) -> String {
     let mib = |b: u64| b >> 20;
     let mut parts = Vec::new();
     for (name, bytes) in [
@@ -335,18 +335,18 @@ fn median_u64(values: impl Iterator<Item = u64>) -> u64 {
 /// Why `hugetlb-2m` cannot run, or the reservation that lets it.
 fn hugetlb_for_trial(config: &Config) -> Result<Option<PoolReservation>, String> {
     let needed = config.size.div_ceil(MIB2) as u64;
-    let free = crate::probe::hugetlb_available(MIB2);
+    let free = pagewise::probe::hugetlb_available(MIB2);
     if free >= needed {
         return Ok(None);
     }
-    if !(config.reserve_hugetlb && crate::sys::libc_info::is_root()) {
+    if !(config.reserve_hugetlb && pagewise::sys::libc_info::is_root()) {
         return Err(format!(
             "the 2 MiB pool has {free} free pages, needs {needed}: run as root, or `sysctl vm.nr_hugepages={needed}`"
         ));
     }
     let reservation = PoolReservation::ensure_available(MIB2, needed)
         .map_err(|e| format!("could not grow the 2 MiB pool: {e}"))?;
-    let now_free = crate::probe::hugetlb_available(MIB2);
+    let now_free = pagewise::probe::hugetlb_available(MIB2);
     if now_free < needed {
         return Err(format!(
             "the kernel granted only {now_free} of {needed} 2 MiB pages (memory fragmented?)"
@@ -358,7 +358,7 @@ fn hugetlb_for_trial(config: &Config) -> Result<Option<PoolReservation>, String>
 /// Runs the experiment. Takes roughly `trials × strategies × 4 × size / (2 GB/s)`.
 pub fn run(config: &Config, progress: &dyn Progress) -> Report {
     let machine = Machine::describe();
-    let counter = crate::observe::thread_page_fault_counter().ok();
+    let counter = pagewise::observe::thread_page_fault_counter().ok();
     let mut trials: Vec<Vec<Trial>> = config.strategies.iter().map(|_| Vec::new()).collect();
     let mut backings: Vec<Option<String>> = vec![None; config.strategies.len()];
     let mut failures: Vec<Option<String>> = vec![None; config.strategies.len()];
@@ -460,7 +460,7 @@ pub fn run(config: &Config, progress: &dyn Progress) -> Report {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bench::NoProgress;
+    use crate::NoProgress;
 
     #[test]
     fn names_round_trip() {
@@ -512,7 +512,7 @@ mod tests {
 
     #[test]
     fn hugetlb_without_a_pool_or_root_is_reported_not_run() {
-        let free = crate::probe::hugetlb_available(MIB2);
+        let free = pagewise::probe::hugetlb_available(MIB2);
         if free > 0 {
             pagewise_testkit::skip!(
                 pagewise_testkit::Need::NoHugetlb,

@@ -9,11 +9,12 @@
 //! it reaches the prepared frontier, wait for it or prepare the next piece
 //! itself. Faults are counted for the writing thread only.
 
-use super::{Machine, Progress, Summary};
-use crate::queue::{PreTouch, Prepare, QueueError, Window};
-use crate::sys::file::{self, FsKind};
-use crate::sys::file_map::{FileAdvice, MapPopulator, WriteMap};
-use crate::sys::perf::Counter;
+use crate::{Machine, Progress, Summary};
+use pagewise::file_window::FileWindow;
+use pagewise::queue::PreTouch;
+use pagewise::sys::file::{self, FsKind};
+use pagewise::sys::file_map::{FileAdvice, WriteMap};
+use pagewise::sys::perf::Counter;
 use serde::Serialize;
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
@@ -204,31 +205,6 @@ pub struct Report {
     pub not_run: Vec<NotRun>,
 }
 
-/// Allocates and populates pieces of the benchmark file for the pre-toucher.
-struct FilePrepare {
-    file: File,
-    populator: MapPopulator,
-    size: u64,
-}
-
-impl Prepare for FilePrepare {
-    fn prepare(&self, offset: u64, len: u64) -> Result<(), QueueError> {
-        if offset >= self.size {
-            return Ok(());
-        }
-        let len = len.min(self.size - offset);
-        let fail = |what: &str, e: crate::sys::SysError| QueueError::Sys {
-            path: PathBuf::from("mmap-prefault"),
-            what: format!("{what} at {offset}"),
-            error: e,
-        };
-        file::allocate(&self.file, offset, len).map_err(|e| fail("allocate", e))?;
-        self.populator
-            .advise(offset as usize, len as usize, FileAdvice::PopulateWrite)
-            .map_err(|e| fail("populate", e))
-    }
-}
-
 struct Trial {
     total_s: f64,
     prefault_s: f64,
@@ -294,20 +270,14 @@ fn run_trial(
         method,
         Method::ManualPrefault | Method::ManualPrefaultWillneed
     ) {
-        let page = crate::sys::base_page_size();
+        let page = pagewise::sys::base_page_size();
         for off in (0..size).step_by(page) {
             map.write(off, &[0]);
         }
     }
     let window = if method == Method::PagewiseWindow {
-        let prep = FilePrepare {
-            file: file.try_clone().map_err(|e| err("dup", &e))?,
-            populator: map.populator(),
-            size: size as u64,
-        };
-        let piece = config.window.piece();
         Some(
-            Window::start(0, piece, 0, config.window, Box::new(prep), true)
+            FileWindow::start(path, &file, &map, size as u64, config.window)
                 .map_err(|e| err("start the pre-toucher", &e))?,
         )
     } else {
@@ -322,7 +292,7 @@ fn run_trial(
     let prefault_s = start.elapsed().as_secs_f64();
 
     let record = vec![0xA5u8; config.record_bytes];
-    super::grow_stack();
+    crate::grow_stack();
     let step = config.record_bytes;
     const SAMPLE: usize = 1 << 20;
     let mut next_sample = SAMPLE;
@@ -375,7 +345,7 @@ fn median_u64(values: impl Iterator<Item = u64>) -> u64 {
 /// Runs the experiment. Takes roughly `trials × methods × size / (1 GB/s)`.
 pub fn run(config: &Config, progress: &dyn Progress) -> Report {
     let machine = Machine::describe();
-    let counter = crate::observe::thread_page_fault_counter().ok();
+    let counter = pagewise::observe::thread_page_fault_counter().ok();
     let path = config
         .dir
         .join(format!("pagewise-mmap-prefault-{}", std::process::id()));
@@ -467,7 +437,7 @@ pub fn run(config: &Config, progress: &dyn Progress) -> Report {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bench::NoProgress;
+    use crate::NoProgress;
 
     #[test]
     fn names_round_trip() {
@@ -502,12 +472,10 @@ mod tests {
             assert!(r.ms > 0.0 && r.peak_resident_bytes >= 8 << 20, "{r:?}");
         }
         // The window never holds more than the written bytes plus its largest window
-        // plus one piece in flight.
+        // plus one piece in flight (a background piece is an eighth of the window).
         let w = by("pagewise-window");
-        assert!(
-            w.peak_ahead_bytes <= (2 << 20) + config.window.piece(),
-            "{w:?}"
-        );
+        let piece = config.window.window / 8;
+        assert!(w.peak_ahead_bytes <= (2 << 20) + piece, "{w:?}");
         assert!(by("fallocate").peak_ahead_bytes >= (8 << 20) - (1 << 20));
         if report.faults_counted {
             assert_eq!(w.write_loop_faults, 0, "{w:?}");

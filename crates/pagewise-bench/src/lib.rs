@@ -1,10 +1,36 @@
-//! The machinery shared by every `pagewise bench` experiment: trial
-//! statistics, progress reporting and the machine description that goes with
-//! each result. Experiments themselves live in submodules.
+//! pagewise-bench: every performance claim of [`pagewise`], rerun beside its
+//! baseline on the machine at hand. This crate holds the experiments behind
+//! `pagewise bench <experiment>` and the statistics they share; the
+//! `pagewise` command (crate `pagewise-cli`) parses their options and prints
+//! their reports as tables or JSON.
+//!
+//! | experiment | module | compares |
+//! |---|---|---|
+//! | `first-touch` | [`first_touch`] | what the first write costs per allocation strategy (malloc, mmap, THP, hugetlb, `pagewise::region`) |
+//! | `mmap-prefault` | [`mmap_prefault`] | each way of prefaulting a shared file mapping, and the queue's pre-toucher |
+//! | `queue` | [`queue`] | `pagewise::queue` between two processes against a shared-memory floor: throughput, latency, faults |
+//! | `heap-churn` | [`heap_churn`] | threads that malloc, fill and free: glibc, `run --keep-heap`'s tunables, `pagewise::buffer::Buffer` |
+//! | `itlb` | [`itlb`] | a generated large-text program: baseline, huge text, function order, both |
+//! | `memcpy`, `memset` | [`memcpy`] (sizes from [`fleet`]) | `pagewise::copy` against glibc: fixed sizes hot and cold, misaligned, a real size distribution |
 //!
 //! Rules every experiment follows (see docs/BENCHMARKS.md): the baseline is
 //! measured in the same run, trials are interleaved where possible, results are
-//! medians with min–max, and comparisons are ratios of medians.
+//! medians with min–max ([`Summary`]), and comparisons are ratios of medians.
+//! Every report carries the [`Machine`] it ran on.
+//!
+//! The experiments that need another process do not know the `pagewise`
+//! command line: the caller passes in how to start it ([`queue::Spawn`],
+//! [`heap_churn::WorkerSpawner`], [`itlb::HugeTextRunner`]), so the flag names
+//! live in the CLI alone. Long experiments report progress through
+//! [`Progress`].
+//!
+//! Everything an experiment reads is in this crate: the fleet size
+//! distributions are compiled in ([`fleet::FleetDistribution::builtin`]; their
+//! source and licence are in `data/NOTICE.md`).
+
+#![warn(missing_docs)]
+// Benchmarks are safe Rust on pagewise's API; `unsafe` stays in `pagewise::sys`.
+#![forbid(unsafe_code)]
 
 pub mod first_touch;
 pub mod fleet;
@@ -14,7 +40,7 @@ pub mod memcpy;
 pub mod mmap_prefault;
 pub mod queue;
 
-use crate::probe::MachineReport;
+use pagewise::probe::MachineReport;
 use serde::Serialize;
 
 /// Median, minimum and maximum of a set of trials.
@@ -74,13 +100,13 @@ pub struct Machine {
     /// Logical CPUs online.
     pub online_cpus: usize,
     /// Cache sizes, e.g. `["L1 Data 48 KiB", …]` in bytes per level.
-    pub caches: Vec<crate::probe::Cache>,
+    pub caches: Vec<pagewise::probe::Cache>,
     /// Kernel release.
     pub kernel: Option<String>,
     /// THP `enabled` mode.
     pub thp_enabled: Option<String>,
     /// hugetlb pools at the start of the run.
-    pub hugetlb: Vec<crate::probe::HugetlbPool>,
+    pub hugetlb: Vec<pagewise::probe::HugetlbPool>,
     /// glibc version.
     pub glibc: Option<String>,
 }

@@ -9,11 +9,11 @@
 //! a barrier, then counts its own page faults, `mmap`/`munmap` calls and CPU
 //! time over the measured iterations.
 
-use super::{Machine, Progress, Summary};
-use crate::buffer::{Buffer, BufferOptions, Pretouch};
-use crate::launch::keep_heap;
-use crate::sys::mem::CHeapBlock;
-use crate::sys::perf::{Counter, CounterSpec, EventType};
+use crate::{Machine, Progress, Summary};
+use pagewise::buffer::{Buffer, BufferOptions, Pretouch};
+use pagewise::launch::keep_heap;
+use pagewise::sys::mem::CHeapBlock;
+use pagewise::sys::perf::{Counter, CounterSpec, EventType};
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 use std::sync::{Arc, Barrier};
@@ -106,11 +106,11 @@ struct ThreadCounters {
 impl ThreadCounters {
     fn open() -> ThreadCounters {
         let tracepoint = |name: &str| {
-            let id = crate::probe::live_tracepoint_id(name).ok()?;
+            let id = pagewise::probe::live_tracepoint_id(name).ok()?;
             Counter::open(&CounterSpec::new(EventType::Tracepoint, id), 0).ok()
         };
         ThreadCounters {
-            faults: crate::observe::thread_page_fault_counter().ok(),
+            faults: pagewise::observe::thread_page_fault_counter().ok(),
             mmaps: tracepoint("syscalls:sys_enter_mmap"),
             munmaps: tracepoint("syscalls:sys_enter_munmap"),
         }
@@ -190,14 +190,14 @@ pub fn run_worker(mode: WorkerMode, workload: &Workload) -> Result<WorkerResult,
                                buffer: &mut Option<Buffer>|
                  -> Result<WorkerResult, String> {
                     let (faults0, maps0) = counters.read();
-                    let usage0 = crate::sys::time::thread_usage().unwrap_or_default();
+                    let usage0 = pagewise::sys::time::thread_usage().unwrap_or_default();
                     let mut bytes = 0u64;
                     for i in 0..iterations {
                         let size = w.min_size + (next(seed) % span) as usize;
                         one_iteration(mode, buffer, size, i as u8)?;
                         bytes += size as u64;
                     }
-                    let usage1 = crate::sys::time::thread_usage().unwrap_or_default();
+                    let usage1 = pagewise::sys::time::thread_usage().unwrap_or_default();
                     let (faults1, maps1) = counters.read();
                     Ok(WorkerResult {
                         bytes,
@@ -458,7 +458,7 @@ mod tests {
         assert!(buffer.wall_s > 0.0);
         let malloc = run_worker(WorkerMode::Malloc, &workload).unwrap();
         assert_eq!(malloc.iterations, 40);
-        let counting = crate::observe::thread_page_fault_counter().is_ok();
+        let counting = pagewise::observe::thread_page_fault_counter().is_ok();
         if counting {
             // The buffer was faulted in at its largest size before the loop.
             assert_eq!(buffer.faults, Some(0));
