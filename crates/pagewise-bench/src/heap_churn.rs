@@ -4,10 +4,11 @@
 //! Rows: `glibc` (default malloc settings), `keep-heap` (the tunables of
 //! `pagewise run --keep-heap`) and `buffer` (one [`Buffer`] per thread, cleared
 //! and refilled). Each row runs in a fresh child process (glibc reads its
-//! tunables at start-up), started from the `pagewise` binary's hidden
-//! `bench heap-churn-worker` command. Inside, every thread warms up, waits at
-//! a barrier, then counts its own page faults, `mmap`/`munmap` calls and CPU
-//! time over the measured iterations.
+//! tunables at start-up), which the caller starts through a
+//! [`WorkerSpawner`] (the `pagewise` command re-executes itself with its
+//! hidden `bench heap-churn-worker` command). Inside, every thread warms up,
+//! waits at a barrier, then counts its own page faults, `mmap`/`munmap` calls
+//! and CPU time over the measured iterations.
 
 use crate::{Machine, Progress, Summary};
 use pagewise::buffer::{Buffer, BufferOptions, Pretouch};
@@ -15,7 +16,7 @@ use pagewise::launch::keep_heap;
 use pagewise::sys::mem::CHeapBlock;
 use pagewise::sys::perf::{Counter, CounterSpec, EventType};
 use serde::{Deserialize, Serialize};
-use std::path::PathBuf;
+use std::process::Command;
 use std::sync::{Arc, Barrier};
 use std::time::Instant;
 
@@ -277,9 +278,16 @@ pub struct Config {
     pub workload: Workload,
     /// Trials per row, interleaved.
     pub trials: usize,
-    /// The `pagewise` binary that runs the workers.
-    pub exe: PathBuf,
 }
+
+/// Builds the command of one worker process: a fresh process that calls
+/// [`run_worker`] with this mode and workload and prints the
+/// [`WorkerResult`] as JSON on stdout (one line), exiting 0; or prints why
+/// not on stderr and exits non-zero. The experiment sets or removes
+/// `GLIBC_TUNABLES` on the command and runs it once per row and trial. The
+/// caller owns the command line: the `pagewise` command passes itself with
+/// its hidden `bench heap-churn-worker` subcommand.
+pub type WorkerSpawner<'a> = &'a dyn Fn(WorkerMode, &Workload) -> Command;
 
 /// One row's medians.
 #[derive(Debug, Clone, Serialize)]
@@ -323,7 +331,7 @@ pub struct Report {
 }
 
 fn run_child(
-    exe: &PathBuf,
+    spawn: WorkerSpawner<'_>,
     row: Row,
     workload: &Workload,
     tunables: Option<&str>,
@@ -332,30 +340,18 @@ fn run_child(
         Row::Buffer => WorkerMode::Buffer,
         _ => WorkerMode::Malloc,
     };
-    let mut command = std::process::Command::new(exe);
-    command.args([
-        "bench",
-        "heap-churn-worker",
-        "--mode",
-        mode.name(),
-        "--threads",
-        &workload.threads.to_string(),
-        "--min-size",
-        &workload.min_size.to_string(),
-        "--max-size",
-        &workload.max_size.to_string(),
-        "--iterations",
-        &workload.iterations.to_string(),
-        "--warmup",
-        &workload.warmup.to_string(),
-    ]);
+    let mut command = spawn(mode, workload);
     match tunables {
         Some(t) => command.env("GLIBC_TUNABLES", t),
         None => command.env_remove("GLIBC_TUNABLES"),
     };
-    let output = command
-        .output()
-        .map_err(|e| format!("cannot start {}: {e}", exe.display()))?;
+    let output = command.output().map_err(|e| {
+        format!(
+            "cannot start the {} worker {}: {e}",
+            row.name(),
+            command.get_program().to_string_lossy()
+        )
+    })?;
     if !output.status.success() {
         return Err(format!(
             "{} worker failed ({}): {}",
@@ -368,8 +364,13 @@ fn run_child(
         .map_err(|e| format!("{} worker printed no result: {e}", row.name()))
 }
 
-/// Runs every row `trials` times, interleaved, each in a fresh process.
-pub fn run(config: &Config, progress: &dyn Progress) -> Result<Report, String> {
+/// Runs every row `trials` times, interleaved, each in a fresh process
+/// started by `spawn`.
+pub fn run(
+    config: &Config,
+    spawn: WorkerSpawner<'_>,
+    progress: &dyn Progress,
+) -> Result<Report, String> {
     let machine = Machine::describe();
     let keep_heap_env = keep_heap::glibc_tunables_env(None, config.workload.max_size as u64).0;
     let tunables = |row: Row| (row == Row::KeepHeap).then(|| keep_heap_env.clone());
@@ -383,7 +384,7 @@ pub fn run(config: &Config, progress: &dyn Progress) -> Result<Report, String> {
                 &format!("trial {}/{}: {}", trial + 1, config.trials, row.name()),
             );
             results[i].push(run_child(
-                &config.exe,
+                spawn,
                 row,
                 &config.workload,
                 tunables(row).as_deref(),
@@ -483,6 +484,23 @@ mod tests {
         let err = run_worker(WorkerMode::Buffer, &impossible).unwrap_err();
         assert!(
             err.contains("address space") || err.contains("capacity"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_worker_that_fails_or_cannot_start_names_its_row() {
+        let config = Config {
+            workload: Workload::default(),
+            trials: 1,
+        };
+        let failing = |_: WorkerMode, _: &Workload| Command::new("false");
+        let err = run(&config, &failing, &crate::NoProgress).unwrap_err();
+        assert!(err.contains("glibc worker failed"), "{err}");
+        let missing = |_: WorkerMode, _: &Workload| Command::new("/nonexistent/pagewise");
+        let err = run(&config, &missing, &crate::NoProgress).unwrap_err();
+        assert!(
+            err.contains("cannot start the glibc worker /nonexistent/pagewise"),
             "{err}"
         );
     }

@@ -186,29 +186,34 @@ pub fn gold_order_file(order: &order::Order) -> String {
     text
 }
 
-/// Runs a built program (optionally through `pagewise run --huge-text`) and
-/// returns its loop time in seconds. A huge-text run must really have moved
-/// text (checked in its `PAGEWISE_REPORT`), or it is an error, not a row.
+/// Builds the command that runs `program` with `args` and its hot text moved
+/// onto huge pages, writing the `pagewise.run/1` report of the move to the
+/// given file, and writing no perf map file. The caller owns the command line:
+/// the `pagewise` command passes itself with `run --huge-text`.
+pub type HugeTextRunner<'a> = &'a dyn Fn(&Path, &[String], &Path) -> Command;
+
+/// Runs a built program (through `huge_text` when given) and returns its
+/// loop time in seconds. A huge-text run must really have moved text
+/// (checked in its report), or it is an error, not a row.
 fn time_once(
-    exe: &Path,
+    huge_text: Option<HugeTextRunner<'_>>,
     program: &Path,
-    huge: bool,
     rounds: u64,
     work_dir: &Path,
 ) -> Result<f64, String> {
     let report = work_dir.join("huge-text-report.json");
-    let mut cmd = if huge {
-        let _ = std::fs::remove_file(&report);
-        let mut c = Command::new(exe);
-        c.args(["run", "--huge-text", "--"]).arg(program);
-        // No perf map files from benchmark runs.
-        c.env("PAGEWISE_REPORT", &report)
-            .env("PAGEWISE_PERF_MAP", "0");
-        c
-    } else {
-        Command::new(program)
+    let args = [rounds.to_string()];
+    let mut cmd = match huge_text {
+        Some(runner) => {
+            let _ = std::fs::remove_file(&report);
+            runner(program, &args, &report)
+        }
+        None => {
+            let mut c = Command::new(program);
+            c.args(&args);
+            c
+        }
     };
-    cmd.arg(rounds.to_string());
     let out = cmd
         .output()
         .map_err(|e| format!("cannot run {}: {e}", program.display()))?;
@@ -219,7 +224,7 @@ fn time_once(
             String::from_utf8_lossy(&out.stderr).trim()
         ));
     }
-    if huge {
+    if huge_text.is_some() {
         check_moved(&report)?;
     }
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -271,8 +276,6 @@ pub struct Config {
     pub trials: usize,
     /// Where sources, binaries and profiles go.
     pub work_dir: PathBuf,
-    /// The `pagewise` binary (for `run --huge-text`).
-    pub exe: PathBuf,
 }
 
 /// One variant's result.
@@ -329,9 +332,11 @@ fn text_bytes(binary: &Path) -> u64 {
 
 /// Runs the experiment. `profile` samples a run of a program (with its
 /// arguments) and returns its profile; the CLI passes pagewise's profiler.
+/// `huge_text` runs the `huge-text` rows.
 pub fn run(
     config: &Config,
     profile: Profiler<'_>,
+    huge_text: HugeTextRunner<'_>,
     progress: &dyn Progress,
 ) -> Result<Report, String> {
     let machine = Machine::describe();
@@ -405,9 +410,8 @@ pub fn run(
             );
             done += 1;
             times[i].push(time_once(
-                &config.exe,
+                huge.then_some(huge_text),
                 program,
-                *huge,
                 config.rounds,
                 &config.work_dir,
             )?);
@@ -536,7 +540,7 @@ mod tests {
                 "cannot build with cc and gold here: {e}"
             );
         }
-        let t = time_once(Path::new("/nonexistent"), &bin, false, 10, dir.path()).unwrap();
+        let t = time_once(None, &bin, 10, dir.path()).unwrap();
         assert!(t > 0.0);
         let table = FunctionTable::read(&bin).unwrap();
         assert!(table.by_name("f19").is_some());

@@ -4,7 +4,8 @@ use crate::bench::CommonArgs;
 use crate::format::{bytes, parse_size_arg, table};
 use anyhow::{anyhow, Context};
 use pagewise_bench::heap_churn::{self, Config, WorkerMode, Workload};
-use std::process::ExitCode;
+use std::path::PathBuf;
+use std::process::{Command, ExitCode};
 
 /// The workload's shape, shared by the experiment and its worker.
 #[derive(Debug, Clone, clap::Args)]
@@ -67,9 +68,12 @@ pub fn run(args: &HeapChurnArgs) -> anyhow::Result<ExitCode> {
     let config = Config {
         workload: args.workload.workload()?,
         trials: args.common.trials as usize,
-        exe: std::env::current_exe().context("cannot find the pagewise binary to start workers")?,
     };
-    let report = heap_churn::run(&config, &args.common.progress()).map_err(|e| anyhow!(e))?;
+    let exe =
+        std::env::current_exe().context("cannot find the pagewise binary to start workers")?;
+    let spawn = worker_spawner(exe);
+    let report =
+        heap_churn::run(&config, &spawn, &args.common.progress()).map_err(|e| anyhow!(e))?;
     if args.common.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
         return Ok(ExitCode::SUCCESS);
@@ -117,6 +121,35 @@ pub fn run(args: &HeapChurnArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// Starts the workers of the experiment: `exe` (this binary) re-executed
+/// with the hidden `bench heap-churn-worker` command, with the flags that
+/// [`WorkerArgs`] parses.
+fn worker_spawner(exe: PathBuf) -> impl Fn(WorkerMode, &Workload) -> Command {
+    move |mode, workload| {
+        let mut command = Command::new(&exe);
+        command.args(worker_argv(mode, workload));
+        command
+    }
+}
+
+/// The arguments of one worker, after the program name.
+fn worker_argv(mode: WorkerMode, w: &Workload) -> Vec<String> {
+    let mut argv: Vec<String> = ["bench", "heap-churn-worker", "--mode", mode.name()]
+        .map(String::from)
+        .into();
+    for (flag, value) in [
+        ("--threads", w.threads),
+        ("--min-size", w.min_size),
+        ("--max-size", w.max_size),
+        ("--iterations", w.iterations),
+        ("--warmup", w.warmup),
+    ] {
+        argv.push(flag.to_owned());
+        argv.push(value.to_string());
+    }
+    argv
+}
+
 /// Runs one worker and prints its JSON result.
 pub fn worker(args: &WorkerArgs) -> anyhow::Result<ExitCode> {
     let mode = match args.mode.as_str() {
@@ -128,4 +161,35 @@ pub fn worker(args: &WorkerArgs) -> anyhow::Result<ExitCode> {
         heap_churn::run_worker(mode, &args.workload.workload()?).map_err(|e| anyhow!(e))?;
     println!("{}", serde_json::to_string(&result)?);
     Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    /// The worker's command line, as the experiment builds it, parses back
+    /// into the same mode and workload: the flag names are in step.
+    #[test]
+    fn worker_argv_parses_back_into_the_same_worker() {
+        let workload = Workload {
+            threads: 3,
+            min_size: 4096,
+            max_size: 3 << 20,
+            iterations: 7,
+            warmup: 2,
+        };
+        for mode in [WorkerMode::Malloc, WorkerMode::Buffer] {
+            let argv = std::iter::once("pagewise".to_owned()).chain(worker_argv(mode, &workload));
+            let cli = crate::Cli::try_parse_from(argv).unwrap();
+            let crate::Command::Bench {
+                experiment: crate::bench::Experiment::HeapChurnWorker(args),
+            } = cli.command
+            else {
+                panic!("not the worker command: {cli:?}");
+            };
+            assert_eq!(args.mode, mode.name());
+            assert_eq!(args.workload.workload().unwrap(), workload);
+        }
+    }
 }

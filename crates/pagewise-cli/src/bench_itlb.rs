@@ -6,8 +6,9 @@ use anyhow::{anyhow, Context};
 use pagewise::text::profile::Profile;
 use pagewise::text::sampler::{self, Target};
 use pagewise_bench::itlb::{self, Config, Shape};
+use std::ffi::OsString;
 use std::path::{Path, PathBuf};
-use std::process::ExitCode;
+use std::process::{Command, ExitCode};
 
 /// Generate a large-text program; time baseline, huge-text, ordered and ordered+huge-text.
 #[derive(Debug, clap::Args)]
@@ -42,6 +43,29 @@ fn profile_with_pagewise(program: &Path, args: &[String]) -> Result<Profile, Str
     Ok(sampled.profile)
 }
 
+/// Runs a program with huge text for the experiment: `exe` (this binary)
+/// with `run --huge-text --`, the report in `PAGEWISE_REPORT` and no perf
+/// map file (`PAGEWISE_PERF_MAP=0`), the preload library's settings.
+fn huge_text_runner(exe: PathBuf) -> impl Fn(&Path, &[String], &Path) -> Command {
+    move |program, args, report| {
+        let mut command = Command::new(&exe);
+        command.args(huge_text_argv(program, args));
+        command
+            .env("PAGEWISE_REPORT", report)
+            .env("PAGEWISE_PERF_MAP", "0");
+        command
+    }
+}
+
+/// The arguments of `pagewise run --huge-text -- PROGRAM ARGS`, after the
+/// program name.
+fn huge_text_argv(program: &Path, args: &[String]) -> Vec<OsString> {
+    let mut argv: Vec<OsString> = ["run", "--huge-text", "--"].map(OsString::from).into();
+    argv.push(program.into());
+    argv.extend(args.iter().map(OsString::from));
+    argv
+}
+
 /// Runs the experiment and prints it.
 pub fn run(args: &ItlbArgs) -> anyhow::Result<ExitCode> {
     anyhow::ensure!(
@@ -69,10 +93,16 @@ pub fn run(args: &ItlbArgs) -> anyhow::Result<ExitCode> {
         profile_rounds: args.rounds,
         trials: args.common.trials as usize,
         work_dir: work_dir.clone(),
-        exe: std::env::current_exe().context("cannot find the pagewise binary")?,
     };
-    let report = itlb::run(&config, &profile_with_pagewise, &args.common.progress())
-        .map_err(|e| anyhow!(e))?;
+    let exe = std::env::current_exe().context("cannot find the pagewise binary")?;
+    let huge_text = huge_text_runner(exe);
+    let report = itlb::run(
+        &config,
+        &profile_with_pagewise,
+        &huge_text,
+        &args.common.progress(),
+    )
+    .map_err(|e| anyhow!(e))?;
     if args.common.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
         return Ok(ExitCode::SUCCESS);
@@ -110,4 +140,25 @@ pub fn run(args: &ItlbArgs) -> anyhow::Result<ExitCode> {
         report.ordered_functions, report.predicted_ordered_footprint_4k_p99
     );
     Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    /// The huge-text command line, as the experiment builds it, parses back
+    /// into `pagewise run --huge-text` of the same program and arguments.
+    #[test]
+    fn huge_text_argv_parses_back_into_run_huge_text() {
+        let args = ["100".to_owned()];
+        let argv = std::iter::once(OsString::from("pagewise"))
+            .chain(huge_text_argv(Path::new("/tmp/itlb-baseline"), &args));
+        let cli = crate::Cli::try_parse_from(argv).unwrap();
+        let crate::Command::Run(run) = cli.command else {
+            panic!("not the run command: {cli:?}");
+        };
+        assert_eq!(run.huge_text.as_deref(), Some("all"), "{run:?}");
+        assert_eq!(run.command, ["/tmp/itlb-baseline", "100"]);
+    }
 }

@@ -15,7 +15,7 @@ pub struct RunArgs {
     /// (hugetlb when a pool has room, else THP). `--huge-text=hot:PROFILE` moves only
     /// the 2 MiB pages holding the profile's hot code. Children inherit it.
     #[arg(long, value_name = "all|hot:PROFILE", num_args = 0..=1, require_equals = true, default_missing_value = "all")]
-    huge_text: Option<String>,
+    pub(crate) huge_text: Option<String>,
     /// With --huge-text: also move this shared library's text (file name or prefix,
     /// e.g. libc.so.6, libpython); repeatable.
     #[arg(long, value_name = "NAME")]
@@ -33,7 +33,7 @@ pub struct RunArgs {
     report: bool,
     /// The program and its arguments, after `--`.
     #[arg(required = true, last = true, value_name = "CMD")]
-    command: Vec<String>,
+    pub(crate) command: Vec<String>,
 }
 
 const RUN_HELP: &str = "\
