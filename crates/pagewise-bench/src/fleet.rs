@@ -12,9 +12,50 @@
 //! Probabilities need not sum to exactly 1; each line is normalised. Blank
 //! entries (a trailing comma) and `\r\n` line ends are accepted; anything else
 //! unexpected is a [`FleetError`] naming the line and entry.
+//!
+//! The fleet's own distributions are compiled in ([`MEMCPY`], [`MEMSET`]):
+//! they are Fleetbench's (Apache License 2.0; source and licence in this
+//! crate's `data/NOTICE.md`), so a benchmark run reads nothing outside the
+//! binary unless it is given another file.
 
 use serde::Serialize;
 use std::path::{Path, PathBuf};
+
+/// A distribution compiled into this crate from its `data/` folder.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Builtin {
+    /// The file name in `data/`.
+    pub name: &'static str,
+    /// Where it comes from and under which licence, for reports.
+    pub source: &'static str,
+    /// The file's text.
+    pub text: &'static str,
+}
+
+impl Builtin {
+    /// How reports name it: `built in: NAME (SOURCE)`.
+    pub fn label(&self) -> String {
+        format!("built in: {} ({})", self.name, self.source)
+    }
+}
+
+const FLEETBENCH: &str = "google/fleetbench, Apache-2.0";
+
+/// Sizes, overlap and alignments of `memcpy` calls across Google's fleet,
+/// from Fleetbench.
+pub const MEMCPY: Builtin = Builtin {
+    name: "memcpy-fleet-distribution.csv",
+    source: FLEETBENCH,
+    text: include_str!("../data/memcpy-fleet-distribution.csv"),
+};
+
+/// Sizes and alignments of `memset` calls across Google's fleet, from
+/// Fleetbench.
+pub const MEMSET: Builtin = Builtin {
+    name: "memset-fleet-distribution.csv",
+    source: FLEETBENCH,
+    text: include_str!("../data/memset-fleet-distribution.csv"),
+};
 
 /// Largest size accepted in a distribution (the benchmark allocates buffers
 /// for the largest one).
@@ -212,6 +253,11 @@ impl FleetDistribution {
         FleetDistribution::parse(&text)
     }
 
+    /// Parses a compiled-in distribution (a test checks that each parses).
+    pub fn builtin(which: &Builtin) -> Result<FleetDistribution, FleetError> {
+        FleetDistribution::parse(which.text)
+    }
+
     /// Parses the three-line text format (see the module documentation).
     pub fn parse(text: &str) -> Result<FleetDistribution, FleetError> {
         let lines: Vec<&str> = text.lines().map(str::trim).collect();
@@ -351,6 +397,17 @@ mod tests {
         assert!(err("1:1\n0:1\n8192:1").contains("power of two"));
         assert!(err("99999999999:1\n0:1\n1:1").contains("larger than"));
         assert!(err("1:1\n0:1\n1:1\n1:1").contains("unexpected line 4"));
+    }
+
+    #[test]
+    fn the_builtin_distributions_parse() {
+        for which in [MEMCPY, MEMSET] {
+            let d = FleetDistribution::builtin(&which).unwrap();
+            assert!(d.sizes.entries.len() > 100, "{}", which.name);
+            assert!(d.sizes.mean() > 1.0, "{}", which.name);
+            assert!(d.alignments.max().is_power_of_two(), "{}", which.name);
+            assert!(which.label().contains("Apache-2.0"));
+        }
     }
 
     #[test]

@@ -87,6 +87,14 @@ impl Op {
         }
     }
 
+    /// The fleet distribution compiled in for this routine.
+    pub fn builtin_fleet(self) -> crate::fleet::Builtin {
+        match self {
+            Op::Memcpy => crate::fleet::MEMCPY,
+            Op::Memset => crate::fleet::MEMSET,
+        }
+    }
+
     /// The JSON schema of this experiment's report.
     pub fn schema(self) -> &'static str {
         match self {
@@ -150,7 +158,8 @@ pub struct Options {
     pub misaligned: bool,
     /// The fleet distribution, if the fleet row is wanted.
     pub fleet: Option<FleetDistribution>,
-    /// Where the distribution came from (reported as is).
+    /// Where the distribution came from (reported as is): a file name, or
+    /// [`crate::fleet::Builtin::label`].
     pub fleet_file: Option<String>,
     /// Calls per fleet trial.
     pub fleet_calls: usize,
@@ -230,7 +239,7 @@ pub struct Row {
 pub struct FleetRow {
     /// `fleet`.
     pub name: String,
-    /// The distribution file.
+    /// Where the distribution came from: the file, or `built in: NAME (SOURCE)`.
     pub file: Option<String>,
     /// Calls per trial.
     pub calls: usize,

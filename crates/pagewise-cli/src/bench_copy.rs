@@ -8,7 +8,7 @@ use anyhow::Context;
 use pagewise_bench::fleet::FleetDistribution;
 use pagewise_bench::memcpy::{self, Op, Options, Report};
 use pagewise_bench::Summary;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 /// Arguments of `bench memcpy` and `bench memset`.
@@ -32,8 +32,8 @@ pub struct CopyArgs {
     /// Skip the fleet-distribution row.
     #[arg(long)]
     pub no_fleet: bool,
-    /// The size distribution of the fleet row (default:
-    /// ../shared/data/<memcpy|memset>-fleet-distribution.csv next to the repository).
+    /// The size distribution of the fleet row, in Fleetbench's format (default:
+    /// Fleetbench's <memcpy|memset>-fleet-distribution.csv, built in).
     #[arg(long, value_name = "FILE")]
     pub fleet_file: Option<PathBuf>,
     /// Calls per fleet trial.
@@ -70,38 +70,25 @@ fn parse_size_arg(text: &str) -> Result<usize, String> {
     }
 }
 
-fn default_fleet_file(op: Op) -> Vec<PathBuf> {
-    let name = format!("{}-fleet-distribution.csv", op.name());
-    // The repository this binary was built from, then the working directory.
-    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    vec![
-        repo.join("../shared/data").join(&name),
-        PathBuf::from("../shared/data").join(&name),
-    ]
-}
-
 /// Runs the experiment and prints it.
 pub fn run(op: Op, args: &CopyArgs) -> anyhow::Result<ExitCode> {
     if let Some(plot) = &args.plot {
         crate::plot::check_path(plot)?;
     }
-    let mut notes = Vec::new();
     let (fleet, fleet_file) = if args.no_fleet {
         (None, None)
     } else if let Some(path) = &args.fleet_file {
-        (Some(FleetDistribution::load(path)?), Some(path.clone()))
+        let file = path.canonicalize().unwrap_or_else(|_| path.clone());
+        (
+            Some(FleetDistribution::load(path)?),
+            Some(file.to_string_lossy().into_owned()),
+        )
     } else {
-        let candidates = default_fleet_file(op);
-        match candidates.iter().find(|p| p.is_file()) {
-            Some(path) => (Some(FleetDistribution::load(path)?), Some(path.clone())),
-            None => {
-                notes.push(format!(
-                    "fleet row skipped: no distribution at {} (pass --fleet-file)",
-                    candidates[0].display()
-                ));
-                (None, None)
-            }
-        }
+        let builtin = op.builtin_fleet();
+        (
+            Some(FleetDistribution::builtin(&builtin)?),
+            Some(builtin.label()),
+        )
     };
     let options = Options {
         trials: args.common.trials,
@@ -110,8 +97,7 @@ pub fn run(op: Op, args: &CopyArgs) -> anyhow::Result<ExitCode> {
         cold: !args.no_cold,
         misaligned: !args.no_misaligned,
         fleet,
-        fleet_file: fleet_file
-            .map(|p| p.canonicalize().unwrap_or(p).to_string_lossy().into_owned()),
+        fleet_file,
         fleet_calls: args.fleet_calls as usize,
         huge_pages: !args.no_huge_pages,
         parallel: args.parallel as usize,
@@ -121,7 +107,6 @@ pub fn run(op: Op, args: &CopyArgs) -> anyhow::Result<ExitCode> {
         let progress = args.common.progress();
         memcpy::run(op, &options, &progress)?
     };
-    report.notes.extend(notes);
     if op == Op::Memcpy && !args.no_end_to_end {
         let progress = args.common.progress();
         let spawn = crate::bench_queue::child_spawner()?;

@@ -173,6 +173,43 @@ fn table_output_names_rows_and_ratio() {
     }
 }
 
+/// Without --fleet-file the fleet row runs on the distribution built into
+/// the binary: nothing outside it is read.
+#[test]
+fn the_default_fleet_row_uses_the_builtin_distribution() {
+    let empty = tempfile::tempdir().unwrap();
+    let out = pagewise()
+        .args([
+            "bench",
+            "memset",
+            "--json",
+            "-q",
+            "--sizes",
+            "64",
+            "--no-cold",
+            "--no-misaligned",
+            "--trials",
+            "1",
+            "--fleet-calls",
+            "2000",
+        ])
+        // An empty working directory: nothing next to the repository is read.
+        .current_dir(empty.path())
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    let json: Value = serde_json::from_slice(&out).unwrap();
+    let f = &json["fleet"];
+    assert_eq!(
+        f["file"],
+        "built in: memset-fleet-distribution.csv (google/fleetbench, Apache-2.0)"
+    );
+    assert_eq!(f["calls"], 2000);
+    assert!(f["mean_bytes"].as_f64().unwrap() > 0.0, "{f}");
+}
+
 #[test]
 fn bad_fleet_file_is_a_one_line_error() {
     let dir = tempfile::tempdir().unwrap();
