@@ -12,6 +12,7 @@ use crate::{Machine, Progress, Summary};
 use pagewise::region::{PageSize, PoolReservation, Populate, Region, RegionBuilder};
 use pagewise::sys::mem::{Advice, AnonMapping, CHeapBlock, MapOptions};
 use pagewise::sys::perf::Counter;
+use pagewise::units::format_bytes;
 use serde::Serialize;
 use std::time::Instant;
 
@@ -212,7 +213,6 @@ impl Memory {
 }
 
 fn describe(g: &pagewise::region::Granted, chosen: Option<PageSize>) -> String {
-    let mib = |b: u64| b >> 20;
     let mut parts = Vec::new();
     for (name, bytes) in [
         ("hugetlb-1g", g.hugetlb_1g_bytes),
@@ -221,7 +221,7 @@ fn describe(g: &pagewise::region::Granted, chosen: Option<PageSize>) -> String {
         ("4k", g.base_bytes),
     ] {
         if bytes > 0 {
-            parts.push(format!("{name} {} MiB", mib(bytes)));
+            parts.push(format!("{name} {}", format_bytes(bytes)));
         }
     }
     let mut text = if parts.is_empty() {

@@ -31,6 +31,7 @@ use pagewise::copy::Routine;
 use pagewise::sys::copy::{glibc_memcpy, glibc_memset};
 use pagewise::sys::mem::{Advice, AnonMapping, MapOptions};
 use pagewise::sys::SysError;
+use pagewise::units::format_bytes_exact;
 use serde::Serialize;
 use std::hint::black_box;
 use std::sync::atomic::{compiler_fence, Ordering};
@@ -461,16 +462,6 @@ impl Caches {
     }
 }
 
-/// A size as it appears in row names: `4 KiB`, `1 GiB`, or exact bytes.
-pub fn size_label(n: usize) -> String {
-    for (shift, unit) in [(30, "GiB"), (20, "MiB"), (10, "KiB")] {
-        if n >= 1 << shift && n.is_multiple_of(1 << shift) {
-            return format!("{} {unit}", n >> shift);
-        }
-    }
-    format!("{n} B")
-}
-
 struct Spec {
     bytes: usize,
     residency: Residency,
@@ -494,7 +485,7 @@ impl Spec {
         };
         format!(
             "{} {} {placement}{threads}",
-            size_label(self.bytes),
+            format_bytes_exact(self.bytes as u64),
             self.residency.label()
         )
     }
@@ -1075,16 +1066,6 @@ fn run_fleet(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn size_labels() {
-        assert_eq!(size_label(8), "8 B");
-        assert_eq!(size_label(4096), "4 KiB");
-        assert_eq!(size_label(1 << 30), "1 GiB");
-        assert_eq!(size_label(3 << 20), "3 MiB");
-        assert_eq!(size_label(1000), "1000 B");
-        assert_eq!(size_label(1_000_000), "1000000 B");
-    }
 
     #[test]
     fn offsets_have_the_asked_alignment() {

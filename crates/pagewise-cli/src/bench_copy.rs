@@ -61,12 +61,11 @@ pub struct CopyArgs {
     pub plot: Option<PathBuf>,
 }
 
+/// A size as every other size option reads it (`1.5M`, `4K`, `100`), above 0.
 fn parse_size_arg(text: &str) -> Result<usize, String> {
-    match pagewise::copy::parse_size(text) {
-        Some(n) if n > 0 => Ok(n),
-        _ => Err(format!(
-            "{text:?} is not a size (bytes with an optional K, M or G suffix, above 0)"
-        )),
+    match crate::format::parse_size_arg(text)? {
+        0 => Err(format!("{text:?}: a size must be above 0")),
+        n => usize::try_from(n).map_err(|_| format!("{text:?} is too large")),
     }
 }
 

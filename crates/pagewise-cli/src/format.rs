@@ -4,21 +4,9 @@ use comfy_table::{presets::UTF8_BORDERS_ONLY, ContentArrangement, Table};
 use std::io::IsTerminal;
 use std::process::ExitCode;
 
-/// Formats a byte count with a binary unit: `2 MiB`, `48 KiB`, `1.5 GiB`.
-pub fn bytes(n: u64) -> String {
-    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
-    let mut value = n as f64;
-    let mut unit = 0;
-    while value >= 1024.0 && unit < UNITS.len() - 1 {
-        value /= 1024.0;
-        unit += 1;
-    }
-    if value.fract() == 0.0 {
-        format!("{value:.0} {}", UNITS[unit])
-    } else {
-        format!("{value:.1} {}", UNITS[unit])
-    }
-}
+/// Formats a byte count with a binary unit: `2 MiB`, `48 KiB`, `1.5 GiB`
+/// (the library's one formatter).
+pub use pagewise::units::format_bytes as bytes;
 
 /// clap value parser for byte sizes (`1GiB`, `64K`, `4096`).
 pub fn parse_size_arg(text: &str) -> Result<u64, String> {
@@ -95,15 +83,6 @@ pub fn table(header: &[&str]) -> Table {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn byte_units() {
-        assert_eq!(bytes(0), "0 B");
-        assert_eq!(bytes(4096), "4 KiB");
-        assert_eq!(bytes(2 << 20), "2 MiB");
-        assert_eq!(bytes(1 << 30), "1 GiB");
-        assert_eq!(bytes(3 << 29), "1.5 GiB");
-    }
 
     #[test]
     fn clap_errors_keep_their_continuation_lines() {

@@ -6,7 +6,8 @@
 //! refused with a message that says so.
 
 use anyhow::{bail, Context};
-use pagewise_bench::memcpy::{size_label, Op, Report, Residency};
+use pagewise::units::format_bytes_exact;
+use pagewise_bench::memcpy::{Op, Report, Residency};
 use plotters::coord::Shift;
 use plotters::prelude::*;
 use std::path::Path;
@@ -161,7 +162,7 @@ where
         .x_labels(((x_max - x_min) as usize + 1).min(16))
         .x_label_formatter(&|x| {
             if x.fract().abs() < 1e-9 && *x >= 0.0 && *x < 63.0 {
-                size_label(1usize << (*x as u32))
+                format_bytes_exact(1u64 << (*x as u32))
             } else {
                 String::new()
             }

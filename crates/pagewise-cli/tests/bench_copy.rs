@@ -240,6 +240,43 @@ fn bad_fleet_file_is_a_one_line_error() {
     }
 }
 
+/// `--sizes` reads sizes as every other size option does (`--size 1.5M`
+/// works elsewhere), and the row is named by the exact size.
+#[test]
+fn sizes_take_fractions_and_units() {
+    let json = run_json(&[
+        "bench",
+        "memcpy",
+        "--json",
+        "-q",
+        "--sizes",
+        "1.5M,4k",
+        "--no-cold",
+        "--no-misaligned",
+        "--no-fleet",
+        "--no-end-to-end",
+        "--trials",
+        "1",
+    ]);
+    let rows: Vec<(u64, &str)> = json["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| (r["bytes"].as_u64().unwrap(), r["name"].as_str().unwrap()))
+        .collect();
+    assert_eq!(rows.len(), 2, "{rows:?}");
+    assert!(
+        rows.iter()
+            .any(|&(b, n)| b == 4096 && n.starts_with("4 KiB ")),
+        "{rows:?}"
+    );
+    assert!(
+        rows.iter()
+            .any(|&(b, n)| b == 3 << 19 && n.starts_with("1.5 MiB ")),
+        "{rows:?}"
+    );
+}
+
 #[test]
 fn bad_arguments_exit_2() {
     for args in [

@@ -1,4 +1,7 @@
-//! Byte sizes written by people: `4096`, `64KiB`, `2M`, `1 GiB`, `1.5G`.
+//! Byte sizes written by people and for people: [`parse_size`] reads
+//! `4096`, `64KiB`, `2M`, `1 GiB`, `1.5G`; [`format_bytes`] writes `2 MiB`,
+//! `1.5 GiB`. Every size pagewise reads (command-line options, environment
+//! variables) and every size it prints goes through these two.
 
 /// Why a size did not parse.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -73,6 +76,43 @@ pub fn parse_size(text: &str) -> Result<u64, SizeError> {
     Ok(bytes)
 }
 
+/// Binary units of [`format_bytes`], smallest first.
+const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+
+/// Formats a byte count in the largest binary unit it reaches: `0 B`,
+/// `48 KiB`, `2 MiB`, `1.5 GiB`; whole values without decimals, others with
+/// one (rounded: `976.6 KiB` is 1,000,000 bytes). Cost: a few float
+/// divisions and one allocation.
+pub fn format_bytes(n: u64) -> String {
+    let mut value = n as f64;
+    let mut unit = 0;
+    while value >= 1024.0 && unit < UNITS.len() - 1 {
+        value /= 1024.0;
+        unit += 1;
+    }
+    if value.fract() == 0.0 {
+        return format!("{value:.0} {}", UNITS[unit]);
+    }
+    // 1023.96 MiB rounds to one decimal as 1024.0: say 1.0 GiB instead.
+    if (value * 10.0).round() >= 10240.0 && unit < UNITS.len() - 1 {
+        value /= 1024.0;
+        unit += 1;
+    }
+    format!("{value:.1} {}", UNITS[unit])
+}
+
+/// [`format_bytes`] when that reads back through [`parse_size`] as exactly
+/// `n` (`4 KiB`, `1.5 MiB`, `1000 B`), else the exact count (`1000000 B`):
+/// for names that must say the exact size, such as benchmark rows.
+pub fn format_bytes_exact(n: u64) -> String {
+    let text = format_bytes(n);
+    if parse_size(&text) == Ok(n) {
+        text
+    } else {
+        format!("{n} B")
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -98,10 +138,68 @@ mod tests {
         ));
     }
 
+    /// The forms the command line and the environment use, in one place:
+    /// `--size`, `--sizes`, `PAGEWISE_NT_THRESHOLD` all read them alike.
+    #[test]
+    fn common_forms_and_bad_inputs() {
+        assert_eq!(parse_size("1.5M"), Ok(3 << 19));
+        assert_eq!(parse_size("4K"), Ok(4096));
+        assert_eq!(parse_size(" 4k "), Ok(4096));
+        assert_eq!(parse_size("1G"), Ok(1 << 30));
+        assert_eq!(parse_size("100"), Ok(100));
+        assert_eq!(parse_size("2MiB"), Ok(2 << 20));
+        assert_eq!(parse_size("0"), Ok(0));
+        assert_eq!(parse_size("  "), Err(SizeError::Empty));
+        assert!(matches!(parse_size("M"), Err(SizeError::Invalid(_))));
+        assert!(matches!(parse_size("-4K"), Err(SizeError::Invalid(_))));
+        assert!(matches!(parse_size("12Q"), Err(SizeError::Unit(_))));
+        assert!(matches!(parse_size("4K4"), Err(SizeError::Unit(_))));
+        assert!(matches!(parse_size("lots"), Err(SizeError::Invalid(_))));
+        assert!(matches!(
+            parse_size("99999999999999999999G"),
+            Err(SizeError::Overflow(_))
+        ));
+        assert!(parse_size("lots")
+            .unwrap_err()
+            .to_string()
+            .contains("not a size"));
+    }
+
+    #[test]
+    fn formats_in_the_largest_unit() {
+        assert_eq!(format_bytes(0), "0 B");
+        assert_eq!(format_bytes(1000), "1000 B");
+        assert_eq!(format_bytes(4096), "4 KiB");
+        assert_eq!(format_bytes(2 << 20), "2 MiB");
+        assert_eq!(format_bytes(1 << 30), "1 GiB");
+        assert_eq!(format_bytes(3 << 29), "1.5 GiB");
+        assert_eq!(format_bytes(1_000_000), "976.6 KiB");
+        assert_eq!(format_bytes((1 << 30) - 4096), "1.0 GiB");
+        assert_eq!(format_bytes(u64::MAX), "16777216 TiB");
+    }
+
+    #[test]
+    fn exact_names() {
+        assert_eq!(format_bytes_exact(8), "8 B");
+        assert_eq!(format_bytes_exact(4096), "4 KiB");
+        assert_eq!(format_bytes_exact(1 << 30), "1 GiB");
+        assert_eq!(format_bytes_exact(3 << 20), "3 MiB");
+        assert_eq!(format_bytes_exact(3 << 19), "1.5 MiB");
+        assert_eq!(format_bytes_exact(1000), "1000 B");
+        assert_eq!(format_bytes_exact(3000), "3000 B");
+        assert_eq!(format_bytes_exact(1_000_000), "1000000 B");
+    }
+
     proptest! {
         #[test]
         fn never_panics(text in "\\PC{0,30}") {
             let _ = parse_size(&text);
+        }
+
+        /// An exact name always reads back as its size.
+        #[test]
+        fn exact_names_read_back(n in proptest::num::u64::ANY) {
+            prop_assert_eq!(parse_size(&format_bytes_exact(n)), Ok(n));
         }
 
         #[test]

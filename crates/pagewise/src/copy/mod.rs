@@ -36,8 +36,8 @@ mod plan;
 
 pub use crate::sys::copy::Isa;
 pub use plan::{
-    parse_size, Choices, Inputs, Plan, PlanError, SizeClass, SizeRange, Source, COPY_LLC_DIVISOR,
-    ENV_ISA, ENV_NT_THRESHOLD, ENV_REP_MOVSB, ENV_REP_STOSB, FILL_LLC_DIVISOR,
+    Choices, Inputs, Plan, PlanError, SizeClass, SizeRange, Source, COPY_LLC_DIVISOR, ENV_ISA,
+    ENV_NT_THRESHOLD, ENV_REP_MOVSB, ENV_REP_STOSB, FILL_LLC_DIVISOR,
 };
 
 use crate::sys::copy::{Kernel, Thresholds};

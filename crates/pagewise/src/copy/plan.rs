@@ -459,27 +459,10 @@ fn parse_threshold(text: &str) -> Result<Option<usize>, ()> {
     parse_size(text).map(Some).ok_or(())
 }
 
-/// Parses a size: decimal bytes with an optional `K`, `M`, `G` (or `KiB`,
-/// `MiB`, `GiB`) suffix meaning powers of 1024. `None` on anything else or on
-/// overflow.
-pub fn parse_size(text: &str) -> Option<usize> {
-    let text = text.trim();
-    let split = text
-        .find(|c: char| !c.is_ascii_digit())
-        .unwrap_or(text.len());
-    let (digits, unit) = text.split_at(split);
-    if digits.is_empty() {
-        return None;
-    }
-    let n: usize = digits.parse().ok()?;
-    let shift = match unit.trim() {
-        "" | "B" => 0,
-        "K" | "k" | "KiB" => 10,
-        "M" | "MiB" => 20,
-        "G" | "GiB" => 30,
-        _ => return None,
-    };
-    n.checked_mul(1usize << shift)
+/// A size as [`crate::units::parse_size`] reads it, as `usize`; `None` on
+/// anything else or when it does not fit.
+fn parse_size(text: &str) -> Option<usize> {
+    usize::try_from(crate::units::parse_size(text).ok()?).ok()
 }
 
 /// The size of the largest cache of CPU 0, from sysfs.
@@ -581,14 +564,11 @@ mod tests {
     }
 
     #[test]
-    fn sizes_parse_with_suffixes() {
-        assert_eq!(parse_size("4096"), Some(4096));
-        assert_eq!(parse_size(" 4K "), Some(4096));
-        assert_eq!(parse_size("2MiB"), Some(2 << 20));
-        assert_eq!(parse_size("1G"), Some(1 << 30));
-        assert_eq!(parse_size("1.5M"), None);
-        assert_eq!(parse_size("M"), None);
-        assert_eq!(parse_size("99999999999999999999G"), None);
+    fn ranges_and_thresholds_read_sizes_as_the_command_line_does() {
+        assert_eq!(parse_threshold("1.5M"), Ok(Some(3 << 19)));
+        assert_eq!(parse_threshold(" Never "), Ok(None));
+        assert_eq!(parse_threshold("lots"), Err(()));
+        assert_eq!(parse_range("4K-1.5M"), Some(Some((4096, 3 << 19))));
         assert_eq!(parse_range("never"), Some(None));
         assert_eq!(parse_range("16K"), Some(Some((16 << 10, usize::MAX))));
         assert_eq!(parse_range("1M-1K"), None);

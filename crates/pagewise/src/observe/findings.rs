@@ -6,6 +6,7 @@ use super::report::{
     ChurnSite, Counts, FaultKinds, Finding, FindingKind, Hardware, PageSizes, Site, Syscalls,
     TextFootprint,
 };
+use crate::units::format_bytes as bytes;
 
 /// Upper bound of the kernel time one 4 KiB first-touch fault costs, including
 /// zeroing the page: measured on the development VM at 1.5–2.5 µs (4 KiB touch
@@ -77,22 +78,6 @@ pub fn count(n: u64) -> String {
         out.push(c);
     }
     out
-}
-
-/// Bytes with a binary unit: `64 MiB`, `1.5 GiB`.
-pub fn bytes(n: u64) -> String {
-    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
-    let mut v = n as f64;
-    let mut u = 0;
-    while v >= 1024.0 && u < UNITS.len() - 1 {
-        v /= 1024.0;
-        u += 1;
-    }
-    if v.fract() == 0.0 {
-        format!("{v:.0} {}", UNITS[u])
-    } else {
-        format!("{v:.1} {}", UNITS[u])
-    }
 }
 
 fn secs(s: f64) -> String {
