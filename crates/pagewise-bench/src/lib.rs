@@ -36,12 +36,14 @@ pub mod first_touch;
 pub mod fleet;
 pub mod heap_churn;
 pub mod itlb;
+mod machine;
 pub mod memcpy;
 pub mod mmap_prefault;
 pub mod queue;
 
-use pagewise::probe::MachineReport;
 use serde::Serialize;
+
+pub use machine::{InstructionSets, Machine};
 
 /// Median, minimum and maximum of a set of trials.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
@@ -89,42 +91,6 @@ pub struct NoProgress;
 
 impl Progress for NoProgress {
     fn update(&self, _done: usize, _total: usize, _what: &str) {}
-}
-
-/// The part of `pagewise doctor` that a benchmark result must carry to be
-/// comparable: CPU, caches, kernel, page-size settings, glibc.
-#[derive(Debug, Clone, Serialize)]
-pub struct Machine {
-    /// CPU model name.
-    pub cpu: Option<String>,
-    /// Logical CPUs online.
-    pub online_cpus: usize,
-    /// Cache sizes, e.g. `["L1 Data 48 KiB", …]` in bytes per level.
-    pub caches: Vec<pagewise::probe::Cache>,
-    /// Kernel release.
-    pub kernel: Option<String>,
-    /// THP `enabled` mode.
-    pub thp_enabled: Option<String>,
-    /// hugetlb pools at the start of the run.
-    pub hugetlb: Vec<pagewise::probe::HugetlbPool>,
-    /// glibc version.
-    pub glibc: Option<String>,
-}
-
-impl Machine {
-    /// Describes this machine (runs the doctor probe: tens of milliseconds).
-    pub fn describe() -> Machine {
-        let r = MachineReport::probe();
-        Machine {
-            cpu: r.cpu.model,
-            online_cpus: r.cpu.online_cpus,
-            caches: r.cpu.caches,
-            kernel: r.kernel.release,
-            thp_enabled: r.thp.enabled,
-            hugetlb: r.hugetlb,
-            glibc: r.glibc.version,
-        }
-    }
 }
 
 /// Touches the next 256 KiB of this thread's stack, so that a measured loop

@@ -25,6 +25,13 @@ impl CommonArgs {
     }
 }
 
+/// Prints the `machine:` line that heads every experiment's table: the
+/// processor, instruction sets, caches, CPUs, kernel, THP mode and glibc the
+/// results were measured on (the same as the JSON's `machine` object).
+pub fn print_machine(machine: &pagewise_bench::Machine) {
+    println!("machine: {}", machine.summary());
+}
+
 /// The experiments.
 #[derive(Debug, clap::Subcommand)]
 pub enum Experiment {

@@ -140,6 +140,7 @@ fn range(s: &Summary, digits: usize) -> String {
 }
 
 fn print_human(op: Op, r: &Report) {
+    crate::bench::print_machine(&r.machine);
     let ours = match op {
         Op::Memcpy => "pagewise copy GB/s",
         Op::Memset => "pagewise fill GB/s",

@@ -58,6 +58,7 @@ pub fn run(args: &FirstTouchArgs) -> anyhow::Result<ExitCode> {
         println!("{}", serde_json::to_string_pretty(&report)?);
         return Ok(ExitCode::SUCCESS);
     }
+    crate::bench::print_machine(&report.machine);
     println!(
         "first touch: {} written 3 times, {} trials, medians (min-max) in ms",
         bytes(report.size_bytes as u64),

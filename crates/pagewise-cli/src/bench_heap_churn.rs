@@ -78,6 +78,7 @@ pub fn run(args: &HeapChurnArgs) -> anyhow::Result<ExitCode> {
         println!("{}", serde_json::to_string_pretty(&report)?);
         return Ok(ExitCode::SUCCESS);
     }
+    crate::bench::print_machine(&report.machine);
     let w = &report.workload;
     println!(
         "heap churn: {} threads x {} iterations of malloc/fill/free, {}-{}, {} trials, medians",

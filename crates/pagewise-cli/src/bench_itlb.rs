@@ -107,6 +107,7 @@ pub fn run(args: &ItlbArgs) -> anyhow::Result<ExitCode> {
         println!("{}", serde_json::to_string_pretty(&report)?);
         return Ok(ExitCode::SUCCESS);
     }
+    crate::bench::print_machine(&report.machine);
     println!(
         "itlb: {} functions over {} of text, Zipf {}, {} rounds, {} trials, medians (min-max)",
         report.shape.functions,

@@ -73,6 +73,7 @@ pub fn run(args: &MmapPrefaultArgs) -> anyhow::Result<ExitCode> {
         println!("{}", serde_json::to_string_pretty(&report)?);
         return Ok(ExitCode::SUCCESS);
     }
+    crate::bench::print_machine(&report.machine);
     println!(
         "mmap prefault: {} in {}-byte records through a shared mapping on {} ({}), {} trials, medians (min-max)",
         bytes(report.size_bytes as u64),

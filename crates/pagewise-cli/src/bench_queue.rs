@@ -85,6 +85,7 @@ pub fn run(args: &QueueArgs) -> anyhow::Result<ExitCode> {
         println!("{}", serde_json::to_string_pretty(&report)?);
         return Ok(ExitCode::SUCCESS);
     }
+    crate::bench::print_machine(&report.machine);
     println!(
         "queue: {}-byte records copied with {}, writer and reader in separate processes, {} trials, medians",
         report.record_bytes,

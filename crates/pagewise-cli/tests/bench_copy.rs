@@ -5,6 +5,8 @@
 use assert_cmd::Command;
 use serde_json::Value;
 
+mod common;
+
 fn pagewise() -> Command {
     Command::cargo_bin("pagewise").unwrap()
 }
@@ -35,11 +37,7 @@ fn run_json_with(args: &[&str], env: &[(&str, &str)]) -> Value {
 
 fn check_rows(json: &Value, schema: &str, sizes: &[u64]) {
     assert_eq!(json["schema"], schema);
-    assert!(
-        json["machine"]["caches"].is_array(),
-        "machine: {}",
-        json["machine"]
-    );
+    common::check_machine(json);
     assert!(json["plan"]["isa"].is_string());
     let rows = json["rows"].as_array().unwrap();
     assert!(!rows.is_empty());
@@ -171,6 +169,7 @@ fn table_output_names_rows_and_ratio() {
     ] {
         assert!(text.contains(needle), "missing {needle:?} in:\n{text}");
     }
+    common::check_machine_line(&text);
 }
 
 /// Without --fleet-file the fleet row runs on the distribution built into

@@ -2,6 +2,8 @@
 
 use assert_cmd::Command;
 
+mod common;
+
 fn pagewise() -> Command {
     Command::cargo_bin("pagewise").unwrap()
 }
@@ -68,7 +70,7 @@ fn json_has_the_schema_and_every_strategy() {
     for n in v["not_run"].as_array().unwrap() {
         assert!(!n["reason"].as_str().unwrap().is_empty());
     }
-    assert!(v["machine"]["cpu"].is_string() || v["machine"]["cpu"].is_null());
+    common::check_machine(&v);
 }
 
 #[test]
@@ -94,6 +96,7 @@ fn table_output_and_progress() {
         "{stdout}"
     );
     assert!(stdout.contains("first/warm"));
+    common::check_machine_line(&stdout);
     let stderr = String::from_utf8(out.stderr).unwrap();
     assert!(
         stderr.contains("[2/2] done"),

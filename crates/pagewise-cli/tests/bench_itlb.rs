@@ -49,6 +49,7 @@ fn tiny_itlb_run_reports_every_variant() {
         .clone();
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["schema"], "pagewise.bench.itlb/1");
+    common::check_machine(&v);
     let names: Vec<&str> = v["rows"]
         .as_array()
         .unwrap()

@@ -7,6 +7,8 @@ use std::path::Path;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
+mod common;
+
 fn pagewise() -> Command {
     Command::cargo_bin("pagewise").unwrap()
 }
@@ -32,6 +34,7 @@ fn bench_report(cmd: &mut Command, schema: &str) -> (serde_json::Value, Vec<Stri
     let out = cmd.assert().success().get_output().clone();
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
     assert_eq!(v["schema"], schema);
+    common::check_machine(&v);
     assert_eq!(
         v["not_run"].as_array().unwrap().len(),
         0,

@@ -192,6 +192,7 @@ fn heap_churn_bench_json() {
         .clone();
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["schema"], "pagewise.bench.heap-churn/1");
+    common::check_machine(&v);
     let names: Vec<&str> = v["rows"]
         .as_array()
         .unwrap()
