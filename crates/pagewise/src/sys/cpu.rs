@@ -183,8 +183,10 @@ mod tests {
     #[test]
     fn this_cpu_has_an_identity() {
         let Some(id) = cpu_identity() else {
-            eprintln!("skipped: not an x86-64 processor, no cpuid");
-            return;
+            pagewise_testkit::skip!(
+                pagewise_testkit::Need::CpuFeature,
+                "not an x86-64 processor: no cpuid"
+            );
         };
         assert!(!id.vendor.is_empty(), "{id:?}");
         assert!(id.family > 0, "{id:?}");
