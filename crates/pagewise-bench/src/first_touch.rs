@@ -335,7 +335,7 @@ fn median_u64(values: impl Iterator<Item = u64>) -> u64 {
 /// Why `hugetlb-2m` cannot run, or the reservation that lets it.
 fn hugetlb_for_trial(config: &Config) -> Result<Option<PoolReservation>, String> {
     let needed = config.size.div_ceil(MIB2) as u64;
-    let free = pagewise::probe::hugetlb_available(MIB2);
+    let free = pagewise::host::hugetlb::available(MIB2);
     if free >= needed {
         return Ok(None);
     }
@@ -346,7 +346,7 @@ fn hugetlb_for_trial(config: &Config) -> Result<Option<PoolReservation>, String>
     }
     let reservation = PoolReservation::ensure_available(MIB2, needed)
         .map_err(|e| format!("could not grow the 2 MiB pool: {e}"))?;
-    let now_free = pagewise::probe::hugetlb_available(MIB2);
+    let now_free = pagewise::host::hugetlb::available(MIB2);
     if now_free < needed {
         return Err(format!(
             "the kernel granted only {now_free} of {needed} 2 MiB pages (memory fragmented?)"
@@ -512,7 +512,7 @@ mod tests {
 
     #[test]
     fn hugetlb_without_a_pool_or_root_is_reported_not_run() {
-        let free = pagewise::probe::hugetlb_available(MIB2);
+        let free = pagewise::host::hugetlb::available(MIB2);
         if free > 0 {
             pagewise_testkit::skip!(
                 pagewise_testkit::Need::NoHugetlb,

@@ -107,7 +107,7 @@ struct ThreadCounters {
 impl ThreadCounters {
     fn open() -> ThreadCounters {
         let tracepoint = |name: &str| {
-            let id = pagewise::probe::live_tracepoint_id(name).ok()?;
+            let id = pagewise::host::tracefs::live_tracepoint_id(name).ok()?;
             Counter::open(&CounterSpec::new(EventType::Tracepoint, id), 0).ok()
         };
         ThreadCounters {

@@ -2,7 +2,9 @@
 //! `machine` object (the same for every experiment) and the `machine:` line
 //! the CLI prints above every table.
 
-use pagewise::probe::{Cache, HugetlbPool, MachineReport};
+use pagewise::host::cpu::Cache;
+use pagewise::host::hugetlb::HugetlbPool;
+use pagewise::probe::MachineReport;
 use pagewise::units::format_bytes;
 use serde::Serialize;
 
@@ -174,7 +176,7 @@ mod tests {
 
     #[test]
     fn the_summary_names_every_part() {
-        let mut report = MachineReport::from_files(&pagewise::probe::SysRoot::at(
+        let mut report = MachineReport::from_files(&pagewise::host::SysRoot::at(
             std::path::Path::new("/nonexistent"),
         ));
         report.cpu.model = Some("AMD EPYC".into());
@@ -207,9 +209,9 @@ mod tests {
 
     #[test]
     fn what_is_not_read_is_said() {
-        let report = MachineReport::from_files(&pagewise::probe::SysRoot::at(
-            std::path::Path::new("/nonexistent"),
-        ));
+        let report = MachineReport::from_files(&pagewise::host::SysRoot::at(std::path::Path::new(
+            "/nonexistent",
+        )));
         let m = Machine::from_report(report, None);
         let s = m.summary();
         assert!(

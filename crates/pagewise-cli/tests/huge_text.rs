@@ -148,8 +148,8 @@ fn fixture_moves(pie: bool) {
         Ok(b) => b,
         Err(why) => pagewise_testkit::skip!(pagewise_testkit::Need::Compiler, "{why}"),
     };
-    if pagewise::probe::thp_enabled_mode().as_deref() == Some("never")
-        && pagewise::probe::hugetlb_available(2 << 20) < 2
+    if pagewise::host::thp::enabled_mode().as_deref() == Some("never")
+        && pagewise::host::hugetlb::available(2 << 20) < 2
     {
         pagewise_testkit::skip!(
             pagewise_testkit::Need::Thp,
@@ -184,7 +184,7 @@ fn hugetlb_is_used_when_a_pool_has_room() {
         Err(why) => pagewise_testkit::skip!(pagewise_testkit::Need::Compiler, "{why}"),
     };
     let reservation = pagewise::region::PoolReservation::ensure_available(2 << 20, 2).unwrap();
-    if pagewise::probe::hugetlb_available(2 << 20) < 2 {
+    if pagewise::host::hugetlb::available(2 << 20) < 2 {
         pagewise_testkit::skip!(
             pagewise_testkit::Need::Hugetlb,
             "the kernel granted only {} pages",
@@ -214,8 +214,8 @@ fn each_failed_step_leaves_a_working_program() {
         Ok(b) => b,
         Err(why) => pagewise_testkit::skip!(pagewise_testkit::Need::Compiler, "{why}"),
     };
-    if pagewise::probe::thp_enabled_mode().as_deref() == Some("never")
-        && pagewise::probe::hugetlb_available(2 << 20) < 2
+    if pagewise::host::thp::enabled_mode().as_deref() == Some("never")
+        && pagewise::host::hugetlb::available(2 << 20) < 2
     {
         pagewise_testkit::skip!(
             pagewise_testkit::Need::Thp,
@@ -457,8 +457,8 @@ fn a_w_x_policy_is_reported_and_the_program_runs() {
 #[test]
 fn an_existing_perf_map_is_left_alone_and_reported() {
     let _s = serial();
-    if pagewise::probe::thp_enabled_mode().as_deref() == Some("never")
-        && pagewise::probe::hugetlb_available(2 << 20) < 2
+    if pagewise::host::thp::enabled_mode().as_deref() == Some("never")
+        && pagewise::host::hugetlb::available(2 << 20) < 2
     {
         pagewise_testkit::skip!(
             pagewise_testkit::Need::Thp,

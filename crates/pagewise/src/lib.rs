@@ -3,6 +3,9 @@
 //!
 //! The crate is organised by capability:
 //!
+//! - [`host`]: safe readers of what the machine and a process are (`/proc`
+//!   maps and smaps, hugetlb pools, THP modes, CPU caches, tracefs), the layer
+//!   the capabilities, `observe` and `probe` read from.
 //! - [`probe`]: what this machine offers (page sizes, pools, THP modes, kernel
 //!   features, perf access, CPU, glibc) and what to change; behind `pagewise doctor`.
 //! - [`region`]: huge-page regions populated before the hot path touches
@@ -36,6 +39,7 @@
 pub mod buffer;
 pub mod copy;
 pub mod file_window;
+pub mod host;
 pub mod launch;
 pub mod observe;
 pub mod probe;

@@ -3,8 +3,8 @@
 //! Tests that change the hugetlb pool need root; they serialise on one lock
 //! and give the pages back.
 
+use pagewise::host::smaps;
 use pagewise::observe::faults_during;
-use pagewise::observe::smaps;
 use pagewise::region::{
     PagePolicy, PageSize, PoolReservation, Populate, Region, RegionBuilder, RegionError,
 };
@@ -23,12 +23,12 @@ fn pool_lock() -> std::sync::MutexGuard<'static, ()> {
 use pagewise_testkit::is_root;
 
 fn free_2m_pages() -> u64 {
-    pagewise::probe::hugetlb_available(MIB2)
+    pagewise::host::hugetlb::available(MIB2)
 }
 
 fn thp_usable() -> bool {
     matches!(
-        pagewise::probe::thp_enabled_mode().as_deref(),
+        pagewise::host::thp::enabled_mode().as_deref(),
         Some("always") | Some("madvise")
     )
 }

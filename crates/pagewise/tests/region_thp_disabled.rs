@@ -6,7 +6,7 @@ use pagewise::region::{PageSize, Populate, RegionBuilder};
 
 #[test]
 fn thp_disabled_for_the_process_gives_base_pages_with_reasons() {
-    let free_2m = pagewise::probe::hugetlb_available(2 << 20);
+    let free_2m = pagewise::host::hugetlb::available(2 << 20);
     if free_2m > 0 {
         pagewise_testkit::skip!(
             pagewise_testkit::Need::NoHugetlb,
@@ -29,7 +29,7 @@ fn thp_disabled_for_the_process_gives_base_pages_with_reasons() {
         .find(|s| s.page_size == PageSize::Thp)
         .unwrap();
     assert!(thp.reason.contains("PR_SET_THP_DISABLE"), "{thp:?}");
-    let entries = pagewise::observe::smaps::entries_overlapping(
+    let entries = pagewise::host::smaps::entries_overlapping(
         region.addr() as u64,
         (region.addr() + size) as u64,
     )

@@ -157,7 +157,7 @@ impl Plan {
                 .collect(),
             erms: f.erms,
             fsrm: f.fsrm,
-            llc_bytes: largest_cache_bytes(),
+            llc_bytes: crate::host::cpu::largest_cache_bytes(),
             env_isa: std::env::var(ENV_ISA).ok(),
             env_nt_threshold: std::env::var(ENV_NT_THRESHOLD).ok(),
             env_rep_movsb: std::env::var(ENV_REP_MOVSB).ok(),
@@ -463,20 +463,6 @@ fn parse_threshold(text: &str) -> Result<Option<usize>, ()> {
 /// anything else or when it does not fit.
 fn parse_size(text: &str) -> Option<usize> {
     usize::try_from(crate::units::parse_size(text).ok()?).ok()
-}
-
-/// The size of the largest cache of CPU 0, from sysfs.
-fn largest_cache_bytes() -> Option<u64> {
-    const CACHE: &str = "/sys/devices/system/cpu/cpu0/cache";
-    std::fs::read_dir(CACHE)
-        .ok()?
-        .filter_map(|e| e.ok())
-        .filter(|e| e.file_name().to_string_lossy().starts_with("index"))
-        .filter_map(|e| {
-            let text = std::fs::read_to_string(e.path().join("size")).ok()?;
-            crate::probe::parse::cache_size_bytes(&text)
-        })
-        .max()
 }
 
 #[cfg(test)]

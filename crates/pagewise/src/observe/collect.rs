@@ -3,9 +3,9 @@
 //! by code page and by file.
 
 use super::churn::{Call, CallKind};
-use super::parse::{raw_field, FieldSpec};
 use super::record::{Record, Records, Sample};
 use super::symbols::AddressSpaces;
+use crate::host::tracefs::{raw_field, FieldSpec};
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 

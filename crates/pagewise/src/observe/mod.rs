@@ -29,18 +29,16 @@
 pub mod churn;
 pub mod collect;
 pub mod findings;
-pub mod maps;
-pub mod parse;
 pub mod record;
 pub mod report;
 pub mod session;
 pub mod sites;
-pub mod smaps;
 pub mod symbols;
 pub mod text;
 
 pub use report::*;
 
+use crate::host::{proc_maps, proc_stat, proc_tasks};
 use crate::sys::process::{self, ExitKind, Rusage};
 use crate::sys::SysError;
 use collect::{Collector, Sampled};
@@ -283,31 +281,23 @@ fn exit_info(exit: ExitKind) -> ExitInfo {
     }
 }
 
-fn read_stat(pid: i32) -> Option<parse::ProcStat> {
-    parse::proc_stat(&std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
-}
-
 fn attach(options: &StatOptions, pid: i32, duration: Duration) -> Result<StatReport, StatError> {
     if pid <= 0 || !process::exists(pid) {
         return Err(StatError::NoSuchProcess(pid));
     }
     let env = Env::probe();
-    let mut tasks: Vec<i32> = std::fs::read_dir(format!("/proc/{pid}/task"))
-        .map_err(|_| StatError::NoSuchProcess(pid))?
-        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
-        .collect();
-    tasks.sort_unstable();
+    let tasks = proc_tasks::thread_ids(Some(pid)).map_err(|_| StatError::NoSuchProcess(pid))?;
     let _ = process::raise_nofile_limit();
     let mut skipped = vec![];
     let mut spaces = AddressSpaces::new();
-    match std::fs::read_to_string(format!("/proc/{pid}/maps")) {
-        Ok(text) => spaces.add_maps(pid as u32, &parse::maps(&text)),
+    match proc_maps::read(Some(pid)) {
+        Ok(entries) => spaces.add_maps(pid as u32, &entries),
         Err(e) => skipped.push(Skipped {
             what: "mappings before attaching".to_owned(),
             why: format!("/proc/{pid}/maps: {e}"),
         }),
     }
-    let start_stat = read_stat(pid);
+    let start_stat = proc_stat::read(pid);
     let plan = Plan {
         tasks,
         on_exec: false,
@@ -325,7 +315,7 @@ fn attach(options: &StatOptions, pid: i32, duration: Duration) -> Result<StatRep
     let mut exited = false;
     while t0.elapsed() < duration {
         std::thread::sleep(Duration::from_millis(50).min(duration));
-        match read_stat(pid) {
+        match proc_stat::read(pid) {
             Some(s) if process::exists(pid) => end_stat = Some(s),
             _ => {
                 exited = true;

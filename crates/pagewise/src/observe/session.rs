@@ -3,9 +3,11 @@
 //! sampler.
 
 use super::collect::{Collector, Sampled, TpFields};
-use super::parse::{self, FieldSpec, MapsEntry, PageSizeTotals};
 use super::report::{Hardware, MappingPages, Skipped};
 use super::symbols::AddressSpaces;
+use crate::host::proc_maps::MapsEntry;
+use crate::host::smaps::{self, PageSizeTotals};
+use crate::host::tracefs::{self, FieldSpec, TracepointError};
 use crate::sys::perf::{
     self, Event, EventAttr, EventType, RingBuffer, SAMPLE_ADDR, SAMPLE_CALLCHAIN,
     SAMPLE_IDENTIFIER, SAMPLE_IP, SAMPLE_PERIOD, SAMPLE_RAW, SAMPLE_STACK_USER, SAMPLE_TID,
@@ -41,10 +43,7 @@ impl Env {
             paranoid: std::fs::read_to_string("/proc/sys/kernel/perf_event_paranoid")
                 .ok()
                 .and_then(|t| t.trim().parse().ok()),
-            tracefs: std::fs::read_to_string("/proc/mounts")
-                .ok()
-                .and_then(|m| crate::probe::parse::tracefs_mount(&m))
-                .filter(|p| std::path::Path::new(p).is_dir()),
+            tracefs: tracefs::live_mount_point().filter(|p| std::path::Path::new(p).is_dir()),
             cpus: perf::online_cpus(),
         }
     }
@@ -83,36 +82,30 @@ pub struct Tracepoint {
 
 /// Reads `events/GROUP/NAME/{id,format}` under tracefs.
 pub fn tracepoint(env: &Env, group: &str, name: &str) -> Result<Tracepoint, String> {
+    const NOT_MOUNTED: &str =
+        "tracefs is not mounted (as root: mount -t tracefs nodev /sys/kernel/tracing)";
     let Some(tracefs) = &env.tracefs else {
-        return Err(
-            "tracefs is not mounted (as root: mount -t tracefs nodev /sys/kernel/tracing)"
-                .to_owned(),
-        );
+        return Err(NOT_MOUNTED.to_owned());
     };
-    let dir = format!("{tracefs}/events/{group}/{name}");
-    let id = std::fs::read_to_string(format!("{dir}/id"))
-        .map_err(|e| match e.kind() {
-            std::io::ErrorKind::PermissionDenied => format!(
-                "cannot read {dir}/id ({e}): tracefs and tracepoints need root \
+    let id = tracefs::tracepoint_id(tracefs, group, name).map_err(|e| match &e {
+        TracepointError::Read { path, source }
+            if source.kind() == std::io::ErrorKind::PermissionDenied =>
+        {
+            format!(
+                "cannot read {path} ({source}): tracefs and tracepoints need root \
                  (or CAP_PERFMON and a readable tracefs)"
-            ),
-            std::io::ErrorKind::NotFound
-                if !std::path::Path::new(&format!("{tracefs}/events")).exists() =>
-            {
-                "tracefs is not mounted (as root: mount -t tracefs nodev /sys/kernel/tracing)"
-                    .to_owned()
-            }
-            _ => format!("cannot read {dir}/id: {e}"),
-        })?
-        .trim()
-        .parse()
-        .map_err(|_| format!("{dir}/id holds no number"))?;
-    let format = std::fs::read_to_string(format!("{dir}/format"))
-        .map_err(|e| format!("cannot read {dir}/format: {e}"))?;
-    Ok(Tracepoint {
-        id,
-        fields: parse::trace_format(&format),
-    })
+            )
+        }
+        TracepointError::Read { source, .. }
+            if source.kind() == std::io::ErrorKind::NotFound
+                && !std::path::Path::new(&format!("{tracefs}/events")).exists() =>
+        {
+            NOT_MOUNTED.to_owned()
+        }
+        _ => e.to_string(),
+    })?;
+    let fields = tracefs::tracepoint_format(tracefs, group, name).map_err(|e| e.to_string())?;
+    Ok(Tracepoint { id, fields })
 }
 
 /// The counting events.
@@ -661,8 +654,8 @@ fn snapshot(pids: &BTreeSet<u32>, out: &mut PageSamples) {
     let mut read_any = false;
     let mut by_name: HashMap<String, MappingPages> = HashMap::new();
     for &pid in pids {
-        let text = match std::fs::read_to_string(format!("/proc/{pid}/smaps")) {
-            Ok(t) => t,
+        let entries = match smaps::read(Some(pid as i32)) {
+            Ok(entries) => entries,
             Err(e) => {
                 if out.samples == 0 && e.raw_os_error() != Some(libc::ENOENT) {
                     out.error.get_or_insert(format!("/proc/{pid}/smaps: {e}"));
@@ -670,7 +663,6 @@ fn snapshot(pids: &BTreeSet<u32>, out: &mut PageSamples) {
                 continue;
             }
         };
-        let entries = parse::smaps(&text);
         if entries.is_empty() {
             continue;
         }

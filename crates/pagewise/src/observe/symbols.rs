@@ -7,8 +7,8 @@
 //! open, so short runs and files deleted after they were mapped can still be
 //! symbolized after the program exits.
 
-use super::parse::MapsEntry;
 use super::record::Mmap2;
+use crate::host::proc_maps::MapsEntry;
 use object::{Object, ObjectSection, ObjectSegment, ObjectSymbol, SymbolKind};
 use std::borrow::Cow;
 use std::collections::HashMap;
@@ -664,7 +664,7 @@ mod tests {
         // This binary, mapped with a build id that is not its own.
         let exe = std::fs::read_link("/proc/self/exe").unwrap();
         let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
-        let text = super::super::parse::maps(&maps)
+        let text = crate::host::proc_maps::parse(&maps)
             .into_iter()
             .find(|e| e.perms.exec && e.path.as_deref() == exe.to_str())
             .expect("our code is mapped");
@@ -691,7 +691,7 @@ mod tests {
         // This very function's address must resolve to a frame in this binary.
         let exe = std::fs::read_link("/proc/self/exe").unwrap();
         let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
-        let entries = super::super::parse::maps(&maps);
+        let entries = crate::host::proc_maps::parse(&maps);
         let mut s = AddressSpaces::new();
         let pid = std::process::id();
         s.add_maps(pid, &entries);

@@ -89,7 +89,7 @@ pub fn vma_anon_name() -> ProbeResult {
             "kernel without CONFIG_ANON_VMA_NAME (5.17+)",
         );
     }
-    let named = crate::observe::maps::read(None)
+    let named = crate::host::proc_maps::read(None)
         .unwrap_or_default()
         .iter()
         .any(|e| e.start == m.addr() as u64 && e.path.as_deref() == Some("[anon:pagewise-probe]"));

@@ -12,12 +12,14 @@
 
 mod advice;
 mod features;
-pub mod parse;
-mod source;
 
 pub use advice::{advise, Advice};
-pub use source::{NotRead, SysRoot};
 
+use crate::host::cpu::{self, Cache};
+use crate::host::hugetlb::{self, HugetlbPool};
+use crate::host::thp::{self, Thp};
+use crate::host::tracefs::{self, TracepointError};
+use crate::host::{NotRead, SysRoot};
 use crate::sys;
 use serde::Serialize;
 
@@ -93,56 +95,6 @@ pub struct Kernel {
     pub release: Option<String>,
 }
 
-/// One hugetlb pool (one page size).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct HugetlbPool {
-    /// Page size in bytes.
-    pub page_size_bytes: u64,
-    /// `nr_hugepages`: pages in the pool.
-    pub total: Option<u64>,
-    /// `free_hugepages`: pages not in use (reserved ones included).
-    pub free: Option<u64>,
-    /// `resv_hugepages`: free pages promised to existing mappings.
-    pub reserved: Option<u64>,
-    /// `surplus_hugepages`: pages above `nr_hugepages` from overcommit.
-    pub surplus: Option<u64>,
-}
-
-impl HugetlbPool {
-    /// Pages that a new mapping could still reserve: free minus reserved.
-    pub fn available(&self) -> Option<u64> {
-        Some(self.free?.saturating_sub(self.reserved.unwrap_or(0)))
-    }
-}
-
-/// One multi-size THP setting.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct MthpSize {
-    /// Folio size in bytes.
-    pub size_bytes: u64,
-    /// `always`, `inherit`, `madvise` or `never`.
-    pub enabled: Option<String>,
-}
-
-/// Transparent huge page settings.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
-pub struct Thp {
-    /// `/sys/kernel/mm/transparent_hugepage/enabled`: `always`, `madvise` or `never`.
-    pub enabled: Option<String>,
-    /// `defrag`: how hard a fault tries to find a huge page.
-    pub defrag: Option<String>,
-    /// `shmem_enabled`: THP for tmpfs and shared memory.
-    pub shmem_enabled: Option<String>,
-    /// `khugepaged/max_ptes_none`: empty 4 KiB slots khugepaged fills to collapse.
-    pub khugepaged_max_ptes_none: Option<u64>,
-    /// `hpage_pmd_size`: the PMD-level huge page size.
-    pub pmd_size_bytes: Option<u64>,
-    /// Per-size (mTHP) settings; sizes whose mode is not `never` are in use.
-    pub sizes: Vec<MthpSize>,
-    /// THP disabled for this process by `PR_SET_THP_DISABLE` (inherited from the parent).
-    pub disabled_for_process: Option<bool>,
-}
-
 /// Kernel features, each tried for real.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Features {
@@ -181,17 +133,6 @@ pub struct Perf {
     pub software: Vec<NamedProbe>,
     /// Tracepoints: `exceptions:page_fault_user`, `syscalls:sys_enter_mmap`.
     pub tracepoints: Vec<NamedProbe>,
-}
-
-/// One cache level.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Cache {
-    /// 1, 2, 3…
-    pub level: u32,
-    /// `Data`, `Instruction` or `Unified`.
-    pub kind: String,
-    /// Size in bytes.
-    pub size_bytes: u64,
 }
 
 /// The processor.
@@ -280,9 +221,6 @@ pub struct MachineReport {
     pub not_read: Vec<NotRead>,
 }
 
-const HUGEPAGES: &str = "/sys/kernel/mm/hugepages";
-const THP: &str = "/sys/kernel/mm/transparent_hugepage";
-
 fn not_probed() -> ProbeResult {
     ProbeResult::not_tried("live probes were not run")
 }
@@ -309,12 +247,12 @@ impl MachineReport {
     }
 
     fn read_files(root: &SysRoot) -> MachineReport {
-        let hugetlb = read_hugetlb(root);
+        let hugetlb = hugetlb::pools_at(root);
         let perf = Perf {
             paranoid: root.read_i64("/proc/sys/kernel/perf_event_paranoid"),
             tracefs: root
                 .read("/proc/mounts")
-                .and_then(|m| parse::tracefs_mount(&m)),
+                .and_then(|m| tracefs::mount_point(&m)),
             hardware: vec![],
             software: vec![],
             tracepoints: vec![],
@@ -326,7 +264,7 @@ impl MachineReport {
                 release: root.read("/proc/sys/kernel/osrelease"),
             },
             hugetlb,
-            thp: read_thp(root),
+            thp: thp::settings(root),
             features: Features {
                 madv_populate_write: not_probed(),
                 madv_collapse: not_probed(),
@@ -399,165 +337,28 @@ impl MachineReport {
     }
 }
 
-/// The hugetlb pools of the live machine, smallest page size first.
-/// Costs a directory listing and four small file reads per pool.
-pub fn hugetlb_pools() -> Vec<HugetlbPool> {
-    read_hugetlb(&SysRoot::live())
-}
-
-/// The live hugetlb pool of one page size, if the kernel has it.
-pub fn hugetlb_pool(page_size: usize) -> Option<HugetlbPool> {
-    hugetlb_pools()
-        .into_iter()
-        .find(|p| p.page_size_bytes == page_size as u64)
-}
-
-/// Pages of `page_size` that a new mapping could reserve now (free minus
-/// reserved); 0 when there is no such pool or it cannot be read.
-pub fn hugetlb_available(page_size: usize) -> u64 {
-    hugetlb_pool(page_size)
-        .and_then(|p| p.available())
-        .unwrap_or(0)
-}
-
-/// The perf id of a tracepoint such as `syscalls:sys_enter_mmap`, read from
-/// the live tracefs; the error says what is missing (tracefs not mounted, no
-/// permission). Costs a read of `/proc/mounts` and of one small file.
-pub fn live_tracepoint_id(name: &str) -> Result<u64, String> {
-    let root = SysRoot::live();
-    let tracefs = root
-        .read("/proc/mounts")
-        .and_then(|m| parse::tracefs_mount(&m));
-    tracepoint_id(&root, tracefs.as_deref(), name)
-}
-
-/// The live THP `enabled` mode (`always`, `madvise`, `never`), if readable.
-pub fn thp_enabled_mode() -> Option<String> {
-    let root = SysRoot::live();
-    let text = root.read(&format!("{THP}/enabled"))?;
-    parse::bracketed_mode(&text)
-}
-
-fn read_hugetlb(root: &SysRoot) -> Vec<HugetlbPool> {
-    let Some(entries) = root.list(HUGEPAGES) else {
-        return vec![];
-    };
-    let mut pools: Vec<HugetlbPool> = entries
-        .iter()
-        .filter_map(|name| {
-            let size = parse::hugepages_dir_bytes(name)?;
-            let dir = format!("{HUGEPAGES}/{name}");
-            Some(HugetlbPool {
-                page_size_bytes: size,
-                total: root.read_u64(&format!("{dir}/nr_hugepages")),
-                free: root.read_u64(&format!("{dir}/free_hugepages")),
-                reserved: root.read_u64(&format!("{dir}/resv_hugepages")),
-                surplus: root.read_u64(&format!("{dir}/surplus_hugepages")),
-            })
-        })
-        .collect();
-    pools.sort_by_key(|p| p.page_size_bytes);
-    pools
-}
-
-fn read_thp(root: &SysRoot) -> Thp {
-    let mode = |file: &str| {
-        let path = format!("{THP}/{file}");
-        let text = root.read(&path)?;
-        let mode = parse::bracketed_mode(&text);
-        if mode.is_none() {
-            root.note(&path, format!("no [selected] mode in {text:?}"));
-        }
-        mode
-    };
-    let mut sizes = root
-        .list(THP)
-        .unwrap_or_default()
-        .iter()
-        .filter_map(|name| {
-            let size = parse::hugepages_dir_bytes(name)?;
-            // Some sizes exist only for shmem or statistics and have no `enabled` switch.
-            if !root.exists(&format!("{THP}/{name}/enabled")) {
-                return None;
-            }
-            Some(MthpSize {
-                size_bytes: size,
-                enabled: mode(&format!("{name}/enabled")),
-            })
-        })
-        .collect::<Vec<_>>();
-    sizes.sort_by_key(|s| s.size_bytes);
-    Thp {
-        enabled: mode("enabled"),
-        defrag: mode("defrag"),
-        shmem_enabled: mode("shmem_enabled"),
-        khugepaged_max_ptes_none: root.read_u64(&format!("{THP}/khugepaged/max_ptes_none")),
-        pmd_size_bytes: root.read_u64(&format!("{THP}/hpage_pmd_size")),
-        sizes,
-        disabled_for_process: None,
-    }
-}
-
 fn read_cpu(root: &SysRoot) -> Cpu {
-    const CACHE: &str = "/sys/devices/system/cpu/cpu0/cache";
-    let caches = root
-        .list(CACHE)
-        .unwrap_or_default()
-        .iter()
-        .filter(|name| name.starts_with("index"))
-        .filter_map(|name| {
-            let dir = format!("{CACHE}/{name}");
-            let size_path = format!("{dir}/size");
-            let size_text = root.read(&size_path)?;
-            let Some(size_bytes) = parse::cache_size_bytes(&size_text) else {
-                root.note(&size_path, format!("not a size: {size_text:?}"));
-                return None;
-            };
-            Some(Cache {
-                level: root.read_u64(&format!("{dir}/level"))? as u32,
-                kind: root.read(&format!("{dir}/type"))?,
-                size_bytes,
-            })
-        })
-        .collect();
     Cpu {
-        model: root
-            .read("/proc/cpuinfo")
-            .and_then(|t| parse::cpu_model(&t)),
+        model: cpu::model(root),
         online_cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
-        caches,
-        numa_nodes: root
-            .list("/sys/devices/system/node")
-            .map(|e| parse::numa_nodes(&e))
-            .unwrap_or_default(),
+        caches: cpu::caches(root),
+        numa_nodes: cpu::numa_nodes(root),
         ..Cpu::default()
     }
 }
 
+/// The id of tracepoint `group:event`, or why not; an unreadable file is noted in `root`.
 fn tracepoint_id(root: &SysRoot, tracefs: Option<&str>, name: &str) -> Result<u64, String> {
-    let tracefs = tracefs.ok_or_else(|| "tracefs is not mounted".to_owned())?;
+    let Some(tracefs) = tracefs else {
+        return Err(TracepointError::NotMounted.to_string());
+    };
     let (group, event) = name.split_once(':').unwrap_or(("", name));
-    let path = format!("{tracefs}/events/{group}/{event}/id");
-    match std::fs::read_to_string(&path) {
-        Ok(text) => text
-            .trim()
-            .parse()
-            .map_err(|_| format!("{path} holds no number")),
-        Err(e) => {
-            let reason = format!("cannot read {path}: {e}");
-            root.note(&path, e.to_string());
-            Err(reason)
+    tracefs::tracepoint_id(tracefs, group, event).map_err(|e| {
+        if let TracepointError::Read { path, source } = &e {
+            root.note(path, source.to_string());
         }
-    }
-}
-
-/// Finds the dynamic loader this process runs under (from `/proc/self/maps`).
-fn dynamic_loader() -> Option<String> {
-    crate::observe::maps::read(None)
-        .ok()?
-        .into_iter()
-        .filter_map(|m| m.path)
-        .find(|path| path.contains("/ld-linux") || path.contains("/ld-2."))
+        e.to_string()
+    })
 }
 
 fn read_glibc(root: &SysRoot) -> Glibc {
@@ -565,28 +366,17 @@ fn read_glibc(root: &SysRoot) -> Glibc {
         version: sys::libc_info::glibc_version(),
         ..Glibc::default()
     };
-    let Some(loader) = dynamic_loader() else {
+    let Some(loader) = crate::host::glibc::dynamic_loader() else {
         root.note("ld.so", "no dynamic loader in /proc/self/maps".to_owned());
         return glibc;
     };
-    let output = match std::process::Command::new(&loader)
-        .arg("--list-tunables")
-        .output()
-    {
-        Ok(out) if out.status.success() => String::from_utf8_lossy(&out.stdout).into_owned(),
-        Ok(out) => {
-            root.note(
-                &loader,
-                format!("--list-tunables exited with {}", out.status),
-            );
-            return glibc;
-        }
-        Err(e) => {
-            root.note(&loader, e.to_string());
+    let tunables = match crate::host::glibc::list_tunables(&loader) {
+        Ok(tunables) => tunables,
+        Err(reason) => {
+            root.note(&loader, reason);
             return glibc;
         }
     };
-    let tunables = parse::tunables(&output);
     let get = |name: &str| {
         tunables
             .iter()

@@ -1,6 +1,7 @@
 //! Fixture tests: fake `/proc` and `/sys` trees, including missing and unreadable files.
 
 use super::*;
+use crate::host::thp::MthpSize;
 use std::fs;
 use std::path::Path;
 

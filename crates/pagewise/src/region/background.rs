@@ -242,7 +242,7 @@ mod tests {
         // populated: MADV_POPULATE_WRITE fails (it never SIGBUSes), and the waiter must
         // get that error instead of hanging.
         let two_mib = 2 << 20;
-        let pool_free = crate::probe::hugetlb_available(two_mib);
+        let pool_free = crate::host::hugetlb::available(two_mib);
         if pool_free != 0 {
             pagewise_testkit::skip!(
                 pagewise_testkit::Need::NoHugetlb,

@@ -41,7 +41,7 @@ pub fn granted_for(
     verify::granted(addr, len, hugetlb_page)
 }
 
-use crate::probe;
+use crate::host::{cpu, hugetlb, thp, SysRoot};
 use crate::sys::mem::{Advice, AnonMapping, MapOptions};
 use crate::sys::{self, SysError};
 use background::BackgroundPopulate;
@@ -439,7 +439,7 @@ impl RegionBuilder {
                     )));
                 }
                 let needed = (rounded / page) as u64;
-                let pool = probe::hugetlb_pool(page);
+                let pool = hugetlb::pool(page);
                 let Some(pool) = pool else {
                     return Err(StepError::Skip(format!(
                         "the kernel has no {} pool",
@@ -469,7 +469,7 @@ impl RegionBuilder {
                 if self.size < page {
                     return Err(StepError::Skip("smaller than one 2 MiB page".into()));
                 }
-                match probe::thp_enabled_mode().as_deref() {
+                match thp::enabled_mode().as_deref() {
                     Some("never") => {
                         return Err(StepError::Skip(
                             "THP is off system-wide (enabled = never)".into(),
@@ -526,21 +526,14 @@ fn reservation_fix(size: PageSize, needed: usize) -> String {
             format!("echo {needed} > /sys/kernel/mm/hugepages/hugepages-1048576kB/nr_hugepages")
         }
         _ => {
-            let total = probe::hugetlb_pool(MIB2).and_then(|p| p.total).unwrap_or(0);
+            let total = hugetlb::pool(MIB2).and_then(|p| p.total).unwrap_or(0);
             format!("sysctl vm.nr_hugepages={}", total as usize + needed)
         }
     }
 }
 
 fn check_numa_node(node: u32) -> Result<(), RegionError> {
-    let nodes = probe::parse::numa_nodes(
-        &std::fs::read_dir("/sys/devices/system/node")
-            .map(|d| {
-                d.filter_map(|e| e.ok()?.file_name().into_string().ok())
-                    .collect::<Vec<_>>()
-            })
-            .unwrap_or_default(),
-    );
+    let nodes = cpu::numa_nodes(&SysRoot::live());
     if nodes.is_empty() || nodes.contains(&node) {
         return Ok(());
     }

@@ -37,7 +37,7 @@ impl PoolReservation {
     pub fn ensure_available(page_size: usize, pages: u64) -> io::Result<PoolReservation> {
         let path = nr_hugepages_path(page_size);
         let original_total = read_total(&path)?;
-        let available = crate::probe::hugetlb_available(page_size);
+        let available = crate::host::hugetlb::available(page_size);
         let shortfall = pages.saturating_sub(available);
         if shortfall > 0 {
             std::fs::write(&path, (original_total + shortfall).to_string())?;

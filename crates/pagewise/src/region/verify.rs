@@ -2,7 +2,7 @@
 //! kernel has it (6.7+), else `/proc/self/smaps`.
 
 use super::Granted;
-use crate::observe::smaps;
+use crate::host::smaps;
 use crate::sys::pagemap::{Pagemap, PAGE_IS_HUGE, PAGE_IS_PRESENT};
 
 /// How a [`Granted`] was established.

@@ -10,8 +10,8 @@
 //! text in place. Then: verify from smaps, write a perf map, name the range.
 
 use super::perfmap::{self, Symbol};
-use crate::observe::maps;
-use crate::probe;
+use crate::host::proc_maps::{self, MapsEntry};
+use crate::host::{hugetlb, proc_tasks, thp};
 use crate::sys::dl::{self, LoadedObject};
 use crate::sys::text::{self, HugeKind, MoveStep};
 use crate::sys::{self as rawsys};
@@ -114,13 +114,13 @@ fn file_name(path: &str) -> &str {
 
 /// Threads of this process, or `None` when `/proc/self/task` cannot be read.
 fn threads_running() -> Option<usize> {
-    std::fs::read_dir("/proc/self/task").ok().map(|d| d.count())
+    proc_tasks::thread_ids(None).ok().map(|t| t.len())
 }
 
 /// Why `[start, end)` must not be moved, if it must not: it has to be private,
 /// file-backed, read+execute text from end to end, and hold none of the code
 /// that does the move.
-fn unmovable(start: u64, end: u64, maps: &[maps::MapsEntry]) -> Option<String> {
+fn unmovable(start: u64, end: u64, maps: &[MapsEntry]) -> Option<String> {
     let mover = text::move_to_huge as *const () as u64;
     if (start..end).contains(&mover) {
         return Some("holds pagewise's own moving code".into());
@@ -193,10 +193,10 @@ fn hot_runs(start: u64, end: u64, bias: u64, hot: &[u64]) -> Vec<(u64, u64)> {
 }
 
 fn choose_kind(pages: u64) -> Result<HugeKind, String> {
-    if probe::hugetlb_available(HUGE as usize) >= pages {
+    if hugetlb::available(HUGE as usize) >= pages {
         return Ok(HugeKind::Hugetlb);
     }
-    let thp = probe::thp_enabled_mode();
+    let thp = thp::enabled_mode();
     if matches!(thp.as_deref(), Some("never") | None) {
         return Err("THP is never and no 2 MiB hugetlb pool has room".into());
     }
@@ -237,7 +237,7 @@ fn symbols_in(path: &str, bias: u64, vstart: u64, vend: u64) -> Result<Vec<Symbo
 pub fn remap_text(options: &HugeTextOptions) -> RunReport {
     let objects = dl::loaded_objects();
     let threads = threads_running();
-    let maps = maps::read(None).unwrap_or_default();
+    let maps = proc_maps::read(None).unwrap_or_default();
     let mut report = RunReport {
         schema: SCHEMA,
         pid: std::process::id(),
@@ -455,8 +455,8 @@ mod tests {
         assert!(hot_runs(start, end, 0, &[]).is_empty());
     }
 
-    fn entry(start: u64, end: u64, perms: &str, path: &str) -> maps::MapsEntry {
-        crate::observe::parse::maps_line(&format!(
+    fn entry(start: u64, end: u64, perms: &str, path: &str) -> MapsEntry {
+        proc_maps::parse_line(&format!(
             "{start:x}-{end:x} {perms} 00000000 08:02 {} {path}",
             if path.is_empty() { 0 } else { 1234 }
         ))

@@ -110,7 +110,7 @@ fn read_loads(path: &str) -> Option<Vec<Load>> {
 
 /// The executable file mappings of `pid`, from `/proc/PID/maps`.
 fn proc_maps(pid: i32) -> Vec<Mapping> {
-    crate::observe::maps::read(Some(pid))
+    crate::host::proc_maps::read(Some(pid))
         .unwrap_or_default()
         .into_iter()
         .filter(|m| m.perms.exec && m.is_file())

@@ -1,4 +1,9 @@
 //! Reading `/proc` and `/sys` files under a root that tests can replace.
+//!
+//! Every reader in [`crate::host`] that `pagewise doctor` reports from takes a
+//! [`SysRoot`]: the live system in use, a fixture folder laid out like `/` in
+//! tests. A root remembers each path it failed to read and why, so a report
+//! can list what it could not see instead of guessing.
 
 use serde::Serialize;
 use std::path::{Path, PathBuf};
@@ -56,26 +61,21 @@ impl SysRoot {
 
     /// Reads a file that holds one unsigned integer.
     pub fn read_u64(&self, path: &str) -> Option<u64> {
-        let text = self.read(path)?;
-        match text.parse() {
-            Ok(v) => Some(v),
-            Err(_) => {
-                self.note(path, format!("not a number: {text:?}"));
-                None
-            }
-        }
+        self.read_number(path)
     }
 
     /// Reads a file that holds one signed integer.
     pub fn read_i64(&self, path: &str) -> Option<i64> {
+        self.read_number(path)
+    }
+
+    fn read_number<T: std::str::FromStr>(&self, path: &str) -> Option<T> {
         let text = self.read(path)?;
-        match text.parse() {
-            Ok(v) => Some(v),
-            Err(_) => {
-                self.note(path, format!("not a number: {text:?}"));
-                None
-            }
+        let value = text.parse().ok();
+        if value.is_none() {
+            self.note(path, format!("not a number: {text:?}"));
         }
+        value
     }
 
     /// Lists the entry names of a folder, sorted, or records why it could not.

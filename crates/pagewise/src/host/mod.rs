@@ -1,0 +1,31 @@
+//! What the machine and a process are, read safely from `/proc` and `/sys`:
+//! the layer just above [`crate::sys`] that the capabilities (`region`,
+//! `text`, `copy`), `observe` and `probe` all read from.
+//!
+//! - [`kernel_files`]: [`SysRoot`], reading kernel files under a root that
+//!   tests replace with a fixture tree, noting what could not be read.
+//! - [`proc_maps`]: `/proc/PID/maps`, the mappings of a process.
+//! - [`smaps`]: `/proc/PID/smaps`, resident bytes of each mapping by page size.
+//! - [`proc_stat`]: `/proc/PID/stat`, fault counts and CPU times.
+//! - [`proc_tasks`]: `/proc/PID/task`, the threads of a process.
+//! - [`hugetlb`]: hugetlb pools and the pages a new mapping could take.
+//! - [`thp`]: transparent huge page modes.
+//! - [`cpu`]: CPU model, cache sizes, NUMA nodes.
+//! - [`glibc`]: the tunables glibc's loader reports.
+//! - [`tracefs`]: where tracefs is, tracepoint ids and record layouts.
+//!
+//! Nothing here changes a setting. Parsers are pure functions tested against
+//! fixture text; readers cost one small file read each unless they say otherwise.
+
+pub mod cpu;
+pub mod glibc;
+pub mod hugetlb;
+pub mod kernel_files;
+pub mod proc_maps;
+pub mod proc_stat;
+pub mod proc_tasks;
+pub mod smaps;
+pub mod thp;
+pub mod tracefs;
+
+pub use kernel_files::{NotRead, SysRoot};
