@@ -3,8 +3,8 @@
 use crate::bench::CommonArgs;
 use crate::format::{bytes, table};
 use anyhow::{anyhow, Context};
+use pagewise::observe::{profile_sampler, Target};
 use pagewise::text::profile::Profile;
-use pagewise::text::sampler::{self, Target};
 use pagewise_bench::itlb::{self, Config, Shape};
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -36,10 +36,11 @@ pub struct ItlbArgs {
 }
 
 fn profile_with_pagewise(program: &Path, args: &[String]) -> Result<Profile, String> {
-    let mut argv = vec![program.display().to_string()];
-    argv.extend(args.iter().cloned());
+    let mut argv = vec![program.as_os_str().to_owned()];
+    argv.extend(args.iter().map(OsString::from));
     // 10 kHz: enough samples from a run of a second or two.
-    let sampled = sampler::sample(&Target::Command(argv), 100_000).map_err(|e| e.to_string())?;
+    let sampled = profile_sampler::sample_profile(&Target::Command(argv), 100_000)
+        .map_err(|e| e.to_string())?;
     Ok(sampled.profile)
 }
 

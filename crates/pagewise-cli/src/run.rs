@@ -65,7 +65,7 @@ pub fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
         bail!("--huge-text-lib needs --huge-text");
     }
     let program = &args.command[0];
-    let path = match launch::resolve_program(program) {
+    let path = match launch::resolve_program(program.as_ref()) {
         Ok(path) => path,
         Err(e) => {
             eprintln!("pagewise: {e}");

@@ -2,10 +2,13 @@
 
 use crate::format::table;
 use anyhow::Context;
+use pagewise::observe::profile_sampler::{self, ProfileError};
+use pagewise::observe::Target;
 use pagewise::text::order::{self, OrderOptions};
 use pagewise::text::profile::Profile;
 use pagewise::text::symbols::FunctionTable;
 use serde::Serialize;
+use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -228,12 +231,11 @@ pub struct ProfileArgs {
     seconds: f64,
     /// The command to start and profile, after `--`.
     #[arg(last = true, value_name = "CMD", required_unless_present = "pid")]
-    command: Vec<String>,
+    command: Vec<OsString>,
 }
 
 /// Samples a command or a process into a profile file; exits with the command's status.
 pub fn run_profile(args: &ProfileArgs) -> anyhow::Result<ExitCode> {
-    use pagewise::text::sampler::{self, Target};
     anyhow::ensure!(
         args.seconds > 0.0 && args.seconds.is_finite(),
         "--seconds must be a positive number"
@@ -252,11 +254,11 @@ pub fn run_profile(args: &ProfileArgs) -> anyhow::Result<ExitCode> {
             args.seconds
         );
     }
-    let sampled = match sampler::sample(&target, 1_000_000_000 / args.frequency) {
+    let sampled = match profile_sampler::sample_profile(&target, 1_000_000_000 / args.frequency) {
         Ok(s) => s,
-        Err(sampler::SampleError::NotFound(program)) => {
-            eprintln!("pagewise: {program}: command not found");
-            return Ok(ExitCode::from(127));
+        Err(ProfileError::Target(e)) => {
+            eprintln!("pagewise: {e}");
+            return Ok(ExitCode::from(e.exit_code().clamp(1, 255) as u8));
         }
         Err(e) => return Err(e.into()),
     };

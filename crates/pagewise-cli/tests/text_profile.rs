@@ -7,12 +7,12 @@ const BUSY: &str = "i=0; while [ $i -lt 30000 ]; do i=$((i+1)); done";
 
 /// Why sampling events cannot be opened here, if they cannot.
 fn sampling_unavailable() -> Option<String> {
-    let ok = pagewise::text::sampler::sample(
-        &pagewise::text::sampler::Target::Command(vec!["true".into()]),
+    let ok = pagewise::observe::profile_sampler::sample_profile(
+        &pagewise::observe::Target::Command(vec!["true".into()]),
         1_000_000,
     );
     match ok {
-        Err(pagewise::text::sampler::SampleError::Open(e)) => {
+        Err(pagewise::observe::profile_sampler::ProfileError::Open(e)) => {
             Some(format!("sampling events cannot be opened here: {e}"))
         }
         _ => None,

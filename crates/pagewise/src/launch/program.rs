@@ -4,6 +4,9 @@ use object::elf;
 use object::read::elf::{ElfFile64, FileHeader, ProgramHeader};
 use object::Endianness;
 use serde::Serialize;
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
 /// How a program is linked, as far as pagewise cares.
@@ -35,6 +38,15 @@ pub enum LaunchError {
     /// Not found on PATH or at the given path.
     #[error("{0}: command not found")]
     NotFound(String),
+    /// Found, but not executable (or not a regular file).
+    #[error("{}: cannot execute: {source}", path.display())]
+    NotExecutable {
+        /// The file.
+        path: PathBuf,
+        /// Why (`EACCES`).
+        #[source]
+        source: std::io::Error,
+    },
     /// Could not be read.
     #[error("cannot read {path}: {source}")]
     Read {
@@ -66,30 +78,48 @@ pub enum LaunchError {
     },
 }
 
-/// Finds `program` the way `execvp` does: as given when it contains a `/`,
-/// else in each `PATH` folder, the first executable file.
-pub fn resolve_program(program: &str) -> Result<PathBuf, LaunchError> {
-    if program.contains('/') {
+/// Finds `program` the way a shell does: as given when it holds a `/` (it
+/// must exist), else the first executable regular file of that name in the
+/// `PATH` folders (an empty entry is the current folder). A file of that name
+/// that is not executable, and no executable one, gives
+/// [`LaunchError::NotExecutable`]; nothing at all gives [`LaunchError::NotFound`].
+/// The one PATH lookup of pagewise (`run`, `stat`, `text profile`). Costs a
+/// `stat` per `PATH` folder.
+pub fn resolve_program(program: &OsStr) -> Result<PathBuf, LaunchError> {
+    let not_found = || LaunchError::NotFound(program.to_string_lossy().into_owned());
+    let not_executable = |path: PathBuf| LaunchError::NotExecutable {
+        path,
+        source: std::io::Error::from_raw_os_error(libc::EACCES),
+    };
+    if program.is_empty() {
+        return Err(not_found());
+    }
+    if program.as_bytes().contains(&b'/') {
         let path = PathBuf::from(program);
-        return if path.is_file() {
-            Ok(path)
-        } else {
-            Err(LaunchError::NotFound(program.to_owned()))
+        return match path.metadata() {
+            Ok(m) if m.is_file() => Ok(path),
+            Ok(_) => Err(not_executable(path)),
+            Err(_) => Err(not_found()),
         };
     }
     let path_var =
         std::env::var_os("PATH").unwrap_or_else(|| "/usr/local/bin:/usr/bin:/bin".into());
-    std::env::split_paths(&path_var)
-        .map(|dir| dir.join(program))
-        .find(|candidate| is_executable_file(candidate))
-        .ok_or_else(|| LaunchError::NotFound(program.to_owned()))
-}
-
-fn is_executable_file(path: &Path) -> bool {
-    use std::os::unix::fs::PermissionsExt;
-    path.metadata()
-        .map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-        .unwrap_or(false)
+    let mut found_unexecutable = None;
+    for dir in std::env::split_paths(&path_var) {
+        let candidate = if dir.as_os_str().is_empty() {
+            PathBuf::from(".").join(program)
+        } else {
+            dir.join(program)
+        };
+        match candidate.metadata() {
+            Ok(m) if m.is_file() && m.permissions().mode() & 0o111 != 0 => return Ok(candidate),
+            Ok(m) if m.is_file() => {
+                found_unexecutable.get_or_insert(candidate);
+            }
+            _ => {}
+        }
+    }
+    Err(found_unexecutable.map_or_else(not_found, not_executable))
 }
 
 /// Reads `path` (following a `#!` line to its interpreter, and `env NAME` to
@@ -118,7 +148,7 @@ pub fn inspect_program(path: &Path) -> Result<(PathBuf, Linkage), LaunchError> {
                     path: path.to_owned(),
                     reason: "#!env without a program".into(),
                 })?;
-            resolve_program(name)?
+            resolve_program(OsStr::new(name))?
         } else {
             PathBuf::from(interpreter)
         };
@@ -200,12 +230,35 @@ mod tests {
 
     #[test]
     fn path_lookup_finds_sh() {
-        let sh = resolve_program("sh").unwrap();
+        let sh = resolve_program(OsStr::new("sh")).unwrap();
         assert!(sh.is_absolute());
         assert!(matches!(
-            resolve_program("no-such-program-pagewise"),
+            resolve_program(OsStr::new("no-such-program-pagewise")),
             Err(LaunchError::NotFound(_))
         ));
+        assert!(matches!(
+            resolve_program(OsStr::new("")),
+            Err(LaunchError::NotFound(_))
+        ));
+        assert_eq!(resolve_program(sh.as_os_str()).unwrap(), sh);
+    }
+
+    #[test]
+    fn paths_are_taken_as_given() {
+        let dir = tempfile::tempdir().unwrap();
+        assert!(matches!(
+            resolve_program(dir.path().as_os_str()),
+            Err(LaunchError::NotExecutable { .. })
+        ));
+        let missing = dir.path().join("missing");
+        assert!(matches!(
+            resolve_program(missing.as_os_str()),
+            Err(LaunchError::NotFound(_))
+        ));
+        // A file given by path is found even when not executable: exec says why.
+        let data = dir.path().join("data.txt");
+        std::fs::write(&data, "text").unwrap();
+        assert_eq!(resolve_program(data.as_os_str()).unwrap(), data);
     }
 
     #[test]

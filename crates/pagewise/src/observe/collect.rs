@@ -14,6 +14,8 @@ use std::sync::{Arc, Mutex};
 pub enum Sampled {
     /// `cpu-clock` in user mode: hot text.
     CpuClock,
+    /// `cpu-clock` in user mode with the user call chain (`text profile`).
+    CallStacks,
     /// Every page fault, with its stack (`--sites`).
     Faults,
     /// Major faults, with address and stack.
@@ -95,6 +97,8 @@ pub struct Collector {
     pub fault_stacks: HashMap<u32, u64>,
     /// Sampled major faults by stack.
     pub major_stacks: HashMap<u32, u64>,
+    /// `cpu-clock` samples with call chains ([`Sampled::CallStacks`]) by stack.
+    pub call_stacks: HashMap<u32, u64>,
     /// Sampled major faults by the mapping name at the faulting address.
     pub major_files: HashMap<String, u64>,
     /// User-mode cpu-clock samples by (pid, 4 KiB page).
@@ -148,6 +152,7 @@ impl Collector {
             words_buf: Vec::new(),
             fault_stacks: HashMap::new(),
             major_stacks: HashMap::new(),
+            call_stacks: HashMap::new(),
             major_files: HashMap::new(),
             text_pages: HashMap::new(),
             calls: vec![],
@@ -296,6 +301,10 @@ impl Collector {
             Sampled::Faults => {
                 let id = self.intern(s);
                 *self.fault_stacks.entry(id).or_default() += 1;
+            }
+            Sampled::CallStacks => {
+                let id = self.intern(s);
+                *self.call_stacks.entry(id).or_default() += 1;
             }
             Sampled::MajorFaults => {
                 let id = self.intern(s);

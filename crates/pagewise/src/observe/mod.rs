@@ -29,42 +29,27 @@
 pub mod churn;
 pub mod collect;
 pub mod findings;
+pub mod profile_sampler;
 pub mod record;
 pub mod report;
 pub mod session;
 pub mod sites;
 pub mod symbols;
+pub mod target;
 pub mod text;
 
 pub use report::*;
+pub use target::{Target, TargetError};
 
-use crate::host::{proc_maps, proc_stat, proc_tasks};
+use crate::host::proc_stat;
 use crate::sys::process::{self, ExitKind, Rusage};
-use crate::sys::SysError;
 use collect::{Collector, Sampled};
 use session::{Count, Env, PageSamples, Plan};
-use std::collections::{BTreeSet, HashMap};
-use std::ffi::{CString, OsString};
-use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::PermissionsExt;
-use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use std::collections::HashMap;
+use std::ffi::OsString;
 use std::time::{Duration, Instant};
 use symbols::{AddressSpaces, Symbolizer};
-
-/// What to observe.
-#[derive(Debug, Clone)]
-pub enum Target {
-    /// Run this command (program and arguments).
-    Command(Vec<OsString>),
-    /// Attach to a running process for a while.
-    Pid {
-        /// Its pid.
-        pid: i32,
-        /// How long to watch.
-        duration: Duration,
-    },
-}
+use target::StoppedCommand;
 
 /// Options of one observation.
 #[derive(Debug, Clone)]
@@ -91,110 +76,18 @@ impl StatOptions {
     }
 }
 
-/// Why an observation could not start.
-#[derive(Debug, thiserror::Error)]
-pub enum StatError {
-    /// No command was given.
-    #[error("no command to run: pagewise stat [OPTIONS] -- CMD [ARGS] (or --pid PID)")]
-    NoCommand,
-    /// The command is not on `PATH` or does not exist.
-    #[error("{0}: command not found")]
-    NotFound(String),
-    /// The command exists but cannot be executed.
-    #[error("{path}: cannot execute: {source}")]
-    CannotExecute {
-        /// The resolved path.
-        path: String,
-        /// Why.
-        #[source]
-        source: std::io::Error,
-    },
-    /// No process has this pid.
-    #[error("no process with pid {0}")]
-    NoSuchProcess(i32),
-    /// A system call failed.
-    #[error(transparent)]
-    Sys(#[from] SysError),
-}
-
-impl StatError {
-    /// The exit status a shell would give: 127 not found, 126 not executable, else 1.
-    pub fn exit_code(&self) -> i32 {
-        match self {
-            StatError::NotFound(_) => 127,
-            StatError::CannotExecute { .. } => 126,
-            StatError::NoCommand => 2,
-            _ => 1,
-        }
-    }
-}
-
 /// Runs or attaches, observes, and reports. See the module documentation.
-pub fn stat(options: &StatOptions) -> Result<StatReport, StatError> {
+pub fn stat(options: &StatOptions) -> Result<StatReport, TargetError> {
     match &options.target {
         Target::Command(argv) => run_command(options, argv),
         Target::Pid { pid, duration } => attach(options, *pid, *duration),
     }
 }
 
-/// Finds `name` as a shell would: a path when it holds a `/`, else the first
-/// executable file of that name on `PATH`.
-pub fn resolve_command(name: &std::ffi::OsStr) -> Result<PathBuf, StatError> {
-    let shown = name.to_string_lossy().into_owned();
-    if name.is_empty() {
-        return Err(StatError::NotFound(shown));
-    }
-    if name.as_bytes().contains(&b'/') {
-        let p = PathBuf::from(name);
-        return match std::fs::metadata(&p) {
-            Ok(_) => Ok(p),
-            Err(_) => Err(StatError::NotFound(shown)),
-        };
-    }
-    let path = std::env::var_os("PATH").unwrap_or_else(|| "/usr/local/bin:/usr/bin:/bin".into());
-    let mut found_unexecutable = None;
-    for dir in std::env::split_paths(&path) {
-        let candidate = if dir.as_os_str().is_empty() {
-            PathBuf::from(".").join(name)
-        } else {
-            dir.join(name)
-        };
-        match std::fs::metadata(&candidate) {
-            Ok(m) if m.is_file() && m.permissions().mode() & 0o111 != 0 => return Ok(candidate),
-            Ok(m) if m.is_file() => {
-                found_unexecutable.get_or_insert(candidate);
-            }
-            _ => {}
-        }
-    }
-    match found_unexecutable {
-        Some(p) => Err(StatError::CannotExecute {
-            path: p.display().to_string(),
-            source: std::io::Error::from_raw_os_error(libc::EACCES),
-        }),
-        None => Err(StatError::NotFound(shown)),
-    }
-}
-
-fn run_command(options: &StatOptions, argv: &[OsString]) -> Result<StatReport, StatError> {
-    let name = argv.first().ok_or(StatError::NoCommand)?;
-    let path = resolve_command(name)?;
-    let cpath = CString::new(path.as_os_str().as_bytes())
-        .map_err(|_| StatError::NotFound(name.to_string_lossy().into_owned()))?;
-    let args: Vec<CString> = argv
-        .iter()
-        .map(|a| CString::new(a.as_bytes()))
-        .collect::<Result<_, _>>()
-        .map_err(|_| StatError::CannotExecute {
-            path: path.display().to_string(),
-            source: std::io::Error::new(
-                std::io::ErrorKind::InvalidInput,
-                "argument holds a NUL byte",
-            ),
-        })?;
+fn run_command(options: &StatOptions, argv: &[OsString]) -> Result<StatReport, TargetError> {
+    let command = StoppedCommand::spawn(argv)?;
     let env = Env::probe();
-    let child = process::spawn_stopped(&cpath, &args)?;
-    let pid = child.pid();
+    let pid = command.pid();
     let plan = Plan {
         tasks: vec![pid],
         on_exec: true,
@@ -205,25 +98,19 @@ fn run_command(options: &StatOptions, argv: &[OsString]) -> Result<StatReport, S
     let counters = session::open_counters(&env, &plan, &mut skipped, &mut hardware);
     let sampling = session::open_sampling(&env, &plan, counters.user_only, &mut skipped);
     let syscalls_open = sampling.as_ref().is_some_and(|s| s.has(Sampled::EnterMmap));
-    let live = Arc::new(Mutex::new(BTreeSet::from([pid as u32])));
-    let running = session::start(sampling, AddressSpaces::new(), live, options.interval);
+    let running = session::start(
+        sampling,
+        AddressSpaces::new(),
+        session::live_set(pid),
+        Some(options.interval),
+    );
     let interrupts = process::IgnoreInterrupts::new();
     let t0 = Instant::now();
-    match child.release()? {
-        Ok(_) => running.go(),
-        Err(failed) => {
-            drop(running.finish());
-            let source = std::io::Error::from_raw_os_error(failed.errno);
-            return Err(if failed.errno == libc::ENOENT {
-                StatError::NotFound(path.display().to_string())
-            } else {
-                StatError::CannotExecute {
-                    path: path.display().to_string(),
-                    source,
-                }
-            });
-        }
+    if let Err(e) = command.release() {
+        drop(running.finish());
+        return Err(e);
     }
+    running.go();
     let (exit, rusage) = process::wait(pid)?;
     let wall = t0.elapsed();
     drop(interrupts);
@@ -281,21 +168,17 @@ fn exit_info(exit: ExitKind) -> ExitInfo {
     }
 }
 
-fn attach(options: &StatOptions, pid: i32, duration: Duration) -> Result<StatReport, StatError> {
-    if pid <= 0 || !process::exists(pid) {
-        return Err(StatError::NoSuchProcess(pid));
-    }
+fn attach(options: &StatOptions, pid: i32, duration: Duration) -> Result<StatReport, TargetError> {
+    let tasks = target::attach_tasks(pid)?;
     let env = Env::probe();
-    let tasks = proc_tasks::thread_ids(Some(pid)).map_err(|_| StatError::NoSuchProcess(pid))?;
     let _ = process::raise_nofile_limit();
     let mut skipped = vec![];
     let mut spaces = AddressSpaces::new();
-    match proc_maps::read(Some(pid)) {
-        Ok(entries) => spaces.add_maps(pid as u32, &entries),
-        Err(e) => skipped.push(Skipped {
+    if let Err(why) = target::add_mappings(pid, &mut spaces) {
+        skipped.push(Skipped {
             what: "mappings before attaching".to_owned(),
-            why: format!("/proc/{pid}/maps: {e}"),
-        }),
+            why,
+        });
     }
     let start_stat = proc_stat::read(pid);
     let plan = Plan {
@@ -308,21 +191,21 @@ fn attach(options: &StatOptions, pid: i32, duration: Duration) -> Result<StatRep
     let counters = session::open_counters(&env, &plan, &mut skipped, &mut hardware);
     let sampling = session::open_sampling(&env, &plan, counters.user_only, &mut skipped);
     let syscalls_open = sampling.as_ref().is_some_and(|s| s.has(Sampled::EnterMmap));
-    let live = Arc::new(Mutex::new(BTreeSet::from([pid as u32])));
-    let running = session::start(sampling, spaces, live, options.interval);
+    let running = session::start(
+        sampling,
+        spaces,
+        session::live_set(pid),
+        Some(options.interval),
+    );
     running.go();
     let mut end_stat = start_stat;
-    let mut exited = false;
-    while t0.elapsed() < duration {
-        std::thread::sleep(Duration::from_millis(50).min(duration));
-        match proc_stat::read(pid) {
-            Some(s) if process::exists(pid) => end_stat = Some(s),
-            _ => {
-                exited = true;
-                break;
-            }
+    let exited = target::watch_window(t0, duration, || match proc_stat::read(pid) {
+        Some(s) if process::exists(pid) => {
+            end_stat = Some(s);
+            true
         }
-    }
+        _ => false,
+    });
     counters.disable();
     let wall = t0.elapsed();
     let values = counters.read();

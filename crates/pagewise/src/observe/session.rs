@@ -324,6 +324,13 @@ fn attr_for(
             a.exclude_kernel = true;
             a.side_band = true;
         }
+        Sampled::CallStacks => {
+            // The caller sets the period.
+            a.sample_type = SAMPLE_IDENTIFIER | SAMPLE_IP | SAMPLE_TID | SAMPLE_CALLCHAIN;
+            a.exclude_kernel = true;
+            a.side_band = true;
+            a.sample_max_stack = 127;
+        }
         Sampled::Faults => {
             a.sample_type = SAMPLE_IDENTIFIER
                 | SAMPLE_IP
@@ -389,59 +396,15 @@ pub fn open_sampling(
     // fault samples (a fault every microsecond or two). Unprivileged users may lock
     // only perf_event_mlock_kb (516 KiB) per CPU, then RLIMIT_MEMLOCK.
     let (pages, fault_pages) = if env.root { (256, 4096) } else { (64, 64) };
-    let mut s = Sampling {
-        events: vec![],
-        rings: vec![],
-        leaders: vec![],
-        ids: HashMap::new(),
-        fields: TpFields::default(),
-        kinds_of: HashMap::new(),
-    };
+    let mut s = Sampling::empty();
     let clock = (EventType::Software, perf::SW_CPU_CLOCK);
     let mut lead = attr_for(Sampled::CpuClock, clock, plan, user_only, true);
     lead.build_id = true;
     // Leaders: (cpu, index of the ring-owning event).
-    let mut owner: Vec<(i32, usize)> = vec![];
-    for &cpu in &env.cpus {
-        for (n, &task) in plan.tasks.iter().enumerate() {
-            let ev = match Event::open(&lead, task, cpu) {
-                Ok(ev) => ev,
-                Err(e) if lead.build_id && e.errno() == Some(libc::EINVAL) => {
-                    // Kernels before 5.12 have no build ids in MMAP2 records, and before
-                    // 6.0 no lost-sample counts.
-                    lead.build_id = false;
-                    lead.read_lost = false;
-                    match Event::open(&lead, task, cpu) {
-                        Ok(ev) => ev,
-                        Err(e) => return fail_sampling(env, &e, skipped),
-                    }
-                }
-                Err(e) => return fail_sampling(env, &e, skipped),
-            };
-            if n == 0 {
-                let mut size = pages;
-                let ring = loop {
-                    match RingBuffer::map(&ev, size) {
-                        Ok(r) => break r,
-                        Err(e) if size > 8 && e.errno() == Some(libc::EPERM) => size /= 2,
-                        Err(e) => return fail_sampling(env, &e, skipped),
-                    }
-                };
-                s.rings.push(ring);
-                owner.push((cpu, s.events.len()));
-                s.leaders.push(s.events.len());
-            } else {
-                let to = owner.last().expect("leader first").1;
-                if let Err(e) = ev.set_output(&s.events[to]) {
-                    return fail_sampling(env, &e, skipped);
-                }
-            }
-            if let Ok(id) = ev.id() {
-                s.ids.insert(id, (Sampled::CpuClock, lead.sample_type));
-            }
-            s.events.push(ev);
-        }
-    }
+    let owner = match open_leaders(&mut s, Sampled::CpuClock, &mut lead, env, plan, pages) {
+        Ok(owner) => owner,
+        Err(e) => return fail_sampling(env, &e, skipped),
+    };
     let mut kinds: Vec<(Sampled, (EventType, u64), &str)> = vec![(
         Sampled::MajorFaults,
         (EventType::Software, perf::SW_PAGE_FAULTS_MAJ),
@@ -564,6 +527,83 @@ pub fn open_sampling(
     Some(s)
 }
 
+/// Maps the ring buffer of `event` with `pages` data pages, halving them
+/// while the kernel refuses with `EPERM` (the unprivileged mlock limit).
+fn map_ring(event: &Event, pages: usize) -> Result<RingBuffer, SysError> {
+    let mut size = pages;
+    loop {
+        match RingBuffer::map(event, size) {
+            Ok(r) => return Ok(r),
+            Err(e) if size > 8 && e.errno() == Some(libc::EPERM) => size /= 2,
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// Opens `attr` (events of `kind`) on every CPU and task into `s`: per CPU,
+/// the first task's event owns a ring buffer of `pages` data pages and the
+/// other tasks' events write into it. Kernels that refuse the build-id or
+/// lost-count bits (before 5.12 and 6.0) get the events without them, and
+/// `attr` says so afterwards. Returns each CPU with the index of its ring's owner.
+fn open_leaders(
+    s: &mut Sampling,
+    kind: Sampled,
+    attr: &mut EventAttr,
+    env: &Env,
+    plan: &Plan,
+    pages: usize,
+) -> Result<Vec<(i32, usize)>, SysError> {
+    let mut owner: Vec<(i32, usize)> = vec![];
+    for &cpu in &env.cpus {
+        for (n, &task) in plan.tasks.iter().enumerate() {
+            let ev = match Event::open(attr, task, cpu) {
+                Ok(ev) => ev,
+                Err(e) if (attr.build_id || attr.read_lost) && e.errno() == Some(libc::EINVAL) => {
+                    attr.build_id = false;
+                    attr.read_lost = false;
+                    Event::open(attr, task, cpu)?
+                }
+                Err(e) => return Err(e),
+            };
+            if n == 0 {
+                s.rings.push(map_ring(&ev, pages)?);
+                owner.push((cpu, s.events.len()));
+                s.leaders.push(s.events.len());
+            } else {
+                let to = owner.last().expect("leader first").1;
+                ev.set_output(&s.events[to])?;
+            }
+            if let Ok(id) = ev.id() {
+                s.ids.insert(id, (kind, attr.sample_type));
+            }
+            s.events.push(ev);
+        }
+    }
+    Ok(owner)
+}
+
+/// Data pages of each ring buffer of [`open_profile_sampling`] (512 KiB).
+const PROFILE_RING_PAGES: usize = 128;
+
+/// Opens the sampling events of `pagewise text profile`: user-mode
+/// `cpu-clock` every `period_ns` of CPU time with the user call chain, one
+/// ring buffer per CPU, following `plan`'s tasks and their children.
+pub fn open_profile_sampling(env: &Env, plan: &Plan, period_ns: u64) -> Result<Sampling, SysError> {
+    let clock = (EventType::Software, perf::SW_CPU_CLOCK);
+    let mut attr = attr_for(Sampled::CallStacks, clock, plan, true, true);
+    attr.sample_period = period_ns;
+    let mut s = Sampling::empty();
+    open_leaders(
+        &mut s,
+        Sampled::CallStacks,
+        &mut attr,
+        env,
+        plan,
+        PROFILE_RING_PAGES,
+    )?;
+    Ok(s)
+}
+
 type Opened = (Sampled, u64, Event, Option<RingBuffer>);
 /// Event kinds that open together, and what they measure.
 type Group<'a> = (Vec<(Sampled, (EventType, u64))>, &'a str);
@@ -588,16 +628,7 @@ fn open_group(
                 if kind == Sampled::Faults {
                     match own_ring {
                         None => {
-                            let mut size = pages;
-                            ring = Some(loop {
-                                match RingBuffer::map(&ev, size) {
-                                    Ok(r) => break r,
-                                    Err(e) if size > 8 && e.errno() == Some(libc::EPERM) => {
-                                        size /= 2
-                                    }
-                                    Err(e) => return Err(e),
-                                }
-                            });
+                            ring = Some(map_ring(&ev, pages)?);
                             own_ring = Some(out.len());
                         }
                         Some(i) => ev.set_output(&out[i].2)?,
@@ -626,6 +657,17 @@ fn fail_sampling(env: &Env, e: &SysError, skipped: &mut Vec<Skipped>) -> Option<
 }
 
 impl Sampling {
+    fn empty() -> Sampling {
+        Sampling {
+            events: vec![],
+            rings: vec![],
+            leaders: vec![],
+            ids: HashMap::new(),
+            fields: TpFields::default(),
+            kinds_of: HashMap::new(),
+        }
+    }
+
     /// Whether the system-call events are open.
     pub fn has(&self, kind: Sampled) -> bool {
         self.ids.values().any(|(k, _)| *k == kind)
@@ -721,17 +763,23 @@ pub struct Running {
     wake: Option<UnixStream>,
     go: Arc<AtomicBool>,
     reader: Option<JoinHandle<(Collector, Vec<Event>)>>,
-    pager: JoinHandle<PageSamples>,
+    pager: Option<JoinHandle<PageSamples>>,
 }
 
-/// Starts the reader (when sampling is open) and the page-size sampler.
-/// The sampler waits for [`Running::go`] so that it never reads the stopped
-/// child before `exec` (it would see pagewise's own pages).
+/// The set of live processes the reader and the page-size sampler share,
+/// starting with `pid`.
+pub fn live_set(pid: i32) -> Arc<Mutex<BTreeSet<u32>>> {
+    Arc::new(Mutex::new(BTreeSet::from([pid as u32])))
+}
+
+/// Starts the reader (when sampling is open) and, with an `interval`, the
+/// page-size sampler. The sampler waits for [`Running::go`] so that it never
+/// reads the stopped child before `exec` (it would see pagewise's own pages).
 pub fn start(
     sampling: Option<Sampling>,
     spaces: AddressSpaces,
     live: Arc<Mutex<BTreeSet<u32>>>,
-    interval: Duration,
+    interval: Option<Duration>,
 ) -> Running {
     let stop = Arc::new(AtomicBool::new(false));
     let stop_signal = Arc::new((Mutex::new(false), Condvar::new()));
@@ -754,48 +802,8 @@ pub fn start(
             .spawn(move || read_loop(s, collector, &stop, wake_reader.as_ref(), &go))
             .expect("spawn reader thread")
     });
-    let pager = {
-        let (go, signal) = (go.clone(), stop_signal.clone());
-        std::thread::Builder::new()
-            .name("pagewise-smaps".into())
-            .spawn(move || {
-                let mut out = PageSamples::default();
-                // Sleeps until `until`; true when the run is over.
-                let wait_until = |until: Instant| {
-                    let (lock, cvar) = &*signal;
-                    let mut stopped = lock.lock().unwrap_or_else(|e| e.into_inner());
-                    while !*stopped {
-                        let now = Instant::now();
-                        if now >= until {
-                            return false;
-                        }
-                        stopped = cvar
-                            .wait_timeout(stopped, until - now)
-                            .unwrap_or_else(|e| e.into_inner())
-                            .0;
-                    }
-                    true
-                };
-                while !go.load(Ordering::Acquire) {
-                    if wait_until(Instant::now() + Duration::from_millis(1)) {
-                        return out;
-                    }
-                }
-                loop {
-                    let pids = live.lock().map(|l| l.clone()).unwrap_or_default();
-                    let started = Instant::now();
-                    snapshot(&pids, &mut out);
-                    // Reading smaps walks the page tables (about 15 ms for 1 GiB of
-                    // 4 KiB pages) and takes the same page-table locks as the
-                    // program's faults: back off so that it costs at most 1% of a CPU.
-                    let took = started.elapsed();
-                    if wait_until(started + interval.max(took * SMAPS_BACKOFF)) {
-                        return out;
-                    }
-                }
-            })
-            .expect("spawn smaps thread")
-    };
+    let pager =
+        interval.map(|interval| page_sampler(live, interval, go.clone(), stop_signal.clone()));
     Running {
         stop,
         stop_signal,
@@ -804,6 +812,55 @@ pub fn start(
         reader,
         pager,
     }
+}
+
+/// The page-size sampler thread: a `/proc/PID/smaps` snapshot of every live
+/// process at most every `interval`, from [`Running::go`] until the run ends.
+fn page_sampler(
+    live: Arc<Mutex<BTreeSet<u32>>>,
+    interval: Duration,
+    go: Arc<AtomicBool>,
+    signal: Arc<(Mutex<bool>, Condvar)>,
+) -> JoinHandle<PageSamples> {
+    std::thread::Builder::new()
+        .name("pagewise-smaps".into())
+        .spawn(move || {
+            let mut out = PageSamples::default();
+            // Sleeps until `until`; true when the run is over.
+            let wait_until = |until: Instant| {
+                let (lock, cvar) = &*signal;
+                let mut stopped = lock.lock().unwrap_or_else(|e| e.into_inner());
+                while !*stopped {
+                    let now = Instant::now();
+                    if now >= until {
+                        return false;
+                    }
+                    stopped = cvar
+                        .wait_timeout(stopped, until - now)
+                        .unwrap_or_else(|e| e.into_inner())
+                        .0;
+                }
+                true
+            };
+            while !go.load(Ordering::Acquire) {
+                if wait_until(Instant::now() + Duration::from_millis(1)) {
+                    return out;
+                }
+            }
+            loop {
+                let pids = live.lock().map(|l| l.clone()).unwrap_or_default();
+                let started = Instant::now();
+                snapshot(&pids, &mut out);
+                // Reading smaps walks the page tables (about 15 ms for 1 GiB of
+                // 4 KiB pages) and takes the same page-table locks as the
+                // program's faults: back off so that it costs at most 1% of a CPU.
+                let took = started.elapsed();
+                if wait_until(started + interval.max(took * SMAPS_BACKOFF)) {
+                    return out;
+                }
+            }
+        })
+        .expect("spawn smaps thread")
 }
 
 /// The fault-kind tracepoint is on for this long…
@@ -951,7 +1008,10 @@ impl Running {
             events = evs;
             collector
         });
-        let pages = self.pager.join().expect("smaps thread panicked");
+        let pages = self
+            .pager
+            .map(|h| h.join().expect("smaps thread panicked"))
+            .unwrap_or_default();
         (collector, pages, events)
     }
 }

@@ -284,10 +284,39 @@ struct Symbol {
 
 type Reader = gimli::EndianRcSlice<gimli::RunTimeEndian>;
 
+/// (file offset, file size, link-time address) of a loadable segment.
+type Segment = (u64, u64, u64);
+
+/// The whole file, read from its start (the handle may have been read before).
+fn read_whole(file: &File) -> std::io::Result<Vec<u8>> {
+    use std::io::Seek;
+    let mut data = Vec::new();
+    let mut f = file;
+    f.seek(std::io::SeekFrom::Start(0))?;
+    f.read_to_end(&mut data)?;
+    Ok(data)
+}
+
+fn segments_of(obj: &object::File<'_>) -> Vec<Segment> {
+    obj.segments()
+        .map(|s| {
+            let (off, size) = s.file_range();
+            (off, size, s.address())
+        })
+        .collect()
+}
+
+/// The link-time address of a file offset, through the loadable segments.
+fn svma_in(segments: &[Segment], file_offset: u64) -> Option<u64> {
+    segments
+        .iter()
+        .find(|(off, size, _)| *off <= file_offset && file_offset < off + size)
+        .map(|(off, _, vaddr)| vaddr + (file_offset - off))
+}
+
 struct Loaded {
     data: Vec<u8>,
-    /// (file offset, file size, virtual address) of each loadable segment.
-    segments: Vec<(u64, u64, u64)>,
+    segments: Vec<Segment>,
     symbols: Vec<Symbol>,
     dwarf: Option<addr2line::Context<Reader>>,
 }
@@ -296,23 +325,11 @@ impl Loaded {
     /// Reads and parses the file; refuses it when the kernel reported a different
     /// build id for the mapping (the file was replaced after it was mapped).
     fn load(file: &File, expected_build_id: Option<&[u8]>) -> Result<Loaded, String> {
-        let mut data = Vec::new();
-        let mut f = file;
-        use std::io::Seek;
-        f.seek(std::io::SeekFrom::Start(0))
-            .and_then(|_| f.read_to_end(&mut data))
-            .map_err(|e| e.to_string())?;
+        let data = read_whole(file).map_err(|e| e.to_string())?;
         let (segments, symbols, has_debug, build_id) = {
             let obj = object::File::parse(&*data).map_err(|e| e.to_string())?;
-            let segments = obj
-                .segments()
-                .map(|s| {
-                    let (off, size) = s.file_range();
-                    (off, size, s.address())
-                })
-                .collect::<Vec<_>>();
             (
-                segments,
+                segments_of(&obj),
                 symbols_of(&obj),
                 obj.section_by_name(".debug_info").is_some(),
                 obj.build_id().ok().flatten().map(<[u8]>::to_vec),
@@ -352,10 +369,7 @@ impl Loaded {
     }
 
     fn svma(&self, file_offset: u64) -> Option<u64> {
-        self.segments
-            .iter()
-            .find(|(off, size, _)| *off <= file_offset && file_offset < off + size)
-            .map(|(off, _, vaddr)| vaddr + (file_offset - off))
+        svma_in(&self.segments, file_offset)
     }
 
     fn symbol(&self, svma: u64) -> Option<&Symbol> {
@@ -411,6 +425,41 @@ fn dwarf_of(data: &[u8]) -> Option<addr2line::Context<Reader>> {
     };
     let dwarf = gimli::Dwarf::load(load).ok()?;
     addr2line::Context::from_dwarf(dwarf).ok()
+}
+
+/// Turns code addresses of observed processes into link-time addresses in
+/// their object files, from the program headers alone (no symbols or debug
+/// info): what a profile stores. Reads each object once, on first use.
+pub struct LinkAddresses<'a> {
+    spaces: &'a AddressSpaces,
+    segments: HashMap<usize, Option<Vec<Segment>>>,
+}
+
+impl<'a> LinkAddresses<'a> {
+    /// Link-time addresses over the captured address spaces.
+    pub fn new(spaces: &'a AddressSpaces) -> Self {
+        LinkAddresses {
+            spaces,
+            segments: HashMap::new(),
+        }
+    }
+
+    /// The object file and link-time address of `addr` in process `pid`;
+    /// `None` when no file-backed mapping holds it, or its file cannot be read
+    /// or has no loadable segment there.
+    pub fn locate(&mut self, pid: u32, addr: u64) -> Option<(&'a str, u64)> {
+        let spaces = self.spaces;
+        let m = spaces.lookup(pid, addr)?;
+        let index = m.object?;
+        let info = &spaces.objects[index];
+        let segments = self.segments.entry(index).or_insert_with(|| {
+            let data = read_whole(info.file.as_ref()?).ok()?;
+            let obj = object::File::parse(&*data).ok()?;
+            Some(segments_of(&obj))
+        });
+        let vaddr = svma_in(segments.as_ref()?, addr - m.start + m.pgoff)?;
+        Some((info.path.as_str(), vaddr))
+    }
 }
 
 /// Turns code addresses of observed processes into frames. Loads each object

@@ -4,8 +4,8 @@
 //!   (and named libraries) onto huge pages, safely, and report what happened.
 //! - [`perfmap`]: read and write `/tmp/perf-PID.map` symbol files, so
 //!   profilers can still name code that now lives in anonymous memory.
-//! - [`profile`]: sampled call stacks (pagewise's format or `perf script`).
-//! - [`sampler`]: sampling a command or a running process into a profile.
+//! - [`profile`]: sampled call stacks (pagewise's format or `perf script`);
+//!   `pagewise::observe::profile_sampler` samples a program into one.
 //! - [`symbols`]: the functions of an ELF file.
 //! - [`order`]: C3 function ordering, order files, and page footprints.
 
@@ -13,7 +13,6 @@ pub mod huge;
 pub mod order;
 pub mod perfmap;
 pub mod profile;
-pub mod sampler;
 pub mod symbols;
 
 use std::path::Path;

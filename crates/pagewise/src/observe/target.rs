@@ -1,0 +1,212 @@
+//! What `stat` and `text profile` observe, and how it is reached: a command
+//! started stopped (forked, perf events opened on its pid with
+//! `enable_on_exec`, then released to `exec`) so that no event is missed, or
+//! a running process attached to for a window.
+
+use super::symbols::AddressSpaces;
+use crate::host::{proc_maps, proc_tasks};
+use crate::launch::{self, LaunchError};
+use crate::sys::process::{self, StoppedChild};
+use crate::sys::SysError;
+use std::ffi::{CString, OsString};
+use std::os::unix::ffi::OsStrExt;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+/// What to observe.
+#[derive(Debug, Clone)]
+pub enum Target {
+    /// Run this command (program and arguments).
+    Command(Vec<OsString>),
+    /// Attach to a running process for a while.
+    Pid {
+        /// Its pid.
+        pid: i32,
+        /// How long to watch.
+        duration: Duration,
+    },
+}
+
+/// Why a target could not be started or attached to.
+#[derive(Debug, thiserror::Error)]
+pub enum TargetError {
+    /// No command was given.
+    #[error("no command to run: give CMD [ARGS] after `--` (or --pid PID)")]
+    NoCommand,
+    /// The command is not on `PATH` or does not exist.
+    #[error("{0}: command not found")]
+    NotFound(String),
+    /// The command exists but cannot be executed.
+    #[error("{path}: cannot execute: {source}")]
+    CannotExecute {
+        /// The resolved path.
+        path: String,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// No process has this pid.
+    #[error("no process with pid {0}")]
+    NoSuchProcess(i32),
+    /// A system call failed.
+    #[error(transparent)]
+    Sys(#[from] SysError),
+}
+
+impl TargetError {
+    /// The exit status a shell would give: 127 not found, 126 not executable, else 1.
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            TargetError::NotFound(_) => 127,
+            TargetError::CannotExecute { .. } => 126,
+            TargetError::NoCommand => 2,
+            _ => 1,
+        }
+    }
+}
+
+/// A command forked and stopped before `exec`: open the events on
+/// [`StoppedCommand::pid`], then [`StoppedCommand::release`] it. Dropping it
+/// unreleased kills the child.
+#[derive(Debug)]
+pub struct StoppedCommand {
+    child: StoppedChild,
+    path: PathBuf,
+}
+
+impl StoppedCommand {
+    /// Finds `argv[0]` on `PATH` ([`launch::resolve_program`]) and forks a child
+    /// that waits to `exec` it. One `fork` and a few `stat`s.
+    pub fn spawn(argv: &[OsString]) -> Result<StoppedCommand, TargetError> {
+        let name = argv.first().ok_or(TargetError::NoCommand)?;
+        let path = launch::resolve_program(name).map_err(|e| match e {
+            LaunchError::NotExecutable { path, source } => TargetError::CannotExecute {
+                path: path.display().to_string(),
+                source,
+            },
+            _ => TargetError::NotFound(name.to_string_lossy().into_owned()),
+        })?;
+        let cpath = CString::new(path.as_os_str().as_bytes())
+            .map_err(|_| TargetError::NotFound(name.to_string_lossy().into_owned()))?;
+        let args: Vec<CString> = argv
+            .iter()
+            .map(|a| CString::new(a.as_bytes()))
+            .collect::<Result<_, _>>()
+            .map_err(|_| TargetError::CannotExecute {
+                path: path.display().to_string(),
+                source: std::io::Error::new(
+                    std::io::ErrorKind::InvalidInput,
+                    "argument holds a NUL byte",
+                ),
+            })?;
+        let child = process::spawn_stopped(&cpath, &args)?;
+        Ok(StoppedCommand { child, path })
+    }
+
+    /// The child's pid (the program's, once it runs).
+    pub fn pid(&self) -> i32 {
+        self.child.pid()
+    }
+
+    /// Lets the child `exec` the program, and says whether the `exec` worked.
+    pub fn release(self) -> Result<(), TargetError> {
+        match self.child.release()? {
+            Ok(_) => Ok(()),
+            Err(failed) => {
+                let path = self.path.display().to_string();
+                Err(if failed.errno == libc::ENOENT {
+                    TargetError::NotFound(path)
+                } else {
+                    TargetError::CannotExecute {
+                        path,
+                        source: std::io::Error::from_raw_os_error(failed.errno),
+                    }
+                })
+            }
+        }
+    }
+}
+
+/// The threads of running process `pid`, to open events on each.
+pub fn attach_tasks(pid: i32) -> Result<Vec<i32>, TargetError> {
+    if pid <= 0 || !process::exists(pid) {
+        return Err(TargetError::NoSuchProcess(pid));
+    }
+    proc_tasks::thread_ids(Some(pid)).map_err(|_| TargetError::NoSuchProcess(pid))
+}
+
+/// Adds the mappings of `/proc/PID/maps` to `spaces` (those made before
+/// attaching, or whose records were lost); the error says why not. One read.
+pub fn add_mappings(pid: i32, spaces: &mut AddressSpaces) -> Result<(), String> {
+    let entries = proc_maps::read(Some(pid)).map_err(|e| format!("/proc/{pid}/maps: {e}"))?;
+    spaces.add_maps(pid as u32, &entries);
+    Ok(())
+}
+
+/// Waits until `duration` has passed since `start`, checking every 50 ms
+/// whether the process is still there (`still_there`). Returns whether it
+/// went away before the window ended.
+pub fn watch_window(
+    start: Instant,
+    duration: Duration,
+    mut still_there: impl FnMut() -> bool,
+) -> bool {
+    while start.elapsed() < duration {
+        std::thread::sleep(Duration::from_millis(50).min(duration));
+        if !still_there() {
+            return true;
+        }
+    }
+    false
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn missing_and_unexecutable_commands_are_told_apart() {
+        let missing = StoppedCommand::spawn(&["no-such-program-pagewise".into()]).unwrap_err();
+        assert_eq!(missing.exit_code(), 127, "{missing}");
+        let dir = tempfile::tempdir().unwrap();
+        let unexecutable = StoppedCommand::spawn(&[dir.path().into()]).unwrap_err();
+        assert_eq!(unexecutable.exit_code(), 126, "{unexecutable}");
+        assert!(matches!(
+            StoppedCommand::spawn(&[]),
+            Err(TargetError::NoCommand)
+        ));
+    }
+
+    #[test]
+    fn a_released_command_runs_and_a_failed_exec_is_reported() {
+        let command = StoppedCommand::spawn(&["true".into()]).unwrap();
+        let pid = command.pid();
+        command.release().unwrap();
+        let (exit, _) = process::wait(pid).unwrap();
+        assert!(matches!(exit, process::ExitKind::Exited(0)));
+        // A file given by path that is not a program: exec refuses it.
+        let dir = tempfile::tempdir().unwrap();
+        let data = dir.path().join("data.txt");
+        std::fs::write(&data, "not a program").unwrap();
+        let command = StoppedCommand::spawn(&[data.into()]).unwrap();
+        let err = command.release().unwrap_err();
+        assert_eq!(err.exit_code(), 126, "{err}");
+    }
+
+    #[test]
+    fn attaching_needs_a_live_process() {
+        let me = std::process::id() as i32;
+        assert!(attach_tasks(me).unwrap().contains(&me));
+        assert!(matches!(
+            attach_tasks(0),
+            Err(TargetError::NoSuchProcess(0))
+        ));
+        let mut spaces = AddressSpaces::new();
+        add_mappings(me, &mut spaces).unwrap();
+        let here = attaching_needs_a_live_process as *const () as u64;
+        assert!(spaces.lookup(me as u32, here).is_some());
+        assert!(add_mappings(i32::MAX, &mut spaces)
+            .unwrap_err()
+            .starts_with(&format!("/proc/{}/maps: ", i32::MAX)));
+    }
+}
