@@ -19,9 +19,9 @@
 //! `huge-text`, `ordered`, `ordered+huge-text`, interleaved trial by trial.
 
 use crate::{Machine, Progress, Summary};
+use pagewise::text::function_table::FunctionTable;
 use pagewise::text::order::{self, OrderOptions};
 use pagewise::text::profile::Profile;
-use pagewise::text::symbols::FunctionTable;
 use serde::Serialize;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};

@@ -325,7 +325,7 @@ fn hot_profile_limits_the_move_to_hot_pages() {
         Ok(b) => b,
         Err(why) => pagewise_testkit::skip!(pagewise_testkit::Need::Compiler, "{why}"),
     };
-    let table = pagewise::text::symbols::FunctionTable::read(&bin).unwrap();
+    let table = pagewise::text::function_table::FunctionTable::read(&bin).unwrap();
     let hot = &table.functions()[table.by_name("hot_function").unwrap()];
     let profile = dir.path().join("hot.profile");
     std::fs::write(

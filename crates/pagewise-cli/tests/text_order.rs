@@ -4,7 +4,7 @@
 use assert_cmd::Command;
 
 mod common;
-use pagewise::text::symbols::FunctionTable;
+use pagewise::text::function_table::FunctionTable;
 use std::path::{Path, PathBuf};
 
 const SPREAD: &str = r#"

@@ -1,7 +1,7 @@
 //! glibc's tunables as its dynamic loader reports them (`ld.so
 //! --list-tunables`): the malloc thresholds and the copy/fill strategy
 //! thresholds in force for programs started here. (Setting tunables for a
-//! program is [`crate::launch::keep_heap`]'s business.) The parser is pure
+//! program is `launch::keep_heap`'s business.) The parser is pure
 //! and tested against fixture text.
 
 use super::proc_maps;

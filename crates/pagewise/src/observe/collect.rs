@@ -2,9 +2,9 @@
 //! spaces from side-band records, and samples reduced to counts by stack,
 //! by code page and by file.
 
+use super::address_spaces::AddressSpaces;
 use super::churn::{Call, CallKind};
 use super::record::{Record, Records, Sample};
-use super::symbols::AddressSpaces;
 use crate::host::tracefs::{raw_field, FieldSpec};
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};

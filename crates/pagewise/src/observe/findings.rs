@@ -555,7 +555,7 @@ mod tests {
                 p90: 5,
                 p99: 5,
             },
-            itlb: crate::observe::text::itlb(&Default::default()),
+            itlb: crate::observe::hot_text::itlb(&Default::default()),
             beyond_reach_share: 0.94,
             objects: vec![("/x/c".into(), 7900)],
         };

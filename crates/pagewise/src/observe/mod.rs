@@ -15,9 +15,9 @@
 //! - a thread reads `/proc/PID/smaps` of every live process at an interval for
 //!   the resident bytes on 4 KiB pages, THP and hugetlb.
 //!
-//! Afterwards stacks are symbolized ([`symbols`], [`sites`]), system calls
+//! Afterwards stacks are symbolized ([`symbolizer`], [`sites`]), system calls
 //! analysed for heap churn ([`churn`]), the hot-text footprint measured against
-//! the iTLB ([`text`]), and [`findings`] ranks the diagnoses by estimated
+//! the iTLB ([`hot_text`]), and [`findings`] ranks the diagnoses by estimated
 //! cost. What could not be measured is listed in [`StatReport::skipped`].
 //!
 //! Cost while the program runs: a few counter increments per fault, a
@@ -26,29 +26,31 @@
 //! `--sites`), and smaps reads that take at most 1% of a CPU. See
 //! docs/BENCHMARKS.md ("stat overhead").
 
+pub mod address_spaces;
 pub mod churn;
 pub mod collect;
 pub mod findings;
+pub mod hot_text;
 pub mod profile_sampler;
 pub mod record;
 pub mod report;
 pub mod session;
 pub mod sites;
-pub mod symbols;
+pub mod symbolizer;
 pub mod target;
-pub mod text;
 
 pub use report::*;
 pub use target::{Target, TargetError};
 
 use crate::host::proc_stat;
 use crate::sys::process::{self, ExitKind, Rusage};
+use address_spaces::AddressSpaces;
 use collect::{Collector, Sampled};
 use session::{Count, Env, PageSamples, Plan};
 use std::collections::HashMap;
 use std::ffi::OsString;
 use std::time::{Duration, Instant};
-use symbols::{AddressSpaces, Symbolizer};
+use symbolizer::Symbolizer;
 use target::StoppedCommand;
 
 /// Options of one observation.
@@ -433,9 +435,9 @@ fn assemble(raw: Raw<'_>) -> StatReport {
             });
         }
         let info = crate::sys::tlb::tlb_info();
-        let itlb = text::itlb(&info);
+        let itlb = hot_text::itlb(&info);
         let samples: u64 = c.text_pages.values().sum();
-        let (p4, p2, beyond) = text::footprint(&c.text_pages, itlb.entries_4k);
+        let (p4, p2, beyond) = hot_text::footprint(&c.text_pages, itlb.entries_4k);
         let mut objects: HashMap<String, u64> = HashMap::new();
         for (&(pid, page), &n) in &c.text_pages {
             let name = c

@@ -13,9 +13,9 @@
 //! Cost while the program runs: one sample per period of user CPU time per
 //! thread, with its call chain (up to 127 frames); a 512 KiB ring buffer per CPU.
 
+use super::address_spaces::{AddressSpaces, LinkAddresses};
 use super::collect::Collector;
 use super::session::{self, Env, Plan};
-use super::symbols::{AddressSpaces, LinkAddresses};
 use super::target::{self, StoppedCommand, Target, TargetError};
 use crate::sys::process::{self, ExitKind};
 use crate::text::profile::{Location, Profile};

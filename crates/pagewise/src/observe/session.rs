@@ -2,9 +2,9 @@
 //! threads that run beside it: the ring-buffer reader and the page-size
 //! sampler.
 
+use super::address_spaces::AddressSpaces;
 use super::collect::{Collector, Sampled, TpFields};
 use super::report::{Hardware, MappingPages, Skipped};
-use super::symbols::AddressSpaces;
 use crate::host::proc_maps::MapsEntry;
 use crate::host::smaps::{self, PageSizeTotals};
 use crate::host::tracefs::{self, FieldSpec, TracepointError};

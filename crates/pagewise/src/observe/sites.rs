@@ -5,7 +5,7 @@
 
 use super::collect::StackKey;
 use super::report::{ChurnSite, Location, Site};
-use super::symbols::{Frame, Symbolizer};
+use super::symbolizer::{Frame, Symbolizer};
 use std::collections::HashMap;
 
 /// A symbolized stack: logical frames innermost first (inlined functions expanded).

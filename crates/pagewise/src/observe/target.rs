@@ -3,7 +3,7 @@
 //! `enable_on_exec`, then released to `exec`) so that no event is missed, or
 //! a running process attached to for a window.
 
-use super::symbols::AddressSpaces;
+use super::address_spaces::AddressSpaces;
 use crate::host::{proc_maps, proc_tasks};
 use crate::launch::{self, LaunchError};
 use crate::sys::process::{self, StoppedChild};

@@ -11,7 +11,7 @@
 //! milliseconds.
 
 mod advice;
-mod features;
+mod live_probes;
 
 pub use advice::{advise, Advice};
 
@@ -287,25 +287,28 @@ impl MachineReport {
 
     fn probe_live(&mut self, root: &SysRoot) {
         self.features = Features {
-            madv_populate_write: features::populate_write(),
-            madv_collapse: features::collapse(),
-            pagemap_scan: features::pagemap_scan(),
-            vma_anon_name: features::vma_anon_name(),
+            madv_populate_write: live_probes::populate_write(),
+            madv_collapse: live_probes::collapse(),
+            pagemap_scan: live_probes::pagemap_scan(),
+            vma_anon_name: live_probes::vma_anon_name(),
             map_hugetlb: self
                 .hugetlb
                 .iter()
                 .map(|pool| SizedProbe {
                     page_size_bytes: pool.page_size_bytes,
-                    result: features::map_hugetlb(pool.page_size_bytes as usize, pool.available()),
+                    result: live_probes::map_hugetlb(
+                        pool.page_size_bytes as usize,
+                        pool.available(),
+                    ),
                 })
                 .collect(),
         };
-        self.perf.hardware = features::hardware_counters();
-        self.perf.software = features::software_counters();
+        self.perf.hardware = live_probes::hardware_counters();
+        self.perf.software = live_probes::software_counters();
         self.perf.tracepoints = ["exceptions:page_fault_user", "syscalls:sys_enter_mmap"]
             .iter()
             .map(|name| {
-                features::tracepoint(
+                live_probes::tracepoint(
                     name,
                     tracepoint_id(root, self.perf.tracefs.as_deref(), name),
                 )

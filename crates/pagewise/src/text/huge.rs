@@ -15,7 +15,7 @@ use crate::host::{hugetlb, proc_tasks, thp};
 use crate::sys::dl::{self, LoadedObject};
 use crate::sys::text::{self, HugeKind, MoveStep};
 use crate::sys::{self as rawsys};
-use crate::text::symbols::FunctionTable;
+use crate::text::function_table::FunctionTable;
 use serde::Serialize;
 use std::path::PathBuf;
 

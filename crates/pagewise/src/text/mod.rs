@@ -6,14 +6,14 @@
 //!   profilers can still name code that now lives in anonymous memory.
 //! - [`profile`]: sampled call stacks (pagewise's format or `perf script`);
 //!   `pagewise::observe::profile_sampler` samples a program into one.
-//! - [`symbols`]: the functions of an ELF file.
+//! - [`function_table`]: the functions of an ELF file.
 //! - [`order`]: C3 function ordering, order files, and page footprints.
 
+pub mod function_table;
 pub mod huge;
 pub mod order;
 pub mod perfmap;
 pub mod profile;
-pub mod symbols;
 
 use std::path::Path;
 
@@ -24,7 +24,7 @@ use std::path::Path;
 pub fn hot_pages_from_profile(path: &Path) -> Result<Vec<huge::HotPages>, String> {
     let profile = profile::Profile::read(path).map_err(|e| e.to_string())?;
     let mut by_object: std::collections::BTreeMap<String, Vec<u64>> = Default::default();
-    let mut tables: std::collections::HashMap<String, Option<symbols::FunctionTable>> =
+    let mut tables: std::collections::HashMap<String, Option<function_table::FunctionTable>> =
         Default::default();
     for (_, stack) in &profile.stacks {
         for location in stack {
@@ -33,7 +33,7 @@ pub fn hot_pages_from_profile(path: &Path) -> Result<Vec<huge::HotPages>, String
             };
             let table = tables
                 .entry(object.to_owned())
-                .or_insert_with(|| symbols::FunctionTable::read(Path::new(object)).ok());
+                .or_insert_with(|| function_table::FunctionTable::read(Path::new(object)).ok());
             let resolved = match (table.as_ref(), location) {
                 (Some(t), l) => order::resolve(l, t, Path::new(object)).map(|(i, addr)| {
                     let f = &t.functions()[i];

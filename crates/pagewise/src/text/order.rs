@@ -1,8 +1,8 @@
 //! Function ordering by call-chain clustering (C3, Ottoni & Maher, CGO 2017)
 //! and the page footprint of a profile before and after an order.
 
+use super::function_table::FunctionTable;
 use super::profile::{Location, Profile};
-use super::symbols::FunctionTable;
 use serde::Serialize;
 use std::collections::HashMap;
 use std::path::Path;
@@ -308,7 +308,7 @@ pub fn read_order_file(text: &str) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::text::symbols::Function;
+    use crate::text::function_table::Function;
 
     fn table() -> FunctionTable {
         // Hot functions far apart, cold filler between them.

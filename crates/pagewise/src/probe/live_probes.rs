@@ -1,5 +1,6 @@
-//! Live probes: try each kernel feature on a scratch mapping instead of
-//! guessing from the kernel version.
+//! Live probes: try each kernel feature on a scratch mapping, and open each
+//! perf counter and tracepoint pagewise uses, instead of guessing from the
+//! kernel version.
 
 use super::{NamedProbe, ProbeResult};
 use crate::sys::mem::{Advice, AnonMapping, MapOptions};

@@ -1,0 +1,376 @@
+//! Address spaces of the observed processes: every mapping from perf `MMAP2`
+//! records and `/proc/PID/maps`, following forks and `exec`, and the files
+//! behind their code, each opened at once and kept open so that short runs
+//! and files deleted after they were mapped can still be read after the
+//! program exits. [`LinkAddresses`] turns a code address into a link-time
+//! address in its file (what a profile stores); [`super::symbolizer`] goes
+//! on to names and lines.
+
+use super::record::Mmap2;
+use crate::host::proc_maps::MapsEntry;
+use object::{Object, ObjectSegment};
+use std::collections::HashMap;
+use std::fs::File;
+use std::io::Read;
+
+/// Directories whose libraries are the system's, not the program's own code.
+const SYSTEM_DIRS: [&str; 5] = [
+    "/lib/",
+    "/lib64/",
+    "/usr/lib/",
+    "/usr/lib64/",
+    "/usr/libexec/",
+];
+
+/// Whether `path` is a system library (libc, the dynamic loader, libstdc++…).
+pub fn is_system_path(path: &str) -> bool {
+    SYSTEM_DIRS.iter().any(|d| path.starts_with(d))
+}
+
+/// An executable file seen in a mapping.
+#[derive(Debug)]
+pub struct ObjectInfo {
+    /// Its path when it was mapped.
+    pub path: String,
+    /// The build id the kernel reported for the mapping, if any.
+    pub build_id: Option<Vec<u8>>,
+    /// A system library rather than the program's own code.
+    pub system: bool,
+    file: Option<File>,
+    /// Why the file could not be opened.
+    pub error: Option<String>,
+}
+
+impl ObjectInfo {
+    /// The file, opened when it was mapped (so that it outlives the process
+    /// and a later delete).
+    pub fn file(&self) -> Option<&File> {
+        self.file.as_ref()
+    }
+}
+
+/// One mapping of one process.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Mapping {
+    /// First address.
+    pub start: u64,
+    /// One past the last address.
+    pub end: u64,
+    /// File offset of `start`.
+    pub pgoff: u64,
+    /// Executable.
+    pub exec: bool,
+    /// The path or pseudo-name (`//anon`, `[heap]`…).
+    pub name: String,
+    /// Index of the executable object, for executable file mappings.
+    pub object: Option<usize>,
+}
+
+impl Mapping {
+    /// Whether a regular file backs it.
+    pub fn is_file(&self) -> bool {
+        self.name.starts_with('/') && !self.name.starts_with("//anon")
+    }
+}
+
+/// The mappings of every observed process, and the files behind their code.
+#[derive(Debug, Default)]
+pub struct AddressSpaces {
+    objects: Vec<ObjectInfo>,
+    object_index: HashMap<String, usize>,
+    by_pid: HashMap<u32, Vec<Mapping>>,
+    parent: HashMap<u32, u32>,
+    execed: std::collections::HashSet<u32>,
+    own_ranges: HashMap<u32, Vec<(u64, u64)>>,
+}
+
+impl AddressSpaces {
+    /// An empty set.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Records that `pid` was forked from `ppid` (it shares its mappings until it execs).
+    pub fn set_parent(&mut self, pid: u32, ppid: u32) {
+        if pid != ppid {
+            self.parent.insert(pid, ppid);
+        }
+    }
+
+    /// Records that `pid` called `exec`: its earlier mappings are gone.
+    pub fn exec(&mut self, pid: u32) {
+        self.execed.insert(pid);
+        self.by_pid.remove(&pid);
+        self.own_ranges.remove(&pid);
+    }
+
+    /// The objects seen so far.
+    pub fn objects(&self) -> &[ObjectInfo] {
+        &self.objects
+    }
+
+    fn intern(&mut self, pid: u32, start: u64, end: u64, path: &str, deleted: bool) -> usize {
+        let key = if deleted {
+            format!("{path} (deleted)@{pid}:{start:x}")
+        } else {
+            path.to_owned()
+        };
+        if let Some(&i) = self.object_index.get(&key) {
+            return i;
+        }
+        // A deleted file can still be opened through the process's map_files entry
+        // (root only); a live one by its path.
+        let open = if deleted {
+            File::open(format!("/proc/{pid}/map_files/{start:x}-{end:x}"))
+        } else {
+            File::open(path)
+        };
+        let (file, error) = match open {
+            Ok(f) => (Some(f), None),
+            Err(e) if deleted => (
+                None,
+                Some(format!(
+                    "deleted, and its map_files entry is unreadable: {e}"
+                )),
+            ),
+            Err(e) => (None, Some(e.to_string())),
+        };
+        self.objects.push(ObjectInfo {
+            path: path.to_owned(),
+            build_id: None,
+            system: is_system_path(path),
+            file,
+            error,
+        });
+        self.object_index.insert(key, self.objects.len() - 1);
+        self.objects.len() - 1
+    }
+
+    /// Adds a mapping from a perf `MMAP2` record.
+    pub fn add_mmap(&mut self, m: &Mmap2) {
+        let (path, deleted) = match m.filename.strip_suffix(" (deleted)") {
+            Some(p) => (p, true),
+            None => (m.filename.as_str(), false),
+        };
+        let exec = m.prot & libc::PROT_EXEC as u32 != 0;
+        let end = m.addr.saturating_add(m.len);
+        let object = (exec && path.starts_with('/') && !path.starts_with("//")).then(|| {
+            let i = self.intern(m.pid, m.addr, end, path, deleted);
+            if self.objects[i].build_id.is_none() {
+                self.objects[i].build_id = m.build_id.clone();
+            }
+            i
+        });
+        self.push(
+            m.pid,
+            Mapping {
+                start: m.addr,
+                end,
+                pgoff: m.pgoff,
+                exec,
+                name: m.filename.clone(),
+                object,
+            },
+        );
+    }
+
+    /// Adds the mappings of `/proc/PID/maps` (for processes that were running
+    /// before we attached, and as a fallback for lost records).
+    pub fn add_maps(&mut self, pid: u32, entries: &[MapsEntry]) {
+        for e in entries {
+            if self
+                .by_pid
+                .get(&pid)
+                .is_some_and(|v| v.iter().any(|m| m.start == e.start && m.end == e.end))
+            {
+                continue;
+            }
+            let name = e.path.clone().unwrap_or_else(|| "//anon".to_owned());
+            let object = (e.perms.exec && e.is_file()).then(|| {
+                self.intern(
+                    pid,
+                    e.start,
+                    e.end,
+                    e.path.as_deref().unwrap_or(""),
+                    e.deleted,
+                )
+            });
+            self.push(
+                pid,
+                Mapping {
+                    start: e.start,
+                    end: e.end,
+                    pgoff: e.offset,
+                    exec: e.perms.exec,
+                    name,
+                    object,
+                },
+            );
+        }
+    }
+
+    fn push(&mut self, pid: u32, m: Mapping) {
+        self.own_ranges.remove(&pid);
+        self.by_pid.entry(pid).or_default().push(m);
+    }
+
+    /// The newest mapping of `pid` (or of the process it was forked from) that holds `addr`.
+    pub fn lookup(&self, pid: u32, addr: u64) -> Option<&Mapping> {
+        let mut pid = pid;
+        for _ in 0..16 {
+            if let Some(m) = self
+                .by_pid
+                .get(&pid)
+                .and_then(|v| v.iter().rev().find(|m| m.start <= addr && addr < m.end))
+            {
+                return Some(m);
+            }
+            if self.execed.contains(&pid) {
+                return None;
+            }
+            pid = *self.parent.get(&pid)?;
+        }
+        None
+    }
+
+    /// Whether `addr` lies in the program's own executable code (an executable
+    /// file mapping outside the system library folders). Cached per process.
+    pub fn is_own_code(&mut self, pid: u32, addr: u64) -> bool {
+        if !self.own_ranges.contains_key(&pid) {
+            let mut ranges = Vec::new();
+            let mut p = pid;
+            for _ in 0..16 {
+                if let Some(v) = self.by_pid.get(&p) {
+                    for m in v {
+                        if let Some(o) = m.object {
+                            if !self.objects[o].system {
+                                ranges.push((m.start, m.end));
+                            }
+                        }
+                    }
+                }
+                if self.execed.contains(&p) {
+                    break;
+                }
+                match self.parent.get(&p) {
+                    Some(&pp) => p = pp,
+                    None => break,
+                }
+            }
+            ranges.sort_unstable();
+            self.own_ranges.insert(pid, ranges);
+        }
+        let ranges = &self.own_ranges[&pid];
+        let i = ranges.partition_point(|r| r.0 <= addr);
+        i > 0 && addr < ranges[i - 1].1
+    }
+}
+
+/// (file offset, file size, link-time address) of a loadable segment.
+pub(super) type Segment = (u64, u64, u64);
+
+/// The whole file, read from its start (the handle may have been read before).
+pub(super) fn read_whole(file: &File) -> std::io::Result<Vec<u8>> {
+    use std::io::Seek;
+    let mut data = Vec::new();
+    let mut f = file;
+    f.seek(std::io::SeekFrom::Start(0))?;
+    f.read_to_end(&mut data)?;
+    Ok(data)
+}
+
+pub(super) fn segments_of(obj: &object::File<'_>) -> Vec<Segment> {
+    obj.segments()
+        .map(|s| {
+            let (off, size) = s.file_range();
+            (off, size, s.address())
+        })
+        .collect()
+}
+
+/// The link-time address of a file offset, through the loadable segments.
+pub(super) fn svma_in(segments: &[Segment], file_offset: u64) -> Option<u64> {
+    segments
+        .iter()
+        .find(|(off, size, _)| *off <= file_offset && file_offset < off + size)
+        .map(|(off, _, vaddr)| vaddr + (file_offset - off))
+}
+
+/// Turns code addresses of observed processes into link-time addresses in
+/// their object files, from the program headers alone (no symbols or debug
+/// info): what a profile stores. Reads each object once, on first use.
+pub struct LinkAddresses<'a> {
+    spaces: &'a AddressSpaces,
+    segments: HashMap<usize, Option<Vec<Segment>>>,
+}
+
+impl<'a> LinkAddresses<'a> {
+    /// Link-time addresses over the captured address spaces.
+    pub fn new(spaces: &'a AddressSpaces) -> Self {
+        LinkAddresses {
+            spaces,
+            segments: HashMap::new(),
+        }
+    }
+
+    /// The object file and link-time address of `addr` in process `pid`;
+    /// `None` when no file-backed mapping holds it, or its file cannot be read
+    /// or has no loadable segment there.
+    pub fn locate(&mut self, pid: u32, addr: u64) -> Option<(&'a str, u64)> {
+        let spaces = self.spaces;
+        let m = spaces.lookup(pid, addr)?;
+        let index = m.object?;
+        let info = &spaces.objects[index];
+        let segments = self.segments.entry(index).or_insert_with(|| {
+            let data = read_whole(info.file()?).ok()?;
+            let obj = object::File::parse(&*data).ok()?;
+            Some(segments_of(&obj))
+        });
+        let vaddr = svma_in(segments.as_ref()?, addr - m.start + m.pgoff)?;
+        Some((info.path.as_str(), vaddr))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn system_paths() {
+        assert!(is_system_path("/usr/lib/x86_64-linux-gnu/libc.so.6"));
+        assert!(is_system_path("/lib64/ld-linux-x86-64.so.2"));
+        assert!(!is_system_path("/tmp/fixture_a"));
+        assert!(!is_system_path("/usr/bin/gcc"));
+    }
+
+    #[test]
+    fn lookups_fall_back_to_the_parent_until_exec() {
+        let map = |addr, prot, name: &str| Mmap2 {
+            pid: 10,
+            tid: 10,
+            addr,
+            len: 0x1000,
+            pgoff: 0,
+            prot,
+            flags: 2,
+            build_id: None,
+            filename: name.to_owned(),
+        };
+        let mut s = AddressSpaces::new();
+        s.add_mmap(&map(0x1000, 5, "/nonexistent/prog"));
+        s.add_mmap(&map(0x5000, 5, "/usr/lib/libc.so.6"));
+        s.set_parent(11, 10);
+        assert_eq!(s.lookup(11, 0x1800).unwrap().name, "/nonexistent/prog");
+        assert!(s.is_own_code(11, 0x1800));
+        assert!(!s.is_own_code(11, 0x5800));
+        assert!(!s.is_own_code(11, 0x9000));
+        s.exec(11);
+        assert!(s.lookup(11, 0x1800).is_none());
+        assert!(!s.is_own_code(11, 0x1800));
+        // A newer mapping over the same range wins.
+        s.add_mmap(&map(0x1000, 3, "//anon"));
+        assert_eq!(s.lookup(10, 0x1800).unwrap().name, "//anon");
+        let o = &s.objects()[0];
+        assert!(o.error.is_some(), "a missing file is reported, not hidden");
+    }
+}
