@@ -2,7 +2,11 @@
 
 use crate::format::{bytes, or_unread, table};
 use pagewise::copy::{Choices, SizeRange, Source, COPY_LLC_DIVISOR, FILL_LLC_DIVISOR};
-use pagewise::probe::{MachineReport, NamedProbe, ProbeResult, ProbeStatus};
+use pagewise::host::hugetlb::HugetlbPool;
+use pagewise::host::thp::Thp;
+use pagewise::probe::{
+    Cpu, Features, Glibc, Limits, MachineReport, NamedProbe, Perf, ProbeResult, ProbeStatus,
+};
 use std::process::ExitCode;
 
 /// Arguments of `pagewise doctor`.
@@ -105,13 +109,37 @@ fn copy_rows(rows: &mut Vec<[String; 3]>, copy: Option<&Choices>) {
     }
 }
 
-fn print_human(r: &MachineReport) {
-    let mut rows: Vec<[String; 3]> = Vec::new();
-    let mut row =
-        |area: &str, item: &str, value: String| rows.push([area.into(), item.into(), value]);
+/// The rows of the machine table: area, item, value.
+type Rows = Vec<[String; 3]>;
 
-    row("kernel", "release", or_unread(r.kernel.release.as_deref()));
-    row(
+fn add_row(rows: &mut Rows, area: &str, item: &str, value: String) {
+    rows.push([area.into(), item.into(), value]);
+}
+
+fn print_human(r: &MachineReport) {
+    let mut rows: Rows = Vec::new();
+    kernel_rows(&mut rows, r);
+    hugetlb_rows(&mut rows, &r.hugetlb);
+    thp_rows(&mut rows, &r.thp);
+    feature_rows(&mut rows, &r.features);
+    perf_rows(&mut rows, &r.perf);
+    cpu_rows(&mut rows, &r.cpu);
+    glibc_rows(&mut rows, &r.glibc);
+    limits_rows(&mut rows, &r.limits);
+    copy_rows(&mut rows, r.copy.as_ref());
+    print_tables(r, rows);
+}
+
+/// The kernel release and who the probe ran as.
+fn kernel_rows(rows: &mut Rows, r: &MachineReport) {
+    add_row(
+        rows,
+        "kernel",
+        "release",
+        or_unread(r.kernel.release.as_deref()),
+    );
+    add_row(
+        rows,
         "kernel",
         "running as",
         if r.root {
@@ -120,8 +148,13 @@ fn print_human(r: &MachineReport) {
             "unprivileged user".into()
         },
     );
-    for pool in &r.hugetlb {
-        row(
+}
+
+/// One row per hugetlb pool.
+fn hugetlb_rows(rows: &mut Rows, pools: &[HugetlbPool]) {
+    for pool in pools {
+        add_row(
+            rows,
             "hugetlb",
             &format!("{} pages", bytes(pool.page_size_bytes)),
             format!(
@@ -133,22 +166,28 @@ fn print_human(r: &MachineReport) {
             ),
         );
     }
-    if r.hugetlb.is_empty() {
-        row(
+    if pools.is_empty() {
+        add_row(
+            rows,
             "hugetlb",
             "pools",
             "none found (kernel without hugetlbfs?)".into(),
         );
     }
-    let t = &r.thp;
-    row("THP", "enabled", or_unread(t.enabled.as_deref()));
-    row("THP", "defrag", or_unread(t.defrag.as_deref()));
-    row(
+}
+
+/// THP modes, the mTHP sizes in use and the per-process switch.
+fn thp_rows(rows: &mut Rows, t: &Thp) {
+    add_row(rows, "THP", "enabled", or_unread(t.enabled.as_deref()));
+    add_row(rows, "THP", "defrag", or_unread(t.defrag.as_deref()));
+    add_row(
+        rows,
         "THP",
         "shmem_enabled",
         or_unread(t.shmem_enabled.as_deref()),
     );
-    row(
+    add_row(
+        rows,
         "THP",
         "khugepaged max_ptes_none",
         or_unread(t.khugepaged_max_ptes_none),
@@ -165,7 +204,8 @@ fn print_human(r: &MachineReport) {
             )
         })
         .collect();
-    row(
+    add_row(
+        rows,
         "THP",
         "sizes enabled",
         if sizes.is_empty() {
@@ -174,40 +214,57 @@ fn print_human(r: &MachineReport) {
             sizes.join(", ")
         },
     );
-    row(
+    add_row(
+        rows,
         "THP",
         "disabled for this process",
         t.disabled_for_process
             .map_or("(not readable)".into(), |d| flag(d).to_owned()),
     );
+}
 
-    let f = &r.features;
-    row(
+/// The kernel features, tried for real.
+fn feature_rows(rows: &mut Rows, f: &Features) {
+    add_row(
+        rows,
         "feature",
         "MADV_POPULATE_WRITE",
         status(&f.madv_populate_write),
     );
-    row("feature", "MADV_COLLAPSE", status(&f.madv_collapse));
-    row("feature", "PAGEMAP_SCAN", status(&f.pagemap_scan));
-    row("feature", "PR_SET_VMA_ANON_NAME", status(&f.vma_anon_name));
+    add_row(rows, "feature", "MADV_COLLAPSE", status(&f.madv_collapse));
+    add_row(rows, "feature", "PAGEMAP_SCAN", status(&f.pagemap_scan));
+    add_row(
+        rows,
+        "feature",
+        "PR_SET_VMA_ANON_NAME",
+        status(&f.vma_anon_name),
+    );
     for p in &f.map_hugetlb {
-        row(
+        add_row(
+            rows,
             "feature",
             &format!("MAP_HUGETLB {}", bytes(p.page_size_bytes)),
             status(&p.result),
         );
     }
+}
 
-    row("perf", "perf_event_paranoid", or_unread(r.perf.paranoid));
-    row(
+/// perf access: paranoid level, tracefs, and each counter and tracepoint.
+fn perf_rows(rows: &mut Rows, p: &Perf) {
+    add_row(rows, "perf", "perf_event_paranoid", or_unread(p.paranoid));
+    add_row(
+        rows,
         "perf",
         "tracefs",
-        r.perf
-            .tracefs
-            .clone()
-            .unwrap_or_else(|| "not mounted".into()),
+        p.tracefs.clone().unwrap_or_else(|| "not mounted".into()),
     );
-    let c = &r.cpu;
+    probes(rows, "perf", &p.hardware);
+    probes(rows, "perf", &p.software);
+    probes(rows, "perf", &p.tracepoints);
+}
+
+/// The CPU: model, count, features, caches, NUMA nodes.
+fn cpu_rows(rows: &mut Rows, c: &Cpu) {
     let caches: Vec<String> = c
         .caches
         .iter()
@@ -220,17 +277,10 @@ fn print_human(r: &MachineReport) {
             )
         })
         .collect();
-    let glibc = &r.glibc;
-    let limits = &r.limits;
-    probes(&mut rows, "perf", &r.perf.hardware);
-    probes(&mut rows, "perf", &r.perf.software);
-    probes(&mut rows, "perf", &r.perf.tracepoints);
-
-    let mut row =
-        |area: &str, item: &str, value: String| rows.push([area.into(), item.into(), value]);
-    row("cpu", "model", or_unread(c.model.as_deref()));
-    row("cpu", "online CPUs", c.online_cpus.to_string());
-    row(
+    add_row(rows, "cpu", "model", or_unread(c.model.as_deref()));
+    add_row(rows, "cpu", "online CPUs", c.online_cpus.to_string());
+    add_row(
+        rows,
         "cpu",
         "features",
         format!(
@@ -242,8 +292,9 @@ fn print_human(r: &MachineReport) {
             flag(c.pdpe1gb)
         ),
     );
-    row("cpu", "caches", caches.join(", "));
-    row(
+    add_row(rows, "cpu", "caches", caches.join(", "));
+    add_row(
+        rows,
         "cpu",
         "NUMA nodes",
         if c.numa_nodes.is_empty() {
@@ -256,31 +307,44 @@ fn print_human(r: &MachineReport) {
                 .join(", ")
         },
     );
-    row(
+}
+
+/// glibc's version and thresholds.
+fn glibc_rows(rows: &mut Rows, glibc: &Glibc) {
+    add_row(
+        rows,
         "glibc",
         "version",
         glibc.version.clone().unwrap_or_else(|| "not glibc".into()),
     );
-    row(
+    add_row(
+        rows,
         "glibc",
         "malloc mmap threshold",
         or_unread(glibc.mmap_threshold_effective.as_deref()),
     );
-    row(
+    add_row(
+        rows,
         "glibc",
         "non-temporal copy threshold",
         glibc
             .non_temporal_threshold_bytes
             .map_or("(not readable)".into(), bytes),
     );
-    row(
+    add_row(
+        rows,
         "glibc",
         "rep movsb threshold",
         glibc
             .rep_movsb_threshold_bytes
             .map_or("(not readable)".into(), bytes),
     );
-    row(
+}
+
+/// Process limits and VM policy.
+fn limits_rows(rows: &mut Rows, limits: &Limits) {
+    add_row(
+        rows,
         "limits",
         "RLIMIT_MEMLOCK",
         match (limits.memlock_unlimited, limits.memlock_soft_bytes) {
@@ -289,7 +353,8 @@ fn print_human(r: &MachineReport) {
             _ => "(not readable)".into(),
         },
     );
-    row(
+    add_row(
+        rows,
         "limits",
         "overcommit_memory",
         limits
@@ -304,9 +369,10 @@ fn print_human(r: &MachineReport) {
                 format!("{m} ({meaning})")
             }),
     );
+}
 
-    copy_rows(&mut rows, r.copy.as_ref());
-
+/// Prints the machine table, then the advice and what could not be read.
+fn print_tables(r: &MachineReport, rows: Rows) {
     let mut machine = table(&["area", "item", "value"]);
     for [a, i, v] in rows {
         machine.add_row(vec![a, i, v]);

@@ -6,7 +6,10 @@
 //! so the command's own stdout stays untouched.
 
 use crate::format::{bytes, table};
-use pagewise::observe::{self, findings::count, StatOptions, StatReport, Target};
+use pagewise::observe::{
+    self, findings::count, ChurnSite, Counts, FaultKinds, Finding, Hardware, PageSizes, Site,
+    Skipped, StatOptions, StatReport, Syscalls, Target, TextFootprint,
+};
 use std::ffi::OsString;
 use std::fmt::Write as _;
 use std::io::Write as _;
@@ -135,6 +138,39 @@ fn opt(v: Option<u64>) -> String {
 
 fn human(r: &StatReport, notes: &[String]) -> String {
     let mut out = String::new();
+    write_heading(&mut out, r);
+    write_counts(&mut out, &r.counts);
+    if let Some(k) = &r.fault_kinds {
+        write_fault_kinds(&mut out, k);
+    }
+    if let Some(s) = &r.syscalls {
+        write_syscalls(&mut out, s);
+    }
+    if let Some(p) = &r.page_sizes {
+        write_page_sizes(&mut out, p);
+    }
+    if let Some(x) = &r.text {
+        write_hot_text(&mut out, x);
+    }
+    write_hardware(&mut out, &r.hardware);
+    write_findings(&mut out, &r.findings);
+    if let Some(sites) = &r.sites {
+        write_fault_sites(&mut out, sites);
+    }
+    if let Some(sites) = &r.mmap_sites {
+        write_churn_sites(&mut out, sites);
+    }
+    if !r.skipped.is_empty() {
+        write_skipped(&mut out, &r.skipped);
+    }
+    for n in notes {
+        let _ = writeln!(out, "\n{n}");
+    }
+    out
+}
+
+/// The first line: who was observed and how it ended.
+fn write_heading(out: &mut String, r: &StatReport) {
     let who = match &r.target.command {
         Some(cmd) => format!("{} (pid {})", cmd.join(" "), r.target.pid),
         None => format!("pid {}", r.target.pid),
@@ -152,8 +188,10 @@ fn human(r: &StatReport, notes: &[String]) -> String {
         ),
     };
     let _ = writeln!(out, "\npagewise stat: {who} {how}\n");
+}
 
-    let c = &r.counts;
+/// The counts table: times, faults, context switches, peak RSS.
+fn write_counts(out: &mut String, c: &Counts) {
     let mut t = table(&["counts", "value", "note"]);
     t.add_row(vec![
         "wall".into(),
@@ -204,117 +242,123 @@ fn human(r: &StatReport, notes: &[String]) -> String {
         t.add_row(vec!["peak RSS".into(), bytes(rss), "getrusage".into()]);
     }
     let _ = writeln!(out, "{t}");
+}
 
-    if let Some(k) = &r.fault_kinds {
-        let total = k.total().max(1) as f64;
-        let mut t = table(&["user-mode faults by kind", "faults", "share", "samples"]);
-        for (i, (name, n)) in [
-            ("write to absent page (first touch)", k.write_absent),
-            ("read of absent page", k.read_absent),
-            ("instruction fetch", k.fetch_absent),
-            ("protection / copy-on-write", k.protection),
-        ]
-        .into_iter()
-        .enumerate()
-        {
-            t.add_row(vec![
-                name.into(),
-                format!("~{}", count(n)),
-                format!("{:.1}%", n as f64 * 100.0 / total),
-                count(k.samples_by_kind[i]),
-            ]);
-        }
-        let _ = writeln!(
-            out,
-            "\n{t}\ntotal exact; split estimated from {} sampled faults",
-            count(k.samples)
-        );
-    }
-
-    if let Some(s) = &r.syscalls {
-        let mut t = table(&["call", "calls", "bytes", "lengths"]);
-        let hist = |h: &[observe::Bucket]| {
-            h.iter()
-                .map(|b| format!("{}–{}: {}", bytes(b.from), bytes(b.to), count(b.count)))
-                .collect::<Vec<_>>()
-                .join(", ")
-        };
+/// User-mode faults by kind, with the samples behind the split.
+fn write_fault_kinds(out: &mut String, k: &FaultKinds) {
+    let total = k.total().max(1) as f64;
+    let mut t = table(&["user-mode faults by kind", "faults", "share", "samples"]);
+    for (i, (name, n)) in [
+        ("write to absent page (first touch)", k.write_absent),
+        ("read of absent page", k.read_absent),
+        ("instruction fetch", k.fetch_absent),
+        ("protection / copy-on-write", k.protection),
+    ]
+    .into_iter()
+    .enumerate()
+    {
         t.add_row(vec![
-            "mmap".into(),
-            count(s.mmap.calls),
-            bytes(s.mmap.bytes),
-            hist(&s.mmap.histogram),
+            name.into(),
+            format!("~{}", count(n)),
+            format!("{:.1}%", n as f64 * 100.0 / total),
+            count(k.samples_by_kind[i]),
         ]);
-        t.add_row(vec![
-            "munmap".into(),
-            count(s.munmap.calls),
-            bytes(s.munmap.bytes),
-            hist(&s.munmap.histogram),
-        ]);
-        t.add_row(vec![
-            "brk".into(),
-            count(s.brk.calls),
-            "-".into(),
-            String::new(),
-        ]);
-        t.add_row(vec![
-            "madvise".into(),
-            count(s.madvise.calls),
-            bytes(s.madvise.bytes),
-            format!("MADV_HUGEPAGE: {}", bytes(s.madv_hugepage_bytes)),
-        ]);
-        let _ = writeln!(out, "\n{t}");
-        let _ = writeln!(
-            out,
-            "heap mappings unmapped again: {}; mapped beyond the live peak: {}",
-            count(s.heap_cycles),
-            bytes(s.heap_remapped_bytes)
-        );
     }
+    let _ = writeln!(
+        out,
+        "\n{t}\ntotal exact; split estimated from {} sampled faults",
+        count(k.samples)
+    );
+}
 
-    if let Some(p) = &r.page_sizes {
-        let mut t = table(&["page size (peak resident)", "bytes"]);
-        t.add_row(vec!["4 KiB".into(), bytes(p.peak_4k_bytes)]);
-        t.add_row(vec!["THP (2 MiB)".into(), bytes(p.peak_thp_bytes)]);
-        t.add_row(vec!["hugetlb".into(), bytes(p.peak_hugetlb_bytes)]);
-        t.add_row(vec!["all".into(), bytes(p.peak_total_bytes)]);
-        if p.peak_asked_huge_bytes > 0 {
-            t.add_row(vec![
-                "in MADV_HUGEPAGE ranges / on huge pages".into(),
-                format!(
-                    "{} / {}",
-                    bytes(p.peak_asked_huge_bytes),
-                    bytes(p.peak_asked_huge_granted_bytes)
-                ),
-            ]);
-        }
-        let _ = writeln!(
-            out,
-            "\n{t}\n{} snapshots of /proc/PID/smaps, every {} ms",
-            p.samples, p.interval_ms
-        );
+/// mmap, munmap, brk and madvise calls with their lengths.
+fn write_syscalls(out: &mut String, s: &Syscalls) {
+    let mut t = table(&["call", "calls", "bytes", "lengths"]);
+    let hist = |h: &[observe::Bucket]| {
+        h.iter()
+            .map(|b| format!("{}–{}: {}", bytes(b.from), bytes(b.to), count(b.count)))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    t.add_row(vec![
+        "mmap".into(),
+        count(s.mmap.calls),
+        bytes(s.mmap.bytes),
+        hist(&s.mmap.histogram),
+    ]);
+    t.add_row(vec![
+        "munmap".into(),
+        count(s.munmap.calls),
+        bytes(s.munmap.bytes),
+        hist(&s.munmap.histogram),
+    ]);
+    t.add_row(vec![
+        "brk".into(),
+        count(s.brk.calls),
+        "-".into(),
+        String::new(),
+    ]);
+    t.add_row(vec![
+        "madvise".into(),
+        count(s.madvise.calls),
+        bytes(s.madvise.bytes),
+        format!("MADV_HUGEPAGE: {}", bytes(s.madv_hugepage_bytes)),
+    ]);
+    let _ = writeln!(out, "\n{t}");
+    let _ = writeln!(
+        out,
+        "heap mappings unmapped again: {}; mapped beyond the live peak: {}",
+        count(s.heap_cycles),
+        bytes(s.heap_remapped_bytes)
+    );
+}
+
+/// Peak resident bytes by page size.
+fn write_page_sizes(out: &mut String, p: &PageSizes) {
+    let mut t = table(&["page size (peak resident)", "bytes"]);
+    t.add_row(vec!["4 KiB".into(), bytes(p.peak_4k_bytes)]);
+    t.add_row(vec!["THP (2 MiB)".into(), bytes(p.peak_thp_bytes)]);
+    t.add_row(vec!["hugetlb".into(), bytes(p.peak_hugetlb_bytes)]);
+    t.add_row(vec!["all".into(), bytes(p.peak_total_bytes)]);
+    if p.peak_asked_huge_bytes > 0 {
+        t.add_row(vec![
+            "in MADV_HUGEPAGE ranges / on huge pages".into(),
+            format!(
+                "{} / {}",
+                bytes(p.peak_asked_huge_bytes),
+                bytes(p.peak_asked_huge_granted_bytes)
+            ),
+        ]);
     }
+    let _ = writeln!(
+        out,
+        "\n{t}\n{} snapshots of /proc/PID/smaps, every {} ms",
+        p.samples, p.interval_ms
+    );
+}
 
-    if let Some(x) = &r.text {
-        let _ = writeln!(
-            out,
-            "\nhot text: {} user-mode samples at {} Hz; 4 KiB pages for 50/90/99% of samples: {}/{}/{}; \
-             2 MiB pages: {}/{}/{}; iTLB reach {} ({} x 4 KiB, {})",
-            count(x.samples),
-            x.frequency_hz,
-            x.pages_4k.p50,
-            x.pages_4k.p90,
-            x.pages_4k.p99,
-            x.pages_2m.p50,
-            x.pages_2m.p90,
-            x.pages_2m.p99,
-            bytes(x.itlb.reach_4k()),
-            x.itlb.entries_4k,
-            x.itlb.source
-        );
-    }
+/// The hot-text footprint against the iTLB.
+fn write_hot_text(out: &mut String, x: &TextFootprint) {
+    let _ = writeln!(
+        out,
+        "\nhot text: {} user-mode samples at {} Hz; 4 KiB pages for 50/90/99% of samples: {}/{}/{}; \
+         2 MiB pages: {}/{}/{}; iTLB reach {} ({} x 4 KiB, {})",
+        count(x.samples),
+        x.frequency_hz,
+        x.pages_4k.p50,
+        x.pages_4k.p90,
+        x.pages_4k.p99,
+        x.pages_2m.p50,
+        x.pages_2m.p90,
+        x.pages_2m.p99,
+        bytes(x.itlb.reach_4k()),
+        x.itlb.entries_4k,
+        x.itlb.source
+    );
+}
 
-    let h = &r.hardware;
+/// The hardware counters, or why there are none.
+fn write_hardware(out: &mut String, h: &Hardware) {
     if h.available {
         let _ = writeln!(
             out,
@@ -331,15 +375,18 @@ fn human(r: &StatReport, notes: &[String]) -> String {
             h.reason.as_deref().unwrap_or("unknown")
         );
     }
+}
 
-    if r.findings.is_empty() {
+/// The findings, most costly first.
+fn write_findings(out: &mut String, findings: &[Finding]) {
+    if findings.is_empty() {
         let _ = writeln!(
             out,
             "\nfindings: none above the thresholds (see docs/stat.md)"
         );
     } else {
         let _ = writeln!(out, "\nfindings (most costly first):");
-        for (i, f) in r.findings.iter().enumerate() {
+        for (i, f) in findings.iter().enumerate() {
             let _ = writeln!(
                 out,
                 "{}. {} [~{:.3} s]\n   evidence: {}\n   remedy: {}",
@@ -351,62 +398,67 @@ fn human(r: &StatReport, notes: &[String]) -> String {
             );
         }
     }
+}
 
-    let place = |file: &Option<String>, line: Option<u32>| match (file, line) {
+/// `file:line`, the file alone, or nothing.
+fn place(file: &Option<String>, line: Option<u32>) -> String {
+    match (file, line) {
         (Some(f), Some(l)) => format!("{f}:{l}"),
         (Some(f), None) => f.clone(),
         _ => String::new(),
-    };
-    if let Some(sites) = &r.sites {
-        let mut t = table(&["faults", "share", "site", "where", "via", "called from"]);
+    }
+}
+
+/// The fault sites table (`--sites`).
+fn write_fault_sites(out: &mut String, sites: &[Site]) {
+    let mut t = table(&["faults", "share", "site", "where", "via", "called from"]);
+    for s in sites {
+        t.add_row(vec![
+            count(s.faults),
+            format!("{:.1}%", s.share * 100.0),
+            s.function.clone(),
+            place(&s.file, s.line),
+            s.via.clone().unwrap_or_default(),
+            s.callers
+                .iter()
+                .take(4)
+                .map(|c| c.function.clone())
+                .collect::<Vec<_>>()
+                .join(" < "),
+        ]);
+    }
+    let _ = writeln!(
+        out,
+        "\nfault sites (first frame in the program's own code):\n{t}"
+    );
+}
+
+/// Heap mappings unmapped again, by site (`--sites`).
+fn write_churn_sites(out: &mut String, sites: &[ChurnSite]) {
+    if !sites.is_empty() {
+        let mut t = table(&["cycles", "bytes", "site", "where", "via", "sizes"]);
         for s in sites {
             t.add_row(vec![
-                count(s.faults),
-                format!("{:.1}%", s.share * 100.0),
+                count(s.cycles),
+                bytes(s.bytes),
                 s.function.clone(),
                 place(&s.file, s.line),
                 s.via.clone().unwrap_or_default(),
-                s.callers
+                s.sizes
                     .iter()
-                    .take(4)
-                    .map(|c| c.function.clone())
+                    .map(|&b| bytes(b))
                     .collect::<Vec<_>>()
-                    .join(" < "),
+                    .join(", "),
             ]);
         }
-        let _ = writeln!(
-            out,
-            "\nfault sites (first frame in the program's own code):\n{t}"
-        );
+        let _ = writeln!(out, "\nheap mappings unmapped again, by site:\n{t}");
     }
-    if let Some(sites) = &r.mmap_sites {
-        if !sites.is_empty() {
-            let mut t = table(&["cycles", "bytes", "site", "where", "via", "sizes"]);
-            for s in sites {
-                t.add_row(vec![
-                    count(s.cycles),
-                    bytes(s.bytes),
-                    s.function.clone(),
-                    place(&s.file, s.line),
-                    s.via.clone().unwrap_or_default(),
-                    s.sizes
-                        .iter()
-                        .map(|&b| bytes(b))
-                        .collect::<Vec<_>>()
-                        .join(", "),
-                ]);
-            }
-            let _ = writeln!(out, "\nheap mappings unmapped again, by site:\n{t}");
-        }
+}
+
+/// What could not be measured here, and why.
+fn write_skipped(out: &mut String, skipped: &[Skipped]) {
+    let _ = writeln!(out, "\nnot measured here:");
+    for s in skipped {
+        let _ = writeln!(out, "- {}: {}", s.what, s.why);
     }
-    if !r.skipped.is_empty() {
-        let _ = writeln!(out, "\nnot measured here:");
-        for s in &r.skipped {
-            let _ = writeln!(out, "- {}: {}", s.what, s.why);
-        }
-    }
-    for n in notes {
-        let _ = writeln!(out, "\n{n}");
-    }
-    out
 }

@@ -295,106 +295,26 @@ fn assemble(raw: Raw<'_>) -> StatReport {
         mut skipped,
         mut hardware,
     } = raw;
-    let wall_s = wall.as_secs_f64();
     let get = |c: Count| values.get(&c).copied();
-    // Counts: perf when it counted every mode, else getrusage / /proc.
-    let perf_faults = !user_only && get(Count::Minor).is_some() && get(Count::Major).is_some();
-    let (minor, major, source) = if perf_faults {
-        (
-            get(Count::Minor).unwrap_or(0),
-            get(Count::Major).unwrap_or(0),
-            "perf",
-        )
-    } else {
-        fallback_faults
-    };
     let kind_total = collector.as_ref().and_then(|c| c.kind_total);
-    let user_mode_faults = if user_only {
-        get(Count::Faults)
-    } else {
-        get(Count::KernelFaults)
-            .map(|k| (minor + major).saturating_sub(k))
-            .or(kind_total)
-    };
-    let syscall_faults = get(Count::KernelFaults)
-        .or_else(|| user_mode_faults.map(|u| (minor + major).saturating_sub(u)));
-    let context_switches = match get(Count::Switches) {
-        Some(n) if !user_only => n,
-        _ => fallback_switches,
-    };
-    let counts = Counts {
-        wall_s,
-        user_s,
-        sys_s,
-        minor_faults: minor,
-        major_faults: major,
-        faults_per_s: if wall_s > 0.0 {
-            (minor + major) as f64 / wall_s
-        } else {
-            0.0
+    let counts = counts(
+        &values,
+        user_only,
+        kind_total,
+        CountsFallback {
+            wall,
+            user_s,
+            sys_s,
+            faults: fallback_faults,
+            switches: fallback_switches,
+            rusage,
         },
-        context_switches,
-        user_mode_faults,
-        syscall_faults,
-        max_rss_bytes: rusage.map(|r| r.max_rss_bytes),
-        fault_source: source.to_owned(),
-        rusage_minor_faults: rusage.map(|r| r.minor_faults),
-        rusage_major_faults: rusage.map(|r| r.major_faults),
-    };
-    // Kinds: the sampled shares, scaled to the exact count of user-mode faults.
-    let fault_kinds = collector.as_ref().and_then(|c| {
-        let total = user_mode_faults.or(c.kind_total)?;
-        c.kind_total?;
-        let weight: u64 = c.kind_weights.iter().sum();
-        if weight == 0 {
-            return (total == 0).then(FaultKinds::default);
-        }
-        let share = |k: usize| (c.kind_weights[k] as u128 * total as u128 / weight as u128) as u64;
-        let (write_absent, fetch_absent, protection) = (share(0), share(2), share(3));
-        Some(FaultKinds {
-            write_absent,
-            fetch_absent,
-            protection,
-            read_absent: total.saturating_sub(write_absent + fetch_absent + protection),
-            samples: c.kind_samples.iter().sum(),
-            samples_by_kind: c.kind_samples,
-        })
-    });
-    if hardware.available && get(Count::Cycles) == Some(0) {
-        hardware.available = false;
-        hardware.reason =
-            Some("the cycles counter opened but counted nothing (no PMU behind it)".into());
-    }
-    if hardware.available {
-        hardware.cycles = get(Count::Cycles);
-        hardware.instructions = get(Count::Instructions);
-        hardware.dtlb_misses = get(Count::DtlbMisses);
-        hardware.itlb_misses = get(Count::ItlbMisses);
-    }
-    let page_sizes = if pages.samples > 0 {
-        Some(PageSizes {
-            samples: pages.samples,
-            interval_ms: options.interval.as_millis() as u64,
-            peak_4k_bytes: pages.peak.base_bytes,
-            peak_thp_bytes: pages.peak.thp_bytes,
-            peak_hugetlb_bytes: pages.peak.hugetlb_bytes,
-            peak_total_bytes: pages.peak_total,
-            peak_asked_huge_bytes: pages.peak.asked_huge_bytes,
-            peak_asked_huge_granted_bytes: pages.peak.asked_huge_granted_bytes,
-            top_mappings: pages.top_mappings.clone(),
-        })
-    } else {
-        skipped.push(Skipped {
-            what: "page sizes".to_owned(),
-            why: pages.error.clone().unwrap_or_else(|| {
-                format!(
-                    "the program ended before the first /proc/PID/smaps snapshot (every {} ms)",
-                    options.interval.as_millis()
-                )
-            }),
-        });
-        None
-    };
+    );
+    let fault_kinds = collector
+        .as_ref()
+        .and_then(|c| fault_kinds(c, counts.user_mode_faults));
+    read_hardware(&mut hardware, get);
+    let page_sizes = page_sizes(&pages, options.interval, &mut skipped);
     let mut report = StatReport {
         schema: STAT_SCHEMA,
         target,
@@ -412,95 +332,9 @@ fn assemble(raw: Raw<'_>) -> StatReport {
         lost_records: 0,
         folded_fault_stacks: vec![],
     };
-    let mut top_churn = None;
-    let mut top_major = None;
-    let mut major_files: Vec<(String, u64)> = vec![];
-    if let Some(mut c) = collector {
-        for (pid, entries) in &pages.exec_maps {
-            c.spaces.add_maps(*pid, entries);
-        }
-        report.lost_records = c.lost;
-        if c.malformed > 0 {
-            skipped.push(Skipped {
-                what: format!("{} records", findings::count(c.malformed)),
-                why: "they did not decode (truncated or of an unexpected layout)".to_owned(),
-            });
-        }
-        if c.lost > 0 {
-            skipped.push(Skipped {
-                what: format!("{} sampled records", findings::count(c.lost)),
-                why: "the kernel dropped them because a ring buffer was full; sites and \
-                      call counts are a lower bound"
-                    .to_owned(),
-            });
-        }
-        let info = crate::sys::tlb::tlb_info();
-        let itlb = hot_text::itlb(&info);
-        let samples: u64 = c.text_pages.values().sum();
-        let (p4, p2, beyond) = hot_text::footprint(&c.text_pages, itlb.entries_4k);
-        let mut objects: HashMap<String, u64> = HashMap::new();
-        for (&(pid, page), &n) in &c.text_pages {
-            let name = c
-                .spaces
-                .lookup(pid, page << 12)
-                .map_or_else(|| "[unknown]".to_owned(), |m| m.name.clone());
-            *objects.entry(name).or_default() += n;
-        }
-        let mut objects: Vec<(String, u64)> = objects.into_iter().collect();
-        objects.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
-        objects.truncate(5);
-        report.text = Some(TextFootprint {
-            samples,
-            frequency_hz: 1_000_000_000 / session::CLOCK_PERIOD_NS,
-            pages_4k: p4,
-            pages_2m: p2,
-            itlb,
-            beyond_reach_share: beyond,
-            objects,
-        });
-        let mut sym = Symbolizer::new(&c.spaces);
-        // Symbolize only what the report shows or a finding names: loading debug
-        // info is the slowest part of the report.
-        if syscalls_open {
-            let analysis = churn::analyse(&mut c.calls);
-            if options.sites || findings::heap_churn_possible(&analysis.stats) {
-                let churn_sites =
-                    sites::churn_sites(&mut sym, &c.stacks, &analysis.by_stack, options.site_limit);
-                top_churn = churn_sites.first().cloned();
-                if options.sites {
-                    report.mmap_sites = Some(churn_sites);
-                }
-            }
-            report.syscalls = Some(analysis.stats);
-        }
-        if !c.major_stacks.is_empty()
-            && (options.sites || report.counts.major_faults >= findings::FILE_FAULTS_MIN_MAJORS)
-        {
-            top_major = sites::fault_sites(&mut sym, &c.stacks, &c.major_stacks, 1)
-                .into_iter()
-                .next();
-        }
-        major_files = c.major_files.clone().into_iter().collect();
-        major_files.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
-        if options.sites {
-            report.sites = Some(sites::fault_sites(
-                &mut sym,
-                &c.stacks,
-                &c.fault_stacks,
-                options.site_limit,
-            ));
-            report.folded_fault_stacks =
-                sites::folded(&mut sym, &c.stacks, &c.fault_stacks, &c.names);
-        }
-        let mut problems = sym.problems.clone();
-        problems.sort();
-        problems.dedup();
-        for p in problems.into_iter().take(5) {
-            skipped.push(Skipped {
-                what: "symbols".to_owned(),
-                why: p,
-            });
-        }
+    let mut top = TopSites::default();
+    if let Some(c) = collector {
+        top = from_samples(c, &pages, options, syscalls_open, &mut report, &mut skipped);
     } else if options.sites {
         skipped.push(Skipped {
             what: "fault sites".to_owned(),
@@ -515,14 +349,269 @@ fn assemble(raw: Raw<'_>) -> StatReport {
         text: report.text.as_ref(),
         hardware: &report.hardware,
         top_fault_site: report.sites.as_ref().and_then(|s| s.first()),
-        top_churn_site: top_churn.as_ref(),
-        top_major_site: top_major.as_ref(),
-        major_files: &major_files,
+        top_churn_site: top.churn.as_ref(),
+        top_major_site: top.major.as_ref(),
+        major_files: &top.major_files,
         swap_active: swap_active(),
     };
     report.findings = findings::findings(&evidence);
     report.skipped = skipped;
     report
+}
+
+/// What the counts fall back to where perf could not count: `getrusage` or
+/// `/proc/PID/stat`, and the times measured around the run.
+struct CountsFallback {
+    wall: Duration,
+    user_s: f64,
+    sys_s: f64,
+    /// Minor and major faults, and where they come from.
+    faults: (u64, u64, &'static str),
+    switches: u64,
+    rusage: Option<Rusage>,
+}
+
+/// The counts: perf's when it counted every mode, else the fallback's.
+/// User-mode faults come from the counters, else from the fault-kind events'
+/// exact total (`kind_total`).
+fn counts(
+    values: &HashMap<Count, u64>,
+    user_only: bool,
+    kind_total: Option<u64>,
+    fallback: CountsFallback,
+) -> Counts {
+    let get = |c: Count| values.get(&c).copied();
+    let wall_s = fallback.wall.as_secs_f64();
+    let perf_faults = !user_only && get(Count::Minor).is_some() && get(Count::Major).is_some();
+    let (minor, major, source) = if perf_faults {
+        (
+            get(Count::Minor).unwrap_or(0),
+            get(Count::Major).unwrap_or(0),
+            "perf",
+        )
+    } else {
+        fallback.faults
+    };
+    let user_mode_faults = if user_only {
+        get(Count::Faults)
+    } else {
+        get(Count::KernelFaults)
+            .map(|k| (minor + major).saturating_sub(k))
+            .or(kind_total)
+    };
+    let syscall_faults = get(Count::KernelFaults)
+        .or_else(|| user_mode_faults.map(|u| (minor + major).saturating_sub(u)));
+    let context_switches = match get(Count::Switches) {
+        Some(n) if !user_only => n,
+        _ => fallback.switches,
+    };
+    let rusage = fallback.rusage;
+    Counts {
+        wall_s,
+        user_s: fallback.user_s,
+        sys_s: fallback.sys_s,
+        minor_faults: minor,
+        major_faults: major,
+        faults_per_s: if wall_s > 0.0 {
+            (minor + major) as f64 / wall_s
+        } else {
+            0.0
+        },
+        context_switches,
+        user_mode_faults,
+        syscall_faults,
+        max_rss_bytes: rusage.map(|r| r.max_rss_bytes),
+        fault_source: source.to_owned(),
+        rusage_minor_faults: rusage.map(|r| r.minor_faults),
+        rusage_major_faults: rusage.map(|r| r.major_faults),
+    }
+}
+
+/// The fault kinds: the sampled shares, scaled to the exact count of
+/// user-mode faults. `None` when the fault-kind events did not count.
+fn fault_kinds(c: &Collector, user_mode_faults: Option<u64>) -> Option<FaultKinds> {
+    let total = user_mode_faults.or(c.kind_total)?;
+    c.kind_total?;
+    let weight: u64 = c.kind_weights.iter().sum();
+    if weight == 0 {
+        return (total == 0).then(FaultKinds::default);
+    }
+    let share = |k: usize| (c.kind_weights[k] as u128 * total as u128 / weight as u128) as u64;
+    let (write_absent, fetch_absent, protection) = (share(0), share(2), share(3));
+    Some(FaultKinds {
+        write_absent,
+        fetch_absent,
+        protection,
+        read_absent: total.saturating_sub(write_absent + fetch_absent + protection),
+        samples: c.kind_samples.iter().sum(),
+        samples_by_kind: c.kind_samples,
+    })
+}
+
+/// Fills the hardware counts, or marks them unavailable when the cycles
+/// counter opened but counted nothing (no PMU behind it).
+fn read_hardware(hardware: &mut Hardware, get: impl Fn(Count) -> Option<u64>) {
+    if hardware.available && get(Count::Cycles) == Some(0) {
+        hardware.available = false;
+        hardware.reason =
+            Some("the cycles counter opened but counted nothing (no PMU behind it)".into());
+    }
+    if hardware.available {
+        hardware.cycles = get(Count::Cycles);
+        hardware.instructions = get(Count::Instructions);
+        hardware.dtlb_misses = get(Count::DtlbMisses);
+        hardware.itlb_misses = get(Count::ItlbMisses);
+    }
+}
+
+/// The peak resident bytes by page size, or why there are none (in `skipped`).
+fn page_sizes(
+    pages: &PageSamples,
+    interval: Duration,
+    skipped: &mut Vec<Skipped>,
+) -> Option<PageSizes> {
+    if pages.samples > 0 {
+        return Some(PageSizes {
+            samples: pages.samples,
+            interval_ms: interval.as_millis() as u64,
+            peak_4k_bytes: pages.peak.base_bytes,
+            peak_thp_bytes: pages.peak.thp_bytes,
+            peak_hugetlb_bytes: pages.peak.hugetlb_bytes,
+            peak_total_bytes: pages.peak_total,
+            peak_asked_huge_bytes: pages.peak.asked_huge_bytes,
+            peak_asked_huge_granted_bytes: pages.peak.asked_huge_granted_bytes,
+            top_mappings: pages.top_mappings.clone(),
+        });
+    }
+    skipped.push(Skipped {
+        what: "page sizes".to_owned(),
+        why: pages.error.clone().unwrap_or_else(|| {
+            format!(
+                "the program ended before the first /proc/PID/smaps snapshot (every {} ms)",
+                interval.as_millis()
+            )
+        }),
+    });
+    None
+}
+
+/// The sites and files a finding may name, found while reading the samples.
+#[derive(Default)]
+struct TopSites {
+    churn: Option<ChurnSite>,
+    major: Option<Site>,
+    /// Sampled major faults by file, most first.
+    major_files: Vec<(String, u64)>,
+}
+
+/// Fills the report's sampled parts (hot text, system calls, sites, lost
+/// records) from the collector, noting what could not be read in `skipped`.
+fn from_samples(
+    mut c: Collector,
+    pages: &PageSamples,
+    options: &StatOptions,
+    syscalls_open: bool,
+    report: &mut StatReport,
+    skipped: &mut Vec<Skipped>,
+) -> TopSites {
+    for (pid, entries) in &pages.exec_maps {
+        c.spaces.add_maps(*pid, entries);
+    }
+    report.lost_records = c.lost;
+    skip_lost_and_malformed(&c, skipped);
+    report.text = Some(text_footprint(&c));
+    let mut top = TopSites::default();
+    let mut sym = Symbolizer::new(&c.spaces);
+    // Symbolize only what the report shows or a finding names: loading debug
+    // info is the slowest part of the report.
+    if syscalls_open {
+        let analysis = churn::analyse(&mut c.calls);
+        if options.sites || findings::heap_churn_possible(&analysis.stats) {
+            let churn_sites =
+                sites::churn_sites(&mut sym, &c.stacks, &analysis.by_stack, options.site_limit);
+            top.churn = churn_sites.first().cloned();
+            if options.sites {
+                report.mmap_sites = Some(churn_sites);
+            }
+        }
+        report.syscalls = Some(analysis.stats);
+    }
+    if !c.major_stacks.is_empty()
+        && (options.sites || report.counts.major_faults >= findings::FILE_FAULTS_MIN_MAJORS)
+    {
+        top.major = sites::fault_sites(&mut sym, &c.stacks, &c.major_stacks, 1)
+            .into_iter()
+            .next();
+    }
+    top.major_files = c.major_files.clone().into_iter().collect();
+    top.major_files
+        .sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+    if options.sites {
+        report.sites = Some(sites::fault_sites(
+            &mut sym,
+            &c.stacks,
+            &c.fault_stacks,
+            options.site_limit,
+        ));
+        report.folded_fault_stacks = sites::folded(&mut sym, &c.stacks, &c.fault_stacks, &c.names);
+    }
+    let mut problems = sym.problems.clone();
+    problems.sort();
+    problems.dedup();
+    for p in problems.into_iter().take(5) {
+        skipped.push(Skipped {
+            what: "symbols".to_owned(),
+            why: p,
+        });
+    }
+    top
+}
+
+/// Notes records that did not decode and records the kernel dropped.
+fn skip_lost_and_malformed(c: &Collector, skipped: &mut Vec<Skipped>) {
+    if c.malformed > 0 {
+        skipped.push(Skipped {
+            what: format!("{} records", findings::count(c.malformed)),
+            why: "they did not decode (truncated or of an unexpected layout)".to_owned(),
+        });
+    }
+    if c.lost > 0 {
+        skipped.push(Skipped {
+            what: format!("{} sampled records", findings::count(c.lost)),
+            why: "the kernel dropped them because a ring buffer was full; sites and \
+                  call counts are a lower bound"
+                .to_owned(),
+        });
+    }
+}
+
+/// The hot-text footprint of the `cpu-clock` samples against the iTLB, with
+/// the five objects that hold the most samples.
+fn text_footprint(c: &Collector) -> TextFootprint {
+    let info = crate::sys::tlb::tlb_info();
+    let itlb = hot_text::itlb(&info);
+    let samples: u64 = c.text_pages.values().sum();
+    let (p4, p2, beyond) = hot_text::footprint(&c.text_pages, itlb.entries_4k);
+    let mut objects: HashMap<String, u64> = HashMap::new();
+    for (&(pid, page), &n) in &c.text_pages {
+        let name = c
+            .spaces
+            .lookup(pid, page << 12)
+            .map_or_else(|| "[unknown]".to_owned(), |m| m.name.clone());
+        *objects.entry(name).or_default() += n;
+    }
+    let mut objects: Vec<(String, u64)> = objects.into_iter().collect();
+    objects.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+    objects.truncate(5);
+    TextFootprint {
+        samples,
+        frequency_hz: 1_000_000_000 / session::CLOCK_PERIOD_NS,
+        pages_4k: p4,
+        pages_2m: p2,
+        itlb,
+        beyond_reach_share: beyond,
+        objects,
+    }
 }
 
 /// A counter of the calling thread's page faults (the `page-faults` software

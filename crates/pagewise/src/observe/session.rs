@@ -405,18 +405,36 @@ pub fn open_sampling(
         Ok(owner) => owner,
         Err(e) => return fail_sampling(env, &e, skipped),
     };
-    let mut kinds: Vec<(Sampled, (EventType, u64), &str)> = vec![(
-        Sampled::MajorFaults,
-        (EventType::Software, perf::SW_PAGE_FAULTS_MAJ),
-        "major fault sites",
-    )];
-    if plan.sites {
-        kinds.push((
-            Sampled::Faults,
-            (EventType::Software, perf::SW_PAGE_FAULTS),
-            "fault sites",
-        ));
+    let tps = syscall_tracepoints(env, skipped);
+    // The fault kinds need the error code's place in the record.
+    let kind_tp = fault_kind_tracepoint(env, &mut s.fields, skipped)
+        .filter(|_| s.fields.error_code.is_some());
+    set_syscall_fields(&mut s.fields, &tps);
+    let groups = sampled_groups(plan, kind_tp, &tps);
+    let flags = (user_only, lead.read_lost);
+    for (group, what) in groups {
+        match open_group(&group, &owner, plan, flags, fault_pages, &s.events) {
+            Ok(opened) => s.add(opened),
+            Err(e) => {
+                if what.starts_with("mmap") {
+                    s.fields = TpFields {
+                        error_code: s.fields.error_code,
+                        ..TpFields::default()
+                    };
+                }
+                skipped.push(Skipped {
+                    what: what.to_owned(),
+                    why: env.explain(&e),
+                });
+            }
+        }
     }
+    Some(s)
+}
+
+/// The `syscalls` tracepoints of the mmap family, all or none: a partial set
+/// would miscount. Why they cannot be used goes to `skipped`.
+fn syscall_tracepoints(env: &Env, skipped: &mut Vec<Skipped>) -> Vec<(Sampled, Tracepoint)> {
     let syscalls = [
         (Sampled::EnterMmap, "sys_enter_mmap"),
         (Sampled::ExitMmap, "sys_exit_mmap"),
@@ -441,47 +459,81 @@ pub fn open_sampling(
         });
         tps.clear();
     }
-    let mut kind_tp = None;
+    tps
+}
+
+/// The id of `exceptions:page_fault_user`, with its `error_code` field put
+/// in `fields`; why it cannot be used goes to `skipped`.
+fn fault_kind_tracepoint(
+    env: &Env,
+    fields: &mut TpFields,
+    skipped: &mut Vec<Skipped>,
+) -> Option<u64> {
     match tracepoint(env, "exceptions", "page_fault_user") {
         Ok(tp) => {
-            s.fields.error_code = tp.fields.get("error_code").copied();
-            kind_tp = Some(tp.id);
+            fields.error_code = tp.fields.get("error_code").copied();
+            Some(tp.id)
         }
-        Err(why) => skipped.push(Skipped {
-            what: "fault kinds (exceptions:page_fault_user)".to_owned(),
-            why,
-        }),
+        Err(why) => {
+            skipped.push(Skipped {
+                what: "fault kinds (exceptions:page_fault_user)".to_owned(),
+                why,
+            });
+            None
+        }
     }
+}
+
+/// Puts the argument fields of the system-call tracepoints in `fields`.
+fn set_syscall_fields(fields: &mut TpFields, tps: &[(Sampled, Tracepoint)]) {
     let f = |tp: &Tracepoint, name: &str| tp.fields.get(name).copied();
-    for (kind, tp) in &tps {
+    for (kind, tp) in tps {
         match kind {
             Sampled::EnterMmap => {
                 if let (Some(a), Some(b), Some(c)) = (f(tp, "len"), f(tp, "prot"), f(tp, "flags")) {
-                    s.fields.mmap = Some((a, b, c));
+                    fields.mmap = Some((a, b, c));
                 }
             }
-            Sampled::ExitMmap => s.fields.mmap_ret = f(tp, "ret"),
+            Sampled::ExitMmap => fields.mmap_ret = f(tp, "ret"),
             Sampled::EnterMunmap => {
                 if let (Some(a), Some(b)) = (f(tp, "addr"), f(tp, "len")) {
-                    s.fields.munmap = Some((a, b));
+                    fields.munmap = Some((a, b));
                 }
             }
             Sampled::EnterMadvise => {
                 if let (Some(a), Some(b)) = (f(tp, "len_in"), f(tp, "behavior")) {
-                    s.fields.madvise = Some((a, b));
+                    fields.madvise = Some((a, b));
                 }
             }
             _ => {}
         }
     }
-    // Each group opens on every CPU and task, or not at all: a partial set would
-    // miscount. Fault samples get rings of their own, so that a flood of them
-    // never crowds out the calls, clock samples and mappings.
-    let mut groups: Vec<Group<'_>> = kinds
-        .into_iter()
-        .map(|(k, c, what)| (vec![(k, c)], what))
-        .collect();
-    if let (Some(id), Some(_)) = (kind_tp, s.fields.error_code) {
+}
+
+/// The sampled events beside the clock leaders, in groups that open on every
+/// CPU and task or not at all (a partial set would miscount): major faults,
+/// every fault with `--sites`, the fault kinds when `error_code` is known, and
+/// the system calls. Fault samples get rings of their own, so that a flood of
+/// them never crowds out the calls, clock samples and mappings.
+fn sampled_groups(
+    plan: &Plan,
+    kind_tp: Option<u64>,
+    tps: &[(Sampled, Tracepoint)],
+) -> Vec<Group<'static>> {
+    let mut groups: Vec<Group<'static>> = vec![(
+        vec![(
+            Sampled::MajorFaults,
+            (EventType::Software, perf::SW_PAGE_FAULTS_MAJ),
+        )],
+        "major fault sites",
+    )];
+    if plan.sites {
+        groups.push((
+            vec![(Sampled::Faults, (EventType::Software, perf::SW_PAGE_FAULTS))],
+            "fault sites",
+        ));
+    }
+    if let Some(id) = kind_tp {
         groups.push((
             vec![(Sampled::FaultKinds, (EventType::Tracepoint, id))],
             "fault kinds (exceptions:page_fault_user)",
@@ -495,36 +547,7 @@ pub fn open_sampling(
             "mmap, munmap, brk and madvise calls (syscalls tracepoints)",
         ));
     }
-    for (group, what) in groups {
-        let flags = (user_only, lead.read_lost);
-        match open_group(&group, &owner, plan, flags, fault_pages, &s.events) {
-            Ok(opened) => {
-                for (kind, sample_type, ev, ring) in opened {
-                    if let Ok(id) = ev.id() {
-                        s.ids.insert(id, (kind, sample_type));
-                    }
-                    if let Some(ring) = ring {
-                        s.rings.push(ring);
-                        s.leaders.push(s.events.len());
-                    }
-                    s.events.push(ev);
-                }
-            }
-            Err(e) => {
-                if what.starts_with("mmap") {
-                    s.fields = TpFields {
-                        error_code: s.fields.error_code,
-                        ..TpFields::default()
-                    };
-                }
-                skipped.push(Skipped {
-                    what: what.to_owned(),
-                    why: env.explain(&e),
-                });
-            }
-        }
-    }
-    Some(s)
+    groups
 }
 
 /// Maps the ring buffer of `event` with `pages` data pages, halving them
@@ -657,6 +680,20 @@ fn fail_sampling(env: &Env, e: &SysError, skipped: &mut Vec<Skipped>) -> Option<
 }
 
 impl Sampling {
+    /// Takes in the events of a group that opened.
+    fn add(&mut self, opened: Vec<Opened>) {
+        for (kind, sample_type, ev, ring) in opened {
+            if let Ok(id) = ev.id() {
+                self.ids.insert(id, (kind, sample_type));
+            }
+            if let Some(ring) = ring {
+                self.rings.push(ring);
+                self.leaders.push(self.events.len());
+            }
+            self.events.push(ev);
+        }
+    }
+
     fn empty() -> Sampling {
         Sampling {
             events: vec![],

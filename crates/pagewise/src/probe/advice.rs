@@ -2,6 +2,8 @@
 //! exact command that lifts it where one exists.
 
 use super::{MachineReport, ProbeStatus};
+use crate::host::hugetlb::HugetlbPool;
+use crate::host::thp::Thp;
 use serde::Serialize;
 
 /// One finding that limits a pagewise capability.
@@ -29,18 +31,26 @@ const ONE_GIB: u64 = 1 << 30;
 /// Computes the advice for a report. Pure; order is most important first.
 pub fn advise(report: &MachineReport) -> Vec<Advice> {
     let mut out = Vec::new();
-    let thp = &report.thp;
+    thp_advice(&mut out, &report.thp);
+    pool_advice(&mut out, &report.hugetlb);
+    feature_advice(&mut out, report);
+    perf_advice(&mut out, report);
+    limits_advice(&mut out, report);
+    out
+}
 
+/// THP switched off system-wide, defrag never, or disabled for this process.
+fn thp_advice(out: &mut Vec<Advice>, thp: &Thp) {
     if thp.enabled.as_deref() == Some("never") {
         push(
-            &mut out,
+            out,
             "regions",
             "transparent huge pages are off (enabled = never): regions, buffers and huge text fall back to 4 KiB pages unless a hugetlb pool has room".into(),
             Some("echo madvise > /sys/kernel/mm/transparent_hugepage/enabled".into()),
         );
     } else if thp.defrag.as_deref() == Some("never") {
         push(
-            &mut out,
+            out,
             "regions",
             "THP defrag is never: MADV_HUGEPAGE regions get 4 KiB pages whenever memory is fragmented".into(),
             Some("echo defer+madvise > /sys/kernel/mm/transparent_hugepage/defrag".into()),
@@ -48,23 +58,26 @@ pub fn advise(report: &MachineReport) -> Vec<Advice> {
     }
     if thp.disabled_for_process == Some(true) {
         push(
-            &mut out,
+            out,
             "regions",
             "THP is disabled for this process (PR_SET_THP_DISABLE, inherited from its parent): huge pages only from hugetlb".into(),
             None,
         );
     }
+}
 
-    if let Some(pool) = report.hugetlb.iter().find(|p| p.page_size_bytes == TWO_MIB) {
+/// Empty or full 2 MiB pools, and no 1 GiB pool.
+fn pool_advice(out: &mut Vec<Advice>, pools: &[HugetlbPool]) {
+    if let Some(pool) = pools.iter().find(|p| p.page_size_bytes == TWO_MIB) {
         match (pool.total, pool.available()) {
             (Some(0), _) => push(
-                &mut out,
+                out,
                 "regions",
                 "no 2 MiB hugetlb pages are reserved: regions and huge text use THP, which the kernel may not grant".into(),
                 Some("sysctl vm.nr_hugepages=512".into()),
             ),
             (Some(total), Some(0)) => push(
-                &mut out,
+                out,
                 "regions",
                 format!("all {total} reserved 2 MiB hugetlb pages are in use"),
                 Some(format!("sysctl vm.nr_hugepages={}", total + 512)),
@@ -72,20 +85,23 @@ pub fn advise(report: &MachineReport) -> Vec<Advice> {
             _ => {}
         }
     }
-    if let Some(pool) = report.hugetlb.iter().find(|p| p.page_size_bytes == ONE_GIB) {
+    if let Some(pool) = pools.iter().find(|p| p.page_size_bytes == ONE_GIB) {
         if pool.total == Some(0) {
             push(
-                &mut out,
+                out,
                 "regions",
                 "no 1 GiB hugetlb pages are reserved: regions of 1 GiB and more use 2 MiB pages (at boot: hugepagesz=1G hugepages=N)".into(),
                 Some("echo 2 > /sys/kernel/mm/hugepages/hugepages-1048576kB/nr_hugepages".into()),
             );
         }
     }
+}
 
+/// Kernel features regions and huge text fall back without.
+fn feature_advice(out: &mut Vec<Advice>, report: &MachineReport) {
     if report.features.madv_populate_write.status == ProbeStatus::Unavailable {
         push(
-            &mut out,
+            out,
             "regions",
             "MADV_POPULATE_WRITE is missing (kernel before 5.14): eager regions populate with a slower touch loop".into(),
             None,
@@ -93,16 +109,19 @@ pub fn advise(report: &MachineReport) -> Vec<Advice> {
     }
     if report.features.vma_anon_name.status == ProbeStatus::Unavailable {
         push(
-            &mut out,
+            out,
             "huge-text",
             "anonymous VMA names are missing (CONFIG_ANON_VMA_NAME): moved text shows as plain anonymous memory in /proc/PID/maps".into(),
             None,
         );
     }
+}
 
+/// What keeps `stat` from counting or tracing.
+fn perf_advice(out: &mut Vec<Advice>, report: &MachineReport) {
     match &report.perf.tracefs {
         None => push(
-            &mut out,
+            out,
             "stat",
             "tracefs is not mounted: stat cannot classify faults by kind or count mmap/munmap calls".into(),
             Some("mount -t tracefs nodev /sys/kernel/tracing".into()),
@@ -115,7 +134,7 @@ pub fn advise(report: &MachineReport) -> Vec<Advice> {
                 .any(|t| t.result.status == ProbeStatus::Unavailable || t.result.status == ProbeStatus::NotTried);
             if blocked && !report.root {
                 push(
-                    &mut out,
+                    out,
                     "stat",
                     "tracepoints cannot be opened without privilege: run stat as root, or allow it".into(),
                     Some("sysctl kernel.perf_event_paranoid=-1".into()),
@@ -131,7 +150,7 @@ pub fn advise(report: &MachineReport) -> Vec<Advice> {
             .any(|s| s.result.status == ProbeStatus::Unavailable);
         if level > 2 || (software_blocked && !report.root) {
             push(
-                &mut out,
+                out,
                 "stat",
                 format!("perf_event_paranoid is {level}: software events such as page-faults cannot be counted"),
                 Some("sysctl kernel.perf_event_paranoid=2".into()),
@@ -145,16 +164,19 @@ pub fn advise(report: &MachineReport) -> Vec<Advice> {
             .all(|h| h.result.status != ProbeStatus::Works)
     {
         push(
-            &mut out,
+            out,
             "stat",
             "no hardware counters (cycles, TLB misses) here: stat reports faults, time and sampled footprints, not TLB misses; a VM needs its hypervisor to expose the PMU".into(),
             None,
         );
     }
+}
 
+/// Overcommit policy and the memlock limit.
+fn limits_advice(out: &mut Vec<Advice>, report: &MachineReport) {
     if report.limits.overcommit_memory == Some(2) {
         push(
-            &mut out,
+            out,
             "buffer",
             "overcommit_memory is 2 (strict): reserving address space for large buffers and queues may fail".into(),
             Some("sysctl vm.overcommit_memory=0".into()),
@@ -163,7 +185,7 @@ pub fn advise(report: &MachineReport) -> Vec<Advice> {
     if let Some(soft) = report.limits.memlock_soft_bytes {
         if !report.root && soft < 64 << 20 {
             push(
-                &mut out,
+                out,
                 "regions",
                 format!(
                     "RLIMIT_MEMLOCK is {} KiB: locked regions larger than that fail",
@@ -173,5 +195,4 @@ pub fn advise(report: &MachineReport) -> Vec<Advice> {
             );
         }
     }
-    out
 }

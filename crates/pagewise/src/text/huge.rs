@@ -247,8 +247,11 @@ pub fn remap_text(options: &HugeTextOptions) -> RunReport {
         perf_map_note: None,
         vma_named: false,
     };
-    let mut perf_symbols = Vec::new();
-    let mut vma_named = true;
+    let mut moves = Moves {
+        perf_symbols: Vec::new(),
+        all_named: true,
+        perf_map_note: None,
+    };
     for (index, object) in objects.iter().enumerate() {
         let path = object_path(object);
         let name = file_name(&path).to_owned();
@@ -260,8 +263,14 @@ pub fn remap_text(options: &HugeTextOptions) -> RunReport {
         let runs_the_move = ["libc.so", "libc-", "ld-linux", "ld64.so"]
             .iter()
             .any(|p| name.starts_with(p));
+        let hot = options.hot_pages.as_ref().map(|hot| {
+            hot.iter()
+                .filter(|h| h.object == name || (index == 0 && h.object.is_empty()))
+                .flat_map(|h| h.addresses.iter().copied())
+                .collect::<Vec<u64>>()
+        });
         for (start, end, memsz) in aligned_text(object) {
-            let mut range = RangeReport {
+            let range = RangeReport {
                 object: path.clone(),
                 start,
                 end,
@@ -269,122 +278,33 @@ pub fn remap_text(options: &HugeTextOptions) -> RunReport {
                 page_kind: None,
                 skipped: None,
             };
-            if end - start < HUGE {
-                range.skipped = Some(format!(
-                    "the 2 MiB-aligned part of its {} KiB of text is under 2 MiB",
-                    memsz.div_ceil(1024)
-                ));
-                report.ranges.push(range);
-                continue;
-            }
-            let refusal = match threads {
-                _ if runs_the_move => {
-                    Some("the C library and the dynamic loader run the move itself".to_owned())
-                }
-                None => Some("cannot count this process's threads (/proc/self/task)".to_owned()),
-                Some(n) if n > 1 => Some(format!(
-                    "{n} threads already run; text is only moved while there is one"
-                )),
-                Some(_) => None,
-            };
-            if let Some(why) = refusal {
-                range.skipped = Some(why);
-                report.ranges.push(range);
-                continue;
-            }
-            let runs = match &options.hot_pages {
-                None => around_mover(start, end),
-                Some(hot) => {
-                    let addresses: Vec<u64> = hot
-                        .iter()
-                        .filter(|h| h.object == name || (index == 0 && h.object.is_empty()))
-                        .flat_map(|h| h.addresses.iter().copied())
-                        .collect();
-                    let runs: Vec<(u64, u64)> = hot_runs(start, end, object.bias, &addresses)
-                        .into_iter()
-                        .flat_map(|(a, b)| around_mover(a, b))
-                        .collect();
-                    if runs.is_empty() {
-                        range.skipped = Some("the profile has no hot code in this range".into());
-                        report.ranges.push(range);
-                        continue;
+            let refusal = refusal(runs_the_move, threads);
+            match candidate_runs(&range, memsz, refusal, object.bias, hot.as_deref()) {
+                Err(why) => report.ranges.push(RangeReport {
+                    skipped: Some(why),
+                    ..range
+                }),
+                Ok(runs) => {
+                    for (run_start, run_end) in runs {
+                        let run = RangeReport {
+                            start: run_start,
+                            end: run_end,
+                            ..range.clone()
+                        };
+                        let moved =
+                            move_run(run, object, &name, &maps, options.fail_at, &mut moves);
+                        report.ranges.push(moved);
                     }
-                    runs
                 }
-            };
-            for (run_start, run_end) in runs {
-                let mut r = RangeReport {
-                    start: run_start,
-                    end: run_end,
-                    ..range.clone()
-                };
-                let pages = (run_end - run_start) / HUGE;
-                if let Some(why) = unmovable(run_start, run_end, &maps) {
-                    r.skipped = Some(why);
-                    report.ranges.push(r);
-                    continue;
-                }
-                match choose_kind(pages) {
-                    Err(why) => r.skipped = Some(why),
-                    Ok(kind) => match text::move_to_huge(
-                        run_start as usize,
-                        (run_end - run_start) as usize,
-                        kind,
-                        options.fail_at,
-                    ) {
-                        Ok(()) => {
-                            r.page_kind = Some(match kind {
-                                HugeKind::Hugetlb => "hugetlb",
-                                HugeKind::Thp => "thp",
-                            });
-                            r.huge_bytes = huge_bytes_now(run_start, run_end, kind);
-                            let label = format!("pagewise-text:{name}");
-                            if rawsys::prctl::set_vma_anon_name(
-                                run_start as usize,
-                                (run_end - run_start) as usize,
-                                &label,
-                            )
-                            .is_err()
-                            {
-                                vma_named = false;
-                            }
-                            match symbols_in(
-                                &path,
-                                object.bias,
-                                run_start - object.bias,
-                                run_end - object.bias,
-                            ) {
-                                Ok(mut syms) => perf_symbols.append(&mut syms),
-                                Err(e) => report.perf_map_note = Some(e),
-                            }
-                        }
-                        Err(e) => {
-                            let why = match (e.step, e.error.errno()) {
-                                (MoveStep::Protect, Some(libc::EACCES) | Some(libc::EPERM)) => {
-                                    format!(
-                                        "a W^X policy refused making the copy executable ({})",
-                                        e.error
-                                    )
-                                }
-                                _ => format!(
-                                    "the {} step failed: {}; the original text stays",
-                                    e.step.name(),
-                                    e.error
-                                ),
-                            };
-                            r.skipped = Some(why);
-                        }
-                    },
-                }
-                report.ranges.push(r);
             }
         }
     }
     let moved = report.ranges.iter().any(|r| r.page_kind.is_some());
-    report.vma_named = moved && vma_named;
+    report.vma_named = moved && moves.all_named;
+    report.perf_map_note = moves.perf_map_note;
     if moved && options.perf_map {
         let path = PathBuf::from(format!("/tmp/perf-{}.map", report.pid));
-        match perfmap::write_new(&path, &perf_symbols) {
+        match perfmap::write_new(&path, &moves.perf_symbols) {
             Ok(()) => report.perf_map = Some(path.display().to_string()),
             Err(e) => {
                 report.perf_map_note = Some(format!("{}: {e} (not overwritten)", path.display()))
@@ -392,6 +312,124 @@ pub fn remap_text(options: &HugeTextOptions) -> RunReport {
         }
     }
     report
+}
+
+/// What the moves of one call gathered for the perf map and the report.
+struct Moves {
+    /// Symbols of the moved ranges, at their runtime addresses.
+    perf_symbols: Vec<Symbol>,
+    /// Every moved range got its `PR_SET_VMA_ANON_NAME` name.
+    all_named: bool,
+    /// Why some symbols are missing from the perf map.
+    perf_map_note: Option<String>,
+}
+
+/// Why no text of this object may move now, if none may.
+fn refusal(runs_the_move: bool, threads: Option<usize>) -> Option<String> {
+    match threads {
+        _ if runs_the_move => {
+            Some("the C library and the dynamic loader run the move itself".to_owned())
+        }
+        None => Some("cannot count this process's threads (/proc/self/task)".to_owned()),
+        Some(n) if n > 1 => Some(format!(
+            "{n} threads already run; text is only moved while there is one"
+        )),
+        Some(_) => None,
+    }
+}
+
+/// The runs of `range` to move: all of it (around the moving code), or with a
+/// profile only its hot 2 MiB pages; else why nothing of it moves.
+fn candidate_runs(
+    range: &RangeReport,
+    memsz: u64,
+    refusal: Option<String>,
+    bias: u64,
+    hot: Option<&[u64]>,
+) -> Result<Vec<(u64, u64)>, String> {
+    let (start, end) = (range.start, range.end);
+    if end - start < HUGE {
+        return Err(format!(
+            "the 2 MiB-aligned part of its {} KiB of text is under 2 MiB",
+            memsz.div_ceil(1024)
+        ));
+    }
+    if let Some(why) = refusal {
+        return Err(why);
+    }
+    let Some(hot) = hot else {
+        return Ok(around_mover(start, end));
+    };
+    let runs: Vec<(u64, u64)> = hot_runs(start, end, bias, hot)
+        .into_iter()
+        .flat_map(|(a, b)| around_mover(a, b))
+        .collect();
+    if runs.is_empty() {
+        return Err("the profile has no hot code in this range".into());
+    }
+    Ok(runs)
+}
+
+/// Moves one run onto huge pages, names it and collects its symbols for the
+/// perf map; the returned report says what happened or why not.
+fn move_run(
+    mut r: RangeReport,
+    object: &LoadedObject,
+    name: &str,
+    maps: &[MapsEntry],
+    fail_at: Option<MoveStep>,
+    moves: &mut Moves,
+) -> RangeReport {
+    let (start, end) = (r.start, r.end);
+    if let Some(why) = unmovable(start, end, maps) {
+        r.skipped = Some(why);
+        return r;
+    }
+    let kind = match choose_kind((end - start) / HUGE) {
+        Ok(kind) => kind,
+        Err(why) => {
+            r.skipped = Some(why);
+            return r;
+        }
+    };
+    if let Err(e) = text::move_to_huge(start as usize, (end - start) as usize, kind, fail_at) {
+        r.skipped = Some(move_failure(&e));
+        return r;
+    }
+    r.page_kind = Some(match kind {
+        HugeKind::Hugetlb => "hugetlb",
+        HugeKind::Thp => "thp",
+    });
+    r.huge_bytes = huge_bytes_now(start, end, kind);
+    let label = format!("pagewise-text:{name}");
+    if rawsys::prctl::set_vma_anon_name(start as usize, (end - start) as usize, &label).is_err() {
+        moves.all_named = false;
+    }
+    match symbols_in(
+        &r.object,
+        object.bias,
+        start - object.bias,
+        end - object.bias,
+    ) {
+        Ok(mut syms) => moves.perf_symbols.append(&mut syms),
+        Err(e) => moves.perf_map_note = Some(e),
+    }
+    r
+}
+
+/// Why a move failed, in words; the original text stays in place.
+fn move_failure(e: &text::MoveError) -> String {
+    match (e.step, e.error.errno()) {
+        (MoveStep::Protect, Some(libc::EACCES) | Some(libc::EPERM)) => format!(
+            "a W^X policy refused making the copy executable ({})",
+            e.error
+        ),
+        _ => format!(
+            "the {} step failed: {}; the original text stays",
+            e.step.name(),
+            e.error
+        ),
+    }
 }
 
 /// A one-line-per-range summary for humans (`--report`).
