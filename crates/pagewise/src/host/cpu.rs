@@ -137,7 +137,13 @@ mod tests {
     fn this_machine_has_caches() {
         let root = SysRoot::live();
         let found = caches(&root);
-        assert!(!found.is_empty(), "{:?}", root.not_read());
+        if found.is_empty() {
+            pagewise_testkit::skip!(
+                pagewise_testkit::Need::Kernel,
+                "sysfs describes no cache of CPU 0 here: {:?}",
+                root.not_read()
+            );
+        }
         assert_eq!(
             largest_cache_bytes(),
             found.iter().map(|c| c.size_bytes).max()
