@@ -20,6 +20,7 @@ pub mod process;
 pub mod text;
 pub mod time;
 pub mod tlb;
+pub mod tracefs;
 
 use std::io;
 
