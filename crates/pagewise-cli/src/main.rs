@@ -4,12 +4,6 @@
 #![forbid(unsafe_code)]
 
 mod bench;
-mod bench_copy;
-mod bench_first_touch;
-mod bench_heap_churn;
-mod bench_itlb;
-mod bench_mmap_prefault;
-mod bench_queue;
 mod doctor;
 mod format;
 mod plot;

@@ -108,7 +108,7 @@ pub fn run(op: Op, args: &CopyArgs) -> anyhow::Result<ExitCode> {
     };
     if op == Op::Memcpy && !args.no_end_to_end {
         let progress = args.common.progress();
-        let spawn = crate::bench_queue::child_spawner()?;
+        let spawn = crate::bench::queue::child_spawner()?;
         match memcpy::end_to_end(
             args.common.trials as usize,
             args.end_to_end_records,

@@ -1,5 +1,12 @@
 //! `pagewise bench <experiment>`: reruns each claim side by side with its baseline.
 
+mod copy;
+mod first_touch;
+mod heap_churn;
+mod itlb;
+mod mmap_prefault;
+mod queue;
+
 use crate::progress::StderrProgress;
 use std::process::ExitCode;
 
@@ -36,41 +43,41 @@ pub fn print_machine(machine: &pagewise_bench::Machine) {
 #[derive(Debug, clap::Subcommand)]
 pub enum Experiment {
     /// Allocate, write three times: what the first touch costs per allocation strategy.
-    FirstTouch(crate::bench_first_touch::FirstTouchArgs),
+    FirstTouch(crate::bench::first_touch::FirstTouchArgs),
     /// Write through a shared file mapping: what each way of prefaulting costs.
-    MmapPrefault(crate::bench_mmap_prefault::MmapPrefaultArgs),
+    MmapPrefault(crate::bench::mmap_prefault::MmapPrefaultArgs),
     /// pagewise::queue between two processes: throughput, latency, faults.
-    Queue(crate::bench_queue::QueueArgs),
+    Queue(crate::bench::queue::QueueArgs),
     /// One side of `bench queue` (internal).
     #[command(hide = true)]
-    QueueChild(crate::bench_queue::ChildArgs),
+    QueueChild(crate::bench::queue::ChildArgs),
     /// Threads that malloc, fill and free large buffers: glibc vs keep-heap vs Buffer.
-    HeapChurn(crate::bench_heap_churn::HeapChurnArgs),
+    HeapChurn(crate::bench::heap_churn::HeapChurnArgs),
     /// A large-text program: baseline vs huge text vs function order vs both.
-    Itlb(crate::bench_itlb::ItlbArgs),
+    Itlb(crate::bench::itlb::ItlbArgs),
     /// One heap-churn worker process (internal).
     #[command(hide = true)]
-    HeapChurnWorker(crate::bench_heap_churn::WorkerArgs),
+    HeapChurnWorker(crate::bench::heap_churn::WorkerArgs),
     /// pagewise::copy::copy against glibc memcpy: fixed sizes hot and cold,
     /// aligned and misaligned, and a real size distribution.
-    Memcpy(crate::bench_copy::CopyArgs),
+    Memcpy(crate::bench::copy::CopyArgs),
     /// pagewise::copy::fill against glibc memset: fixed sizes hot and cold,
     /// aligned and misaligned, and a real size distribution.
-    Memset(crate::bench_copy::CopyArgs),
+    Memset(crate::bench::copy::CopyArgs),
 }
 
 /// Runs one experiment.
 pub fn run(experiment: &Experiment) -> anyhow::Result<ExitCode> {
     use pagewise_bench::memcpy::Op;
     match experiment {
-        Experiment::FirstTouch(args) => crate::bench_first_touch::run(args),
-        Experiment::MmapPrefault(args) => crate::bench_mmap_prefault::run(args),
-        Experiment::Queue(args) => crate::bench_queue::run(args),
-        Experiment::QueueChild(args) => crate::bench_queue::child(args),
-        Experiment::HeapChurn(args) => crate::bench_heap_churn::run(args),
-        Experiment::Itlb(args) => crate::bench_itlb::run(args),
-        Experiment::HeapChurnWorker(args) => crate::bench_heap_churn::worker(args),
-        Experiment::Memcpy(args) => crate::bench_copy::run(Op::Memcpy, args),
-        Experiment::Memset(args) => crate::bench_copy::run(Op::Memset, args),
+        Experiment::FirstTouch(args) => crate::bench::first_touch::run(args),
+        Experiment::MmapPrefault(args) => crate::bench::mmap_prefault::run(args),
+        Experiment::Queue(args) => crate::bench::queue::run(args),
+        Experiment::QueueChild(args) => crate::bench::queue::child(args),
+        Experiment::HeapChurn(args) => crate::bench::heap_churn::run(args),
+        Experiment::Itlb(args) => crate::bench::itlb::run(args),
+        Experiment::HeapChurnWorker(args) => crate::bench::heap_churn::worker(args),
+        Experiment::Memcpy(args) => crate::bench::copy::run(Op::Memcpy, args),
+        Experiment::Memset(args) => crate::bench::copy::run(Op::Memset, args),
     }
 }

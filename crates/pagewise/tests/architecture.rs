@@ -1,0 +1,213 @@
+//! The library's layers, checked from its own source (docs/ARCHITECTURE.md).
+//!
+//! Arrows run one way, down this list: `observe`/`probe` (leaves, behind
+//! `stat` and `doctor`) → the capabilities (`region`, `buffer`, `copy`,
+//! `queue`, `text`, `launch`, `file_window`) → `host` (safe readers of /proc and /sys) →
+//! `units` → `sys` (the only place with raw system calls, `libc` and `unsafe`).
+//! A module may use its own layer and the layers below it; within a layer the
+//! imports must not form a circle. The check reads every `crate::MODULE`
+//! path in `crates/pagewise/src` (comments and doc comments excepted).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+/// Top-level modules by layer, lowest first.
+const LAYERS: &[&[&str]] = &[
+    &["sys"],
+    &["units"],
+    &["host"],
+    &[
+        "region",
+        "buffer",
+        "copy",
+        "queue",
+        "text",
+        "launch",
+        "file_window",
+    ],
+    &["observe", "probe"],
+];
+
+fn layer_of(module: &str) -> Option<usize> {
+    LAYERS.iter().position(|l| l.contains(&module))
+}
+
+fn src() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("src")
+}
+
+fn cli_src() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../pagewise-cli/src")
+}
+
+fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            rust_files(&path, out);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push(path);
+        }
+    }
+}
+
+/// The top-level module a source file under `root` belongs to
+/// (`src/queue/reader.rs` → `queue`).
+fn module_of(root: &Path, file: &Path) -> Option<String> {
+    let rel = file.strip_prefix(root).ok()?;
+    let first = rel.components().next()?.as_os_str().to_str()?;
+    if first == "lib.rs" || first == "main.rs" {
+        return None;
+    }
+    Some(first.trim_end_matches(".rs").to_owned())
+}
+
+/// The code of a line, without a trailing `//` comment (a crude cut that is
+/// enough here: no string in this crate holds `crate::`).
+fn code(line: &str) -> &str {
+    let trimmed = line.trim_start();
+    if trimmed.starts_with("//") {
+        return "";
+    }
+    match line.find("//") {
+        Some(i) => &line[..i],
+        None => line,
+    }
+}
+
+/// Every `crate::NAME` in `text`, and every module named in a grouped
+/// `use crate::{a, b::c}` import.
+fn referenced_modules(text: &str) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    let joined: String = text.lines().map(code).collect::<Vec<_>>().join("\n");
+    let ident = |s: &str| -> String {
+        s.chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+            .collect()
+    };
+    let mut rest = joined.as_str();
+    while let Some(i) = rest.find("crate::") {
+        let after = &rest[i + "crate::".len()..];
+        if let Some(group) = after.strip_prefix('{') {
+            let end = group.find('}').unwrap_or(group.len());
+            for item in group[..end].split(',') {
+                let name = ident(item.trim());
+                if !name.is_empty() {
+                    out.insert(name);
+                }
+            }
+        } else {
+            let name = ident(after);
+            if !name.is_empty() {
+                out.insert(name);
+            }
+        }
+        rest = after;
+    }
+    out
+}
+
+/// module → the other top-level modules of the same crate it names.
+fn graph_of(root: &Path) -> BTreeMap<String, BTreeSet<String>> {
+    let mut files = Vec::new();
+    rust_files(root, &mut files);
+    let modules: BTreeSet<String> = files.iter().filter_map(|f| module_of(root, f)).collect();
+    let mut graph: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for file in files {
+        let Some(module) = module_of(root, &file) else {
+            continue;
+        };
+        let text = std::fs::read_to_string(&file).unwrap();
+        let refs = graph.entry(module.clone()).or_default();
+        for r in referenced_modules(&text) {
+            if r != module && modules.contains(&r) {
+                refs.insert(r);
+            }
+        }
+    }
+    graph
+}
+
+fn import_graph() -> BTreeMap<String, BTreeSet<String>> {
+    graph_of(&src())
+}
+
+/// The first import circle in `graph`, if any.
+fn find_circle(graph: &BTreeMap<String, BTreeSet<String>>) -> Option<Vec<String>> {
+    // Depth-first search for a back edge, reporting the circle it closes.
+    fn visit(
+        node: &str,
+        graph: &BTreeMap<String, BTreeSet<String>>,
+        path: &mut Vec<String>,
+        done: &mut BTreeSet<String>,
+    ) -> Option<Vec<String>> {
+        if let Some(start) = path.iter().position(|n| n == node) {
+            let mut circle = path[start..].to_vec();
+            circle.push(node.to_owned());
+            return Some(circle);
+        }
+        if done.contains(node) {
+            return None;
+        }
+        path.push(node.to_owned());
+        for next in graph.get(node).into_iter().flatten() {
+            if let Some(c) = visit(next, graph, path, done) {
+                return Some(c);
+            }
+        }
+        path.pop();
+        done.insert(node.to_owned());
+        None
+    }
+    let mut done = BTreeSet::new();
+    graph
+        .keys()
+        .find_map(|node| visit(node, graph, &mut Vec::new(), &mut done))
+}
+
+#[test]
+fn every_module_has_a_layer() {
+    for module in import_graph().keys() {
+        assert!(
+            layer_of(module).is_some(),
+            "src/{module} is in no layer: add it to LAYERS here and to docs/ARCHITECTURE.md"
+        );
+    }
+}
+
+#[test]
+fn no_arrow_runs_up_a_layer() {
+    let mut upward = Vec::new();
+    for (module, refs) in import_graph() {
+        let Some(own) = layer_of(&module) else {
+            continue;
+        };
+        for r in refs {
+            if layer_of(&r).is_some_and(|l| l > own) {
+                upward.push(format!("{module} -> {r}"));
+            }
+        }
+    }
+    assert!(upward.is_empty(), "imports that run up a layer: {upward:?}");
+}
+
+#[test]
+fn no_import_circle() {
+    if let Some(circle) = find_circle(&import_graph()) {
+        panic!("import circle in the library: {}", circle.join(" -> "));
+    }
+}
+
+#[test]
+fn no_import_circle_in_the_cli() {
+    if let Some(circle) = find_circle(&graph_of(&cli_src())) {
+        panic!("import circle in pagewise-cli: {}", circle.join(" -> "));
+    }
+}
+
+#[test]
+fn the_scanner_sees_plain_grouped_and_nested_paths() {
+    let text = "use crate::sys::mem;\nuse crate::{host, copy::Plan};\n// crate::probe\nlet x = crate::region::f(); // crate::observe\n";
+    let refs: Vec<String> = referenced_modules(text).into_iter().collect();
+    assert_eq!(refs, ["copy", "host", "region", "sys"]);
+}
