@@ -169,6 +169,18 @@ pub enum QueueError {
 }
 
 impl QueueError {
+    /// A function turning an `io::Error` from `what` on `path` into [`QueueError::Io`].
+    pub(crate) fn io<'a>(
+        path: &'a std::path::Path,
+        what: &'static str,
+    ) -> impl FnOnce(std::io::Error) -> QueueError + 'a {
+        move |error| QueueError::Io {
+            path: path.to_owned(),
+            what,
+            error,
+        }
+    }
+
     pub(crate) fn sys(
         path: &std::path::Path,
         what: impl Into<String>,

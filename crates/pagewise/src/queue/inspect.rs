@@ -1,8 +1,8 @@
 //! A read-only look at a queue file: geometry, records, writer liveness.
 
 use super::error::QueueError;
-use super::layout::{self, HEADER_LEN, VERSION};
-use super::reader::{writer_alive, Reader, ReaderOptions, Start};
+use super::layout::{self, writer_alive, HEADER_LEN, VERSION};
+use super::reader::{Reader, ReaderOptions, Start};
 use super::Position;
 use serde::Serialize;
 use std::os::unix::fs::{FileExt, MetadataExt};
@@ -74,7 +74,7 @@ pub fn inspect(path: impl AsRef<Path>) -> Result<Inspection, QueueError> {
             ..ReaderOptions::default()
         },
     )?;
-    let (g, state, _) = super::writer::read_header(path, reader.file_for_inspect())?;
+    let (g, state, _) = layout::read_header(path, reader.file_for_inspect())?;
     let mut records = 0u64;
     let mut payload_bytes = 0u64;
     let mut first_position = None;
@@ -97,11 +97,9 @@ pub fn inspect(path: impl AsRef<Path>) -> Result<Inspection, QueueError> {
     }
     let end_position = reader.position();
     let file = reader.file_for_inspect();
-    let meta = file.metadata().map_err(|error| QueueError::Io {
-        path: path.to_owned(),
-        what: "stat the queue",
-        error,
-    })?;
+    let meta = file
+        .metadata()
+        .map_err(QueueError::io(path, "stat the queue"))?;
     let size = meta.len();
     let mut after = vec![0u8; 4096.min(size.saturating_sub(end_position.0)) as usize];
     let uncommitted = problem.is_none()

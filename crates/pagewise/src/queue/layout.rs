@@ -11,6 +11,9 @@
 //! chunks (the file keeps its size; dropped chunks become holes).
 
 use super::error::QueueError;
+use crate::sys::file::{self, LockKind};
+use std::fs::File;
+use std::os::unix::fs::FileExt;
 use std::path::Path;
 
 /// The first eight bytes of every queue file.
@@ -54,6 +57,13 @@ pub(crate) const OFF_NOTIFY_SEQ: usize = 192;
 pub(crate) const OFF_WRITER_PID: usize = 256;
 /// How many times a writer opened the queue, u64.
 pub(crate) const OFF_WRITER_OPENS: usize = 264;
+
+/// The writer lock: an exclusive open-file-description lock on this byte
+/// range (the first byte of the file), held by the one writer. The kernel
+/// drops it when the writer's process dies.
+pub(crate) const LOCK_START: u64 = 0;
+/// Length of the writer lock's byte range.
+pub(crate) const LOCK_LEN: u64 = 1;
 
 /// Chunk header: magic.
 pub const CHUNK_MAGIC: [u8; 8] = *b"PGWCHUNK";
@@ -295,6 +305,37 @@ pub fn decode_header(path: &Path, h: &[u8]) -> Result<(Geometry, HeaderState), Q
         writer_opens: u64_at(h, OFF_WRITER_OPENS),
     };
     Ok((g, state))
+}
+
+/// Reads and validates the header with `pread` (safe against a short file);
+/// returns the geometry, the mutable fields and the file size. Costs an
+/// `fstat` and a 4 KiB `pread`.
+pub(crate) fn read_header(
+    path: &Path,
+    file: &File,
+) -> Result<(Geometry, HeaderState, u64), QueueError> {
+    let size = file
+        .metadata()
+        .map_err(QueueError::io(path, "stat the queue"))?
+        .len();
+    if size < HEADER_LEN {
+        return Err(QueueError::TooShort {
+            path: path.to_owned(),
+            size,
+            needed: HEADER_LEN,
+        });
+    }
+    let mut h = vec![0u8; HEADER_LEN as usize];
+    file.read_exact_at(&mut h, 0)
+        .map_err(QueueError::io(path, "read the header"))?;
+    let (g, state) = decode_header(path, &h)?;
+    Ok((g, state, size))
+}
+
+/// Whether a writer holds the queue's lock now. One `fcntl` call; works on a
+/// read-only descriptor.
+pub(crate) fn writer_alive(file: &File) -> Result<bool, crate::sys::SysError> {
+    file::is_locked(file, LOCK_START, LOCK_LEN, LockKind::Exclusive)
 }
 
 /// The chunks a file of `size` bytes holds at least partly.

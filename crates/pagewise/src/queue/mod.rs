@@ -62,6 +62,7 @@ pub mod layout;
 mod maps;
 mod notify;
 mod reader;
+mod recovery;
 mod window;
 mod writer;
 
@@ -70,9 +71,10 @@ pub use inspect::{inspect, Inspection, SCHEMA as INSPECT_SCHEMA};
 pub use layout::Geometry;
 pub use notify::wait_path;
 pub use reader::{Blocking, Reader, ReaderOptions, Record, Start, TruncationCheck, Wait};
+pub use recovery::Recovery;
 pub use window::{PreTouch, WindowReport};
 pub(crate) use window::{Prepare, Window};
-pub use writer::{Options, Recovery, Reservation, RetainReport, Retention, Writer, WriterReport};
+pub use writer::{Options, Reservation, RetainReport, Retention, Writer, WriterReport};
 
 /// Where a record is: its byte offset in the queue file. Positions grow
 /// with every append, survive restarts, and stay valid until retention

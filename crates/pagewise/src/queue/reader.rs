@@ -8,7 +8,7 @@ use super::layout::{
 use super::notify::WaitFile;
 use super::Position;
 use crate::copy::Routine;
-use crate::sys::file::{self, Inotify, IN_IGNORED, IN_MODIFY};
+use crate::sys::file::{Inotify, IN_IGNORED, IN_MODIFY};
 use crate::sys::file_map::{FileAdvice, ReadMap};
 use std::fs::{File, OpenOptions};
 use std::os::fd::AsRawFd;
@@ -226,12 +226,8 @@ impl Reader {
             .read(true)
             .custom_flags(libc::O_CLOEXEC)
             .open(path)
-            .map_err(|error| QueueError::Io {
-                path: path.to_owned(),
-                what: "open the queue",
-                error,
-            })?;
-        let (geometry, state, size) = super::writer::read_header(path, &file)?;
+            .map_err(QueueError::io(path, "open the queue"))?;
+        let (geometry, state, size) = layout::read_header(path, &file)?;
         let header = ReadMap::map(&file, 0, HEADER_LEN as usize)
             .map_err(|e| QueueError::sys(path, "map the header", e))?;
         let first = state.first_chunk;
@@ -575,11 +571,7 @@ impl Reader {
         let size = self
             .file
             .metadata()
-            .map_err(|error| QueueError::Io {
-                path: self.path.clone(),
-                what: "stat the queue",
-                error,
-            })?
+            .map_err(QueueError::io(&self.path, "stat the queue"))?
             .len();
         if size < self.known_size {
             return Err(self.truncated(size));
@@ -714,14 +706,4 @@ fn map_chunk(path: &Path, file: &File, g: &Geometry, c: u64) -> Result<ReadMap, 
     let base = chunk_base(path, g, c)?;
     ReadMap::map(file, base, g.chunk_size as usize)
         .map_err(|e| QueueError::sys(path, format!("map chunk {c}"), e))
-}
-
-/// Whether a writer holds the queue's lock now. One `fcntl` call.
-pub fn writer_alive(file: &File) -> Result<bool, crate::sys::SysError> {
-    file::is_locked(
-        file,
-        super::writer::LOCK_START,
-        super::writer::LOCK_LEN,
-        file::LockKind::Exclusive,
-    )
 }

@@ -2,12 +2,13 @@
 
 use super::error::QueueError;
 use super::layout::{
-    self, decode_mark, encode_header, Geometry, Mark, CHUNK_HEADER_LEN, CHUNK_MAGIC,
-    CHUNK_OFF_CREATED, CHUNK_OFF_INDEX, HEADER_LEN, MARK_LEN, OFF_FIRST_CHUNK, OFF_NOTIFY_SEQ,
+    self, encode_header, read_header, Geometry, CHUNK_HEADER_LEN, CHUNK_MAGIC, CHUNK_OFF_CREATED,
+    CHUNK_OFF_INDEX, HEADER_LEN, LOCK_LEN, LOCK_START, MARK_LEN, OFF_FIRST_CHUNK, OFF_NOTIFY_SEQ,
     OFF_TAIL_CHUNK, OFF_WRITER_OPENS, OFF_WRITER_PID,
 };
 use super::maps::{ChunkMaps, QueuePrepare};
 use super::notify::WaitFile;
+use super::recovery::{self, Recovery};
 use super::window::{PreTouch, Window, WindowReport};
 use super::Position;
 use crate::copy::Routine;
@@ -19,10 +20,6 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{fence, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
-
-/// The byte range of the writer lock (the first byte of the file).
-pub(crate) const LOCK_START: u64 = 0;
-pub(crate) const LOCK_LEN: u64 = 1;
 
 /// How to create or open a queue for writing.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -57,21 +54,6 @@ impl Default for Options {
             copy: Routine::default(),
         }
     }
-}
-
-/// What a writer found when it opened the queue.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-pub struct Recovery {
-    /// Where the next record goes: just past the last committed record.
-    pub end: Position,
-    /// Whether bytes of an uncommitted (torn) record were found after the
-    /// end and discarded.
-    pub torn_record_discarded: bool,
-    /// A committed record whose CRC failed (a torn write on disk after a
-    /// power cut); it and everything after it were discarded.
-    pub crc_failed_at: Option<Position>,
-    /// Records walked to find the end (from the chunk the header's hint names).
-    pub records_scanned: u64,
 }
 
 /// What a writer did, for reports.
@@ -159,14 +141,6 @@ impl std::fmt::Debug for Writer {
     }
 }
 
-fn io<'a>(path: &'a Path, what: &'static str) -> impl FnOnce(std::io::Error) -> QueueError + 'a {
-    move |error| QueueError::Io {
-        path: path.to_owned(),
-        what,
-        error,
-    }
-}
-
 fn now_unix_ns() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -191,26 +165,6 @@ fn lock(path: &Path, file: &File) -> Result<(), QueueError> {
     }
 }
 
-/// Reads and validates the header with `pread` (safe against a short file).
-pub(crate) fn read_header(
-    path: &Path,
-    file: &File,
-) -> Result<(Geometry, layout::HeaderState, u64), QueueError> {
-    let size = file.metadata().map_err(io(path, "stat the queue"))?.len();
-    if size < HEADER_LEN {
-        return Err(QueueError::TooShort {
-            path: path.to_owned(),
-            size,
-            needed: HEADER_LEN,
-        });
-    }
-    let mut h = vec![0u8; HEADER_LEN as usize];
-    file.read_exact_at(&mut h, 0)
-        .map_err(io(path, "read the header"))?;
-    let (g, state) = layout::decode_header(path, &h)?;
-    Ok((g, state, size))
-}
-
 impl Writer {
     /// Creates a new queue at `path` and opens it for writing. Fails with
     /// [`QueueError::Exists`] if the file exists. Costs a file creation, a
@@ -231,7 +185,7 @@ impl Writer {
                         path: path.to_owned(),
                     }
                 } else {
-                    io(path, "create the queue")(e)
+                    QueueError::io(path, "create the queue")(e)
                 }
             })?;
         lock(path, &file)?;
@@ -251,7 +205,7 @@ impl Writer {
             error: e,
         })?;
         file.write_all_at(&encode_header(&geometry), 0)
-            .map_err(io(path, "write the header"))?;
+            .map_err(QueueError::io(path, "write the header"))?;
         Writer::start(path, file, &options)
     }
 
@@ -268,7 +222,7 @@ impl Writer {
             .write(true)
             .custom_flags(libc::O_CLOEXEC)
             .open(path)
-            .map_err(io(path, "open the queue"))?;
+            .map_err(QueueError::io(path, "open the queue"))?;
         lock(path, &file)?;
         Writer::start(path, file, &options)
     }
@@ -292,14 +246,8 @@ impl Writer {
         let file = Arc::new(file);
         let header = WriteMap::map(&file, 0, HEADER_LEN as usize, false)
             .map_err(|e| QueueError::sys(path, "map the header", e))?;
-        let (end, recovery_scan) = find_end(path, &file, &geometry, state, size)?;
-        let torn = discard_after(path, &file, end.0, size)?;
-        let recovery = Recovery {
-            end,
-            torn_record_discarded: torn,
-            crc_failed_at: recovery_scan.crc_failed_at,
-            records_scanned: recovery_scan.records,
-        };
+        let recovery = recovery::recover(path, &file, &geometry, state, size)?;
+        let end = recovery.end;
 
         let chunk = geometry.chunk_of(end.0);
         let populate = options.pretouch.is_some();
@@ -637,7 +585,7 @@ impl Writer {
         } else {
             self.file
                 .sync_data()
-                .map_err(io(&self.path, "flush records (fdatasync)"))?;
+                .map_err(QueueError::io(&self.path, "flush records (fdatasync)"))?;
         }
         self.header
             .sync(0, HEADER_LEN as usize)
@@ -708,7 +656,7 @@ impl Writer {
         let mut b = [0u8; 8];
         self.file
             .read_exact_at(&mut b, base + CHUNK_OFF_CREATED as u64)
-            .map_err(io(&self.path, "read a chunk header"))?;
+            .map_err(QueueError::io(&self.path, "read a chunk header"))?;
         Ok(u64::from_le_bytes(b))
     }
 
@@ -774,146 +722,4 @@ impl Drop for Reservation<'_> {
             self.writer.map.zero(off, self.len + trailer);
         }
     }
-}
-
-#[derive(Debug, Default)]
-struct Scan {
-    records: u64,
-    crc_failed_at: Option<Position>,
-}
-
-/// Walks the records from the chunk the header's hint names to the first
-/// position that holds no committed record.
-fn find_end(
-    path: &Path,
-    file: &File,
-    g: &Geometry,
-    state: layout::HeaderState,
-    size: u64,
-) -> Result<(Position, Scan), QueueError> {
-    let chunks = layout::chunks_in(g, size);
-    let first = state.first_chunk;
-    if first > chunks {
-        return Err(QueueError::BadHeader {
-            path: path.to_owned(),
-            reason: format!("first chunk {first} is past the end of the file ({chunks} chunks)"),
-        });
-    }
-    let mut c = state
-        .tail_chunk
-        .clamp(first, chunks.saturating_sub(1).max(first));
-    // The hint is not checksummed: step back while the hinted chunk holds no
-    // committed first record, so a damaged hint cannot leave a gap of chunks
-    // that readers would never cross.
-    while c > first && !first_record_committed(file, g, c, size) {
-        c -= 1;
-    }
-    let mut scan = Scan::default();
-    loop {
-        let base = g
-            .chunk_base(c)
-            .ok_or_else(|| QueueError::corrupt(path, u64::MAX, "chunk index overflows"))?;
-        let mut pos = base + CHUNK_HEADER_LEN;
-        if pos + MARK_LEN > size {
-            return Ok((Position(pos), scan));
-        }
-        let map = crate::sys::file_map::ReadMap::map(file, base, g.chunk_size as usize)
-            .map_err(|e| QueueError::sys(path, format!("map chunk {c}"), e))?;
-        let chunk_end = base + g.chunk_size;
-        loop {
-            if pos == chunk_end {
-                break;
-            }
-            if pos + MARK_LEN > size {
-                return Ok((Position(pos), scan));
-            }
-            let off = (pos - base) as usize;
-            let raw = map.load_u64(off, Ordering::Acquire).unwrap_or(0);
-            match decode_mark(raw, pos) {
-                Ok(Mark::Empty) => return Ok((Position(pos), scan)),
-                Ok(Mark::Pad(rest)) => {
-                    if u64::from(rest) != chunk_end - pos - MARK_LEN {
-                        return Err(QueueError::corrupt(
-                            path,
-                            pos,
-                            "padding that does not reach the end of the chunk",
-                        ));
-                    }
-                    break;
-                }
-                Ok(Mark::Data(len)) => {
-                    let rec = g.record_size(u64::from(len));
-                    if pos + rec > chunk_end || pos + rec > size {
-                        return Err(QueueError::corrupt(path, pos, format!("a record of {len} bytes runs past the end of its chunk or the file")));
-                    }
-                    if g.record_crc() {
-                        let mut payload = vec![0u8; len as usize];
-                        let mut stored = [0u8; 4];
-                        map.copy_out(off + MARK_LEN as usize, &mut payload);
-                        map.copy_out(off + MARK_LEN as usize + len as usize, &mut stored);
-                        if layout::record_crc(raw, &payload) != u32::from_le_bytes(stored) {
-                            scan.crc_failed_at = Some(Position(pos));
-                            return Ok((Position(pos), scan));
-                        }
-                    }
-                    scan.records += 1;
-                    pos += rec;
-                }
-                Err(reason) => return Err(QueueError::corrupt(path, pos, reason)),
-            }
-        }
-        c += 1;
-    }
-}
-
-/// Whether chunk `c` starts with a committed record or padding (one `pread`).
-fn first_record_committed(file: &File, g: &Geometry, c: u64, size: u64) -> bool {
-    let Some(pos) = g.first_record(c) else {
-        return false;
-    };
-    if pos.saturating_add(MARK_LEN) > size {
-        return false;
-    }
-    let mut word = [0u8; 8];
-    file.read_exact_at(&mut word, pos).is_ok()
-        && matches!(
-            decode_mark(u64::from_le_bytes(word), pos),
-            Ok(Mark::Data(_) | Mark::Pad(_))
-        )
-}
-
-/// Zeroes everything from `end` to the end of the file: the bytes of a torn
-/// record, and anything a lost write on disk left behind. Returns whether
-/// there were non-zero bytes right after `end` (a torn record).
-fn discard_after(path: &Path, file: &File, end: u64, size: u64) -> Result<bool, QueueError> {
-    if end >= size {
-        return Ok(false);
-    }
-    let page = crate::sys::base_page_size() as u64;
-    let mut probe = vec![0u8; (page.min(size - end)) as usize];
-    file.read_exact_at(&mut probe, end)
-        .map_err(io(path, "read after the end"))?;
-    let torn = probe.iter().any(|&b| b != 0);
-    let page_end = end.next_multiple_of(page).min(size);
-    let zeros = vec![0u8; (page_end - end) as usize];
-    file.write_all_at(&zeros, end)
-        .map_err(io(path, "zero a torn record"))?;
-    if page_end < size {
-        match file::punch_hole(file, page_end, size - page_end) {
-            Ok(()) => {}
-            Err(e) if e.errno() == Some(libc::EOPNOTSUPP) => {
-                // No hole punching: write zeros (bounded by the previous writer's window).
-                let block = vec![0u8; 1 << 20];
-                let mut at = page_end;
-                while at < size {
-                    let n = (size - at).min(block.len() as u64) as usize;
-                    file.write_all_at(&block[..n], at)
-                        .map_err(io(path, "zero after the end"))?;
-                    at += n as u64;
-                }
-            }
-            Err(e) => return Err(QueueError::sys(path, "discard bytes after the end", e)),
-        }
-    }
-    Ok(torn)
 }
