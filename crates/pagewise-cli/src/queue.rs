@@ -130,6 +130,8 @@ fn inspect(args: &InspectArgs) -> anyhow::Result<ExitCode> {
                     "alive (holds the lock; last opened by pid {})",
                     info.last_writer_pid
                 )
+            } else if info.read_locked {
+                "none, and none can start: another process holds a read lock on byte 0 (find it with lslocks)".to_owned()
             } else {
                 format!(
                     "none (last: pid {}, {} opens)",

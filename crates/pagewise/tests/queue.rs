@@ -262,12 +262,74 @@ fn wait_strategies_return_records_and_time_out() {
         });
         std::thread::sleep(Duration::from_millis(50));
         w.append(b"wake up").unwrap();
-        let (rec, r) = reader.join().unwrap();
+        let (rec, _) = reader.join().unwrap();
         assert_eq!(rec.as_deref(), Some(&b"wake up"[..]), "{wait:?}");
-        if let Wait::Block { .. } = wait {
-            assert_eq!(r.blocking(), pagewise::queue::Blocking::Woken);
-        }
     }
+}
+
+#[test]
+fn appends_make_no_wake_calls_while_no_reader_sleeps() {
+    let d = dir();
+    let path = d.path().join("q");
+    let mut w = Writer::create(&path, small(true)).unwrap();
+    let before = w.report().wakes;
+    let started = Instant::now();
+    for seq in 0..200_000 {
+        w.append(&payload(seq % 100)).unwrap();
+    }
+    let elapsed = started.elapsed();
+    let wakes = w.report().wakes - before;
+    // At most one FUTEX_WAKE each time the coarse clock (units of ~1 ms)
+    // moves on, whatever the number of appends.
+    let units = elapsed.as_nanos() as u64 / (1 << 20) + 2;
+    assert!(
+        wakes <= units,
+        "{wakes} wake calls for 200000 appends in {elapsed:?}"
+    );
+    assert!(w.report().wake_error.is_none());
+}
+
+#[test]
+fn a_blocked_reader_is_woken_by_the_next_append_not_by_its_timeout() {
+    let d = dir();
+    let path = d.path().join("q");
+    let mut w = Writer::create(&path, small(true)).unwrap();
+    let mut r = Reader::open(&path).unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let reader = std::thread::spawn(move || {
+        for _ in 0..5 {
+            let rec = r
+                .next_wait(Wait::Block { spins: 10 }, Some(Duration::from_secs(60)))
+                .unwrap()
+                .map(|r| r.payload.to_vec());
+            tx.send((rec, Instant::now())).unwrap();
+        }
+    });
+    let mut latencies = Vec::new();
+    for i in 0..5u8 {
+        // Long enough for the reader to be in a long sleep (the coarse clock
+        // moved past the last record), shorter than the long sleep itself.
+        std::thread::sleep(Duration::from_millis(60));
+        let wakes = w.report().wakes;
+        let sent = Instant::now();
+        w.append(&[i]).unwrap();
+        let (rec, at) = rx.recv_timeout(Duration::from_secs(60)).unwrap();
+        assert_eq!(rec.as_deref(), Some(&[i][..]));
+        assert!(
+            w.report().wakes > wakes,
+            "the append after a quiet spell woke"
+        );
+        latencies.push(at.saturating_duration_since(sent));
+    }
+    reader.join().unwrap();
+    latencies.sort();
+    // A reader left to its timeout would wait up to 250 ms; a woken one, the
+    // scheduler's wake-up time.
+    assert!(
+        latencies[2] < Duration::from_millis(100),
+        "median wake-up {:?} of {latencies:?}",
+        latencies[2]
+    );
 }
 
 #[test]
@@ -337,6 +399,28 @@ fn one_writer_at_a_time() {
     assert!(!inspect(&path).unwrap().writer_alive);
     let mut w = reopen(&path, small(true));
     w.append(b"x").unwrap();
+}
+
+#[test]
+fn a_read_lock_taken_by_a_reader_is_named_not_blamed_on_a_writer() {
+    use pagewise::sys::file::{try_lock, LockKind};
+    let d = dir();
+    let path = d.path().join("q");
+    drop(Writer::create(&path, small(false)).unwrap());
+    // Read permission is all it takes to hold a read lock on byte 0.
+    let reader_fd = std::fs::File::open(&path).unwrap();
+    assert!(try_lock(&reader_fd, 0, 1, LockKind::Shared).unwrap());
+    match Writer::open(&path, small(false)) {
+        Err(e @ QueueError::ReadLocked { .. }) => {
+            assert!(e.to_string().contains("lslocks"), "{e}")
+        }
+        other => panic!("{other:?}"),
+    }
+    let info = inspect(&path).unwrap();
+    assert!(info.read_locked && !info.writer_alive, "{info:?}");
+    drop(reader_fd);
+    let mut w = reopen(&path, small(false));
+    w.append(b"after").unwrap();
 }
 
 #[test]

@@ -1,9 +1,10 @@
 //! A read-only look at a queue file: geometry, records, writer liveness.
 
 use super::error::QueueError;
-use super::layout::{self, writer_alive, HEADER_LEN, VERSION};
+use super::layout::{self, lock_holder, HEADER_LEN, VERSION};
 use super::reader::{Reader, ReaderOptions, Start};
 use super::Position;
+use crate::sys::file::LockKind;
 use serde::Serialize;
 use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::Path;
@@ -50,6 +51,9 @@ pub struct Inspection {
     pub end_position: Position,
     /// Whether a writer holds the lock now.
     pub writer_alive: bool,
+    /// Whether a process that is not a writer holds a read lock on the
+    /// writer lock's byte: no writer can open the queue until it lets go.
+    pub read_locked: bool,
     /// Process id of the writer that last opened the queue.
     pub last_writer_pid: u32,
     /// How many times a writer opened the queue.
@@ -105,7 +109,7 @@ pub fn inspect(path: impl AsRef<Path>) -> Result<Inspection, QueueError> {
     let uncommitted = problem.is_none()
         && file.read_exact_at(&mut after, end_position.0).is_ok()
         && after.iter().any(|&b| b != 0);
-    let alive = writer_alive(file).map_err(|e| QueueError::sys(path, "test the writer lock", e))?;
+    let holder = lock_holder(file).map_err(|e| QueueError::sys(path, "test the writer lock", e))?;
     let fs =
         crate::sys::file::fs_kind(file).map_or_else(|e| format!("unknown ({e})"), |k| k.name());
     Ok(Inspection {
@@ -126,7 +130,8 @@ pub fn inspect(path: impl AsRef<Path>) -> Result<Inspection, QueueError> {
         first_position,
         last_position,
         end_position,
-        writer_alive: alive,
+        writer_alive: holder == Some(LockKind::Exclusive),
+        read_locked: holder == Some(LockKind::Shared),
         last_writer_pid: state.writer_pid,
         writer_opens: state.writer_opens,
         uncommitted_bytes_after_end: uncommitted,

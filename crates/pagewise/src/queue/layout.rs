@@ -51,8 +51,9 @@ pub(crate) const CHECKED_LEN: usize = 56;
 pub(crate) const OFF_FIRST_CHUNK: usize = 64;
 /// The chunk the writer was last in (a hint for finding the end), u64.
 pub(crate) const OFF_TAIL_CHUNK: usize = 128;
-/// Futex word bumped by the writer when blocked readers need waking, u32.
-pub(crate) const OFF_NOTIFY_SEQ: usize = 192;
+/// The wake word, u64 (see `notify`): the futex word readers sleep on (low
+/// 32 bits, +1 per commit), an eager flag and a coarse time.
+pub(crate) const OFF_WAKE: usize = 192;
 /// Process id of the writer that last opened the queue, u32.
 pub(crate) const OFF_WRITER_PID: usize = 256;
 /// How many times a writer opened the queue, u64.
@@ -332,10 +333,11 @@ pub(crate) fn read_header(
     Ok((g, state, size))
 }
 
-/// Whether a writer holds the queue's lock now. One `fcntl` call; works on a
-/// read-only descriptor.
-pub(crate) fn writer_alive(file: &File) -> Result<bool, crate::sys::SysError> {
-    file::is_locked(file, LOCK_START, LOCK_LEN, LockKind::Exclusive)
+/// Who holds the writer lock's byte now: a writer (`Exclusive`), some other
+/// process with a read lock (`Shared`), which keeps writers out, or nobody.
+/// One `fcntl` call; works on a read-only descriptor.
+pub(crate) fn lock_holder(file: &File) -> Result<Option<LockKind>, crate::sys::SysError> {
+    file::conflicting_lock(file, LOCK_START, LOCK_LEN, LockKind::Exclusive)
 }
 
 /// The chunks a file of `size` bytes holds at least partly.

@@ -37,6 +37,11 @@
 //!   and stop at zero; a non-zero mark that does not decode is corruption.
 //! - **One writer.** An open-file-description lock on byte 0, which the kernel
 //!   drops when the writer's process dies.
+//! - **Waking.** Readers that block sleep on a futex word in the header,
+//!   which works on their read-only mapping: a reader needs read permission
+//!   only and writes nowhere. The writer calls `FUTEX_WAKE` only when a
+//!   reader may be asleep, which it tells from a coarse clock and from
+//!   whether its last wake found a sleeper (docs/queue.md, "Waking readers").
 //! - **Growth.** The file grows by `fallocate`, a piece at a time, before the
 //!   writer gets there: a full file system is an error from `append`, never a
 //!   SIGBUS. Readers follow by mapping each chunk when they reach it.
@@ -70,7 +75,7 @@ pub use error::QueueError;
 pub use inspect::{inspect, Inspection, SCHEMA as INSPECT_SCHEMA};
 pub use layout::Geometry;
 pub use notify::wait_path;
-pub use reader::{Blocking, Reader, ReaderOptions, Record, Start, TruncationCheck, Wait};
+pub use reader::{Reader, ReaderOptions, Record, Start, TruncationCheck, Wait};
 pub use recovery::Recovery;
 pub use window::{PreTouch, WindowReport};
 pub(crate) use window::{Prepare, Window};

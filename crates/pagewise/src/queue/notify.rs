@@ -1,124 +1,244 @@
-//! Waking readers that block.
+//! Waking readers that block, without readers writing anything.
 //!
-//! Readers map the queue read-only, so they cannot tell the writer in the
-//! queue file that they sleep. A small side file, `<queue>.wait`, holds one
-//! word a sleeping reader can write: the `CLOCK_MONOTONIC` deadline until
-//! which some reader may be asleep (0: nobody). The writer loads that word
-//! after each commit; only when it is non-zero does it bump the futex word in
-//! the queue header and call `FUTEX_WAKE`. A reader re-arms the deadline for
-//! each sleep slice (at most 10 ms), so the word of a reader that was killed
-//! expires by itself and the writer clears it on its next append.
+//! Readers map the queue read-only and sleep with `FUTEX_WAIT` on the low
+//! half of one header word (the *wake word*) that only the writer changes.
+//! The writer must call `FUTEX_WAKE` when a reader may be asleep, and must
+//! not make a system call per append when none is. It cannot learn from the
+//! readers whether one sleeps (they write nowhere), so the two follow a rule
+//! that lets the writer know without being told:
 //!
-//! The side file holds nothing of the queue's data: the worst a reader can do
-//! through it is make the writer issue needless wakes. Readers that cannot
-//! open it for writing still block, by sleeping on the futex in slices of at
-//! most 1 ms (reported by `Reader::blocking`).
+//! - The wake word holds `seq` (bits 0–31, the futex word, +1 on every
+//!   commit), an *eager* flag (bit 32) and a *time* `P` (bits 33–63): a
+//!   reading of `CLOCK_MONOTONIC_COARSE` in units of 2^20 ns, the clock the
+//!   kernel advances once per tick and every process reads from the same
+//!   memory.
+//! - **Reader:** loads the word, looks for a record once more, reads the
+//!   coarse clock (`now`), then sleeps on `seq` — for as long as it likes
+//!   only if the word is eager or `now` is later than `P`; otherwise for at
+//!   most [`SHORT_SLEEP`] at a time.
+//! - **Writer**, on each commit: stores the new word (new `seq`, `P` = its
+//!   previous clock reading, eager if its last wake woke someone), issues a
+//!   `SeqCst` fence, then calls `FUTEX_WAKE` if the *previous* word was
+//!   eager, or if the coarse clock it reads now is later than the previous
+//!   word's `P`. Otherwise no system call: a store, a fence and a vDSO read
+//!   of memory (a few nanoseconds).
+//!
+//! Why a sleeping reader is never missed: say a reader loaded word `k`
+//! (`seq` S, time P) and sleeps long on S, and append `k+1` makes no wake
+//! call. Then word `k` was not eager, so the reader slept long because its
+//! clock reading `r` was later than P, and the writer's reading `c`, taken
+//! after its fence made word `k+1` visible to all, was not later than P; so
+//! `c < r`. The coarse clock is one memory location the kernel only moves
+//! forward; on x86-64 (total store order) the writer's read saw the older
+//! value, so word `k+1` was visible before the kernel stored the newer value
+//! the reader read, before the reader's `FUTEX_WAIT` compared the futex word:
+//! the compare sees `seq` changed and the reader does not sleep. If append
+//! `k+1` does call `FUTEX_WAKE`, the usual futex guarantee wakes the reader.
+//!
+//! What that costs: right after a record (until the clock ticks past `P`, a
+//! few ms) a reader that is not told "eager" naps in [`SHORT_SLEEP`] steps
+//! (records then wait up to that long). Once a wake finds a sleeper, the
+//! writer publishes eager and wakes on every append while wakes keep finding
+//! sleepers, so readers that block are woken at once; when a wake finds
+//! none, the writer stops. Any process that can read the file can make wakes
+//! find a sleeper, and so make the writer call `FUTEX_WAKE` on each append:
+//! the worst a reader can do is cost the writer a system call per append.
+//!
+//! Every reader also sleeps at most [`LONG_SLEEP`] at a time, so a writer that
+//! died between its store and its wake, or a reader in another time
+//! namespace (whose coarse clock differs), only delays records, by at most
+//! that.
 
-use crate::sys::file::set_mode;
+use super::layout::OFF_WAKE;
+use crate::sys::clock::monotonic_coarse_ns;
 use crate::sys::file_map::WriteMap;
-use std::fs::{File, OpenOptions};
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{fence, Ordering};
+use std::time::Duration;
 
-const MAGIC: [u8; 8] = *b"PGWQWAIT";
-const LEN: u64 = 4096;
-const OFF_WAIT_UNTIL: usize = 64;
+/// The longest nap of a reader whose writer may not wake it.
+pub(crate) const SHORT_SLEEP: Duration = Duration::from_micros(100);
+/// The longest sleep of any reader between looks at the queue.
+pub(crate) const LONG_SLEEP: Duration = Duration::from_millis(250);
 
-/// The side file's path: the queue's path with `.wait` appended.
+const EAGER: u64 = 1 << 32;
+const TIME_SHIFT: u32 = 33;
+/// Times are 31-bit: they wrap every 2^31 × 2^20 ns (about 26 days).
+const TIME_MASK: u32 = (1 << 31) - 1;
+
+/// The side file of queues written by pagewise before readers slept on the
+/// queue's own header: `<queue>.wait`. Nothing creates, opens or trusts it any
+/// more; remove a leftover one when cleaning up a queue.
 pub fn wait_path(queue: &Path) -> PathBuf {
     let mut p = queue.as_os_str().to_owned();
     p.push(".wait");
     PathBuf::from(p)
 }
 
-/// A mapping of the side file.
-#[derive(Debug)]
-pub(crate) struct WaitFile {
-    map: WriteMap,
+/// The coarse clock in units of 2^20 ns (about 1 ms), 31 bits.
+#[inline]
+fn coarse_now() -> u32 {
+    (monotonic_coarse_ns() >> 20) as u32 & TIME_MASK
 }
 
-fn map_checked(file: &File) -> Result<WriteMap, String> {
-    let len = file.metadata().map_err(|e| e.to_string())?.len();
-    if len < LEN {
-        return Err(format!("{len} bytes, expected {LEN}"));
-    }
-    let map = WriteMap::map(file, 0, LEN as usize, false).map_err(|e| e.to_string())?;
-    let mut magic = [0u8; 8];
-    map.copy_out(0, &mut magic);
-    if magic != MAGIC {
-        return Err("not a pagewise wait file".into());
-    }
-    Ok(map)
+/// Whether coarse time `now` is later than `then` (wrapping).
+#[inline]
+fn later(now: u32, then: u32) -> bool {
+    let d = now.wrapping_sub(then) & TIME_MASK;
+    d != 0 && d < 1 << 30
 }
 
-impl WaitFile {
-    /// Opens or creates the side file for a writer. A new file gets write
-    /// permission wherever `queue_mode` grants read permission, so that every
-    /// reader can register.
-    pub(crate) fn for_writer(queue: &Path, queue_mode: u32) -> Result<WaitFile, String> {
-        let path = wait_path(queue);
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .mode(queue_mode & 0o666)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-            .open(&path)
-            .map_err(|e| format!("{}: {e}", path.display()))?;
-        let len = file.metadata().map_err(|e| e.to_string())?.len();
-        if len == 0 {
-            file.set_len(LEN).map_err(|e| e.to_string())?;
-            let map = WriteMap::map(&file, 0, LEN as usize, false).map_err(|e| e.to_string())?;
-            map.write(0, &MAGIC);
-            let mode = (queue_mode & 0o666) | ((queue_mode & 0o444) >> 1);
-            set_mode(&file, mode).map_err(|e| e.to_string())?;
+/// A decoded wake word.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct WakeWord {
+    /// The futex word: changes with every commit.
+    pub(crate) seq: u32,
+    /// The writer wakes on the next commit whatever the clock says.
+    eager: bool,
+    /// Coarse time the writer compares the clock with on the next commit.
+    time: u32,
+}
+
+impl WakeWord {
+    pub(crate) fn decode(raw: u64) -> WakeWord {
+        WakeWord {
+            seq: raw as u32,
+            eager: raw & EAGER != 0,
+            time: (raw >> TIME_SHIFT) as u32 & TIME_MASK,
         }
-        Ok(WaitFile {
-            map: map_checked(&file).map_err(|e| format!("{}: {e}", path.display()))?,
-        })
     }
 
-    /// Opens the side file for a reader, if it exists and is writable.
-    pub(crate) fn for_reader(queue: &Path) -> Result<WaitFile, String> {
-        let path = wait_path(queue);
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-            .open(&path)
-            .map_err(|e| format!("{}: {e}", path.display()))?;
-        Ok(WaitFile {
-            map: map_checked(&file).map_err(|e| format!("{}: {e}", path.display()))?,
-        })
+    fn encode(self) -> u64 {
+        u64::from(self.seq)
+            | if self.eager { EAGER } else { 0 }
+            | (u64::from(self.time & TIME_MASK) << TIME_SHIFT)
     }
 
-    /// The registered deadline (0: no reader asleep). One relaxed load.
+    /// How long a reader that loaded this word and found no record may
+    /// sleep on `seq` (see the module doc). Reads the coarse clock.
+    pub(crate) fn sleep_limit(self) -> Duration {
+        if self.eager || later(coarse_now(), self.time) {
+            LONG_SLEEP
+        } else {
+            SHORT_SLEEP
+        }
+    }
+}
+
+/// The writer's side: publishes each commit and wakes sleepers when the
+/// protocol says one may be asleep.
+#[derive(Debug)]
+pub(crate) struct Waker {
+    /// The word as last stored.
+    word: WakeWord,
+    /// The writer's latest clock reading: the next word's time.
+    last_now: u32,
+    /// The last wake woke someone: publish eager.
+    eager: bool,
+    /// `FUTEX_WAKE` calls made.
+    wakes: u64,
+    /// The last `FUTEX_WAKE` error, if one failed.
+    error: Option<String>,
+}
+
+impl Waker {
+    /// Takes over the wake word of `header` and wakes every reader asleep on
+    /// it (they may have slept on a writer that died). One `FUTEX_WAKE`.
+    pub(crate) fn open(header: &WriteMap) -> Waker {
+        let mut word = WakeWord::decode(header.load_u64(OFF_WAKE, Ordering::Acquire).unwrap_or(0));
+        // As if the last word were eager: the first notify wakes whatever the clock says.
+        word.eager = true;
+        let mut waker = Waker {
+            word,
+            last_now: coarse_now(),
+            eager: true,
+            wakes: 0,
+            error: None,
+        };
+        waker.notify(header);
+        waker
+    }
+
+    /// Publishes a commit: a store, a fence, a coarse clock read, and a
+    /// `FUTEX_WAKE` only when a reader may be asleep.
     #[inline]
-    pub(crate) fn deadline(&self) -> u64 {
-        self.map
-            .load_u64(OFF_WAIT_UNTIL, Ordering::Relaxed)
-            .unwrap_or(0)
+    pub(crate) fn notify(&mut self, header: &WriteMap) {
+        let previous = self.word;
+        self.word = WakeWord {
+            seq: previous.seq.wrapping_add(1),
+            eager: self.eager,
+            time: self.last_now,
+        };
+        header.store_u64(OFF_WAKE, self.word.encode(), Ordering::Release);
+        // Makes the new word visible to all before the clock is read (the
+        // order the module doc's argument rests on).
+        fence(Ordering::SeqCst);
+        let wake = previous.eager || {
+            self.last_now = coarse_now();
+            later(self.last_now, previous.time)
+        };
+        if wake {
+            self.wake(header);
+        }
     }
 
-    /// Clears `seen` if it is still the deadline (the writer, once it passed).
-    pub(crate) fn clear(&self, seen: u64) {
-        let _ = self.map.compare_exchange_u64(OFF_WAIT_UNTIL, seen, 0);
-    }
-
-    /// Raises the deadline to at least `until` (a reader about to sleep). Sequentially
-    /// consistent, so the reader's next look at the queue cannot be ordered before it.
-    pub(crate) fn register(&self, until: u64) {
-        let mut current = self.deadline();
-        while current < until {
-            match self
-                .map
-                .compare_exchange_u64(OFF_WAIT_UNTIL, current, until)
-            {
-                Some(Ok(_)) | None => return,
-                Some(Err(now)) => current = now,
+    #[cold]
+    fn wake(&mut self, header: &WriteMap) {
+        self.wakes += 1;
+        match header.futex_wake(OFF_WAKE, u32::MAX) {
+            Ok(woken) => self.eager = woken > 0,
+            Err(e) => {
+                self.eager = false;
+                self.error = Some(e.to_string());
             }
         }
+    }
+
+    /// `FUTEX_WAKE` calls made so far.
+    pub(crate) fn wakes(&self) -> u64 {
+        self.wakes
+    }
+
+    /// Why the last failed `FUTEX_WAKE` failed.
+    pub(crate) fn error(&self) -> Option<&str> {
+        self.error.as_deref()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn words_round_trip() {
+        for w in [
+            WakeWord {
+                seq: 0,
+                eager: false,
+                time: 0,
+            },
+            WakeWord {
+                seq: u32::MAX,
+                eager: true,
+                time: TIME_MASK,
+            },
+            WakeWord {
+                seq: 7,
+                eager: false,
+                time: 12345,
+            },
+        ] {
+            assert_eq!(WakeWord::decode(w.encode()), w);
+            assert_eq!(w.encode() as u32, w.seq, "the futex word is the low half");
+        }
+    }
+
+    #[test]
+    fn later_wraps() {
+        assert!(later(5, 4));
+        assert!(!later(4, 4));
+        assert!(!later(4, 5));
+        assert!(later(0, TIME_MASK));
+        assert!(!later(TIME_MASK, 0));
     }
 }

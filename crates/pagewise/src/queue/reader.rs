@@ -2,10 +2,10 @@
 
 use super::error::QueueError;
 use super::layout::{
-    self, decode_mark, Geometry, Mark, HEADER_LEN, MARK_LEN, OFF_FIRST_CHUNK, OFF_NOTIFY_SEQ,
-    OFF_TAIL_CHUNK,
+    self, decode_mark, Geometry, Mark, HEADER_LEN, MARK_LEN, OFF_FIRST_CHUNK, OFF_TAIL_CHUNK,
+    OFF_WAKE,
 };
-use super::notify::WaitFile;
+use super::notify::WakeWord;
 use super::Position;
 use crate::copy::Routine;
 use crate::sys::file::{Inotify, IN_IGNORED, IN_MODIFY};
@@ -42,7 +42,9 @@ pub enum Wait {
         spins: u32,
     },
     /// Poll `spins` times, then sleep on a futex in the queue header until the
-    /// writer commits (see `Reader::blocking` for how wakes reach readers).
+    /// writer commits. Needs only read permission on the file. Right after a
+    /// record, until the writer has seen a reader asleep, sleeps are naps of
+    /// at most 100 µs (docs/queue.md, "Waking readers").
     Block {
         /// Polls before sleeping.
         spins: u32,
@@ -60,17 +62,6 @@ pub enum TruncationCheck {
     /// reader checks the size with `fstat` on every call (about 0.3 µs more
     /// per call).
     EveryCall,
-}
-
-/// How a reader that blocks gets woken.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Blocking {
-    /// Registered in the `.wait` side file: the writer wakes it on commit.
-    Woken,
-    /// The side file is missing or not writable for this reader: it sleeps in
-    /// slices of at most 1 ms and polls between them. The reason is given.
-    Polling(String),
 }
 
 /// Options for [`Reader::open_with`].
@@ -196,7 +187,6 @@ pub struct Reader {
     verify_crc: bool,
     watcher: Option<Watcher>,
     watch_problem: Option<String>,
-    wait: Result<WaitFile, String>,
     /// How far ahead of `pos` pages are mapped in (idle-time read populate).
     populated_to: u64,
     /// The previous chunk's mapping and how much of it is already dropped:
@@ -265,7 +255,6 @@ impl Reader {
             verify_crc: options.verify_crc,
             watcher,
             watch_problem,
-            wait: WaitFile::for_reader(path),
             populated_to: 0,
             retired: None,
             copy: options.copy.prepare(),
@@ -302,14 +291,6 @@ impl Reader {
         match &self.watcher {
             Some(_) => (TruncationCheck::Inotify, None),
             None => (TruncationCheck::EveryCall, self.watch_problem.as_deref()),
-        }
-    }
-
-    /// How a blocking wait gets woken for this reader.
-    pub fn blocking(&self) -> Blocking {
-        match &self.wait {
-            Ok(_) => Blocking::Woken,
-            Err(e) => Blocking::Polling(e.clone()),
         }
     }
 
@@ -662,29 +643,22 @@ impl Reader {
     }
 
     /// Sleeps on the header's futex word until the writer commits, a slice
-    /// passes, or the deadline.
+    /// passes, or the deadline (see `notify` for how long it may sleep).
     fn block(&mut self, deadline: Option<Instant>) -> Result<(), QueueError> {
-        let seq = self
-            .header
-            .load_u32(OFF_NOTIFY_SEQ, Ordering::Acquire)
-            .unwrap_or(0);
-        let mut slice = Duration::from_millis(10);
-        if let Some(d) = deadline {
-            slice = slice.min(d.saturating_duration_since(Instant::now()));
-        }
-        match &self.wait {
-            Ok(w) => {
-                let until = crate::sys::clock::monotonic_ns() + slice.as_nanos() as u64 + 1_000_000;
-                w.register(until);
-            }
-            Err(_) => slice = slice.min(Duration::from_millis(1)),
-        }
-        fence(Ordering::SeqCst);
+        let word = WakeWord::decode(
+            self.header
+                .load_u64(OFF_WAKE, Ordering::Acquire)
+                .unwrap_or(0),
+        );
         if self.locate()?.is_some() {
             return Ok(());
         }
+        let mut slice = word.sleep_limit();
+        if let Some(d) = deadline {
+            slice = slice.min(d.saturating_duration_since(Instant::now()));
+        }
         self.header
-            .futex_wait(OFF_NOTIFY_SEQ, seq, Some(slice))
+            .futex_wait(OFF_WAKE, word.seq, Some(slice))
             .map_err(|e| QueueError::sys(&self.path, "wait for the writer", e))?;
         Ok(())
     }

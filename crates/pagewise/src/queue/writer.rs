@@ -3,11 +3,11 @@
 use super::error::QueueError;
 use super::layout::{
     self, encode_header, read_header, Geometry, CHUNK_HEADER_LEN, CHUNK_MAGIC, CHUNK_OFF_CREATED,
-    CHUNK_OFF_INDEX, HEADER_LEN, LOCK_LEN, LOCK_START, MARK_LEN, OFF_FIRST_CHUNK, OFF_NOTIFY_SEQ,
-    OFF_TAIL_CHUNK, OFF_WRITER_OPENS, OFF_WRITER_PID,
+    CHUNK_OFF_INDEX, HEADER_LEN, LOCK_LEN, LOCK_START, MARK_LEN, OFF_FIRST_CHUNK, OFF_TAIL_CHUNK,
+    OFF_WRITER_OPENS, OFF_WRITER_PID,
 };
 use super::maps::{ChunkMaps, QueuePrepare};
-use super::notify::WaitFile;
+use super::notify::Waker;
 use super::recovery::{self, Recovery};
 use super::window::{PreTouch, Window, WindowReport};
 use super::Position;
@@ -17,7 +17,7 @@ use crate::sys::file_map::WriteMap;
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{fence, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -67,11 +67,12 @@ pub struct WriterReport {
     pub recovery: Recovery,
     /// The pre-toucher (or inline allocation).
     pub window: WindowReport,
-    /// Whether blocked readers can be woken (the `.wait` side file exists);
-    /// otherwise they sleep in 1 ms slices.
-    pub wakes_readers: bool,
-    /// Why the side file could not be used, if it could not.
-    pub wake_problem: Option<String>,
+    /// `FUTEX_WAKE` calls made for blocked readers (at most one per
+    /// kernel tick while no reader sleeps; one per append while readers
+    /// sleep between records).
+    pub wakes: u64,
+    /// Why the last `FUTEX_WAKE` failed, if one did.
+    pub wake_error: Option<String>,
 }
 
 /// Bounds for [`Writer::retain`]; a chunk is dropped when either says so.
@@ -108,8 +109,7 @@ pub struct Writer {
     file: Arc<File>,
     geometry: Geometry,
     header: WriteMap,
-    wait: Option<WaitFile>,
-    wake_problem: Option<String>,
+    waker: Waker,
     /// The current chunk's mapping.
     map: WriteMap,
     chunk: u64,
@@ -158,6 +158,12 @@ fn check_options(options: &Options) -> Result<(), QueueError> {
 fn lock(path: &Path, file: &File) -> Result<(), QueueError> {
     match file::try_lock(file, LOCK_START, LOCK_LEN, LockKind::Exclusive) {
         Ok(true) => Ok(()),
+        // A read lock there is no writer's: say so rather than blame a writer.
+        Ok(false) if matches!(layout::lock_holder(file), Ok(Some(LockKind::Shared))) => {
+            Err(QueueError::ReadLocked {
+                path: path.to_owned(),
+            })
+        }
         Ok(false) => Err(QueueError::WriterLocked {
             path: path.to_owned(),
         }),
@@ -281,17 +287,13 @@ impl Writer {
         )?;
         let map = maps.take(chunk)?;
         let chunk_base = geometry.chunk_base(chunk).unwrap_or(u64::MAX);
-        let (wait, wake_problem) = match WaitFile::for_writer(path, options.mode) {
-            Ok(w) => (Some(w), None),
-            Err(e) => (None, Some(e)),
-        };
+        let waker = Waker::open(&header);
         let mut writer = Writer {
             path: path.to_owned(),
             file,
             geometry,
             header,
-            wait,
-            wake_problem,
+            waker,
             map,
             chunk,
             chunk_base,
@@ -381,8 +383,8 @@ impl Writer {
             chunk: self.chunk,
             recovery: self.recovery.clone(),
             window: self.window.report(),
-            wakes_readers: self.wait.is_some(),
-            wake_problem: self.wake_problem.clone(),
+            wakes: self.waker.wakes(),
+            wake_error: self.waker.error().map(str::to_owned),
         }
     }
 
@@ -412,8 +414,9 @@ impl Writer {
     /// readers when this returns; it is durable on disk after [`Writer::flush`].
     ///
     /// Hot path: a bounds check, a copy of the payload into the mapping, one
-    /// release store of the mark, one relaxed store for the pre-toucher, and
-    /// one load of the wake word. No system call and (with pre-touch) no page
+    /// release store of the mark, one relaxed store for the pre-toucher, one
+    /// store of the wake word, a fence and a coarse clock read (vDSO). No
+    /// system call while no reader sleeps and (with pre-touch) no page
     /// fault, except when the writer crosses into a new chunk or catches up
     /// with the pre-toucher. Errors: [`QueueError::RecordTooLarge`],
     /// [`QueueError::NoSpace`] (nothing was appended; retry after freeing
@@ -547,28 +550,10 @@ impl Writer {
         self.notify();
     }
 
-    /// Wakes blocked readers, if the side file says any may be asleep.
+    /// Publishes the commit to readers that sleep (see `notify`).
     #[inline]
-    fn notify(&self) {
-        if let Some(wait) = &self.wait {
-            // Orders the commit before the load of the wake word; a reader orders its
-            // registration before its look at the mark the same way (Dekker).
-            fence(Ordering::SeqCst);
-            let deadline = wait.deadline();
-            if deadline != 0 {
-                self.wake(wait, deadline);
-            }
-        }
-    }
-
-    #[cold]
-    fn wake(&self, wait: &WaitFile, deadline: u64) {
-        self.header
-            .fetch_add_u32(OFF_NOTIFY_SEQ, 1, Ordering::Release);
-        let _ = self.header.futex_wake(OFF_NOTIFY_SEQ, u32::MAX);
-        if crate::sys::clock::monotonic_ns() > deadline {
-            wait.clear(deadline);
-        }
+    fn notify(&mut self) {
+        self.waker.notify(&self.header);
     }
 
     /// Makes every record appended so far durable (`msync(MS_SYNC)` of the

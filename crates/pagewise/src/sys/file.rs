@@ -176,28 +176,28 @@ pub fn try_lock(file: &File, start: u64, len: u64, kind: LockKind) -> SysResult<
     }
 }
 
-/// Whether another open file description holds a lock on `[start, start+len)`
-/// that conflicts with a lock of `kind` (`F_OFD_GETLK`). Does not take or
-/// disturb any lock and works on a read-only descriptor. One `fcntl` call.
-pub fn is_locked(file: &File, start: u64, len: u64, kind: LockKind) -> SysResult<bool> {
+/// The kind of a lock another open file description holds on
+/// `[start, start+len)` that conflicts with a lock of `kind`, if any
+/// (`F_OFD_GETLK`; process-associated `F_SETLK` locks count too). Does not
+/// take or disturb any lock and works on a read-only descriptor. One `fcntl`
+/// call.
+pub fn conflicting_lock(
+    file: &File,
+    start: u64,
+    len: u64,
+    kind: LockKind,
+) -> SysResult<Option<LockKind>> {
     let mut lock = ofd_flock(raw_kind(kind), start, len, "fcntl(F_OFD_GETLK)")?;
     // SAFETY: `lock` is a valid, writable flock; the kernel fills it in.
     let rc = unsafe { libc::fcntl(file.as_raw_fd(), F_OFD_GETLK, &mut lock as *mut libc::flock) };
     if rc != 0 {
         return Err(SysError::last("fcntl(F_OFD_GETLK)"));
     }
-    Ok(lock.l_type != libc::F_UNLCK as libc::c_short)
-}
-
-/// Sets the permission bits of an open file (`fchmod`), regardless of umask.
-/// One system call.
-pub fn set_mode(file: &File, mode: u32) -> SysResult<()> {
-    // SAFETY: fchmod takes an fd and an integer.
-    let rc = unsafe { libc::fchmod(file.as_raw_fd(), mode as libc::mode_t) };
-    if rc != 0 {
-        return Err(SysError::last("fchmod"));
-    }
-    Ok(())
+    Ok(match i32::from(lock.l_type) {
+        libc::F_UNLCK => None,
+        libc::F_RDLCK => Some(LockKind::Shared),
+        _ => Some(LockKind::Exclusive),
+    })
 }
 
 /// One event from an [`Inotify`] instance.
@@ -341,12 +341,18 @@ mod tests {
             .open(&path)
             .unwrap();
         let reader = OpenOptions::new().read(true).open(&path).unwrap();
-        assert!(!is_locked(&reader, 0, 1, LockKind::Exclusive).unwrap());
+        let held = |f: &File| conflicting_lock(f, 0, 1, LockKind::Exclusive).unwrap();
+        assert_eq!(held(&reader), None);
         assert!(try_lock(&a, 0, 1, LockKind::Exclusive).unwrap());
         assert!(!try_lock(&b, 0, 1, LockKind::Exclusive).unwrap());
-        assert!(is_locked(&reader, 0, 1, LockKind::Exclusive).unwrap());
+        assert_eq!(held(&reader), Some(LockKind::Exclusive));
         drop(a);
-        assert!(!is_locked(&reader, 0, 1, LockKind::Exclusive).unwrap());
+        assert_eq!(held(&reader), None);
+        // A read lock needs only a read-only descriptor, and keeps writers out.
+        assert!(try_lock(&reader, 0, 1, LockKind::Shared).unwrap());
+        assert!(!try_lock(&b, 0, 1, LockKind::Exclusive).unwrap());
+        assert_eq!(held(&b), Some(LockKind::Shared));
+        drop(reader);
         assert!(try_lock(&b, 0, 1, LockKind::Exclusive).unwrap());
     }
 

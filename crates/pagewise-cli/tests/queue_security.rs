@@ -1,0 +1,324 @@
+//! Another local user against a root queue: with read permission only (and
+//! write permission on the directory, as in `/dev/shm`), user nobody must not
+//! be able to stop or damage a writer or a reader, whatever it truncates,
+//! writes, chmods or plants beside the queue. Also: files the queue creates
+//! never get more permission than the user asked for.
+//!
+//! Tests that need a second user run its commands with
+//! `setpriv --reuid=65534 --regid=65534 --clear-groups` and are skipped, with
+//! the reason printed, when that does not work here.
+
+use assert_cmd::Command;
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::Path;
+use std::process::{Child, ChildStdin, ChildStdout, Stdio};
+use std::time::{Duration, Instant};
+
+fn pagewise() -> Command {
+    Command::cargo_bin("pagewise").unwrap()
+}
+
+fn bin() -> std::path::PathBuf {
+    assert_cmd::cargo::cargo_bin("pagewise")
+}
+
+/// A directory like `/dev/shm`: everyone may create files in it (sticky).
+fn shared_dir() -> tempfile::TempDir {
+    let d = tempfile::tempdir_in("/dev/shm").unwrap_or_else(|_| tempfile::tempdir().unwrap());
+    std::fs::set_permissions(d.path(), std::fs::Permissions::from_mode(0o1777)).unwrap();
+    d
+}
+
+/// `setpriv … PROGRAM` as user and group 65534 (nobody), or why that is not
+/// possible here.
+fn as_nobody(program: &str) -> Result<std::process::Command, String> {
+    static CHECK: std::sync::OnceLock<Result<(), String>> = std::sync::OnceLock::new();
+    CHECK
+        .get_or_init(|| {
+            if effective_uid() != 0 {
+                return Err("not running as root".into());
+            }
+            let out = std::process::Command::new("setpriv")
+                .args([
+                    "--reuid=65534",
+                    "--regid=65534",
+                    "--clear-groups",
+                    "id",
+                    "-u",
+                ])
+                .output()
+                .map_err(|e| format!("cannot run setpriv: {e}"))?;
+            if !out.status.success() || String::from_utf8_lossy(&out.stdout).trim() != "65534" {
+                return Err(format!(
+                    "setpriv does not switch to user 65534: {}",
+                    String::from_utf8_lossy(&out.stderr).trim()
+                ));
+            }
+            Ok(())
+        })
+        .clone()?;
+    let mut c = std::process::Command::new("setpriv");
+    c.args(["--reuid=65534", "--regid=65534", "--clear-groups", program]);
+    Ok(c)
+}
+
+fn effective_uid() -> u32 {
+    // The owner of a file this process just created is its effective user.
+    let f = tempfile::NamedTempFile::new().unwrap();
+    f.as_file().metadata().unwrap().uid()
+}
+
+macro_rules! nobody_or_skip {
+    ($program:expr) => {
+        match as_nobody($program) {
+            Ok(c) => c,
+            Err(reason) => {
+                eprintln!("skipped: needs a second user: {reason}");
+                return;
+            }
+        }
+    };
+}
+
+/// Runs `program args…` as nobody; returns whether it succeeded.
+fn nobody_runs(program: &str, args: &[&str], path: &Path) -> bool {
+    as_nobody(program)
+        .unwrap()
+        .args(args)
+        .arg(path)
+        .stderr(Stdio::null())
+        .status()
+        .unwrap()
+        .success()
+}
+
+/// `pagewise queue append Q` fed through a pipe, one line at a time.
+struct Appender {
+    child: Child,
+    stdin: Option<ChildStdin>,
+}
+
+impl Appender {
+    fn start(q: &Path) -> Appender {
+        let mut child = std::process::Command::new(bin())
+            .args(["queue", "append", "--chunk-size", "64KiB"])
+            .arg(q)
+            .stdin(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stdin = child.stdin.take();
+        Appender { child, stdin }
+    }
+
+    fn send(&mut self, line: &str) {
+        let stdin = self.stdin.as_mut().unwrap();
+        writeln!(stdin, "{line}").unwrap();
+        stdin.flush().unwrap();
+    }
+
+    /// Closes stdin and returns the exit status and stderr.
+    fn finish(mut self) -> (std::process::ExitStatus, String) {
+        drop(self.stdin.take());
+        let out = self.child.wait_with_output().unwrap();
+        (
+            out.status,
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    }
+}
+
+/// `pagewise queue tail --follow Q`, read a line at a time with a deadline.
+struct Follower {
+    child: Child,
+    lines: std::sync::mpsc::Receiver<String>,
+}
+
+impl Follower {
+    fn start(mut cmd: std::process::Command, q: &Path) -> Follower {
+        let mut child = cmd
+            .args(["queue", "tail", "--follow"])
+            .arg(q)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap();
+        let out: ChildStdout = child.stdout.take().unwrap();
+        let (tx, lines) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(out).lines() {
+                let Ok(line) = line else { return };
+                if tx.send(line).is_err() {
+                    return;
+                }
+            }
+        });
+        Follower { child, lines }
+    }
+
+    fn expect(&mut self, line: &str, within: Duration) {
+        match self.lines.recv_timeout(within) {
+            Ok(got) => assert_eq!(got, line),
+            Err(e) => panic!(
+                "the follower printed no {line:?} within {within:?} ({e}); exit status: {:?}",
+                self.child.try_wait()
+            ),
+        }
+    }
+
+    fn alive(&mut self) -> bool {
+        self.child.try_wait().unwrap().is_none()
+    }
+}
+
+impl Drop for Follower {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Waits until `inspect` counts `n` records.
+fn wait_for_records(q: &Path, n: u64) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let out = pagewise()
+            .args(["queue", "inspect", "--json"])
+            .arg(q)
+            .output()
+            .unwrap();
+        if let Ok(v) = serde_json::from_slice::<serde_json::Value>(&out.stdout) {
+            if v["records"] == n {
+                return;
+            }
+        }
+        assert!(Instant::now() < deadline, "never saw {n} records in {q:?}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+#[test]
+fn files_beside_the_queue_never_get_more_permission_than_the_queue() {
+    let d = shared_dir();
+    let q = d.path().join("q");
+    let status = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(r#"umask 077 && printf 'a\nb\n' | "$0" queue append "$1""#)
+        .arg(bin())
+        .arg(&q)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    // A follower blocks while the writer appends: whatever wake machinery
+    // there is exists now.
+    let mut tail = Follower::start(std::process::Command::new(bin()), &q);
+    tail.expect("a", Duration::from_secs(20));
+    tail.expect("b", Duration::from_secs(20));
+    let mut w = Appender::start(&q);
+    w.send("c");
+    tail.expect("c", Duration::from_secs(20));
+    for entry in std::fs::read_dir(d.path()).unwrap() {
+        let entry = entry.unwrap();
+        let meta = entry.metadata().unwrap();
+        assert_eq!(
+            meta.mode() & 0o077,
+            0,
+            "{:?} has mode {:o} although the umask is 077",
+            entry.path(),
+            meta.mode() & 0o7777
+        );
+    }
+    let (status, err) = w.finish();
+    assert!(status.success(), "{err}");
+}
+
+#[test]
+fn another_user_cannot_stop_a_writer_or_a_follower() {
+    let _ = nobody_or_skip!("true");
+    let d = shared_dir();
+    let q = d.path().join("q");
+    let mut w = Appender::start(&q);
+    w.send("one");
+    wait_for_records(&q, 1);
+    let mut tail = Follower::start(std::process::Command::new(bin()), &q);
+    tail.expect("one", Duration::from_secs(20));
+    // Everything nobody may try with read permission on the queue and write
+    // permission on the directory. Some of it fails (that is the point); none
+    // of it may stop the root writer or the root follower.
+    let wait = q.with_file_name("q.wait");
+    assert!(
+        !nobody_runs("truncate", &["-s", "0"], &q),
+        "nobody truncated the queue"
+    );
+    assert!(
+        !nobody_runs("chmod", &["666"], &q),
+        "nobody changed the mode"
+    );
+    let _ = nobody_runs("truncate", &["-s", "0"], &wait);
+    let _ = nobody_runs("truncate", &["-s", "1"], &wait);
+    let _ = nobody_runs("chmod", &["666"], &wait);
+    w.send("two");
+    tail.expect("two", Duration::from_secs(20));
+    let _ = nobody_runs("truncate", &["-s", "0"], &wait);
+    w.send("three");
+    tail.expect("three", Duration::from_secs(20));
+    assert!(tail.alive(), "the follower died");
+    let (status, err) = w.finish();
+    assert!(status.success(), "the writer died: {status}: {err}");
+    assert!(err.contains("appended 3 records"), "{err}");
+    wait_for_records(&q, 3);
+}
+
+#[test]
+fn a_side_file_planted_by_another_user_is_not_adopted() {
+    let mut plant = nobody_or_skip!("sh");
+    let d = shared_dir();
+    let q = d.path().join("q");
+    let wait = d.path().join("q.wait");
+    // Before the queue exists, nobody plants what the writer used to create:
+    // a 4 KiB wait file with the right magic, writable by all.
+    let status = plant
+        .arg("-c")
+        .arg(r#"umask 0 && { printf PGWQWAIT; head -c 4088 /dev/zero; } > "$0""#)
+        .arg(&wait)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let planted = std::fs::read(&wait).unwrap();
+    let mut w = Appender::start(&q);
+    w.send("one");
+    wait_for_records(&q, 1);
+    let mut tail = Follower::start(std::process::Command::new(bin()), &q);
+    tail.expect("one", Duration::from_secs(20));
+    // The follower is asleep now; nothing of it may be in nobody's file.
+    std::thread::sleep(Duration::from_millis(50));
+    assert!(
+        std::fs::read(&wait).unwrap() == planted,
+        "a root process wrote to a file another user owns"
+    );
+    assert!(nobody_runs("truncate", &["-s", "0"], &wait));
+    w.send("two");
+    tail.expect("two", Duration::from_secs(20));
+    let (status, err) = w.finish();
+    assert!(status.success(), "the writer died: {status}: {err}");
+}
+
+#[test]
+fn a_reader_with_read_permission_only_is_woken_by_the_writer() {
+    let nobody = nobody_or_skip!(bin().to_str().unwrap());
+    let d = shared_dir();
+    let q = d.path().join("q");
+    let mut w = Appender::start(&q);
+    w.send("one");
+    wait_for_records(&q, 1);
+    let mut tail = Follower::start(nobody, &q);
+    tail.expect("one", Duration::from_secs(20));
+    for line in ["two", "three"] {
+        std::thread::sleep(Duration::from_millis(30));
+        w.send(line);
+        tail.expect(line, Duration::from_secs(20));
+    }
+    let (status, err) = w.finish();
+    assert!(status.success(), "{err}");
+}
