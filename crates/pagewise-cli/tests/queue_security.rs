@@ -179,6 +179,24 @@ impl Drop for Follower {
     }
 }
 
+/// Runs `pagewise queue append Q` under `umask`, feeding it `input`;
+/// returns whether it succeeded.
+fn append_with_umask(umask: &str, q: &Path, input: &str) -> bool {
+    let mut sh = std::process::Command::new("sh");
+    sh.arg("-c")
+        .arg(format!(r#"umask {umask} && exec "$0" queue append "$1""#))
+        .arg(bin())
+        .arg(q);
+    feed(sh, input.as_bytes())
+}
+
+/// Runs `cmd` with `input` on its stdin; returns whether it succeeded.
+fn feed(mut cmd: std::process::Command, input: &[u8]) -> bool {
+    let mut child = cmd.stdin(Stdio::piped()).spawn().unwrap();
+    child.stdin.take().unwrap().write_all(input).unwrap();
+    child.wait().unwrap().success()
+}
+
 /// Waits until `inspect` counts `n` records.
 fn wait_for_records(q: &Path, n: u64) {
     let deadline = Instant::now() + Duration::from_secs(20);
@@ -202,14 +220,7 @@ fn wait_for_records(q: &Path, n: u64) {
 fn files_beside_the_queue_never_get_more_permission_than_the_queue() {
     let d = shared_dir();
     let q = d.path().join("q");
-    let status = std::process::Command::new("sh")
-        .arg("-c")
-        .arg(r#"umask 077 && printf 'a\nb\n' | "$0" queue append "$1""#)
-        .arg(bin())
-        .arg(&q)
-        .status()
-        .unwrap();
-    assert!(status.success());
+    assert!(append_with_umask("077", &q, "a\nb\n"));
     // A follower blocks while the writer appends: whatever wake machinery
     // there is exists now.
     let mut tail = Follower::start(std::process::Command::new(bin()), &q);
@@ -321,4 +332,79 @@ fn a_reader_with_read_permission_only_is_woken_by_the_writer() {
     }
     let (status, err) = w.finish();
     assert!(status.success(), "{err}");
+}
+
+/// Appends `lines` to `q` with the CLI; returns the exit status and stderr.
+fn append_lines(q: &Path, lines: &str) -> (bool, String) {
+    let out = pagewise()
+        .args(["queue", "append"])
+        .arg(q)
+        .write_stdin(lines.to_owned())
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn a_link_planted_at_the_queue_path_is_not_followed() {
+    let mut plant = nobody_or_skip!("ln");
+    let d = shared_dir();
+    let elsewhere = tempfile::tempdir().unwrap();
+    let target = elsewhere.path().join("roots-queue");
+    assert!(append_lines(&target, "root's record\n").0);
+    std::fs::set_permissions(elsewhere.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let before = std::fs::read(&target).unwrap();
+    // nobody points the name root is about to use at root's own queue.
+    let q = d.path().join("q");
+    assert!(plant
+        .arg("-s")
+        .arg(&target)
+        .arg(&q)
+        .status()
+        .unwrap()
+        .success());
+    let (ok, err) = append_lines(&q, "meant for a new queue\n");
+    assert!(!ok, "root wrote through nobody's link");
+    assert!(err.contains("symbolic link"), "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    assert!(
+        std::fs::read(&target).unwrap() == before,
+        "the target changed"
+    );
+}
+
+#[test]
+fn a_queue_owned_by_another_user_is_refused_for_writing_but_readable() {
+    let mut nobody = nobody_or_skip!(bin().to_str().unwrap());
+    let d = shared_dir();
+    let q = d.path().join("q");
+    // nobody creates the queue root would otherwise have created.
+    nobody.args(["queue", "append"]).arg(&q);
+    assert!(feed(nobody, b"nobody's\n"));
+    assert_eq!(std::fs::metadata(&q).unwrap().uid(), 65534);
+    let (ok, err) = append_lines(&q, "root's\n");
+    assert!(
+        !ok,
+        "root wrote to a queue nobody owns (and can truncate under it)"
+    );
+    assert!(err.contains("owned by user 65534"), "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    let out = pagewise().args(["queue", "tail"]).arg(&q).output().unwrap();
+    assert!(out.status.success());
+    assert_eq!(out.stdout, b"nobody's\n");
+}
+
+#[test]
+fn a_new_queue_gets_the_mode_asked_for_minus_the_umask() {
+    let d = shared_dir();
+    let q = d.path().join("q");
+    assert!(append_with_umask("027", &q, "x\n"));
+    let meta = std::fs::metadata(&q).unwrap();
+    assert_eq!(meta.mode() & 0o7777, 0o640);
+    assert_eq!(meta.uid(), effective_uid());
+    // Exactly one file: no temporary name is left.
+    assert_eq!(std::fs::read_dir(d.path()).unwrap().count(), 1);
 }

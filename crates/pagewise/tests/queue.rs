@@ -677,6 +677,74 @@ fn a_full_file_system_is_an_error_from_append_not_a_sigbus() {
 }
 
 #[test]
+fn a_create_that_fails_leaves_no_file_behind() {
+    let fs = match SmallFs::mount("256k") {
+        Ok(fs) => fs,
+        Err(e) => {
+            eprintln!("skipped: needs a small tmpfs mount (root): {e}");
+            return;
+        }
+    };
+    // Fill the file system, so that even the header cannot be allocated.
+    let filler = fs.path().join("filler");
+    let f = std::fs::File::create(&filler).unwrap();
+    let mut size = 256 << 10;
+    while size > 0 && pagewise::sys::file::allocate(&f, 0, size).is_err() {
+        size -= 4096;
+    }
+    let path = fs.path().join("q");
+    match Writer::create(&path, small(false)) {
+        Err(QueueError::NoSpace { .. }) => {}
+        other => panic!("{other:?}"),
+    }
+    assert!(
+        !path.exists(),
+        "a failed create left {:?} ({} bytes)",
+        path,
+        std::fs::metadata(&path).map_or(0, |m| m.len())
+    );
+    let names: Vec<_> = std::fs::read_dir(fs.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(names, ["filler"], "nothing else is left either");
+    drop(f);
+    std::fs::remove_file(&filler).unwrap();
+    let mut w = Writer::open_or_create(&path, small(false)).unwrap();
+    w.append(b"now there is room").unwrap();
+}
+
+#[test]
+fn simultaneous_creates_give_one_writer_and_writer_locked() {
+    for round in 0..200 {
+        let d = dir();
+        let path = d.path().join("q");
+        let barrier = std::sync::Arc::new(std::sync::Barrier::new(3));
+        let racers: Vec<_> = (0..3)
+            .map(|_| {
+                let (path, barrier) = (path.clone(), std::sync::Arc::clone(&barrier));
+                std::thread::spawn(move || {
+                    barrier.wait();
+                    let result = Writer::open_or_create(&path, small(false));
+                    // Keep a winner's lock until every racer has tried.
+                    barrier.wait();
+                    result.map(|_| ())
+                })
+            })
+            .collect();
+        let results: Vec<_> = racers.into_iter().map(|t| t.join().unwrap()).collect();
+        let winners = results.iter().filter(|r| r.is_ok()).count();
+        assert_eq!(winners, 1, "round {round}: {results:?}");
+        for r in results {
+            match r {
+                Ok(()) | Err(QueueError::WriterLocked { .. }) => {}
+                Err(e) => panic!("round {round}: {e}"),
+            }
+        }
+    }
+}
+
+#[test]
 fn truncation_by_another_process_is_a_clear_error() {
     for watch in [true, false] {
         let d = dir();

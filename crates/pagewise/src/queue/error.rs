@@ -35,6 +35,16 @@ pub enum QueueError {
         /// The queue file.
         path: PathBuf,
     },
+    /// The path names something pagewise does not use as a queue: a
+    /// symbolic link or another user's file (for writing), or not a regular
+    /// file at all.
+    #[error("{path}: {reason}")]
+    Refused {
+        /// The path given.
+        path: PathBuf,
+        /// What it is and what to do instead.
+        reason: String,
+    },
     /// Another writer holds the queue's lock.
     #[error("{path}: another writer holds the queue (one writer at a time; the lock is released when that process exits)")]
     WriterLocked {

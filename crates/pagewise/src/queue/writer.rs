@@ -12,10 +12,11 @@ use super::recovery::{self, Recovery};
 use super::window::{PreTouch, Window, WindowReport};
 use super::Position;
 use crate::copy::Routine;
+use crate::sys::create::{self, NewFile};
 use crate::sys::file::{self, LockKind};
 use crate::sys::file_map::WriteMap;
-use std::fs::{File, OpenOptions};
-use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::fs::File;
+use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -171,30 +172,53 @@ fn lock(path: &Path, file: &File) -> Result<(), QueueError> {
     }
 }
 
+/// Opens an existing queue for writing: never through a symbolic link, and
+/// only a regular file this user owns.
+fn open_for_writing(path: &Path) -> Result<File, QueueError> {
+    let refused = |reason: String| QueueError::Refused {
+        path: path.to_owned(),
+        reason,
+    };
+    let file = create::open_no_follow(path, true).map_err(|e| {
+        if std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_symlink()) {
+            refused("a symbolic link: pagewise does not write a queue through a link (give the path of the file itself)".into())
+        } else {
+            QueueError::Io {
+                path: path.to_owned(),
+                what: "open the queue",
+                error: e.source,
+            }
+        }
+    })?;
+    let meta = file
+        .metadata()
+        .map_err(QueueError::io(path, "stat the queue"))?;
+    if !meta.file_type().is_file() {
+        return Err(refused("not a regular file, so not a queue".into()));
+    }
+    let (owner, me) = (meta.uid(), create::effective_uid());
+    if owner != me {
+        return Err(refused(format!(
+            "owned by user {owner}, not by this user ({me}), who could truncate it under the writer: run the writer as user {owner}, or copy the records into a queue of your own"
+        )));
+    }
+    Ok(file)
+}
+
 impl Writer {
     /// Creates a new queue at `path` and opens it for writing. Fails with
-    /// [`QueueError::Exists`] if the file exists. Costs a file creation, a
-    /// header write, and what [`Writer::open`] costs.
+    /// [`QueueError::Exists`] if anything has that name (a symbolic link
+    /// included). The file appears complete, header and all, or not at all;
+    /// its mode is `Options::mode` minus the umask. Costs a file creation, a
+    /// header write and `fdatasync`, and what [`Writer::open`] costs.
     pub fn create(path: impl AsRef<Path>, options: Options) -> Result<Writer, QueueError> {
         let path = path.as_ref();
         check_options(&options)?;
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create_new(true)
-            .mode(options.mode)
-            .custom_flags(libc::O_CLOEXEC)
-            .open(path)
-            .map_err(|e| {
-                if e.kind() == std::io::ErrorKind::AlreadyExists {
-                    QueueError::Exists {
-                        path: path.to_owned(),
-                    }
-                } else {
-                    QueueError::io(path, "create the queue")(e)
-                }
-            })?;
-        lock(path, &file)?;
+        // Built unnamed and named only when whole: no other process can see a
+        // file without its header, and a failure leaves nothing behind.
+        let new = NewFile::in_dir_of(path, options.mode)
+            .map_err(|e| QueueError::sys(path, "create the queue", e))?;
+        lock(path, new.file())?;
         let geometry = Geometry {
             chunk_size: options.chunk_size,
             flags: if options.record_crc {
@@ -205,30 +229,42 @@ impl Writer {
             created_unix_ns: now_unix_ns(),
         };
         // The header page is allocated like everything else: a full file system fails here.
-        file::allocate(&file, 0, HEADER_LEN).map_err(|e| QueueError::NoSpace {
+        file::allocate(new.file(), 0, HEADER_LEN).map_err(|e| QueueError::NoSpace {
             path: path.to_owned(),
             offset: 0,
             error: e,
         })?;
-        file.write_all_at(&encode_header(&geometry), 0)
+        new.file()
+            .write_all_at(&encode_header(&geometry), 0)
             .map_err(QueueError::io(path, "write the header"))?;
+        // On a disk, the header reaches it before the name does.
+        new.file()
+            .sync_data()
+            .map_err(QueueError::io(path, "flush the header"))?;
+        let file = new.link_at(path).map_err(|e| {
+            if e.source.kind() == std::io::ErrorKind::AlreadyExists {
+                QueueError::Exists {
+                    path: path.to_owned(),
+                }
+            } else {
+                QueueError::sys(path, "give the new queue its name", e)
+            }
+        })?;
         Writer::start(path, file, &options)
     }
 
     /// Opens an existing queue for writing: takes the writer lock, finds the
     /// last committed record, discards a torn one (and anything after it),
     /// and starts the pre-toucher. Fails with [`QueueError::WriterLocked`] if
-    /// another writer is alive. Costs a walk over the records of the chunk
-    /// the writer was last in (about a millisecond per 64 MiB chunk).
+    /// another writer is alive, and with [`QueueError::Refused`] for a
+    /// symbolic link, a file that is not regular, or a file another user
+    /// owns (its owner could truncate it under the writer). Costs a walk
+    /// over the records of the chunk the writer was last in (about a
+    /// millisecond per 64 MiB chunk).
     pub fn open(path: impl AsRef<Path>, options: Options) -> Result<Writer, QueueError> {
         let path = path.as_ref();
         check_options(&options)?;
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .custom_flags(libc::O_CLOEXEC)
-            .open(path)
-            .map_err(QueueError::io(path, "open the queue"))?;
+        let file = open_for_writing(path)?;
         lock(path, &file)?;
         Writer::start(path, file, &options)
     }

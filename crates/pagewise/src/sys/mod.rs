@@ -7,6 +7,7 @@
 pub mod clock;
 pub mod copy;
 pub mod cpu;
+pub mod create;
 pub mod dl;
 pub mod file;
 pub mod file_map;

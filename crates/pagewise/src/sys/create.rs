@@ -1,0 +1,270 @@
+//! Creating and opening files without being fooled by what another user put
+//! in a shared directory: a new file appears at its path complete or not at
+//! all (built unnamed, then linked), never through a symbolic link and never
+//! over an existing name, with the mode asked for minus the umask.
+//!
+//! [`NewFile::in_dir_of`] makes an unnamed file in the target's directory
+//! (`O_TMPFILE`); the caller fills it in, then [`NewFile::link_at`] gives it
+//! its name with `linkat`, which fails with `EEXIST` if anything is there — a
+//! file, a directory, or a symbolic link, dangling or not — and never follows
+//! a link. If the file system has no `O_TMPFILE`, the file is made under a
+//! temporary name (`O_CREAT | O_EXCL | O_NOFOLLOW`) and linked from there;
+//! the temporary name is removed in either case, and a file that is dropped
+//! before it is linked leaves nothing behind.
+
+use super::{SysError, SysResult};
+use std::ffi::CString;
+use std::fs::File;
+use std::os::fd::{AsRawFd, FromRawFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU32, Ordering};
+
+fn c_path(path: &Path, call: &'static str) -> SysResult<CString> {
+    CString::new(path.as_os_str().as_bytes()).map_err(|_| SysError {
+        call,
+        source: std::io::Error::from_raw_os_error(libc::EINVAL),
+    })
+}
+
+/// `open(2)` with `flags | O_CLOEXEC` and `mode`, retried on `EINTR`.
+fn open_raw(path: &Path, flags: libc::c_int, mode: u32, call: &'static str) -> SysResult<File> {
+    let c = c_path(path, call)?;
+    loop {
+        // SAFETY: c is a valid NUL-terminated path that outlives the call; open reads it only.
+        let fd = unsafe { libc::open(c.as_ptr(), flags | libc::O_CLOEXEC, mode as libc::c_uint) };
+        if fd >= 0 {
+            // SAFETY: fd is a new descriptor that nothing else owns.
+            return Ok(unsafe { File::from_raw_fd(fd) });
+        }
+        let err = SysError::last(call);
+        if err.errno() != Some(libc::EINTR) {
+            return Err(err);
+        }
+    }
+}
+
+/// Opens an existing file for reading (and writing if `writable`) without
+/// following a symbolic link in the last component: a link gives `ELOOP`.
+/// One `open` call.
+pub fn open_no_follow(path: &Path, writable: bool) -> SysResult<File> {
+    let access = if writable {
+        libc::O_RDWR
+    } else {
+        libc::O_RDONLY
+    };
+    open_raw(path, access | libc::O_NOFOLLOW, 0, "open(O_NOFOLLOW)")
+}
+
+/// The effective user id of this process (the owner of the files it creates).
+pub fn effective_uid() -> u32 {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    unsafe { libc::geteuid() }
+}
+
+/// A file being created: unnamed until [`NewFile::link_at`] succeeds.
+#[derive(Debug)]
+pub struct NewFile {
+    file: File,
+    /// The temporary name, when the file system has no `O_TMPFILE`.
+    temp: Option<PathBuf>,
+}
+
+/// The directory `path` would be created in.
+fn dir_of(path: &Path) -> &Path {
+    match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    }
+}
+
+impl NewFile {
+    /// Creates an unnamed regular file, open for reading and writing, in the
+    /// directory `path` names, with permission bits `mode` minus the umask.
+    /// One `open` call (two more without `O_TMPFILE`).
+    pub fn in_dir_of(path: &Path, mode: u32) -> SysResult<NewFile> {
+        let dir = dir_of(path);
+        match open_raw(dir, libc::O_TMPFILE | libc::O_RDWR, mode, "open(O_TMPFILE)") {
+            Ok(file) => return Ok(NewFile { file, temp: None }),
+            // The file system (EOPNOTSUPP) or the kernel (EISDIR, EINVAL) has no O_TMPFILE.
+            Err(e)
+                if matches!(
+                    e.errno(),
+                    Some(libc::EOPNOTSUPP) | Some(libc::EISDIR) | Some(libc::EINVAL)
+                ) => {}
+            Err(e) => return Err(e),
+        }
+        NewFile::under_temporary_name(path, mode)
+    }
+
+    /// The fallback of [`NewFile::in_dir_of`]: a new file under a temporary
+    /// name beside `path` (`.NAME.PID.N.tmp`, `O_CREAT | O_EXCL | O_NOFOLLOW`),
+    /// removed when the file is linked or dropped.
+    fn under_temporary_name(path: &Path, mode: u32) -> SysResult<NewFile> {
+        static COUNTER: AtomicU32 = AtomicU32::new(0);
+        let name = path
+            .file_name()
+            .map_or_else(|| "new".into(), |n| n.to_string_lossy().into_owned());
+        let flags = libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW | libc::O_RDWR;
+        let mut attempts = 0;
+        loop {
+            let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+            let temp = dir_of(path).join(format!(".{name}.{}.{n}.tmp", std::process::id()));
+            match open_raw(&temp, flags, mode, "open(O_CREAT|O_EXCL)") {
+                Ok(file) => {
+                    return Ok(NewFile {
+                        file,
+                        temp: Some(temp),
+                    })
+                }
+                // Someone else holds that name: take the next one, a few times.
+                Err(e) if e.errno() == Some(libc::EEXIST) && attempts < 100 => attempts += 1,
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// The file, to fill in before it gets its name.
+    pub fn file(&self) -> &File {
+        &self.file
+    }
+
+    /// Gives the file the name `path` and returns it. Fails with `EEXIST`
+    /// if anything has that name (never replaces it, never follows a link);
+    /// the unnamed file is then dropped and nothing is left. One `linkat`
+    /// (and an `unlink` of the temporary name without `O_TMPFILE`).
+    pub fn link_at(mut self, path: &Path) -> SysResult<File> {
+        let new = c_path(path, "linkat")?;
+        match self.temp.take() {
+            Some(temp) => {
+                let old = c_path(&temp, "linkat")?;
+                // SAFETY: both are valid NUL-terminated paths that outlive the call.
+                let rc = unsafe {
+                    libc::linkat(
+                        libc::AT_FDCWD,
+                        old.as_ptr(),
+                        libc::AT_FDCWD,
+                        new.as_ptr(),
+                        0,
+                    )
+                };
+                let result = if rc == 0 {
+                    Ok(())
+                } else {
+                    Err(SysError::last("linkat"))
+                };
+                // SAFETY: old is a valid path; the temporary name is ours to remove.
+                unsafe { libc::unlink(old.as_ptr()) };
+                result?;
+            }
+            None => {
+                let by_fd = c_path(
+                    Path::new(&format!("/proc/self/fd/{}", self.file.as_raw_fd())),
+                    "linkat",
+                )?;
+                // SAFETY: valid NUL-terminated paths that outlive the call; the /proc link
+                // names this process's own descriptor.
+                let rc = unsafe {
+                    libc::linkat(
+                        libc::AT_FDCWD,
+                        by_fd.as_ptr(),
+                        libc::AT_FDCWD,
+                        new.as_ptr(),
+                        libc::AT_SYMLINK_FOLLOW,
+                    )
+                };
+                if rc != 0 {
+                    let err = SysError::last("linkat(/proc/self/fd)");
+                    if err.errno() != Some(libc::ENOENT) {
+                        return Err(err);
+                    }
+                    // No /proc: AT_EMPTY_PATH (needs CAP_DAC_READ_SEARCH).
+                    let empty = c"";
+                    // SAFETY: the fd is open; empty and new are valid NUL-terminated strings.
+                    let rc = unsafe {
+                        libc::linkat(
+                            self.file.as_raw_fd(),
+                            empty.as_ptr(),
+                            libc::AT_FDCWD,
+                            new.as_ptr(),
+                            libc::AT_EMPTY_PATH,
+                        )
+                    };
+                    if rc != 0 {
+                        return Err(SysError::last("linkat(AT_EMPTY_PATH)"));
+                    }
+                }
+            }
+        }
+        // The clone shares the open file description (and its locks) with ours.
+        self.file.try_clone().map_err(|source| SysError {
+            call: "dup",
+            source,
+        })
+    }
+}
+
+impl Drop for NewFile {
+    fn drop(&mut self) {
+        if let Some(temp) = &self.temp {
+            if let Ok(c) = c_path(temp, "unlink") {
+                // SAFETY: c is a valid path; the temporary name is ours.
+                unsafe { libc::unlink(c.as_ptr()) };
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+    use std::os::unix::fs::PermissionsExt;
+
+    #[test]
+    fn a_file_under_a_temporary_name_is_linked_or_removed() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f");
+        let new = NewFile::under_temporary_name(&path, 0o600).unwrap();
+        new.file().write_all(b"x").unwrap();
+        drop(new);
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0, "removed");
+        let new = NewFile::under_temporary_name(&path, 0o600).unwrap();
+        new.file().write_all(b"whole").unwrap();
+        drop(new.link_at(&path).unwrap());
+        assert_eq!(std::fs::read(&path).unwrap(), b"whole");
+        let new = NewFile::under_temporary_name(&path, 0o600).unwrap();
+        assert_eq!(new.link_at(&path).unwrap_err().errno(), Some(libc::EEXIST));
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1, "only f");
+    }
+
+    #[test]
+    fn a_new_file_appears_complete_and_never_over_a_name() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f");
+        let new = NewFile::in_dir_of(&path, 0o640).unwrap();
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0, "unnamed");
+        new.file().write_all(b"whole").unwrap();
+        let file = new.link_at(&path).unwrap();
+        drop(file);
+        assert_eq!(std::fs::read(&path).unwrap(), b"whole");
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode & !0o640, 0, "mode {mode:o}");
+        // A second file for the same name fails and leaves nothing.
+        let again = NewFile::in_dir_of(&path, 0o644).unwrap();
+        let err = again.link_at(&path).unwrap_err();
+        assert_eq!(err.errno(), Some(libc::EEXIST));
+        // A dangling link at the name is not followed.
+        let link = dir.path().join("link");
+        std::os::unix::fs::symlink(dir.path().join("missing"), &link).unwrap();
+        let err = NewFile::in_dir_of(&link, 0o644)
+            .unwrap()
+            .link_at(&link)
+            .unwrap_err();
+        assert_eq!(err.errno(), Some(libc::EEXIST));
+        assert!(!dir.path().join("missing").exists());
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 2);
+        let err = open_no_follow(&link, false).unwrap_err();
+        assert_eq!(err.errno(), Some(libc::ELOOP));
+    }
+}
