@@ -799,6 +799,71 @@ fn truncation_by_another_process_is_a_clear_error() {
 }
 
 #[test]
+fn truncations_racing_reads_give_truncated_never_sigbus() {
+    // The SIGBUS guard: a read of a page past the new end of the file returns
+    // an error on the reading thread. Without it this process would die.
+    let d = dir();
+    let template = d.path().join("template");
+    let options = Options {
+        chunk_size: 1 << 20,
+        ..small(false)
+    };
+    let mut w = Writer::create(&template, options).unwrap();
+    let record = [5u8; 1000];
+    while w.position().0 < 6 << 20 {
+        w.append(&record).unwrap();
+    }
+    drop(w);
+    let path = d.path().join("q");
+    let mut seed = 0x9E37_79B9_7F4A_7C15u64 ^ u64::from(std::process::id());
+    let (mut truncated, mut whole) = (0, 0);
+    for run in 0..100 {
+        std::fs::copy(&template, &path).unwrap();
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        let delay = Duration::from_micros(seed % 3000);
+        let options = ReaderOptions {
+            // Without the watch, nothing warns the reader: the copy meets the cut.
+            watch_truncation: run % 2 == 0,
+            ..ReaderOptions::default()
+        };
+        let mut r = Reader::open_with(&path, options).unwrap();
+        let cutter_path = path.clone();
+        let cutter = std::thread::spawn(move || {
+            std::thread::sleep(delay);
+            let f = std::fs::OpenOptions::new()
+                .write(true)
+                .open(&cutter_path)
+                .unwrap();
+            f.set_len(2 << 20).unwrap();
+        });
+        let mut n = 0;
+        let outcome = loop {
+            match r.next() {
+                Ok(Some(rec)) => {
+                    assert_eq!(rec.payload, &record[..], "run {run}: record {n}");
+                    n += 1;
+                }
+                Ok(None) => break None,
+                Err(e) => break Some(e),
+            }
+        };
+        cutter.join().unwrap();
+        match outcome {
+            None => whole += 1,
+            Some(QueueError::Truncated { size, .. }) => {
+                assert_eq!(size, 2 << 20, "run {run}");
+                truncated += 1;
+            }
+            Some(e) => panic!("run {run} after {n} records: {e}"),
+        }
+    }
+    eprintln!("100 races: {truncated} Truncated, {whole} read whole first");
+    assert!(truncated > 0, "no truncation landed during a read");
+}
+
+#[test]
 fn appends_take_no_page_faults_with_pretouch() {
     if faults_during(|| ()).is_none() {
         pagewise_testkit::skip!(

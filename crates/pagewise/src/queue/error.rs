@@ -198,6 +198,27 @@ impl QueueError {
         }
     }
 
+    /// The error for a read of a queue mapping that returned nothing: the
+    /// file shrank below `needed` bytes (the SIGBUS guard caught the fault),
+    /// or, if it did not, `pos` lies outside the mapping.
+    #[cold]
+    pub(crate) fn unreadable(
+        path: &std::path::Path,
+        file: &std::fs::File,
+        pos: u64,
+        needed: u64,
+    ) -> QueueError {
+        match file.metadata() {
+            Ok(m) if m.len() < needed => QueueError::Truncated {
+                path: path.to_owned(),
+                size: m.len(),
+                needed,
+            },
+            Ok(_) => QueueError::corrupt(path, pos, "outside its chunk"),
+            Err(e) => QueueError::io(path, "stat the queue")(e),
+        }
+    }
+
     pub(crate) fn sys(
         path: &std::path::Path,
         what: impl Into<String>,

@@ -57,9 +57,11 @@
 //!   [`QueueError::FellBehind`] saying how far behind it is.
 //! - **Truncation.** Readers never read past the file size they last saw
 //!   and watch the file with inotify; a truncation by another process is
-//!   reported as [`QueueError::Truncated`]. An access that races the
-//!   truncation itself can still fault (SIGBUS): only processes with write
-//!   permission can truncate, so keep the file's mode tight.
+//!   reported as [`QueueError::Truncated`]. A read that races the truncation
+//!   itself faults (SIGBUS) inside pagewise's guarded read routines, and a
+//!   handler turns that into the same error on the reading thread. The
+//!   writer's stores are not guarded: only processes with write permission
+//!   can truncate, so keep the file's mode tight.
 
 mod error;
 mod inspect;

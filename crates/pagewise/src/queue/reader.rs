@@ -74,8 +74,15 @@ pub struct ReaderOptions {
     /// Watch for truncation with inotify (default on); off, or when inotify
     /// is unavailable, the size is checked with `fstat` on every call.
     pub watch_truncation: bool,
-    /// The routine that copies payloads out of the file (default
-    /// [`Routine::Pagewise`]).
+    /// Copy payloads out with pagewise's fault-guarded copy (`rep movsb`,
+    /// default on): a truncation of the file by another process during the
+    /// copy becomes [`QueueError::Truncated`] instead of a SIGBUS that kills
+    /// the process (this installs a SIGBUS handler, once; see
+    /// `sys::sigbus`). Off: payloads are copied by `copy`, which is not
+    /// guarded. Marks and header words are read guarded either way.
+    pub guard_copies: bool,
+    /// The routine that copies payloads out when `guard_copies` is off
+    /// (default [`Routine::Pagewise`]).
     pub copy: Routine,
 }
 
@@ -85,6 +92,7 @@ impl Default for ReaderOptions {
             start: Start::Beginning,
             verify_crc: true,
             watch_truncation: true,
+            guard_copies: true,
             copy: Routine::default(),
         }
     }
@@ -193,8 +201,12 @@ pub struct Reader {
     /// taken down in idle time, a piece per call (a 64 MiB `munmap` of
     /// mapped pages costs about a millisecond).
     retired: Option<(ReadMap, usize)>,
-    copy: fn(&mut [u8], &[u8]),
+    /// The routine payloads are copied out with; `None`: the guarded copy.
+    copy: Option<CopyRoutine>,
 }
+
+/// A copy routine ([`Routine::prepare`]).
+type CopyRoutine = fn(&mut [u8], &[u8]);
 
 /// The located next record: offset in the chunk and payload length.
 type Located = Option<(usize, usize)>;
@@ -257,7 +269,7 @@ impl Reader {
             watch_problem,
             populated_to: 0,
             retired: None,
-            copy: options.copy.prepare(),
+            copy: (!options.guard_copies).then(|| options.copy.prepare()),
         };
         match options.start {
             Start::Beginning => {}
@@ -398,24 +410,15 @@ impl Reader {
 
     /// Moves the reader to the oldest record still in the queue.
     pub fn seek_to_start(&mut self) -> Result<(), QueueError> {
-        let first = self
-            .header
-            .load_u64(OFF_FIRST_CHUNK, Ordering::Acquire)
-            .unwrap_or(0);
+        let first = self.header_word(OFF_FIRST_CHUNK)?;
         self.enter(first)
     }
 
     /// Moves the reader past the newest committed record.
     pub fn seek_end(&mut self) -> Result<(), QueueError> {
         self.refresh_size()?;
-        let first = self
-            .header
-            .load_u64(OFF_FIRST_CHUNK, Ordering::Acquire)
-            .unwrap_or(0);
-        let tail = self
-            .header
-            .load_u64(OFF_TAIL_CHUNK, Ordering::Acquire)
-            .unwrap_or(0);
+        let first = self.header_word(OFF_FIRST_CHUNK)?;
+        let tail = self.header_word(OFF_TAIL_CHUNK)?;
         let chunks = layout::chunks_in(&self.geometry, self.known_size);
         let c = tail.clamp(first, chunks.saturating_sub(1).max(first));
         self.enter(c)?;
@@ -439,11 +442,7 @@ impl Reader {
             }
             let off = (self.pos - self.chunk_base) as usize;
             let Some(raw) = self.map.load_u64(off, Ordering::Acquire) else {
-                return Err(QueueError::corrupt(
-                    &self.path,
-                    self.pos,
-                    "outside its chunk",
-                ));
+                return Err(self.unreadable(self.pos));
             };
             match decode_mark(raw, self.pos) {
                 Ok(Mark::Data(len)) => {
@@ -493,13 +492,20 @@ impl Reader {
             self.buf.resize(len, 0);
         }
         let data = off + MARK_LEN as usize;
-        self.map
-            .copy_out_with(data, &mut self.buf[..len], self.copy);
+        let copied = match self.copy {
+            Some(routine) => self.map.copy_out_with(data, &mut self.buf[..len], routine),
+            None => self.map.copy_out(data, &mut self.buf[..len]),
+        };
+        if !copied {
+            return Err(self.unreadable(self.pos));
+        }
         if self.geometry.record_crc() && self.verify_crc {
             let mut stored = [0u8; 4];
-            self.map.copy_out(data + len, &mut stored);
+            let raw = self.map.load_u64(off, Ordering::Relaxed);
+            let (Some(raw), true) = (raw, self.map.copy_out(data + len, &mut stored)) else {
+                return Err(self.unreadable(self.pos));
+            };
             let stored = u32::from_le_bytes(stored);
-            let raw = self.map.load_u64(off, Ordering::Relaxed).unwrap_or(0);
             let computed = layout::record_crc(raw, &self.buf[..len]);
             if stored != computed {
                 return Err(QueueError::CrcMismatch {
@@ -538,6 +544,21 @@ impl Reader {
         Ok(())
     }
 
+    /// The 8-byte header word at `offset` (one guarded load).
+    #[inline]
+    fn header_word(&self, offset: usize) -> Result<u64, QueueError> {
+        self.header
+            .load_u64(offset, Ordering::Acquire)
+            .ok_or_else(|| self.unreadable(0))
+    }
+
+    /// The error for a read of the mapping that returned nothing (see
+    /// [`QueueError::unreadable`]).
+    #[cold]
+    fn unreadable(&self, pos: u64) -> QueueError {
+        QueueError::unreadable(&self.path, &self.file, pos, self.known_size)
+    }
+
     fn truncated(&self, size: u64) -> QueueError {
         QueueError::Truncated {
             path: self.path.clone(),
@@ -567,10 +588,7 @@ impl Reader {
     /// Fails with `FellBehind` if retention dropped chunk `c`.
     #[inline]
     fn check_first(&self, c: u64, pos: u64) -> Result<(), QueueError> {
-        let first = self
-            .header
-            .load_u64(OFF_FIRST_CHUNK, Ordering::Relaxed)
-            .unwrap_or(0);
+        let first = self.header_word(OFF_FIRST_CHUNK)?;
         if c < first {
             let first_available = self.geometry.first_record(first).unwrap_or(u64::MAX);
             return Err(QueueError::FellBehind {
@@ -645,11 +663,7 @@ impl Reader {
     /// Sleeps on the header's futex word until the writer commits, a slice
     /// passes, or the deadline (see `notify` for how long it may sleep).
     fn block(&mut self, deadline: Option<Instant>) -> Result<(), QueueError> {
-        let word = WakeWord::decode(
-            self.header
-                .load_u64(OFF_WAKE, Ordering::Acquire)
-                .unwrap_or(0),
-        );
+        let word = WakeWord::decode(self.header_word(OFF_WAKE)?);
         if self.locate()?.is_some() {
             return Ok(());
         }
@@ -657,10 +671,15 @@ impl Reader {
         if let Some(d) = deadline {
             slice = slice.min(d.saturating_duration_since(Instant::now()));
         }
-        self.header
-            .futex_wait(OFF_WAKE, word.seq, Some(slice))
-            .map_err(|e| QueueError::sys(&self.path, "wait for the writer", e))?;
-        Ok(())
+        match self.header.futex_wait(OFF_WAKE, word.seq, Some(slice)) {
+            Ok(_) => Ok(()),
+            // EFAULT: the header page is gone (the file was truncated).
+            Err(e) if self.file.metadata().is_ok_and(|m| m.len() < HEADER_LEN) => {
+                drop(e);
+                Err(self.unreadable(0))
+            }
+            Err(e) => Err(QueueError::sys(&self.path, "wait for the writer", e)),
+        }
     }
 }
 

@@ -100,7 +100,9 @@ fn find_end(
                 return Ok((Position(pos), scan));
             }
             let off = (pos - base) as usize;
-            let raw = map.load_u64(off, Ordering::Acquire).unwrap_or(0);
+            let Some(raw) = map.load_u64(off, Ordering::Acquire) else {
+                return Err(QueueError::unreadable(path, file, pos, size));
+            };
             match decode_mark(raw, pos) {
                 Ok(Mark::Empty) => return Ok((Position(pos), scan)),
                 Ok(Mark::Pad(rest)) => {
@@ -121,8 +123,11 @@ fn find_end(
                     if g.record_crc() {
                         let mut payload = vec![0u8; len as usize];
                         let mut stored = [0u8; 4];
-                        map.copy_out(off + MARK_LEN as usize, &mut payload);
-                        map.copy_out(off + MARK_LEN as usize + len as usize, &mut stored);
+                        if !map.copy_out(off + MARK_LEN as usize, &mut payload)
+                            || !map.copy_out(off + MARK_LEN as usize + len as usize, &mut stored)
+                        {
+                            return Err(QueueError::unreadable(path, file, pos, size));
+                        }
                         if layout::record_crc(raw, &payload) != u32::from_le_bytes(stored) {
                             scan.crc_failed_at = Some(Position(pos));
                             return Ok((Position(pos), scan));

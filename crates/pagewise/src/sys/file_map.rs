@@ -12,11 +12,14 @@
 //!
 //! Every access is bounds-checked against the mapping and word accesses are
 //! alignment-checked; out-of-range or misaligned requests return `None`/`false`
-//! instead of touching memory. What this layer cannot check is the file behind
-//! the mapping: an access to a page past the file's current end raises SIGBUS.
-//! Callers keep their accesses below a size they have checked with `fstat` and
-//! allocated with `fallocate` (see `queue`'s documentation of the truncation
-//! window).
+//! instead of touching memory. What bounds checks cannot see is the file
+//! behind the mapping: an access to a page past the file's current end (the
+//! file was truncated) raises SIGBUS. The loads and copies out
+//! (`load_u64`, `load_u32`, `copy_out`) go through [`super::sigbus`], which
+//! catches that and returns `None`/`false` too; the caller tells the two
+//! apart by the file's size. Stores, [`ReadMap::copy_out_with`] (the routine
+//! sees a slice) and [`WriteMap::slice_mut`] are not guarded: a truncation
+//! under them kills the process, so writers keep their files to themselves.
 //!
 //! The bytes are shared with other processes, so Rust references to them are
 //! never handed out except [`WriteMap::slice_mut`], which borrows the only
@@ -152,6 +155,8 @@ impl RawMap {
             return Err(SysError::last(call));
         }
         let addr = NonNull::new(addr.cast::<u8>()).ok_or_else(|| erange(call))?;
+        // Before anyone reads the mapping, so that the first read is not the one that installs it.
+        super::sigbus::install();
         Ok(RawMap { addr, len })
     }
 
@@ -167,19 +172,23 @@ impl RawMap {
         Some(unsafe { self.addr.as_ptr().add(offset) })
     }
 
+    /// `order` documents the caller's intent: the guarded load is one aligned
+    /// `mov`, which on x86-64 is atomic and has acquire (and, since stores
+    /// that need it are `SeqCst`, sequentially consistent) semantics, and the
+    /// call is opaque to the compiler.
     #[inline]
-    fn load_u64(&self, offset: usize, order: Ordering) -> Option<u64> {
+    fn load_u64(&self, offset: usize, _order: Ordering) -> Option<u64> {
         let p = self.at(offset, 8, 8)?;
-        // SAFETY: p is 8-aligned, inside the live mapping, and every pagewise access to this
-        // word is atomic; other processes follow the same protocol.
-        Some(unsafe { AtomicU64::from_ptr(p.cast()) }.load(order))
+        // SAFETY: p is 8-aligned and inside the live mapping; every pagewise access to this
+        // word is atomic (one aligned load or store); other processes follow the same protocol.
+        unsafe { super::sigbus::load_u64(p.cast()) }
     }
 
     #[inline]
-    fn load_u32(&self, offset: usize, order: Ordering) -> Option<u32> {
+    fn load_u32(&self, offset: usize, _order: Ordering) -> Option<u32> {
         let p = self.at(offset, 4, 4)?;
         // SAFETY: as load_u64, for a 4-aligned word.
-        Some(unsafe { AtomicU32::from_ptr(p.cast()) }.load(order))
+        unsafe { super::sigbus::load_u32(p.cast()) }
     }
 
     #[inline]
@@ -189,8 +198,7 @@ impl RawMap {
         };
         // SAFETY: [p, p+len) is inside the live mapping and readable; dst is a distinct
         // buffer we own. The caller ordered these bytes with an acquire load.
-        unsafe { std::ptr::copy_nonoverlapping(p, dst.as_mut_ptr(), dst.len()) };
-        true
+        unsafe { super::sigbus::copy(dst, p) }
     }
 
     #[inline]
@@ -352,23 +360,33 @@ impl ReadMap {
         self.raw.len == 0
     }
 
-    /// Atomically loads the 8-aligned `u64` at `offset`; `None` if out of range or misaligned.
+    /// Atomically loads the 8-aligned `u64` at `offset`; `None` if out of
+    /// range or misaligned, or if the page lies past the end of the file
+    /// (SIGBUS caught). A call of a few instructions.
     #[inline]
     pub fn load_u64(&self, offset: usize, order: Ordering) -> Option<u64> {
         self.raw.load_u64(offset, order)
     }
 
-    /// Atomically loads the 4-aligned `u32` at `offset`; `None` if out of range or misaligned.
+    /// Atomically loads the 4-aligned `u32` at `offset`; `None` as for
+    /// [`ReadMap::load_u64`].
     #[inline]
     pub fn load_u32(&self, offset: usize, order: Ordering) -> Option<u32> {
         self.raw.load_u32(offset, order)
     }
 
-    /// Copies `dst.len()` bytes from `offset` into `dst`; `false` (and nothing
-    /// copied) if the range is not inside the mapping.
+    /// Copies `dst.len()` bytes from `offset` into `dst` (guarded; see
+    /// [`super::sigbus::copy`]);
+    /// `false` if the range is not inside the mapping (nothing copied) or
+    /// reaches a page past the end of the file (SIGBUS caught; part copied).
     #[inline]
     pub fn copy_out(&self, offset: usize, dst: &mut [u8]) -> bool {
         self.raw.copy_out(offset, dst)
+    }
+
+    /// Start address (for reports; not dereferenceable from safe code).
+    pub fn addr(&self) -> usize {
+        self.raw.addr.as_ptr() as usize
     }
 
     /// Like `copy_out`, with the copy done by `routine` (for example
@@ -447,13 +465,15 @@ impl WriteMap {
         self.raw.addr.as_ptr() as usize
     }
 
-    /// Atomically loads the 8-aligned `u64` at `offset`.
+    /// Atomically loads the 8-aligned `u64` at `offset`; `None` as for
+    /// [`ReadMap::load_u64`].
     #[inline]
     pub fn load_u64(&self, offset: usize, order: Ordering) -> Option<u64> {
         self.raw.load_u64(offset, order)
     }
 
-    /// Atomically loads the 4-aligned `u32` at `offset`.
+    /// Atomically loads the 4-aligned `u32` at `offset`; `None` as for
+    /// [`ReadMap::load_u64`].
     #[inline]
     pub fn load_u32(&self, offset: usize, order: Ordering) -> Option<u32> {
         self.raw.load_u32(offset, order)
@@ -642,11 +662,12 @@ impl MapPopulator {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use std::fs::OpenOptions;
 
-    fn temp_file(len: u64) -> (tempfile::TempDir, File) {
+    /// A new file of `len` bytes (zeros) in a new temporary directory.
+    pub(crate) fn temp_file(len: u64) -> (tempfile::TempDir, File) {
         let dir = tempfile::tempdir().unwrap();
         let file = OpenOptions::new()
             .read(true)

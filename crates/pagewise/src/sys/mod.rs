@@ -18,6 +18,7 @@ pub mod pagemap;
 pub mod perf;
 pub mod prctl;
 pub mod process;
+pub mod sigbus;
 pub mod text;
 pub mod time;
 pub mod tlb;
