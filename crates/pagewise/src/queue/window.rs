@@ -541,14 +541,17 @@ fn run(s: &Shared) {
         // Sleep for about the time the writer needs to use half the slack.
         let frontier = s.frontier.load(Ordering::Acquire);
         let slack = frontier.saturating_sub(pos).saturating_sub(window / 2);
-        let nap = if bytes_per_s > 0.0 {
-            Duration::from_secs_f64(slack as f64 / bytes_per_s)
-        } else {
-            Duration::from_millis(5)
-        }
-        .clamp(Duration::from_micros(50), Duration::from_millis(5));
-        let _ = s.wake.wait_timeout(state, nap);
+        let _ = s.wake.wait_timeout(state, nap(slack, bytes_per_s));
     }
+}
+
+/// How long the pre-toucher sleeps: the time the writer needs to use `slack`
+/// bytes at `bytes_per_s`, from 50 µs to 5 ms (5 ms when the rate is 0, or
+/// has decayed so far that the time does not fit a `Duration`).
+fn nap(slack: u64, bytes_per_s: f64) -> Duration {
+    Duration::try_from_secs_f64(slack as f64 / bytes_per_s)
+        .unwrap_or(Duration::MAX)
+        .clamp(Duration::from_micros(50), Duration::from_millis(5))
 }
 
 #[cfg(test)]
@@ -585,6 +588,29 @@ mod tests {
         lead: Duration::from_millis(1),
         background: true,
     };
+
+    #[test]
+    fn the_nap_stays_in_bounds_for_any_rate() {
+        // A writer idle for seconds: the rate decays towards 0 through
+        // subnormal numbers, where slack / rate overflows a Duration.
+        for rate in [
+            0.0,
+            1e-310,
+            f64::MIN_POSITIVE,
+            1e-3,
+            1.0,
+            1e9,
+            f64::INFINITY,
+            f64::NAN,
+        ] {
+            let n = nap(64 << 20, rate);
+            assert!(
+                (Duration::from_micros(50)..=Duration::from_millis(5)).contains(&n),
+                "{rate}: {n:?}"
+            );
+        }
+        assert_eq!(nap(1 << 20, 1e9), Duration::from_nanos(1_048_576));
+    }
 
     #[test]
     fn inline_window_prepares_exactly_what_is_needed() {
