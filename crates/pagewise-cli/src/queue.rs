@@ -59,10 +59,12 @@ pub struct AppendArgs {
     /// `\r`, `\t`, `\\`, `\u{…}`, `\xNN`).
     #[arg(long)]
     raw: bool,
-    /// Chunk size of a new queue (a power of two, 64KiB to 1GiB).
-    #[arg(long, default_value = "64MiB", value_parser = crate::format::parse_size_arg)]
-    chunk_size: u64,
-    /// Give every record of a new queue a CRC-32.
+    /// Chunk size of a new queue (a power of two, 64KiB to 1GiB; default
+    /// 64MiB). An existing queue with another chunk size is an error.
+    #[arg(long, value_parser = crate::format::parse_size_arg)]
+    chunk_size: Option<u64>,
+    /// Give every record of a new queue a CRC-32. An existing queue without
+    /// record CRCs is an error.
     #[arg(long)]
     crc: bool,
     /// Run the background pre-toucher (worth it for long, fast feeds).
@@ -182,59 +184,152 @@ pub fn escape(payload: &[u8]) -> String {
 }
 
 /// Decodes what [`escape`] writes; the error names the offending escape.
+/// (`queue append` decodes a piece at a time with [`Unescaper`].)
+#[cfg(test)]
 pub fn unescape(line: &[u8]) -> Result<Vec<u8>, String> {
     let mut out = Vec::with_capacity(line.len());
-    let mut i = 0;
-    while i < line.len() {
-        let b = line[i];
-        i += 1;
-        if b != b'\\' {
-            out.push(b);
-            continue;
-        }
-        let Some(&e) = line.get(i) else {
-            return Err("a lone backslash at the end of the line".into());
-        };
-        i += 1;
-        match e {
-            b'n' => out.push(b'\n'),
-            b'r' => out.push(b'\r'),
-            b't' => out.push(b'\t'),
-            b'\\' => out.push(b'\\'),
-            b'x' => {
-                let hex = line
-                    .get(i..i + 2)
-                    .and_then(|h| std::str::from_utf8(h).ok())
-                    .and_then(|h| u8::from_str_radix(h, 16).ok())
-                    .ok_or("\\x must be followed by two hex digits")?;
-                out.push(hex);
-                i += 2;
-            }
-            b'u' => {
-                let rest = &line[i..];
-                let close = rest
-                    .iter()
-                    .position(|&c| c == b'}')
-                    .filter(|_| rest.first() == Some(&b'{'))
-                    .ok_or("\\u must be followed by {hex}")?;
-                let c = std::str::from_utf8(&rest[1..close])
-                    .ok()
-                    .and_then(|h| u32::from_str_radix(h, 16).ok())
-                    .and_then(char::from_u32)
-                    .ok_or("\\u{…} must hold a Unicode scalar value in hex")?;
+    let mut decoder = Unescaper::default();
+    decoder.feed(line, &mut out)?;
+    decoder.finish()?;
+    Ok(out)
+}
+
+/// The longest escape: `\u{` and six hex digits and `}`.
+const LONGEST_ESCAPE: usize = 10;
+
+/// One decoded escape.
+enum Decoded {
+    Byte(u8),
+    Char(char),
+}
+
+impl Decoded {
+    fn push_to(self, out: &mut Vec<u8>) {
+        match self {
+            Decoded::Byte(b) => out.push(b),
+            Decoded::Char(c) => {
                 let mut buf = [0u8; 4];
                 out.extend_from_slice(c.encode_utf8(&mut buf).as_bytes());
-                i += close + 1;
-            }
-            other => {
-                return Err(format!(
-                    "\\{} is not an escape `pagewise queue tail` writes",
-                    char::from(other).escape_default()
-                ))
             }
         }
     }
-    Ok(out)
+}
+
+/// Decodes the escape at the start of `bytes` (a backslash): the result and
+/// the bytes it took; `None` when `bytes` ends before the escape could.
+fn escape_at(bytes: &[u8]) -> Result<Option<(Decoded, usize)>, String> {
+    let hex = |digits: &[u8]| {
+        // Digits only: from_str_radix alone would also take a sign.
+        (!digits.is_empty() && digits.iter().all(u8::is_ascii_hexdigit))
+            .then(|| std::str::from_utf8(digits).ok())
+            .flatten()
+            .and_then(|h| u32::from_str_radix(h, 16).ok())
+    };
+    let Some(&e) = bytes.get(1) else {
+        return Ok(None);
+    };
+    let simple = |b| Ok(Some((Decoded::Byte(b), 2)));
+    match e {
+        b'n' => simple(b'\n'),
+        b'r' => simple(b'\r'),
+        b't' => simple(b'\t'),
+        b'\\' => simple(b'\\'),
+        b'x' => {
+            let digits = &bytes[2..bytes.len().min(4)];
+            if !digits.iter().all(u8::is_ascii_hexdigit) {
+                return Err("\\x must be followed by two hex digits".into());
+            }
+            if digits.len() < 2 {
+                return Ok(None);
+            }
+            let value = hex(digits).ok_or("\\x must be followed by two hex digits")?;
+            Ok(Some((Decoded::Byte(value as u8), 4)))
+        }
+        b'u' => {
+            match bytes.get(2) {
+                None => return Ok(None),
+                Some(b'{') => {}
+                Some(_) => return Err("\\u must be followed by {hex}".into()),
+            }
+            let rest = &bytes[3..];
+            let Some(close) = rest.iter().position(|c| !c.is_ascii_hexdigit()) else {
+                return if rest.len() > 6 {
+                    Err("\\u{…} must hold 1 to 6 hex digits".into())
+                } else {
+                    Ok(None)
+                };
+            };
+            if rest[close] != b'}' {
+                return Err("\\u must be followed by {hex}".into());
+            }
+            if !(1..=6).contains(&close) {
+                return Err("\\u{…} must hold 1 to 6 hex digits".into());
+            }
+            let c = hex(&rest[..close])
+                .and_then(char::from_u32)
+                .ok_or("\\u{…} must hold a Unicode scalar value in hex")?;
+            Ok(Some((Decoded::Char(c), 3 + close + 1)))
+        }
+        other => Err(format!(
+            "\\{} is not an escape `pagewise queue tail` writes",
+            char::from(other).escape_default()
+        )),
+    }
+}
+
+/// Decodes one line written by [`escape`] a piece at a time, so that a line
+/// longer than any record can be refused before it is all in memory. An
+/// escape split between pieces is kept (at most 10 bytes) until the next.
+#[derive(Debug, Default)]
+pub struct Unescaper {
+    /// The start of an escape the last piece ended in.
+    carry: Vec<u8>,
+}
+
+impl Unescaper {
+    /// Decodes the next `piece` of the line onto `out`.
+    pub fn feed(&mut self, mut piece: &[u8], out: &mut Vec<u8>) -> Result<(), String> {
+        if !self.carry.is_empty() {
+            let had = self.carry.len();
+            let take = piece.len().min(LONGEST_ESCAPE - had);
+            self.carry.extend_from_slice(&piece[..take]);
+            match escape_at(&self.carry)? {
+                // Still not complete: the whole piece went into the carry.
+                None => return Ok(()),
+                Some((decoded, used)) => {
+                    decoded.push_to(out);
+                    piece = &piece[used - had..];
+                    self.carry.clear();
+                }
+            }
+        }
+        while let Some(k) = piece.iter().position(|&b| b == b'\\') {
+            out.extend_from_slice(&piece[..k]);
+            piece = &piece[k..];
+            match escape_at(piece)? {
+                Some((decoded, used)) => {
+                    decoded.push_to(out);
+                    piece = &piece[used..];
+                }
+                None => {
+                    self.carry.extend_from_slice(piece);
+                    return Ok(());
+                }
+            }
+        }
+        out.extend_from_slice(piece);
+        Ok(())
+    }
+
+    /// Ends the line: an escape cut off by its end is an error.
+    pub fn finish(self) -> Result<(), String> {
+        match self.carry.get(1) {
+            None if self.carry.is_empty() => Ok(()),
+            None => Err("a lone backslash at the end of the line".into()),
+            Some(b'x') => Err("\\x must be followed by two hex digits".into()),
+            Some(_) => Err("\\u must be followed by {hex}".into()),
+        }
+    }
 }
 
 fn tail(args: &TailArgs) -> anyhow::Result<ExitCode> {
@@ -294,59 +389,106 @@ fn quiet_on_broken_pipe(e: std::io::Error) -> anyhow::Result<ExitCode> {
 
 fn append(args: &AppendArgs) -> anyhow::Result<ExitCode> {
     let options = Options {
-        chunk_size: args.chunk_size,
+        chunk_size: args.chunk_size.unwrap_or(queue::layout::DEFAULT_CHUNK),
         record_crc: args.crc,
         pretouch: args.pretouch.then(PreTouch::default),
         ..Options::default()
     };
     let mut writer = Writer::open_or_create(&args.path, options)?;
-    let mut count = 0u64;
-    let mut positions = None;
-    let stdin = std::io::stdin();
-    let mut input = stdin.lock();
-    let mut line = Vec::new();
-    loop {
-        line.clear();
-        let n = input
-            .read_until(b'\n', &mut line)
-            .context("reading stdin")?;
-        if n == 0 {
-            break;
-        }
-        if line.last() == Some(&b'\n') {
-            line.pop();
-        }
-        let p = if args.raw {
-            writer.append(&line)?
-        } else {
-            let payload = unescape(&line).map_err(|e| {
-                anyhow::anyhow!(
-                    "line {}: {e}; {count} records were appended before it (use --raw to append lines as they are)",
-                    count + 1
-                )
-            });
-            let payload = match payload {
-                Ok(p) => p,
-                Err(e) => {
-                    if !args.no_flush {
-                        writer.flush()?;
-                    }
-                    return Err(e);
-                }
-            };
-            writer.append(&payload)?
-        };
-        positions = Some((positions.map_or(p, |(first, _)| first), p));
-        count += 1;
-    }
+    check_settings(args, &writer)?;
+    let appended = append_lines(args, &mut writer);
+    // What was appended stays, also when a line failed.
     if !args.no_flush {
         writer.flush()?;
     }
-    match positions {
-        Some((first, last)) => eprintln!("appended {count} records, positions {first} to {last}"),
-        None => eprintln!("appended 0 records"),
+    if let Some(e) = writer.report().wake_error {
+        eprintln!("pagewise: warning: waking blocked readers failed ({e}); they see new records within 250 ms");
+    }
+    match appended? {
+        (count, Some((first, last))) => {
+            eprintln!("appended {count} records, positions {first} to {last}")
+        }
+        (_, None) => eprintln!("appended 0 records"),
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Refuses `--chunk-size` and `--crc` when the queue already existed with
+/// other settings: they apply only to a new queue, and ignoring them
+/// silently would leave the user believing they took effect.
+fn check_settings(args: &AppendArgs, writer: &Writer) -> anyhow::Result<()> {
+    let g = writer.geometry();
+    if args.chunk_size.is_some_and(|c| c != g.chunk_size) || (args.crc && !g.record_crc()) {
+        anyhow::bail!(
+            "{}: already exists with {} chunks, {} record CRCs; --chunk-size and --crc apply only to a new queue: leave them out to append to this one",
+            args.path.display(),
+            bytes(g.chunk_size),
+            if g.record_crc() { "with" } else { "without" }
+        );
+    }
+    Ok(())
+}
+
+/// Appends one record per line of stdin; returns how many and the first
+/// and last positions. A line is decoded (or, with `--raw`, taken) a piece
+/// at a time, and refused as soon as it is longer than the largest record:
+/// memory stays bounded by that size whatever the input.
+fn append_lines(
+    args: &AppendArgs,
+    writer: &mut Writer,
+) -> anyhow::Result<(u64, Option<(queue::Position, queue::Position)>)> {
+    let max = writer.max_payload();
+    let stdin = std::io::stdin();
+    let mut input = stdin.lock();
+    let mut payload = Vec::new();
+    let mut count = 0u64;
+    let mut positions = None;
+    loop {
+        payload.clear();
+        let mut decoder = Unescaper::default();
+        let mut read_any = false;
+        let bad_line = |count: u64, e: String| {
+            anyhow::anyhow!(
+                "line {}: {e}; {count} records were appended before it (use --raw to append lines as they are)",
+                count + 1
+            )
+        };
+        loop {
+            let buf = input.fill_buf().context("reading stdin")?;
+            if buf.is_empty() {
+                break;
+            }
+            read_any = true;
+            let (piece, used, ends) = match buf.iter().position(|&b| b == b'\n') {
+                Some(k) => (&buf[..k], k + 1, true),
+                None => (buf, buf.len(), false),
+            };
+            if args.raw {
+                payload.extend_from_slice(&piece[..piece.len().min(max + 1 - payload.len())]);
+            } else {
+                decoder
+                    .feed(piece, &mut payload)
+                    .map_err(|e| bad_line(count, e))?;
+            }
+            input.consume(used);
+            if payload.len() > max {
+                anyhow::bail!(
+                    "line {} is longer than the largest record this queue takes ({max} bytes; a new queue with a larger --chunk-size takes more); {count} records were appended before it",
+                    count + 1
+                );
+            }
+            if ends {
+                break;
+            }
+        }
+        if !read_any {
+            return Ok((count, positions));
+        }
+        decoder.finish().map_err(|e| bad_line(count, e))?;
+        let p = writer.append(&payload)?;
+        positions = Some((positions.map_or(p, |(first, _)| first), p));
+        count += 1;
+    }
 }
 
 #[cfg(test)]
@@ -389,5 +531,11 @@ mod tests {
         assert!(unescape(b"\\xZZ").is_err());
         assert!(unescape(b"\\u{d800}").is_err());
         assert!(unescape(b"\\u{41").is_err());
+        // Only hex digits: from_str_radix alone would take a sign.
+        assert!(unescape(b"\\x+1").is_err());
+        assert!(unescape(b"\\u{+41}").is_err());
+        assert!(unescape(b"\\u{}").is_err());
+        assert!(unescape(b"\\u{0000041}").is_err());
+        assert_eq!(unescape(b"\\u{41}\\x42").unwrap(), b"AB");
     }
 }

@@ -398,3 +398,135 @@ fn bench_queue_json_has_the_rows_asked_for() {
         );
     }
 }
+
+#[test]
+fn append_refuses_a_line_longer_than_any_record_before_reading_it_all() {
+    let d = shm_dir();
+    let q = d.path().join("q");
+    // /dev/zero has no newline: the first line never ends. Under a 400 MB
+    // address-space limit, reading it whole aborts; the cap stops at 64 KiB.
+    let out = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(r#"ulimit -v 400000 && exec "$0" queue append --chunk-size 64KiB "$1" < /dev/zero"#)
+        .arg(assert_cmd::cargo::cargo_bin("pagewise"))
+        .arg(&q)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.starts_with("pagewise: line 1 is longer than"), "{err}");
+    assert!(err.contains("65464 bytes"), "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    // With --raw too, and a long line after good ones.
+    let mut input = b"a\nb\n".to_vec();
+    input.extend(vec![b'z'; 70_000]);
+    input.extend(b"\nnever\n");
+    let out = pagewise()
+        .args(["queue", "append", "--raw", "--chunk-size", "64KiB"])
+        .arg(&q)
+        .write_stdin(input)
+        .assert()
+        .failure()
+        .get_output()
+        .clone();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.starts_with("pagewise: line 3 is longer than"), "{err}");
+    assert!(err.contains("2 records were appended before it"), "{err}");
+    assert_eq!(inspect_json(&q)["records"], 2);
+}
+
+#[test]
+fn a_fifo_or_a_directory_is_refused_at_once() {
+    let d = shm_dir();
+    let fifo = d.path().join("fifo");
+    let status = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    for (path, says) in [(&fifo, "a FIFO"), (&d.path().to_owned(), "a directory")] {
+        for cmd in [
+            &["queue", "inspect"][..],
+            &["queue", "tail"],
+            &["queue", "tail", "--follow"],
+            &["queue", "append"],
+        ] {
+            let out = pagewise()
+                .args(cmd)
+                .arg(path)
+                .write_stdin("x\n")
+                .timeout(Duration::from_secs(10))
+                .output()
+                .unwrap();
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(1), "{cmd:?} {path:?}: {err}");
+            assert!(err.contains(says), "{cmd:?}: {err}");
+            assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+        }
+    }
+}
+
+#[test]
+fn settings_for_a_new_queue_are_not_silently_ignored_on_an_existing_one() {
+    let d = shm_dir();
+    let q = d.path().join("q");
+    pagewise()
+        .args(["queue", "append", "--chunk-size", "64KiB"])
+        .arg(&q)
+        .write_stdin("one\n")
+        .assert()
+        .success();
+    for flags in [&["--crc"][..], &["--chunk-size", "1MiB"]] {
+        let out = pagewise()
+            .args(["queue", "append"])
+            .args(flags)
+            .arg(&q)
+            .write_stdin("two\n")
+            .assert()
+            .failure()
+            .get_output()
+            .clone();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains("already exists with 64 KiB chunks, without record CRCs"),
+            "{flags:?}: {err}"
+        );
+        assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    }
+    // The same settings again are fine.
+    pagewise()
+        .args(["queue", "append", "--chunk-size", "64KiB"])
+        .arg(&q)
+        .write_stdin("two\n")
+        .assert()
+        .success();
+    assert_eq!(inspect_json(&q)["records"], 2);
+}
+
+#[test]
+fn a_damaged_first_chunk_word_is_reported_not_hidden() {
+    let d = shm_dir();
+    let q = d.path().join("q");
+    pagewise()
+        .args(["queue", "append", "--chunk-size", "64KiB"])
+        .arg(&q)
+        .write_stdin("one\ntwo\n")
+        .assert()
+        .success();
+    let mut bytes = std::fs::read(&q).unwrap();
+    // The first chunk still in the queue (header offset 64): 1 would hide chunk 0.
+    bytes[64] ^= 1;
+    std::fs::write(&q, &bytes).unwrap();
+    for cmd in [["queue", "inspect"], ["queue", "tail"]] {
+        let out = pagewise()
+            .args(cmd)
+            .arg(&q)
+            .assert()
+            .failure()
+            .get_output()
+            .clone();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("first-chunk word"), "{cmd:?}: {err}");
+        assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    }
+}

@@ -102,7 +102,7 @@ struct Appender {
 impl Appender {
     fn start(q: &Path) -> Appender {
         let mut child = std::process::Command::new(bin())
-            .args(["queue", "append", "--chunk-size", "64KiB"])
+            .args(["queue", "append"])
             .arg(q)
             .stdin(Stdio::piped())
             .stderr(Stdio::piped())

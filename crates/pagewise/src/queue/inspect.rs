@@ -1,7 +1,7 @@
 //! A read-only look at a queue file: geometry, records, writer liveness.
 
 use super::error::QueueError;
-use super::layout::{self, lock_holder, HEADER_LEN, VERSION};
+use super::layout::{self, lock_holder, HEADER_LEN};
 use super::reader::{Reader, ReaderOptions, Start};
 use super::Position;
 use crate::sys::file::LockKind;
@@ -115,7 +115,7 @@ pub fn inspect(path: impl AsRef<Path>) -> Result<Inspection, QueueError> {
     Ok(Inspection {
         schema: SCHEMA,
         path: path.display().to_string(),
-        version: VERSION,
+        version: g.version,
         chunk_size: g.chunk_size,
         max_payload: g.max_payload(),
         record_crc: g.record_crc(),

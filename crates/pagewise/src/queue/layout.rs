@@ -11,6 +11,7 @@
 //! chunks (the file keeps its size; dropped chunks become holes).
 
 use super::error::QueueError;
+use crate::sys::create;
 use crate::sys::file::{self, LockKind};
 use std::fs::File;
 use std::os::unix::fs::FileExt;
@@ -18,8 +19,12 @@ use std::path::Path;
 
 /// The first eight bytes of every queue file.
 pub const MAGIC: [u8; 8] = *b"PGWQUEUE";
-/// The format version this build writes and reads.
-pub const VERSION: u32 = 1;
+/// The format version this build writes. Version 2 added check bits to the
+/// first-chunk word; version 1 files are still read and written (without
+/// them).
+pub const VERSION: u32 = 2;
+/// The oldest format version this build reads and writes.
+pub const OLDEST_VERSION: u32 = 1;
 /// Bytes before chunk 0.
 pub const HEADER_LEN: u64 = 4096;
 /// Bytes at the start of each chunk before its first record.
@@ -47,7 +52,8 @@ pub(crate) const OFF_HEADER_CRC: usize = 56;
 /// Bytes covered by the header checksum.
 pub(crate) const CHECKED_LEN: usize = 56;
 // Mutable header fields, each on its own cache line; written only by the writer.
-/// First chunk still in the file (retention moves it forward), u64.
+/// First chunk still in the file (retention moves it forward), u64; from
+/// version 2 with check bits (see [`first_chunk_word`]).
 pub(crate) const OFF_FIRST_CHUNK: usize = 64;
 /// The chunk the writer was last in (a hint for finding the end), u64.
 pub(crate) const OFF_TAIL_CHUNK: usize = 128;
@@ -84,6 +90,8 @@ const LEN_MASK: u64 = 0xFFFF_FFFF;
 /// The fixed parameters of a queue, from its header.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Geometry {
+    /// Format version ([`OLDEST_VERSION`] to [`VERSION`]).
+    pub version: u32,
     /// Bytes per chunk (a power of two, 64 KiB to 1 GiB).
     pub chunk_size: u64,
     /// Header flags ([`FLAG_RECORD_CRC`]).
@@ -143,6 +151,41 @@ impl Geometry {
         }
         Ok(())
     }
+}
+
+/// Bits of the first-chunk word that hold the chunk; the 24 above hold the check.
+const FIRST_CHUNK_BITS: u32 = 40;
+
+/// The 24 check bits of the first-chunk word for chunk `c`: the top bits of
+/// the CRC-32 of its 8 little-endian bytes.
+fn first_chunk_check(c: u64) -> u64 {
+    u64::from(crc32fast::hash(&c.to_le_bytes()) >> 8)
+}
+
+/// The first-chunk word for chunk `c` in a file of format `version`: from
+/// version 2 the chunk (bits 0–39) and check bits (40–63), so that a changed
+/// word is found out instead of silently hiding records; in version 1 the
+/// chunk alone.
+pub(crate) fn first_chunk_word(version: u32, c: u64) -> u64 {
+    if version >= 2 {
+        (c & ((1 << FIRST_CHUNK_BITS) - 1)) | (first_chunk_check(c) << FIRST_CHUNK_BITS)
+    } else {
+        c
+    }
+}
+
+/// The chunk a first-chunk word names; `Err` says why the word is damaged.
+pub(crate) fn decode_first_chunk(version: u32, raw: u64) -> Result<u64, String> {
+    if version < 2 {
+        return Ok(raw);
+    }
+    let c = raw & ((1 << FIRST_CHUNK_BITS) - 1);
+    if raw >> FIRST_CHUNK_BITS != first_chunk_check(c) {
+        return Err(format!(
+            "the first-chunk word {raw:#018x} fails its check: the header is damaged (it would hide or invent records)"
+        ));
+    }
+    Ok(c)
 }
 
 /// What a mark word says.
@@ -206,13 +249,15 @@ pub fn record_crc(mark: u64, payload: &[u8]) -> u32 {
 pub(crate) fn encode_header(g: &Geometry) -> Vec<u8> {
     let mut h = vec![0u8; HEADER_LEN as usize];
     h[..8].copy_from_slice(&MAGIC);
-    h[OFF_VERSION..OFF_VERSION + 4].copy_from_slice(&VERSION.to_le_bytes());
+    h[OFF_VERSION..OFF_VERSION + 4].copy_from_slice(&g.version.to_le_bytes());
     h[OFF_HEADER_LEN..OFF_HEADER_LEN + 4].copy_from_slice(&(HEADER_LEN as u32).to_le_bytes());
     h[OFF_CHUNK_SIZE..OFF_CHUNK_SIZE + 8].copy_from_slice(&g.chunk_size.to_le_bytes());
     h[OFF_FLAGS..OFF_FLAGS + 4].copy_from_slice(&g.flags.to_le_bytes());
     h[OFF_CREATED..OFF_CREATED + 8].copy_from_slice(&g.created_unix_ns.to_le_bytes());
     let crc = crc32fast::hash(&h[..CHECKED_LEN]);
     h[OFF_HEADER_CRC..OFF_HEADER_CRC + 4].copy_from_slice(&crc.to_le_bytes());
+    h[OFF_FIRST_CHUNK..OFF_FIRST_CHUNK + 8]
+        .copy_from_slice(&first_chunk_word(g.version, 0).to_le_bytes());
     h
 }
 
@@ -263,7 +308,7 @@ pub fn decode_header(path: &Path, h: &[u8]) -> Result<(Geometry, HeaderState), Q
         });
     }
     let version = u32_at(h, OFF_VERSION);
-    if version != VERSION {
+    if !(OLDEST_VERSION..=VERSION).contains(&version) {
         return Err(QueueError::UnsupportedVersion {
             path: path.to_owned(),
             found: version,
@@ -295,17 +340,59 @@ pub fn decode_header(path: &Path, h: &[u8]) -> Result<(Geometry, HeaderState), Q
         )));
     }
     let g = Geometry {
+        version,
         chunk_size,
         flags,
         created_unix_ns: u64_at(h, OFF_CREATED),
     };
     let state = HeaderState {
-        first_chunk: u64_at(h, OFF_FIRST_CHUNK),
+        first_chunk: decode_first_chunk(version, u64_at(h, OFF_FIRST_CHUNK)).map_err(bad)?,
         tail_chunk: u64_at(h, OFF_TAIL_CHUNK),
         writer_pid: u32_at(h, OFF_WRITER_PID),
         writer_opens: u64_at(h, OFF_WRITER_OPENS),
     };
     Ok((g, state))
+}
+
+/// Opens `path` for a reader: read-only, never blocking (a FIFO opens and is
+/// refused), and only a regular file. One `open` and one `fstat`.
+pub(crate) fn open_for_reading(path: &Path) -> Result<File, QueueError> {
+    Ok(checked_open(path, create::open_for_reading(path))?.0)
+}
+
+/// Finishes opening `path` as a queue: an open error becomes a
+/// [`QueueError`] (naming what the path is if it is not a regular file), and
+/// anything but a regular file is refused. Returns the file and its metadata.
+pub(crate) fn checked_open(
+    path: &Path,
+    opened: crate::sys::SysResult<File>,
+) -> Result<(File, std::fs::Metadata), QueueError> {
+    let file = opened.map_err(|e| match std::fs::metadata(path) {
+        Ok(m) if !m.file_type().is_file() => not_a_file(path, &m),
+        _ => QueueError::Io {
+            path: path.to_owned(),
+            what: "open the queue",
+            error: e.source,
+        },
+    })?;
+    let meta = file
+        .metadata()
+        .map_err(QueueError::io(path, "stat the queue"))?;
+    if !meta.file_type().is_file() {
+        return Err(not_a_file(path, &meta));
+    }
+    Ok((file, meta))
+}
+
+/// The error for a path that names something other than a regular file.
+pub(crate) fn not_a_file(path: &Path, meta: &std::fs::Metadata) -> QueueError {
+    QueueError::Refused {
+        path: path.to_owned(),
+        reason: format!(
+            "{}, not a regular file, so not a queue",
+            create::kind_of(meta)
+        ),
+    }
 }
 
 /// Reads and validates the header with `pread` (safe against a short file);
@@ -351,6 +438,7 @@ mod tests {
 
     fn geometry(crc: bool) -> Geometry {
         Geometry {
+            version: VERSION,
             chunk_size: MIN_CHUNK,
             flags: if crc { FLAG_RECORD_CRC } else { 0 },
             created_unix_ns: 7,
@@ -376,19 +464,48 @@ mod tests {
             Err(QueueError::NotAQueue { .. })
         ));
         let mut bad = h.clone();
-        bad[OFF_VERSION] = 2;
+        bad[OFF_VERSION] = 3;
         assert!(matches!(
             decode_header(p, &bad),
-            Err(QueueError::UnsupportedVersion { found: 2, .. })
+            Err(QueueError::UnsupportedVersion { found: 3, .. })
         ));
         assert!(matches!(
             decode_header(p, &h[..100]),
             Err(QueueError::TooShort { .. })
         ));
-        // The mutable fields are not checksummed.
+        // The first-chunk word carries its own check: a changed word is damage.
+        let mut bad = h.clone();
+        bad[OFF_FIRST_CHUNK] = 1;
+        assert!(matches!(
+            decode_header(p, &bad),
+            Err(QueueError::BadHeader { reason, .. }) if reason.contains("first-chunk word")
+        ));
         let mut ok = h.clone();
-        ok[OFF_FIRST_CHUNK] = 3;
+        ok[OFF_FIRST_CHUNK..OFF_FIRST_CHUNK + 8]
+            .copy_from_slice(&first_chunk_word(VERSION, 3).to_le_bytes());
         assert_eq!(decode_header(p, &ok).unwrap().1.first_chunk, 3);
+        // Version 1 has no check bits: the word is the chunk.
+        let v1 = encode_header(&Geometry { version: 1, ..g });
+        let mut v1_3 = v1.clone();
+        v1_3[OFF_FIRST_CHUNK] = 3;
+        assert_eq!(decode_header(p, &v1_3).unwrap().1.first_chunk, 3);
+        assert_eq!(decode_header(p, &v1).unwrap().0.version, 1);
+    }
+
+    #[test]
+    fn first_chunk_words_round_trip_and_catch_changes() {
+        for c in [0u64, 1, 2, 1000, (1 << 40) - 1] {
+            let w = first_chunk_word(VERSION, c);
+            assert_eq!(decode_first_chunk(VERSION, w), Ok(c));
+            for bit in 0..64 {
+                assert!(
+                    decode_first_chunk(VERSION, w ^ (1 << bit)).is_err(),
+                    "{c} bit {bit}"
+                );
+            }
+        }
+        assert_eq!(first_chunk_word(1, 5), 5);
+        assert_eq!(decode_first_chunk(1, 5), Ok(5));
     }
 
     #[test]

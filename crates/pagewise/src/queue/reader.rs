@@ -10,9 +10,8 @@ use super::Position;
 use crate::copy::Routine;
 use crate::sys::file::{Inotify, IN_IGNORED, IN_MODIFY};
 use crate::sys::file_map::{FileAdvice, ReadMap};
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::os::fd::AsRawFd;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{fence, AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -201,6 +200,8 @@ pub struct Reader {
     /// taken down in idle time, a piece per call (a 64 MiB `munmap` of
     /// mapped pages costs about a millisecond).
     retired: Option<(ReadMap, usize)>,
+    /// The last first-chunk word seen and the chunk it names (checked once).
+    first_seen: (u64, u64),
     /// The routine payloads are copied out with; `None`: the guarded copy.
     copy: Option<CopyRoutine>,
 }
@@ -224,11 +225,7 @@ impl Reader {
     /// `Start::At` a walk over at most one chunk.
     pub fn open_with(path: impl AsRef<Path>, options: ReaderOptions) -> Result<Reader, QueueError> {
         let path = path.as_ref();
-        let file = OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_CLOEXEC)
-            .open(path)
-            .map_err(QueueError::io(path, "open the queue"))?;
+        let file = layout::open_for_reading(path)?;
         let (geometry, state, size) = layout::read_header(path, &file)?;
         let header = ReadMap::map(&file, 0, HEADER_LEN as usize)
             .map_err(|e| QueueError::sys(path, "map the header", e))?;
@@ -269,6 +266,7 @@ impl Reader {
             watch_problem,
             populated_to: 0,
             retired: None,
+            first_seen: (layout::first_chunk_word(geometry.version, first), first),
             copy: (!options.guard_copies).then(|| options.copy.prepare()),
         };
         match options.start {
@@ -410,14 +408,14 @@ impl Reader {
 
     /// Moves the reader to the oldest record still in the queue.
     pub fn seek_to_start(&mut self) -> Result<(), QueueError> {
-        let first = self.header_word(OFF_FIRST_CHUNK)?;
+        let first = self.first_chunk()?;
         self.enter(first)
     }
 
     /// Moves the reader past the newest committed record.
     pub fn seek_end(&mut self) -> Result<(), QueueError> {
         self.refresh_size()?;
-        let first = self.header_word(OFF_FIRST_CHUNK)?;
+        let first = self.first_chunk()?;
         let tail = self.header_word(OFF_TAIL_CHUNK)?;
         let chunks = layout::chunks_in(&self.geometry, self.known_size);
         let c = tail.clamp(first, chunks.saturating_sub(1).max(first));
@@ -544,6 +542,25 @@ impl Reader {
         Ok(())
     }
 
+    /// The first chunk still in the queue: one guarded load, and a check of
+    /// the word's check bits when it changed since the last call.
+    #[inline]
+    fn first_chunk(&mut self) -> Result<u64, QueueError> {
+        let raw = self.header_word(OFF_FIRST_CHUNK)?;
+        let (seen, chunk) = self.first_seen;
+        if raw == seen {
+            return Ok(chunk);
+        }
+        let chunk = layout::decode_first_chunk(self.geometry.version, raw).map_err(|reason| {
+            QueueError::BadHeader {
+                path: self.path.clone(),
+                reason,
+            }
+        })?;
+        self.first_seen = (raw, chunk);
+        Ok(chunk)
+    }
+
     /// The 8-byte header word at `offset` (one guarded load).
     #[inline]
     fn header_word(&self, offset: usize) -> Result<u64, QueueError> {
@@ -587,8 +604,8 @@ impl Reader {
 
     /// Fails with `FellBehind` if retention dropped chunk `c`.
     #[inline]
-    fn check_first(&self, c: u64, pos: u64) -> Result<(), QueueError> {
-        let first = self.header_word(OFF_FIRST_CHUNK)?;
+    fn check_first(&mut self, c: u64, pos: u64) -> Result<(), QueueError> {
+        let first = self.first_chunk()?;
         if c < first {
             let first_available = self.geometry.first_record(first).unwrap_or(u64::MAX);
             return Err(QueueError::FellBehind {

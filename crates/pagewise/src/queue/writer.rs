@@ -111,6 +111,8 @@ pub struct Writer {
     geometry: Geometry,
     header: WriteMap,
     waker: Waker,
+    /// The first chunk still in the queue (only this writer changes it).
+    first_chunk: u64,
     /// The current chunk's mapping.
     map: WriteMap,
     chunk: u64,
@@ -179,23 +181,12 @@ fn open_for_writing(path: &Path) -> Result<File, QueueError> {
         path: path.to_owned(),
         reason,
     };
-    let file = create::open_no_follow(path, true).map_err(|e| {
-        if std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_symlink()) {
-            refused("a symbolic link: pagewise does not write a queue through a link (give the path of the file itself)".into())
-        } else {
-            QueueError::Io {
-                path: path.to_owned(),
-                what: "open the queue",
-                error: e.source,
-            }
-        }
-    })?;
-    let meta = file
-        .metadata()
-        .map_err(QueueError::io(path, "stat the queue"))?;
-    if !meta.file_type().is_file() {
-        return Err(refused("not a regular file, so not a queue".into()));
+    let opened = create::open_no_follow(path);
+    if opened.is_err() && std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_symlink())
+    {
+        return Err(refused("a symbolic link: pagewise does not write a queue through a link (give the path of the file itself)".into()));
     }
+    let (file, meta) = layout::checked_open(path, opened)?;
     let (owner, me) = (meta.uid(), create::effective_uid());
     if owner != me {
         return Err(refused(format!(
@@ -220,6 +211,7 @@ impl Writer {
             .map_err(|e| QueueError::sys(path, "create the queue", e))?;
         lock(path, new.file())?;
         let geometry = Geometry {
+            version: layout::VERSION,
             chunk_size: options.chunk_size,
             flags: if options.record_crc {
                 layout::FLAG_RECORD_CRC
@@ -330,6 +322,7 @@ impl Writer {
             geometry,
             header,
             waker,
+            first_chunk: state.first_chunk,
             map,
             chunk,
             chunk_base,
@@ -620,10 +613,7 @@ impl Writer {
     /// [`QueueError::FellBehind`] at its next call. The space goes back to the
     /// file system (hole punching; the file keeps its size and positions).
     pub fn retain(&mut self, bounds: Retention) -> Result<RetainReport, QueueError> {
-        let first = self
-            .header
-            .load_u64(OFF_FIRST_CHUNK, Ordering::Relaxed)
-            .unwrap_or(0);
+        let first = self.first_chunk;
         let now = now_unix_ns();
         let mut keep_from = first;
         for c in first..self.chunk {
@@ -646,8 +636,10 @@ impl Writer {
         let mut space_freed = true;
         if keep_from > first {
             // Readers check this word after copying a record: publish it before the punch.
+            let word = layout::first_chunk_word(self.geometry.version, keep_from);
             self.header
-                .store_u64(OFF_FIRST_CHUNK, keep_from, Ordering::SeqCst);
+                .store_u64(OFF_FIRST_CHUNK, word, Ordering::SeqCst);
+            self.first_chunk = keep_from;
             self.maps.forget_below(keep_from);
             let base = self.geometry.chunk_base(first).unwrap_or(u64::MAX);
             let len = (keep_from - first) * self.geometry.chunk_size;

@@ -44,16 +44,47 @@ fn open_raw(path: &Path, flags: libc::c_int, mode: u32, call: &'static str) -> S
     }
 }
 
-/// Opens an existing file for reading (and writing if `writable`) without
-/// following a symbolic link in the last component: a link gives `ELOOP`.
-/// One `open` call.
-pub fn open_no_follow(path: &Path, writable: bool) -> SysResult<File> {
-    let access = if writable {
-        libc::O_RDWR
+/// Opens an existing file for reading and writing without following a
+/// symbolic link in the last component (a link gives `ELOOP`), and without
+/// blocking on a FIFO (`O_NONBLOCK`, which changes nothing for a regular
+/// file). One `open` call.
+pub fn open_no_follow(path: &Path) -> SysResult<File> {
+    open_raw(
+        path,
+        libc::O_RDWR | libc::O_NOFOLLOW | libc::O_NONBLOCK,
+        0,
+        "open(O_RDWR|O_NOFOLLOW)",
+    )
+}
+
+/// Opens an existing file read-only, following links, without blocking on
+/// a FIFO (`O_NONBLOCK`, which changes nothing for a regular file): check
+/// its type with `fstat` before reading. One `open` call.
+pub fn open_for_reading(path: &Path) -> SysResult<File> {
+    open_raw(path, libc::O_RDONLY | libc::O_NONBLOCK, 0, "open(O_RDONLY)")
+}
+
+/// What kind of file `meta` describes, for messages: "a regular file", "a
+/// directory", "a FIFO", "a character device", "a block device", "a
+/// socket", "a symbolic link".
+pub fn kind_of(meta: &std::fs::Metadata) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+    let t = meta.file_type();
+    if t.is_file() {
+        "a regular file"
+    } else if t.is_dir() {
+        "a directory"
+    } else if t.is_fifo() {
+        "a FIFO"
+    } else if t.is_char_device() {
+        "a character device"
+    } else if t.is_block_device() {
+        "a block device"
+    } else if t.is_socket() {
+        "a socket"
     } else {
-        libc::O_RDONLY
-    };
-    open_raw(path, access | libc::O_NOFOLLOW, 0, "open(O_NOFOLLOW)")
+        "a symbolic link"
+    }
 }
 
 /// The effective user id of this process (the owner of the files it creates).
@@ -264,7 +295,18 @@ mod tests {
         assert_eq!(err.errno(), Some(libc::EEXIST));
         assert!(!dir.path().join("missing").exists());
         assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 2);
-        let err = open_no_follow(&link, false).unwrap_err();
+        let err = open_no_follow(&link).unwrap_err();
         assert_eq!(err.errno(), Some(libc::ELOOP));
+        // A FIFO opens at once (no writer needed) and says what it is.
+        let fifo = dir.path().join("fifo");
+        let c = c_path(&fifo, "mkfifo").unwrap();
+        // SAFETY: c is a valid path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        let f = open_for_reading(&fifo).unwrap();
+        assert_eq!(kind_of(&f.metadata().unwrap()), "a FIFO");
+        assert_eq!(
+            kind_of(&open_no_follow(&fifo).unwrap().metadata().unwrap()),
+            "a FIFO"
+        );
     }
 }

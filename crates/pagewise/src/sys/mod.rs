@@ -28,16 +28,25 @@ use std::io;
 
 /// A failed system call: which call, and the errno it returned.
 ///
-/// Cheap to create; carries no allocation beyond the `io::Error`.
-#[derive(Debug, thiserror::Error)]
-#[error("{call} failed: {source}")]
+/// Cheap to create; carries no allocation beyond the `io::Error`. Its
+/// message includes the errno's, so it reports no separate `source()`: an
+/// error chain printed in one line then says the cause once, not
+/// "…: Is a directory (os error 21): Is a directory (os error 21)".
+#[derive(Debug)]
 pub struct SysError {
     /// The system call (or libc function) that failed, for example `"mmap"`.
     pub call: &'static str,
     /// The errno, as an `io::Error`.
-    #[source]
     pub source: io::Error,
 }
+
+impl std::fmt::Display for SysError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} failed: {}", self.call, self.source)
+    }
+}
+
+impl std::error::Error for SysError {}
 
 impl SysError {
     /// Captures `errno` right after a failed call.
@@ -67,5 +76,26 @@ pub fn base_page_size() -> usize {
         size as usize
     } else {
         4096
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_sys_error_says_its_cause_once() {
+        let e = super::SysError {
+            call: "open",
+            source: std::io::Error::from_raw_os_error(libc::EISDIR),
+        };
+        let mut chain = vec![e.to_string()];
+        let mut next = std::error::Error::source(&e);
+        while let Some(s) = next {
+            chain.push(s.to_string());
+            next = s.source();
+        }
+        assert_eq!(
+            chain.join(": "),
+            "open failed: Is a directory (os error 21)"
+        );
     }
 }
