@@ -493,7 +493,82 @@ fn append_lines(
 
 #[cfg(test)]
 mod tests {
-    use super::{escape, unescape};
+    use super::{escape, unescape, Unescaper};
+    use proptest::prelude::*;
+
+    /// Decodes `line` fed in pieces cut at `cuts` (positions, any order).
+    fn unescape_in_pieces(line: &[u8], cuts: &[usize]) -> Result<Vec<u8>, String> {
+        let mut at: Vec<usize> = cuts.iter().map(|c| c % (line.len() + 1)).collect();
+        at.push(0);
+        at.push(line.len());
+        at.sort_unstable();
+        let mut out = Vec::new();
+        let mut d = Unescaper::default();
+        for w in at.windows(2) {
+            d.feed(&line[w[0]..w[1]], &mut out)?;
+        }
+        d.finish()?;
+        Ok(out)
+    }
+
+    /// Lines made mostly of escapes and near-escapes, where the decoder's
+    /// edge cases are.
+    fn escapish() -> impl Strategy<Value = Vec<u8>> {
+        let part = prop_oneof![
+            Just(b"\\".to_vec()),
+            Just(b"\\x".to_vec()),
+            Just(b"\\u{".to_vec()),
+            Just(b"}".to_vec()),
+            Just(b"+".to_vec()),
+            Just(b"-".to_vec()),
+            "[0-9a-fA-FxuntrgG]{1,3}".prop_map(String::into_bytes),
+            any::<u8>().prop_map(|b| vec![b]),
+        ];
+        prop::collection::vec(part, 0..12).prop_map(|parts| parts.concat())
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 2000, ..ProptestConfig::default() })]
+
+        #[test]
+        fn escape_then_unescape_gives_the_bytes_back(
+            bytes in prop::collection::vec(any::<u8>(), 0..200),
+            cuts in prop::collection::vec(any::<usize>(), 0..6),
+        ) {
+            let line = escape(&bytes);
+            prop_assert!(!line.contains('\n'), "one record, one line");
+            prop_assert_eq!(unescape(line.as_bytes()).unwrap(), bytes.clone());
+            prop_assert_eq!(unescape_in_pieces(line.as_bytes(), &cuts).unwrap(), bytes);
+        }
+
+        #[test]
+        fn decoding_in_pieces_agrees_with_decoding_the_line(
+            line in escapish(),
+            cuts in prop::collection::vec(any::<usize>(), 0..6),
+        ) {
+            let whole = unescape(&line);
+            prop_assert_eq!(unescape_in_pieces(&line, &cuts), whole.clone());
+            if let Ok(out) = whole {
+                prop_assert!(out.len() <= line.len(), "decoding never grows a line");
+            }
+        }
+
+        #[test]
+        fn only_hex_digits_follow_x(a in any::<u8>(), b in any::<u8>()) {
+            let line = [b'\\', b'x', a, b];
+            let ok = a.is_ascii_hexdigit() && b.is_ascii_hexdigit();
+            prop_assert_eq!(unescape(&line).is_ok(), ok, "{:?}", line);
+        }
+
+        #[test]
+        fn u_takes_one_to_six_hex_digits_of_a_scalar_value(inner in "[0-9a-fA-F+ -]{0,8}") {
+            let line = format!("\\u{{{inner}}}");
+            let expect = (1..=6).contains(&inner.len())
+                && inner.bytes().all(|b| b.is_ascii_hexdigit())
+                && u32::from_str_radix(&inner, 16).ok().and_then(char::from_u32).is_some();
+            prop_assert_eq!(unescape(line.as_bytes()).is_ok(), expect, "{}", line);
+        }
+    }
 
     #[test]
     fn escaping_keeps_one_record_per_line() {

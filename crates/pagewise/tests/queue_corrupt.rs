@@ -13,10 +13,24 @@ use std::sync::OnceLock;
 const CHUNK: u64 = 64 << 10;
 /// Byte offset of the header checksum, and the bytes it covers (docs/queue.md).
 const HEADER_CRC_AT: usize = 56;
+/// The first-chunk word (docs/queue.md): its own check bits from version 2.
+const FIRST_CHUNK_AT: usize = 64;
+/// The header's mutable words: first chunk, chunk hint, wake word, writer pid, opens.
+const HEADER_WORDS: [usize; 5] = [FIRST_CHUNK_AT, 128, 192, 256, 264];
 
 fn payload(seq: u64) -> Vec<u8> {
     let len = (seq * 53 % 700) as usize;
     (0..len).map(|i| (seq as usize * 7 + i) as u8).collect()
+}
+
+/// Writer options for the sample's geometry (an existing queue keeps its own).
+fn options(crc: bool) -> Options {
+    Options {
+        chunk_size: CHUNK,
+        record_crc: crc,
+        pretouch: None,
+        ..Options::default()
+    }
 }
 
 /// A valid queue of about three chunks, its bytes and its records by position.
@@ -31,13 +45,7 @@ fn sample(crc: bool) -> &'static Sample {
     (if crc { &CRC } else { &PLAIN }).get_or_init(|| {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("q");
-        let options = Options {
-            chunk_size: CHUNK,
-            record_crc: crc,
-            pretouch: None,
-            ..Options::default()
-        };
-        let mut w = Writer::create(&path, options).unwrap();
+        let mut w = Writer::create(&path, options(crc)).unwrap();
         let mut records = HashMap::new();
         for seq in 0..420 {
             let p = w.append(&payload(seq)).unwrap();
@@ -59,6 +67,20 @@ enum Damage {
     Word { at: usize, value: u64 },
     /// Overwrite a word with a small number (lengths, chunk indexes).
     SmallWord { at: usize, value: u64 },
+    /// Overwrite one of the header's mutable words (with a small number or
+    /// anything): the first-chunk word above all.
+    HeaderWord { which: usize, value: u64 },
+}
+
+impl Damage {
+    /// Whether it changes only bytes of the header page.
+    fn in_header(&self, len: usize) -> bool {
+        match *self {
+            Damage::Flip { at, .. } => place(at, len) < 4096,
+            Damage::Word { at, .. } | Damage::SmallWord { at, .. } => place(at, len) & !7 < 4096,
+            Damage::HeaderWord { .. } => true,
+        }
+    }
 }
 
 fn damage() -> impl Strategy<Value = Damage> {
@@ -66,6 +88,8 @@ fn damage() -> impl Strategy<Value = Damage> {
         (any::<usize>(), 1..=255u8).prop_map(|(at, with)| Damage::Flip { at, with }),
         (any::<usize>(), any::<u64>()).prop_map(|(at, value)| Damage::Word { at, value }),
         (any::<usize>(), 0..200_000u64).prop_map(|(at, value)| Damage::SmallWord { at, value }),
+        (any::<usize>(), prop_oneof![0..8u64, any::<u64>()])
+            .prop_map(|(which, value)| Damage::HeaderWord { which, value }),
     ]
 }
 
@@ -94,6 +118,10 @@ fn apply(bytes: &mut Vec<u8>, damages: &[Damage], fix_header_crc: bool, cut: Opt
                 if at + 8 <= len {
                     bytes[at..at + 8].copy_from_slice(&value.to_le_bytes());
                 }
+            }
+            Damage::HeaderWord { which, value } => {
+                let at = HEADER_WORDS[which % HEADER_WORDS.len()];
+                bytes[at..at + 8].copy_from_slice(&value.to_le_bytes());
             }
         }
     }
@@ -141,6 +169,21 @@ proptest! {
         let path = dir.path().join("q");
         std::fs::write(&path, &bytes).unwrap();
 
+        // Damage to the header alone, its checksum left as it was, never hides
+        // records silently: it is refused, reported, or changes nothing readers see.
+        let header_only = !fix_header_crc
+            && cut.is_none()
+            && damages.iter().all(|d| d.in_header(sample.bytes.len()));
+        if header_only {
+            let seen = match (read_through(&path), inspect(&path)) {
+                (Ok((got, None)), Ok(info)) if info.problem.is_none() => Some((got.len(), info.records)),
+                _ => None,
+            };
+            if let Some((read, counted)) = seen {
+                prop_assert_eq!(read, sample.records.len(), "records hidden from a reader");
+                prop_assert_eq!(counted, sample.records.len() as u64, "records hidden from inspect");
+            }
+        }
         match read_through(&path) {
             Ok((got, _end)) => {
                 let mut last = None;
@@ -162,8 +205,7 @@ proptest! {
         }
         let _ = inspect(&path);
         // A writer either refuses the file or recovers it into a queue that takes appends.
-        let options = Options { chunk_size: CHUNK, pretouch: None, ..Options::default() };
-        if let Ok(mut w) = Writer::open(&path, options) {
+        if let Ok(mut w) = Writer::open(&path, options(false)) {
             let p = w.append(b"after recovery");
             drop(w);
             if let Ok(p) = p {
@@ -174,6 +216,61 @@ proptest! {
             }
         }
     }
+}
+
+#[test]
+fn a_changed_first_chunk_word_is_refused_not_obeyed() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("q");
+    for value in [1u64, 2, 1 << 40, u64::MAX] {
+        let mut bytes = sample(false).bytes.clone();
+        bytes[FIRST_CHUNK_AT..FIRST_CHUNK_AT + 8].copy_from_slice(&value.to_le_bytes());
+        std::fs::write(&path, &bytes).unwrap();
+        for err in [Reader::open(&path).map(|_| ()), inspect(&path).map(|_| ())] {
+            match err {
+                Err(QueueError::BadHeader { reason, .. }) => {
+                    assert!(reason.contains("first-chunk word"), "{reason}")
+                }
+                other => panic!("{value}: {other:?}"),
+            }
+        }
+        assert!(matches!(
+            Writer::open(&path, options(false)),
+            Err(QueueError::BadHeader { .. })
+        ));
+    }
+}
+
+#[test]
+fn version_1_files_are_read_and_written_without_the_check() {
+    // A version 1 file: version 1, the first-chunk word the chunk itself.
+    let mut bytes = sample(true).bytes.clone();
+    bytes[8..12].copy_from_slice(&1u32.to_le_bytes());
+    let crc = crc32fast::hash(&bytes[..HEADER_CRC_AT]);
+    bytes[HEADER_CRC_AT..HEADER_CRC_AT + 4].copy_from_slice(&crc.to_le_bytes());
+    bytes[FIRST_CHUNK_AT..FIRST_CHUNK_AT + 8].copy_from_slice(&0u64.to_le_bytes());
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("q");
+    std::fs::write(&path, &bytes).unwrap();
+    let (got, end) = read_through(&path).unwrap();
+    assert!(end.is_none(), "{end:?}");
+    assert_eq!(got.len(), sample(true).records.len());
+    let info = inspect(&path).unwrap();
+    assert_eq!((info.version, info.problem), (1, None));
+    // A writer appends, and retention writes the word as version 1 has it.
+    let mut w = Writer::open(&path, options(true)).unwrap();
+    w.append(b"after").unwrap();
+    let kept = w
+        .retain(pagewise::queue::Retention {
+            max_bytes: Some(1),
+            max_age: None,
+        })
+        .unwrap();
+    assert!(kept.first_chunk > 0);
+    drop(w);
+    let word = std::fs::read(&path).unwrap()[FIRST_CHUNK_AT..FIRST_CHUNK_AT + 8].to_vec();
+    assert_eq!(word, kept.first_chunk.to_le_bytes());
+    assert_eq!(inspect(&path).unwrap().first_chunk, kept.first_chunk);
 }
 
 #[test]
