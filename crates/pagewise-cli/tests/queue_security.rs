@@ -74,8 +74,10 @@ macro_rules! nobody_or_skip {
         match as_nobody($program) {
             Ok(c) => c,
             Err(reason) => {
-                eprintln!("skipped: needs a second user: {reason}");
-                return;
+                pagewise_testkit::skip!(
+                    pagewise_testkit::Need::Root,
+                    "needs a second user (root and setpriv): {reason}"
+                );
             }
         }
     };

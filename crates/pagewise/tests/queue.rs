@@ -681,8 +681,10 @@ fn a_create_that_fails_leaves_no_file_behind() {
     let fs = match SmallFs::mount("256k") {
         Ok(fs) => fs,
         Err(e) => {
-            eprintln!("skipped: needs a small tmpfs mount (root): {e}");
-            return;
+            pagewise_testkit::skip!(
+                pagewise_testkit::Need::Root,
+                "needs a small tmpfs mount (root): {e}"
+            );
         }
     };
     // Fill the file system, so that even the header cannot be allocated.
