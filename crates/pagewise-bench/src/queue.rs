@@ -344,6 +344,9 @@ fn open_source(spec: &ChildSpec) -> Result<Box<dyn Source>, String> {
                 &spec.path,
                 ReaderOptions {
                     start: Start::Beginning,
+                    // The row compares copy routines on both sides: the reader
+                    // copies with the chosen routine, not the fault-guarded one.
+                    guard_copies: false,
                     copy: spec.copy,
                     ..ReaderOptions::default()
                 },
