@@ -200,6 +200,110 @@ pub fn conflicting_lock(
     })
 }
 
+/// Creates `path` as a new file open for writing: exclusively, so it fails
+/// with `AlreadyExists` when anything is there, a symbolic link (even a
+/// dangling one) included, and so never writes through a link
+/// (`O_CREAT|O_EXCL|O_NOFOLLOW|O_CLOEXEC`). `mode` is the permission bits,
+/// less the umask. One `open`.
+pub fn create_new_nofollow(path: &Path, mode: u32) -> std::io::Result<File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(mode)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(path)
+}
+
+/// A name no other call in this process has produced and that others cannot
+/// guess ahead: `PREFIX.` and 16 hex digits from a randomly keyed hash of the
+/// pid, the time and a counter.
+fn unique_name(prefix: &str) -> String {
+    use std::hash::{BuildHasher, Hasher};
+    static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u32(std::process::id());
+    h.write_u64(COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
+    if let Ok(t) = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH) {
+        h.write_u128(t.as_nanos());
+    }
+    format!("{prefix}.{:016x}", h.finish())
+}
+
+/// Creates a new file `DIR/PREFIX.XXXXXXXXXXXXXXXX` (a fresh random name,
+/// retried when taken) with [`create_new_nofollow`]: for writing a file
+/// under a temporary name and renaming it into place. Returns its path.
+pub fn create_unique_nofollow(
+    dir: &Path,
+    prefix: &str,
+    mode: u32,
+) -> std::io::Result<(std::path::PathBuf, File)> {
+    loop {
+        let path = dir.join(unique_name(prefix));
+        match create_new_nofollow(&path, mode) {
+            Ok(file) => return Ok((path, file)),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// Creates a new directory `DIR/PREFIX.XXXXXXXXXXXXXXXX` with mode 0700 that
+/// only this user can enter (as `mkdtemp` does: `mkdir` never follows a link
+/// and fails on any existing name, which is then retried). Returns its path.
+pub fn create_private_dir(dir: &Path, prefix: &str) -> std::io::Result<std::path::PathBuf> {
+    use std::os::unix::fs::DirBuilderExt;
+    loop {
+        let path = dir.join(unique_name(prefix));
+        match std::fs::DirBuilder::new().mode(0o700).create(&path) {
+            Ok(()) => return Ok(path),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// The names in `dir`, sorted (for tests that check what a write left behind).
+#[cfg(test)]
+pub(crate) fn names_in(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .map(|entries| {
+            entries
+                .filter_map(|e| e.ok())
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    names.sort();
+    names
+}
+
+/// Opens an existing file for reading without following a symbolic link in
+/// the last component (`ELOOP` then) and without blocking on a FIFO
+/// (`O_NOFOLLOW|O_NONBLOCK|O_CLOEXEC`; the caller checks the type with
+/// `metadata()`). One `open`.
+pub fn open_read_nofollow(path: &Path) -> std::io::Result<File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(path)
+}
+
+/// Whether the file system holding `path` is mounted `noexec` (code cannot be
+/// mapped executable from it, so a library there cannot be loaded). One `statvfs`.
+pub fn is_noexec_mount(path: &Path) -> SysResult<bool> {
+    let c_path = CString::new(path.as_os_str().as_bytes()).map_err(|_| einval("statvfs"))?;
+    // SAFETY: an all-zero statvfs is a valid value of this plain C struct.
+    let mut buf: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: c_path is NUL-terminated and `buf` is valid for writes during the call.
+    let rc = unsafe { libc::statvfs(c_path.as_ptr(), &mut buf) };
+    if rc != 0 {
+        return Err(SysError::last("statvfs"));
+    }
+    Ok(buf.f_flag & libc::ST_NOEXEC != 0)
+}
+
 /// One event from an [`Inotify`] instance.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct InotifyEvent {
@@ -212,6 +316,9 @@ pub struct InotifyEvent {
 /// `IN_MODIFY`: the file's contents or size changed through a system call
 /// (`write`, `truncate`, `fallocate`; not stores through a mapping).
 pub const IN_MODIFY: u32 = 0x0000_0002;
+/// `IN_CLOSE_WRITE`: a file opened for writing was closed (in a watched
+/// directory: one of its files).
+pub const IN_CLOSE_WRITE: u32 = 0x0000_0008;
 /// `IN_ATTRIB`: metadata changed.
 pub const IN_ATTRIB: u32 = 0x0000_0004;
 /// `IN_DELETE_SELF`: the watched file was deleted.
@@ -365,6 +472,35 @@ mod tests {
             );
         };
         assert_eq!(fs_kind(&file).unwrap(), FsKind::Tmpfs);
+    }
+
+    #[test]
+    fn new_files_are_exclusive_and_never_follow_links() {
+        let dir = tempfile::tempdir().unwrap();
+        let victim = dir.path().join("victim");
+        std::fs::write(&victim, "keep").unwrap();
+        let link = dir.path().join("link");
+        std::os::unix::fs::symlink(&victim, &link).unwrap();
+        assert!(create_new_nofollow(&link, 0o600).is_err());
+        let dangling = dir.path().join("dangling");
+        std::os::unix::fs::symlink(dir.path().join("nowhere"), &dangling).unwrap();
+        assert!(create_new_nofollow(&dangling, 0o600).is_err());
+        assert!(!dir.path().join("nowhere").exists());
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "keep");
+        assert!(open_read_nofollow(&link).is_err());
+        let (a, _) = create_unique_nofollow(dir.path(), ".t", 0o600).unwrap();
+        let (b, _) = create_unique_nofollow(dir.path(), ".t", 0o600).unwrap();
+        assert_ne!(a, b);
+        let private = create_private_dir(dir.path(), "d").unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        assert_eq!(
+            std::fs::symlink_metadata(&private)
+                .unwrap()
+                .permissions()
+                .mode()
+                & 0o777,
+            0o700
+        );
     }
 
     #[test]
