@@ -34,6 +34,26 @@ fn build_fixture(dir: &Path, name: &str, pie: bool) -> Result<PathBuf, String> {
     pagewise_testkit::compile_c(dir, name, BIG_TEXT, &["-fno-toplevel-reorder", position])
 }
 
+/// The big-text fixture built in `$dir`, or the test is skipped: when no
+/// huge pages can take a move here, or there is no C compiler.
+macro_rules! movable_fixture {
+    ($dir:expr, $name:expr, $pie:expr) => {{
+        if no_huge_pages() {
+            skip!(Need::Thp, "THP is never and no hugetlb pool has room");
+        }
+        match build_fixture($dir, $name, $pie) {
+            Ok(b) => b,
+            Err(why) => skip!(Need::Compiler, "{why}"),
+        }
+    }};
+}
+
+/// Whether neither THP nor a hugetlb pool can take a move here.
+fn no_huge_pages() -> bool {
+    pagewise::host::thp::enabled_mode().as_deref() == Some("never")
+        && pagewise::host::hugetlb::available(2 << 20) < 2
+}
+
 struct Outcome {
     stdout: String,
     stderr: String,
@@ -149,13 +169,7 @@ fn check_moved_and_identical(bin: &Path) {
 fn fixture_moves(pie: bool) {
     let _s = serial();
     let dir = tempfile::tempdir().unwrap();
-    let bin = match build_fixture(dir.path(), "big", pie) {
-        Ok(b) => b,
-        Err(why) => skip!(Need::Compiler, "{why}"),
-    };
-    if no_huge_pages() {
-        skip!(Need::Thp, "THP is never and no hugetlb pool has room");
-    }
+    let bin = movable_fixture!(dir.path(), "big", pie);
     check_moved_and_identical(&bin);
 }
 
@@ -210,16 +224,7 @@ fn hugetlb_is_used_when_a_pool_has_room() {
 fn each_failed_step_leaves_a_working_program() {
     let _s = serial();
     let dir = tempfile::tempdir().unwrap();
-    let bin = match build_fixture(dir.path(), "big_pie", true) {
-        Ok(b) => b,
-        Err(why) => skip!(Need::Compiler, "{why}"),
-    };
-    if no_huge_pages() {
-        skip!(
-            Need::Thp,
-            "THP is never and no hugetlb pool has room, so no move is attempted"
-        );
-    }
+    let bin = movable_fixture!(dir.path(), "big_pie", true);
     let program = [bin.to_str().unwrap()];
     let expected = plain_stdout(&program);
     for step in ["map", "copy", "protect", "remap"] {
@@ -468,16 +473,10 @@ fn a_w_x_policy_is_reported_and_the_program_runs() {
 #[test]
 fn an_existing_perf_map_is_left_alone_and_reported() {
     let _s = serial();
-    if no_huge_pages() {
-        skip!(Need::Thp, "THP is never and no hugetlb pool has room");
-    }
     let dir = tempfile::tempdir().unwrap();
-    let bin = match build_fixture(dir.path(), "big_pie", true) {
-        Ok(b) => b,
-        Err(why) => skip!(Need::Compiler, "{why}"),
-    };
-    // pagewise run execs the program, so the program's pid is the one the
-    // command gets: create the map file of a process that sleeps, then exec it.
+    let bin = movable_fixture!(dir.path(), "big_pie", true);
+    // The program is sh: it creates the map file for its own pid, then execs
+    // the fixture in the same process, whose map is then the one refused.
     let planted = dir.path().join("planted");
     let script = format!(
         "echo planted > /tmp/perf-$$.map; echo $$ > {}; exec {}",
@@ -533,12 +532,6 @@ fn static_programs_are_refused_with_a_reason() {
         "{stderr}"
     );
     assert_eq!(stderr.trim_end().lines().count(), 1);
-}
-
-/// Whether neither THP nor a hugetlb pool can take a move here.
-fn no_huge_pages() -> bool {
-    pagewise::host::thp::enabled_mode().as_deref() == Some("never")
-        && pagewise::host::hugetlb::available(2 << 20) < 2
 }
 
 #[test]
@@ -685,18 +678,12 @@ fn the_perf_map_follows_an_exec_that_keeps_the_pid() {
 #[test]
 fn no_read_of_the_executable_before_main() {
     let _s = serial();
-    if no_huge_pages() {
-        skip!(Need::Thp, "THP is never and no hugetlb pool has room");
-    }
     let strace = Path::new("/usr/bin/strace");
     if !strace.exists() {
         skip!(Need::Tool, "/usr/bin/strace is missing");
     }
     let dir = tempfile::tempdir().unwrap();
-    let bin = match build_fixture(dir.path(), "big", true) {
-        Ok(b) => b,
-        Err(why) => skip!(Need::Compiler, "{why}"),
-    };
+    let bin = movable_fixture!(dir.path(), "big", true);
     let trace = dir.path().join("trace");
     let report = dir.path().join("r.json");
     let probe = std::process::Command::new(strace)
@@ -772,14 +759,8 @@ fn no_read_of_the_executable_before_main() {
 #[test]
 fn peak_rss_grows_by_at_most_the_moved_bytes_and_2_mib() {
     let _s = serial();
-    if no_huge_pages() {
-        skip!(Need::Thp, "THP is never and no hugetlb pool has room");
-    }
     let dir = tempfile::tempdir().unwrap();
-    let bin = match build_fixture(dir.path(), "big", true) {
-        Ok(b) => b,
-        Err(why) => skip!(Need::Compiler, "{why}"),
-    };
+    let bin = movable_fixture!(dir.path(), "big", true);
     let hwm = |stderr: &str| -> u64 {
         let line = stderr
             .lines()

@@ -14,8 +14,8 @@
 //! - [`write_run_report`]: the user's `PAGEWISE_REPORT` file, replaced
 //!   atomically, never through a link and never when another user owns it.
 
+use crate::sys::create::{self, NewFile};
 use crate::sys::file::{self, Inotify, IN_CLOSE_WRITE, IN_IGNORED};
-use crate::sys::libc_info;
 use crate::text::huge::{HotPages, PerfMaps, RunReport};
 use serde::Serialize;
 use std::collections::{BTreeMap, HashSet};
@@ -82,7 +82,7 @@ impl ReportDir {
         let dir = ReportDir { path };
         let meta = std::fs::symlink_metadata(&dir.path).map_err(|e| fail(e.to_string()))?;
         if !meta.is_dir()
-            || meta.uid() != libc_info::effective_uid()
+            || meta.uid() != create::effective_uid()
             || meta.permissions().mode() & 0o077 != 0
         {
             return Err(fail(format!(
@@ -102,12 +102,13 @@ impl ReportDir {
     pub fn write_hot_pages(&self, hot: &[HotPages]) -> Result<PathBuf, HugeTextRunError> {
         let text = HotPages::encode(hot).map_err(HugeTextRunError::HotPages)?;
         let path = self.path.join("hot-pages");
-        file::create_new_nofollow(&path, 0o600)
-            .and_then(|mut f| f.write_all(text.as_bytes()))
-            .map_err(|source| HugeTextRunError::Write {
-                path: path.clone(),
-                source,
-            })?;
+        let write_error = |source| HugeTextRunError::Write {
+            path: path.clone(),
+            source,
+        };
+        let new = NewFile::in_dir_of(&path, 0o600).map_err(|e| write_error(e.source))?;
+        new.file().write_all(text.as_bytes()).map_err(write_error)?;
+        new.link_at(&path).map_err(|e| write_error(e.source))?;
         Ok(path)
     }
 }
@@ -126,7 +127,7 @@ const HOT_PAGES_LIMIT: u64 = 16 << 20;
 /// through a link, never blocking on a FIFO, only a regular file under 16 MiB.
 pub fn read_hot_pages(path: &Path) -> Result<Vec<HotPages>, String> {
     let why = |e: &dyn std::fmt::Display| format!("{}: {e}", path.display());
-    let mut f = file::open_read_nofollow(path).map_err(|e| why(&e))?;
+    let mut f = create::open_read_no_follow(path).map_err(|e| why(&e))?;
     let meta = f.metadata().map_err(|e| why(&e))?;
     if !meta.is_file() || meta.len() > HOT_PAGES_LIMIT {
         return Err(why(&"not a regular file under 16 MiB"));
@@ -138,8 +139,9 @@ pub fn read_hot_pages(path: &Path) -> Result<Vec<HotPages>, String> {
 
 /// Writes this process's report into the report directory `dir` as
 /// `PID.json`, or `PID.N.json` when an earlier program in this process (before
-/// an `exec`) took the name: created exclusively with mode 0600, never through
-/// a link. Returns the file. Cost: a few `open`s and one write of about 1 KiB.
+/// an `exec`) took the name: a new file with mode 0600 that appears whole or
+/// not at all, never over anything and never through a link ([`NewFile`]).
+/// Returns the file. Cost: a few system calls and one write of about 1 KiB.
 pub fn write_process_report(dir: &Path, report: &RunReport) -> std::io::Result<PathBuf> {
     let json = serde_json::to_vec_pretty(report).map_err(std::io::Error::other)?;
     for n in 0..1000u32 {
@@ -148,10 +150,12 @@ pub fn write_process_report(dir: &Path, report: &RunReport) -> std::io::Result<P
             n => format!("{}.{n}.json", report.pid),
         };
         let path = dir.join(name);
-        match file::create_new_nofollow(&path, 0o600) {
-            Ok(mut f) => return f.write_all(&json).map(|()| path),
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
-            Err(e) => return Err(e),
+        let new = NewFile::in_dir_of(&path, 0o600).map_err(|e| e.source)?;
+        new.file().write_all(&json)?;
+        match new.link_at(&path) {
+            Ok(_) => return Ok(path),
+            Err(e) if e.source.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            Err(e) => return Err(e.source),
         }
     }
     Err(std::io::Error::from(std::io::ErrorKind::AlreadyExists))
@@ -251,7 +255,8 @@ impl Gatherer {
 }
 
 fn read_report(path: &Path) -> Result<RunReport, String> {
-    let mut f = file::open_read_nofollow(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let mut f =
+        create::open_read_no_follow(path).map_err(|e| format!("{}: {e}", path.display()))?;
     let mut text = String::new();
     f.read_to_string(&mut text)
         .map_err(|e| format!("{}: {e}", path.display()))?;
@@ -388,30 +393,16 @@ fn replace_own_file(path: &Path, bytes: &[u8]) -> Result<(), HugeTextRunError> {
             return Err(refuse("is a symbolic link (never followed)".into()))
         }
         Ok(m) if !m.is_file() => return Err(refuse("is not a regular file".into())),
-        Ok(m) if m.uid() != libc_info::effective_uid() => {
+        Ok(m) if m.uid() != create::effective_uid() => {
             return Err(refuse(format!("belongs to user {}", m.uid())))
         }
         Ok(_) => {}
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
         Err(e) => return Err(write_error(e)),
     }
-    let dir = match path.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p,
-        _ => Path::new("."),
-    };
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy())
-        .unwrap_or_default();
-    let (temp, mut f) =
-        file::create_unique_nofollow(dir, &format!(".{name}"), 0o666).map_err(write_error)?;
-    let written = f
-        .write_all(bytes)
-        .and_then(|()| std::fs::rename(&temp, path));
-    if let Err(e) = written {
-        let _ = std::fs::remove_file(&temp);
-        return Err(write_error(e));
-    }
+    let new = NewFile::beside(path, 0o666).map_err(|e| write_error(e.source))?;
+    new.file().write_all(bytes).map_err(write_error)?;
+    new.replace_at(path).map_err(|e| write_error(e.source))?;
     Ok(())
 }
 

@@ -16,8 +16,8 @@
 //! library; an existing file is used only when it is this user's regular
 //! file, not writable by group or others, with exactly the expected bytes.
 
+use crate::sys::create::{self, NewFile};
 use crate::sys::file;
-use crate::sys::libc_info;
 use std::ffi::OsStr;
 use std::io::{Read, Write};
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
@@ -71,7 +71,7 @@ pub fn candidates_from_env() -> Vec<CacheDir> {
         std::env::var_os("XDG_CACHE_HOME").as_deref(),
         std::env::var_os("HOME").as_deref(),
         &std::env::temp_dir(),
-        libc_info::effective_uid(),
+        create::effective_uid(),
     )
 }
 
@@ -121,7 +121,7 @@ pub fn install(bytes: &[u8], name: &str, dirs: &[CacheDir]) -> Result<Installed,
 fn prepare(dir: &CacheDir) -> Result<(), String> {
     let path = &dir.path;
     let say = |why: &dyn std::fmt::Display| format!("{}: {why}", path.display());
-    let uid = libc_info::effective_uid();
+    let uid = create::effective_uid();
     if let Some(parent) = path.parent().filter(|_| !dir.shared_parent) {
         std::fs::DirBuilder::new()
             .recursive(true)
@@ -167,14 +167,14 @@ fn prepare(dir: &CacheDir) -> Result<(), String> {
 
 /// Whether `path` is this user's regular file, not writable by others, holding `bytes`.
 fn holds(path: &Path, bytes: &[u8]) -> bool {
-    let Ok(mut f) = file::open_read_nofollow(path) else {
+    let Ok(mut f) = create::open_read_no_follow(path) else {
         return false;
     };
     let Ok(meta) = f.metadata() else {
         return false;
     };
     if !meta.is_file()
-        || meta.uid() != libc_info::effective_uid()
+        || meta.uid() != create::effective_uid()
         || meta.permissions().mode() & 0o022 != 0
         || meta.len() != bytes.len() as u64
     {
@@ -189,20 +189,12 @@ fn place(path: &Path, bytes: &[u8]) -> std::io::Result<bool> {
     if holds(path, bytes) {
         return Ok(false);
     }
-    let dir = path.parent().unwrap_or(Path::new("."));
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy())
-        .unwrap_or_default();
-    let (temp, mut f) = file::create_unique_nofollow(dir, &format!(".{name}"), 0o644)?;
-    let written = f
-        .write_all(bytes)
-        .and_then(|()| f.sync_all())
-        .and_then(|()| std::fs::rename(&temp, path));
-    if written.is_err() {
-        let _ = std::fs::remove_file(&temp);
-    }
-    written.map(|()| true)
+    let new = NewFile::beside(path, 0o644).map_err(|e| e.source)?;
+    let mut file = new.file();
+    file.write_all(bytes)?;
+    file.sync_all()?;
+    new.replace_at(path).map_err(|e| e.source)?;
+    Ok(true)
 }
 
 #[cfg(test)]
@@ -258,7 +250,7 @@ mod tests {
             0
         );
         // Another user's file (root can make one) is never used.
-        if libc_info::effective_uid() == 0 {
+        if create::effective_uid() == 0 {
             std::os::unix::fs::chown(&first.path, Some(65534), Some(65534)).unwrap();
             assert!(install(b"library v1", "lib.so", &dirs).unwrap().written);
             let meta = std::fs::metadata(&first.path).unwrap();

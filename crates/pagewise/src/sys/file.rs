@@ -200,21 +200,6 @@ pub fn conflicting_lock(
     })
 }
 
-/// Creates `path` as a new file open for writing: exclusively, so it fails
-/// with `AlreadyExists` when anything is there, a symbolic link (even a
-/// dangling one) included, and so never writes through a link
-/// (`O_CREAT|O_EXCL|O_NOFOLLOW|O_CLOEXEC`). `mode` is the permission bits,
-/// less the umask. One `open`.
-pub fn create_new_nofollow(path: &Path, mode: u32) -> std::io::Result<File> {
-    use std::os::unix::fs::OpenOptionsExt;
-    std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(mode)
-        .custom_flags(libc::O_NOFOLLOW)
-        .open(path)
-}
-
 /// A name no other call in this process has produced and that others cannot
 /// guess ahead: `PREFIX.` and 16 hex digits from a randomly keyed hash of the
 /// pid, the time and a counter.
@@ -228,24 +213,6 @@ fn unique_name(prefix: &str) -> String {
         h.write_u128(t.as_nanos());
     }
     format!("{prefix}.{:016x}", h.finish())
-}
-
-/// Creates a new file `DIR/PREFIX.XXXXXXXXXXXXXXXX` (a fresh random name,
-/// retried when taken) with [`create_new_nofollow`]: for writing a file
-/// under a temporary name and renaming it into place. Returns its path.
-pub fn create_unique_nofollow(
-    dir: &Path,
-    prefix: &str,
-    mode: u32,
-) -> std::io::Result<(std::path::PathBuf, File)> {
-    loop {
-        let path = dir.join(unique_name(prefix));
-        match create_new_nofollow(&path, mode) {
-            Ok(file) => return Ok((path, file)),
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
-            Err(e) => return Err(e),
-        }
-    }
 }
 
 /// Creates a new directory `DIR/PREFIX.XXXXXXXXXXXXXXXX` with mode 0700 that
@@ -276,18 +243,6 @@ pub(crate) fn names_in(dir: &Path) -> Vec<String> {
         .unwrap_or_default();
     names.sort();
     names
-}
-
-/// Opens an existing file for reading without following a symbolic link in
-/// the last component (`ELOOP` then) and without blocking on a FIFO
-/// (`O_NOFOLLOW|O_NONBLOCK|O_CLOEXEC`; the caller checks the type with
-/// `metadata()`). One `open`.
-pub fn open_read_nofollow(path: &Path) -> std::io::Result<File> {
-    use std::os::unix::fs::OpenOptionsExt;
-    std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
-        .open(path)
 }
 
 /// Whether the file system holding `path` is mounted `noexec` (code cannot be
@@ -475,32 +430,16 @@ mod tests {
     }
 
     #[test]
-    fn new_files_are_exclusive_and_never_follow_links() {
-        let dir = tempfile::tempdir().unwrap();
-        let victim = dir.path().join("victim");
-        std::fs::write(&victim, "keep").unwrap();
-        let link = dir.path().join("link");
-        std::os::unix::fs::symlink(&victim, &link).unwrap();
-        assert!(create_new_nofollow(&link, 0o600).is_err());
-        let dangling = dir.path().join("dangling");
-        std::os::unix::fs::symlink(dir.path().join("nowhere"), &dangling).unwrap();
-        assert!(create_new_nofollow(&dangling, 0o600).is_err());
-        assert!(!dir.path().join("nowhere").exists());
-        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "keep");
-        assert!(open_read_nofollow(&link).is_err());
-        let (a, _) = create_unique_nofollow(dir.path(), ".t", 0o600).unwrap();
-        let (b, _) = create_unique_nofollow(dir.path(), ".t", 0o600).unwrap();
-        assert_ne!(a, b);
-        let private = create_private_dir(dir.path(), "d").unwrap();
+    fn private_directories_are_new_and_0700() {
         use std::os::unix::fs::PermissionsExt;
-        assert_eq!(
-            std::fs::symlink_metadata(&private)
-                .unwrap()
-                .permissions()
-                .mode()
-                & 0o777,
-            0o700
-        );
+        let dir = tempfile::tempdir().unwrap();
+        let a = create_private_dir(dir.path(), "d").unwrap();
+        let b = create_private_dir(dir.path(), "d").unwrap();
+        assert_ne!(a, b);
+        let meta = std::fs::symlink_metadata(&a).unwrap();
+        assert!(meta.is_dir());
+        assert_eq!(meta.permissions().mode() & 0o777, 0o700);
+        assert_eq!(names_in(dir.path()).len(), 2);
     }
 
     #[test]

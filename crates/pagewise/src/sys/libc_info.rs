@@ -49,10 +49,3 @@ pub fn is_root() -> bool {
     // SAFETY: geteuid cannot fail and has no preconditions.
     unsafe { libc::geteuid() == 0 }
 }
-
-/// This process's effective user id (the owner of the files it creates). One
-/// `geteuid` call.
-pub fn effective_uid() -> u32 {
-    // SAFETY: geteuid cannot fail and has no preconditions.
-    unsafe { libc::geteuid() }
-}

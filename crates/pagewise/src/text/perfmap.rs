@@ -1,7 +1,7 @@
 //! perf map files: `START SIZE NAME` per line, hexadecimal, as written by JITs
 //! and read by `perf report` for anonymous executable memory.
 
-use crate::sys::file;
+use crate::sys::create::NewFile;
 use std::collections::HashMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -70,12 +70,12 @@ pub fn push_line(text: &mut String, start: u64, size: u64, name: &str) {
 
 /// Writes `/tmp/perf-PID.map` files safely, and replaces only its own.
 ///
-/// Each map is written whole under a temporary name (created exclusively,
-/// never through a link) and then put in place: with `link`, which fails when
+/// Each map is written whole as a new file that has no name yet
+/// ([`NewFile`]) and then put in place: with `link`, which fails when
 /// anything is at the name (a map from someone else, a planted link), or,
 /// for a pid this writer has written before and whose file is still the one
-/// it wrote (same device and inode, so owned by this user), with `rename`,
-/// which replaces it atomically. A reader never sees half a map and no other
+/// it wrote (same device and inode, so owned by this user), with `rename`
+/// from a temporary name, which replaces it atomically. A reader never sees half a map and no other
 /// file is ever opened, replaced or removed.
 #[derive(Debug)]
 pub struct PerfMapWriter {
@@ -127,35 +127,24 @@ impl PerfMapWriter {
     pub fn write_text(&mut self, pid: u32, text: &str) -> std::io::Result<()> {
         use std::os::unix::fs::MetadataExt;
         let path = self.path(pid);
-        let (temp, mut file) =
-            file::create_unique_nofollow(&self.dir, &format!(".perf-{pid}.map"), 0o644)?;
-        let written = file
-            .write_all(text.as_bytes())
-            .and_then(|()| file.metadata());
-        let identity = match written {
-            Ok(meta) => (meta.dev(), meta.ino()),
-            Err(e) => {
-                let _ = std::fs::remove_file(&temp);
-                return Err(e);
-            }
-        };
-        let placed = if self.still_ours(pid, &path) {
-            std::fs::rename(&temp, &path)
+        let replace = self.still_ours(pid, &path);
+        let new = if replace {
+            NewFile::beside(&path, 0o644)
         } else {
-            let linked = std::fs::hard_link(&temp, &path);
-            let _ = std::fs::remove_file(&temp);
-            linked
-        };
-        match placed {
-            Ok(()) => {
-                self.written.insert(pid, identity);
-                Ok(())
-            }
-            Err(e) => {
-                let _ = std::fs::remove_file(&temp);
-                Err(e)
-            }
+            NewFile::in_dir_of(&path, 0o644)
         }
+        .map_err(|e| e.source)?;
+        let mut file = new.file();
+        file.write_all(text.as_bytes())?;
+        let meta = file.metadata()?;
+        let placed = if replace {
+            new.replace_at(&path)
+        } else {
+            new.link_at(&path)
+        };
+        placed.map_err(|e| e.source)?;
+        self.written.insert(pid, (meta.dev(), meta.ino()));
+        Ok(())
     }
 
     /// Removes the map this writer wrote for `pid`, if it is still there and
