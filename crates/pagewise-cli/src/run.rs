@@ -5,7 +5,6 @@ use crate::preload;
 use anyhow::{bail, Context};
 use pagewise::launch::huge_text::{self, ReportDir};
 use pagewise::launch::{self, keep_heap};
-use pagewise::sys::process;
 use pagewise::text::huge::PerfMaps;
 use pagewise::text::perfmap::PerfMapWriter;
 use std::os::unix::process::CommandExt;
@@ -199,19 +198,12 @@ fn run_with_huge_text(
         .then(|| PerfMaps::new(PerfMapWriter::in_tmp()));
     let gatherer = huge_text::Gatherer::new(dir.path(), perf_maps, args.report);
     let program = args.command[0].clone();
-    let mut child = command
-        .spawn()
-        .with_context(|| format!("cannot start {program}"))?;
-    let pid = child.id();
-    let (status, gathered, note) = {
-        let _interrupts = process::IgnoreInterrupts::new();
-        let _forward = process::ForwardSignals::to(pid);
-        huge_text::gather_during(gatherer, || child.wait())
-    };
-    let status = status.with_context(|| format!("cannot wait for {program}"))?;
+    let finished = huge_text::run_program(command, gatherer)
+        .with_context(|| format!("cannot start or wait for {program}"))?;
+    let (pid, gathered) = (finished.pid, &finished.gathered);
     let report_file = std::env::var_os("PAGEWISE_REPORT").filter(|f| !f.is_empty());
     if args.report || report_file.is_some() {
-        for problem in note.iter().chain(&gathered.problems) {
+        for problem in finished.note.iter().chain(&gathered.problems) {
             eprintln!("pagewise run: {problem}");
         }
     }
@@ -234,7 +226,7 @@ fn run_with_huge_text(
             ),
         }
     }
-    Ok(exit_code(status))
+    Ok(exit_code(finished.status))
 }
 
 /// The program's exit status as pagewise's: its code, or 128+N when signal N killed it.

@@ -802,3 +802,55 @@ fn peak_rss_grows_by_at_most_the_moved_bytes_and_2_mib() {
         "peak RSS {with} with the move, {without} with the move failing at once, {moved} bytes moved"
     );
 }
+
+#[test]
+fn the_parent_passes_on_exit_status_and_signals() {
+    let status = |script: &str| {
+        pagewise()
+            .args(["run", "--huge-text", "--", "sh", "-c", script])
+            .output()
+            .unwrap()
+            .status
+            .code()
+    };
+    assert_eq!(status("exit 7"), Some(7));
+    assert_eq!(status("kill -TERM $$"), Some(128 + 15));
+    // SIGTERM to pagewise reaches the program (as it would had it been started
+    // directly), and pagewise ends with the program's status.
+    let dir = tempfile::tempdir().unwrap();
+    let pid_file = dir.path().join("pid");
+    let mut parent = std::process::Command::new(assert_cmd::cargo::cargo_bin("pagewise"))
+        .args(["run", "--huge-text", "--", "sh", "-c"])
+        .arg(format!("echo $$ > {}; exec sleep 30", pid_file.display()))
+        .env("XDG_CACHE_HOME", common::test_cache_home())
+        .env_remove("PAGEWISE_PRELOAD")
+        .spawn()
+        .unwrap();
+    let started = std::time::Instant::now();
+    while !std::fs::read_to_string(&pid_file).is_ok_and(|p| p.ends_with('\n')) {
+        assert!(
+            started.elapsed().as_secs() < 20,
+            "the program never started"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let program: u32 = std::fs::read_to_string(&pid_file)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert_ne!(program, parent.id(), "the program runs as a child");
+    std::process::Command::new("kill")
+        .args(["-TERM", &parent.id().to_string()])
+        .status()
+        .unwrap();
+    let status = parent.wait().unwrap();
+    assert_eq!(status.code(), Some(128 + 15));
+    assert!(started.elapsed().as_secs() < 20);
+    assert!(
+        !Path::new(&format!("/proc/{program}")).exists()
+            || std::fs::read_to_string(format!("/proc/{program}/stat"))
+                .is_ok_and(|s| s.contains(") Z ")),
+        "the program outlived the signal"
+    );
+}

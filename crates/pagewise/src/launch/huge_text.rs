@@ -342,6 +342,42 @@ pub fn gather_during<T>(
     (result, gatherer.finish(), None)
 }
 
+/// How a program started by [`run_program`] ended, and what its processes reported.
+#[derive(Debug)]
+pub struct Finished {
+    /// The program's pid.
+    pub pid: u32,
+    /// How it ended.
+    pub status: std::process::ExitStatus,
+    /// Every report gathered.
+    pub gathered: Gathered,
+    /// A fallback taken while gathering (no inotify), to report.
+    pub note: Option<String>,
+}
+
+/// Starts `command` and waits for it as its parent, while `gatherer` collects
+/// reports as they appear ([`gather_during`]). Meanwhile this process ignores
+/// `SIGINT` and `SIGQUIT` (the terminal sends them to the program too) and
+/// passes `SIGTERM`, `SIGHUP`, `SIGUSR1` and `SIGUSR2` on to the program, so
+/// stopping the parent stops the program. Fails only when the program cannot
+/// be started or waited for.
+pub fn run_program(
+    mut command: std::process::Command,
+    gatherer: Gatherer,
+) -> std::io::Result<Finished> {
+    let mut child = command.spawn()?;
+    let pid = child.id();
+    let _interrupts = crate::sys::process::IgnoreInterrupts::new();
+    let _forward = crate::sys::process::ForwardSignals::to(pid);
+    let (status, gathered, note) = gather_during(gatherer, || child.wait());
+    Ok(Finished {
+        pid,
+        status: status?,
+        gathered,
+        note,
+    })
+}
+
 /// The preload library a run used, for its report.
 #[derive(Debug, Clone, Serialize)]
 pub struct PreloadUsed {
