@@ -6,11 +6,13 @@
 //! - [`ReportDir`]: a private directory (mode 0700, made like `mkdtemp`) that
 //!   the library in each process writes its [`RunReport`] into, as
 //!   `PID.json` (then `PID.1.json`, … for later `exec`s in the same process),
-//!   created exclusively and never through a link ([`write_process_report`]);
-//!   the `--huge-text=hot:PROFILE` pages go in beside them.
-//! - [`Gatherer`]: reads the reports as they appear and writes each moved
-//!   process's perf map ([`PerfMaps`]), so profilers can name moved code while
-//!   the program still runs and after an `exec` that keeps the pid.
+//!   each appearing whole, never over another name and never through a link
+//!   ([`write_process_report`]); the `--huge-text=hot:PROFILE` pages go in
+//!   beside them.
+//! - [`run_program`] starts the program and waits for it, passing signals on,
+//!   while a [`Gatherer`] reads the reports as they appear and writes each
+//!   moved process's perf map ([`PerfMaps`]), so profilers can name moved code
+//!   while the program still runs and after an `exec` that keeps the pid.
 //! - [`write_run_report`]: the user's `PAGEWISE_REPORT` file, replaced
 //!   atomically, never through a link and never when another user owns it.
 
