@@ -7,6 +7,7 @@ mod bench;
 mod doctor;
 mod format;
 mod plot;
+mod preload;
 mod progress;
 mod queue;
 mod run;

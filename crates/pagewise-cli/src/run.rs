@@ -1,8 +1,12 @@
 //! `pagewise run`: start an unmodified program with memory-path fixes applied.
 
 use crate::format::bytes;
+use crate::preload;
 use anyhow::{bail, Context};
+use pagewise::launch::huge_text::{self, ReportDir};
 use pagewise::launch::{self, keep_heap};
+use pagewise::text::huge::PerfMaps;
+use pagewise::text::perfmap::PerfMapWriter;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -37,13 +41,17 @@ pub struct RunArgs {
 }
 
 const RUN_HELP: &str = "\
---huge-text: a preloaded library (libpagewise_preload.so, next to the pagewise binary)
-copies the 2 MiB-aligned part of the executable's text onto huge pages, makes it
-executable and moves it over the original with one mremap, before main and before any
-other thread exists; any failure leaves the original text in place. It writes
-/tmp/perf-PID.map so profilers can still name the moved code. Children started by the
-program (e.g. a compiler driver's back end) are handled too. PAGEWISE_REPORT=FILE
-writes a JSON report (schema pagewise.run/1; a child's goes to FILE.PID).
+--huge-text: a preloaded library copies the 2 MiB-aligned part of the executable's text
+onto huge pages, makes it executable and moves it over the original with one mremap,
+before main and before any other thread exists; any failure leaves the original text
+in place. The library is carried inside this binary and written on first use to a
+private cache ($XDG_CACHE_HOME/pagewise, ~/.cache/pagewise or $TMPDIR/pagewise-UID);
+PAGEWISE_PRELOAD=FILE uses another. Children started by the program (e.g. a compiler
+driver's back end) are handled too. pagewise stays as the program's parent: it writes
+/tmp/perf-PID.map for each process that moved text (so profilers can name the moved
+code), passes SIGTERM, SIGHUP, SIGUSR1 and SIGUSR2 on, and exits with the program's
+status. PAGEWISE_REPORT=FILE writes a JSON report (schema pagewise.run/1: the started
+program's, with every process's under \"processes\"); PAGEWISE_PERF_MAP=0 writes no maps.
 
 --keep-heap: glibc serves blocks above its mmap threshold (adaptive, at most 32 MiB) with
 a fresh mmap that the kernel must fault in and zero page by page, and unmaps them on free.
@@ -87,7 +95,7 @@ pub fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
             "call pagewise::text::huge::remap_text early in the program instead",
         )?;
         refuse_setid(&inspected)?;
-        apply_huge_text(&mut command, mode, args)?;
+        return run_with_huge_text(command, mode, args);
     }
     let error = command.exec();
     Err(error).with_context(|| format!("cannot start {program}"))
@@ -142,33 +150,15 @@ fn refuse_setid(path: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Where the preload library is: `PAGEWISE_PRELOAD`, else next to this binary.
-fn preload_library() -> anyhow::Result<PathBuf> {
-    if let Some(path) = std::env::var_os("PAGEWISE_PRELOAD") {
-        let path = PathBuf::from(path);
-        anyhow::ensure!(
-            path.is_file(),
-            "PAGEWISE_PRELOAD={} is not a file",
-            path.display()
-        );
-        return Ok(path);
-    }
-    let exe = std::env::current_exe().context("cannot find the pagewise binary")?;
-    let dir = exe.parent().unwrap_or(Path::new("."));
-    let path = dir.join("libpagewise_preload.so");
-    anyhow::ensure!(
-        path.is_file(),
-        "{} is missing: build it with `cargo build --release --workspace` (or point PAGEWISE_PRELOAD at it)",
-        path.display()
-    );
-    Ok(path)
-}
-
-fn apply_huge_text(
-    command: &mut std::process::Command,
+/// Starts the program with the preload library and stays as its parent:
+/// collects each process's report, writes perf maps from them as they come,
+/// then the `PAGEWISE_REPORT` file, and exits with the program's status.
+fn run_with_huge_text(
+    mut command: std::process::Command,
     mode: &str,
     args: &RunArgs,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<ExitCode> {
+    let dir = ReportDir::create()?;
     let mode = match mode {
         "all" => "all".to_owned(),
         other => {
@@ -177,24 +167,74 @@ fn apply_huge_text(
             })?;
             let profile = std::fs::canonicalize(profile)
                 .with_context(|| format!("--huge-text=hot:{profile}"))?;
-            // Fail here, in one line, rather than in the program's constructor.
-            pagewise::text::hot_pages_from_profile(&profile).map_err(|e| anyhow::anyhow!(e))?;
-            format!("hot:{}", profile.display())
+            // Resolved here, once, so the program reads a short list of pages
+            // instead of parsing a profile and symbol tables before main.
+            let hot =
+                pagewise::text::hot_pages_from_profile(&profile).map_err(|e| anyhow::anyhow!(e))?;
+            format!("hot-pages:{}", dir.write_hot_pages(&hot)?.display())
         }
     };
-    let library = preload_library()?;
+    let (library, notes) = preload::choose()?;
     let preload = match std::env::var("LD_PRELOAD") {
-        Ok(existing) if !existing.trim().is_empty() => format!("{}:{existing}", library.display()),
-        _ => library.display().to_string(),
+        Ok(existing) if !existing.trim().is_empty() => format!("{}:{existing}", library.path),
+        _ => library.path.clone(),
     };
     command
         .env("LD_PRELOAD", &preload)
         .env("PAGEWISE_HUGE_TEXT", &mode)
         .env("PAGEWISE_HUGE_TEXT_LIBS", args.huge_text_lib.join(","))
-        .env("PAGEWISE_TOP_PID", std::process::id().to_string());
+        .env(huge_text::REPORT_DIR_ENV, dir.path());
     if args.report {
         command.env("PAGEWISE_REPORT_STDERR", "1");
-        eprintln!("pagewise run: huge text ({mode}) through LD_PRELOAD={preload}");
+        for note in &notes {
+            eprintln!("pagewise run: {note}");
+        }
+        eprintln!(
+            "pagewise run: huge text ({mode}) through LD_PRELOAD={preload} ({})",
+            library.source
+        );
     }
-    Ok(())
+    let perf_maps = (std::env::var("PAGEWISE_PERF_MAP").as_deref() != Ok("0"))
+        .then(|| PerfMaps::new(PerfMapWriter::in_tmp()));
+    let gatherer = huge_text::Gatherer::new(dir.path(), perf_maps, args.report);
+    let program = args.command[0].clone();
+    let finished = huge_text::run_program(command, gatherer)
+        .with_context(|| format!("cannot start or wait for {program}"))?;
+    let (pid, gathered) = (finished.pid, &finished.gathered);
+    let report_file = std::env::var_os("PAGEWISE_REPORT").filter(|f| !f.is_empty());
+    if args.report || report_file.is_some() {
+        for problem in finished.note.iter().chain(&gathered.problems) {
+            eprintln!("pagewise run: {problem}");
+        }
+    }
+    if let Some(file) = report_file {
+        let file = PathBuf::from(file);
+        match gathered.newest_for(pid) {
+            Some(top) => {
+                let summary = huge_text::RunSummary {
+                    top,
+                    processes: &gathered.reports,
+                    preload: &library,
+                };
+                if let Err(e) = huge_text::write_run_report(&file, &summary) {
+                    eprintln!("pagewise run: {e}");
+                }
+            }
+            None => eprintln!(
+                "pagewise run: {program} sent no huge-text report (the preload library did not run in it), so {} was not written",
+                file.display()
+            ),
+        }
+    }
+    Ok(exit_code(finished.status))
+}
+
+/// The program's exit status as pagewise's: its code, or 128+N when signal N killed it.
+fn exit_code(status: std::process::ExitStatus) -> ExitCode {
+    use std::os::unix::process::ExitStatusExt;
+    let code = status
+        .code()
+        .or_else(|| status.signal().map(|s| 128 + s))
+        .unwrap_or(1);
+    ExitCode::from(code.clamp(0, 255) as u8)
 }

@@ -4,6 +4,7 @@
 
 use assert_cmd::Command;
 use pagewise::text::perfmap::PerfMap;
+use pagewise_testkit::{skip, Need};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
@@ -16,9 +17,13 @@ fn serial() -> std::sync::MutexGuard<'static, ()> {
     SERIAL.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// The pagewise binary with the preload library it carries, cached in a test
+/// directory (not the user's cache).
 fn pagewise() -> Command {
     let mut c = Command::cargo_bin("pagewise").unwrap();
-    c.env("PAGEWISE_PRELOAD", common::preload_library());
+    c.env_remove("PAGEWISE_PRELOAD")
+        .env_remove("PAGEWISE_REPORT")
+        .env("XDG_CACHE_HOME", common::test_cache_home());
     c
 }
 
@@ -27,6 +32,26 @@ const BIG_TEXT: &str = include_str!("fixtures/big_text.c");
 fn build_fixture(dir: &Path, name: &str, pie: bool) -> Result<PathBuf, String> {
     let position = if pie { "-pie" } else { "-no-pie" };
     pagewise_testkit::compile_c(dir, name, BIG_TEXT, &["-fno-toplevel-reorder", position])
+}
+
+/// The big-text fixture built in `$dir`, or the test is skipped: when no
+/// huge pages can take a move here, or there is no C compiler.
+macro_rules! movable_fixture {
+    ($dir:expr, $name:expr, $pie:expr) => {{
+        if no_huge_pages() {
+            skip!(Need::Thp, "THP is never and no hugetlb pool has room");
+        }
+        match build_fixture($dir, $name, $pie) {
+            Ok(b) => b,
+            Err(why) => skip!(Need::Compiler, "{why}"),
+        }
+    }};
+}
+
+/// Whether neither THP nor a hugetlb pool can take a move here.
+fn no_huge_pages() -> bool {
+    pagewise::host::thp::enabled_mode().as_deref() == Some("never")
+        && pagewise::host::hugetlb::available(2 << 20) < 2
 }
 
 struct Outcome {
@@ -144,18 +169,7 @@ fn check_moved_and_identical(bin: &Path) {
 fn fixture_moves(pie: bool) {
     let _s = serial();
     let dir = tempfile::tempdir().unwrap();
-    let bin = match build_fixture(dir.path(), "big", pie) {
-        Ok(b) => b,
-        Err(why) => pagewise_testkit::skip!(pagewise_testkit::Need::Compiler, "{why}"),
-    };
-    if pagewise::host::thp::enabled_mode().as_deref() == Some("never")
-        && pagewise::host::hugetlb::available(2 << 20) < 2
-    {
-        pagewise_testkit::skip!(
-            pagewise_testkit::Need::Thp,
-            "THP is never and no hugetlb pool has room"
-        );
-    }
+    let bin = movable_fixture!(dir.path(), "big", pie);
     check_moved_and_identical(&bin);
 }
 
@@ -181,7 +195,7 @@ fn hugetlb_is_used_when_a_pool_has_room() {
     let dir = tempfile::tempdir().unwrap();
     let bin = match build_fixture(dir.path(), "big_pie", true) {
         Ok(b) => b,
-        Err(why) => pagewise_testkit::skip!(pagewise_testkit::Need::Compiler, "{why}"),
+        Err(why) => skip!(Need::Compiler, "{why}"),
     };
     let reservation = pagewise::region::PoolReservation::ensure_available(2 << 20, 2).unwrap();
     if pagewise::host::hugetlb::available(2 << 20) < 2 {
@@ -210,18 +224,7 @@ fn hugetlb_is_used_when_a_pool_has_room() {
 fn each_failed_step_leaves_a_working_program() {
     let _s = serial();
     let dir = tempfile::tempdir().unwrap();
-    let bin = match build_fixture(dir.path(), "big_pie", true) {
-        Ok(b) => b,
-        Err(why) => pagewise_testkit::skip!(pagewise_testkit::Need::Compiler, "{why}"),
-    };
-    if pagewise::host::thp::enabled_mode().as_deref() == Some("never")
-        && pagewise::host::hugetlb::available(2 << 20) < 2
-    {
-        pagewise_testkit::skip!(
-            pagewise_testkit::Need::Thp,
-            "THP is never and no hugetlb pool has room, so no move is attempted"
-        );
-    }
+    let bin = movable_fixture!(dir.path(), "big_pie", true);
     let program = [bin.to_str().unwrap()];
     let expected = plain_stdout(&program);
     for step in ["map", "copy", "protect", "remap"] {
@@ -276,7 +279,7 @@ fn children_of_the_program_are_handled() {
         .arg("-print-prog-name=cc1")
         .output();
     let Ok(cc1) = cc1 else {
-        pagewise_testkit::skip!(pagewise_testkit::Need::Compiler, "gcc is not installed");
+        skip!(Need::Compiler, "gcc is not installed");
     };
     let cc1 = String::from_utf8_lossy(&cc1.stdout).trim().to_owned();
     let dir = tempfile::tempdir().unwrap();
@@ -293,13 +296,10 @@ fn children_of_the_program_are_handled() {
         .assert()
         .success();
     assert!(obj.is_file());
-    // The driver's report is FILE; each child's is FILE.PID.
-    let reports: Vec<serde_json::Value> = std::fs::read_dir(dir.path())
-        .unwrap()
-        .filter_map(|e| e.ok())
-        .filter(|e| e.file_name().to_string_lossy().starts_with("r.json."))
-        .map(|e| serde_json::from_str(&std::fs::read_to_string(e.path()).unwrap()).unwrap())
-        .collect();
+    // FILE holds the driver's report, and every process's under "processes".
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    let reports = v["processes"].as_array().unwrap();
     let back_end = reports
         .iter()
         .find(|r| {
@@ -310,11 +310,27 @@ fn children_of_the_program_are_handled() {
     let moved = moved_ranges(back_end);
     assert!(!moved.is_empty(), "cc1 was not moved: {back_end:#}");
     assert!(moved[0]["huge_bytes"].as_u64().unwrap() >= 2 << 20);
-    for r in &reports {
+    // The parent wrote cc1's perf map from its report, after cc1 moved (or says
+    // why not: a cc1 stripped of its dynamic symbols too has nothing to name).
+    match back_end["perf_map"].as_str() {
+        Some(map) => assert!(!PerfMap::read(Path::new(map)).unwrap().symbols().is_empty()),
+        None => assert!(
+            back_end["perf_map_note"].is_string(),
+            "no perf map and no reason: {back_end:#}"
+        ),
+    }
+    for r in reports {
         if let Some(map) = r["perf_map"].as_str() {
             let _ = std::fs::remove_file(map);
         }
     }
+    // Nothing else was written beside FILE (no FILE.PID any more).
+    let names: Vec<String> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("r.json"))
+        .collect();
+    assert_eq!(names, ["r.json"]);
 }
 
 #[test]
@@ -323,7 +339,7 @@ fn hot_profile_limits_the_move_to_hot_pages() {
     let dir = tempfile::tempdir().unwrap();
     let bin = match build_fixture(dir.path(), "big_pie", true) {
         Ok(b) => b,
-        Err(why) => pagewise_testkit::skip!(pagewise_testkit::Need::Compiler, "{why}"),
+        Err(why) => skip!(Need::Compiler, "{why}"),
     };
     let table = pagewise::text::function_table::FunctionTable::read(&bin).unwrap();
     let hot = &table.functions()[table.by_name("hot_function").unwrap()];
@@ -408,11 +424,11 @@ fn a_w_x_policy_is_reported_and_the_program_runs() {
     let dir = tempfile::tempdir().unwrap();
     let bin = match build_fixture(dir.path(), "big_pie", true) {
         Ok(b) => b,
-        Err(why) => pagewise_testkit::skip!(pagewise_testkit::Need::Compiler, "{why}"),
+        Err(why) => skip!(Need::Compiler, "{why}"),
     };
     let wrapper = match pagewise_testkit::compile_c(dir.path(), "mdwe", MDWE_WRAPPER, &[]) {
         Ok(b) => b,
-        Err(why) => pagewise_testkit::skip!(pagewise_testkit::Need::Compiler, "{why}"),
+        Err(why) => skip!(Need::Compiler, "{why}"),
     };
     let probe = std::process::Command::new(&wrapper)
         .arg("/bin/true")
@@ -457,21 +473,10 @@ fn a_w_x_policy_is_reported_and_the_program_runs() {
 #[test]
 fn an_existing_perf_map_is_left_alone_and_reported() {
     let _s = serial();
-    if pagewise::host::thp::enabled_mode().as_deref() == Some("never")
-        && pagewise::host::hugetlb::available(2 << 20) < 2
-    {
-        pagewise_testkit::skip!(
-            pagewise_testkit::Need::Thp,
-            "THP is never and no hugetlb pool has room"
-        );
-    }
     let dir = tempfile::tempdir().unwrap();
-    let bin = match build_fixture(dir.path(), "big_pie", true) {
-        Ok(b) => b,
-        Err(why) => pagewise_testkit::skip!(pagewise_testkit::Need::Compiler, "{why}"),
-    };
-    // pagewise run execs the program, so the program's pid is the one the
-    // command gets: create the map file of a process that sleeps, then exec it.
+    let bin = movable_fixture!(dir.path(), "big_pie", true);
+    // The program is sh: it creates the map file for its own pid, then execs
+    // the fixture in the same process, whose map is then the one refused.
     let planted = dir.path().join("planted");
     let script = format!(
         "echo planted > /tmp/perf-$$.map; echo $$ > {}; exec {}",
@@ -505,7 +510,7 @@ fn an_existing_perf_map_is_left_alone_and_reported() {
 fn static_programs_are_refused_with_a_reason() {
     let dir = tempfile::tempdir().unwrap();
     if let Err(why) = pagewise_testkit::compiler_supports(dir.path(), &["-static"]) {
-        pagewise_testkit::skip!(pagewise_testkit::Need::Compiler, "{why}");
+        skip!(Need::Compiler, "{why}");
     }
     let bin = pagewise_testkit::compile_c(
         dir.path(),
@@ -527,4 +532,325 @@ fn static_programs_are_refused_with_a_reason() {
         "{stderr}"
     );
     assert_eq!(stderr.trim_end().lines().count(), 1);
+}
+
+#[test]
+fn the_embedded_library_goes_to_a_private_cache_once() {
+    let _s = serial();
+    // A copy of the binary with nothing beside it, and a home of its own.
+    let dir = tempfile::tempdir().unwrap();
+    let bin = dir.path().join("pagewise");
+    std::fs::copy(assert_cmd::cargo::cargo_bin("pagewise"), &bin).unwrap();
+    let home = dir.path().join("home");
+    let run = |report: &Path| {
+        let out = Command::new(&bin)
+            .args(["run", "--huge-text", "--report", "--", "/bin/true"])
+            .env_remove("PAGEWISE_PRELOAD")
+            .env_remove("XDG_CACHE_HOME")
+            .env("HOME", &home)
+            .env("PAGEWISE_REPORT", report)
+            .assert()
+            .success()
+            .get_output()
+            .clone();
+        let report: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(report).unwrap()).unwrap();
+        (String::from_utf8(out.stderr).unwrap(), report)
+    };
+    let (stderr, first) = run(&dir.path().join("r1.json"));
+    assert!(
+        stderr.contains("embedded (written to the cache now)"),
+        "{stderr}"
+    );
+    let cache = home.join(".cache").join("pagewise");
+    let libs: Vec<PathBuf> = std::fs::read_dir(&cache)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(libs.len(), 1, "{libs:?}");
+    assert_eq!(first["preload"]["path"], libs[0].display().to_string());
+    use std::os::unix::fs::PermissionsExt;
+    let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode(&cache), 0o700);
+    assert_eq!(mode(&libs[0]) & 0o022, 0);
+    let size = std::fs::metadata(&libs[0]).unwrap().len();
+    assert!(size < 2 << 20, "the preload library is {size} bytes");
+    let (stderr, second) = run(&dir.path().join("r2.json"));
+    assert!(stderr.contains("embedded (cached)"), "{stderr}");
+    assert_eq!(second["preload"]["source"], "embedded (cached)");
+    // A changed copy is never used: it is replaced.
+    std::fs::write(&libs[0], b"not a library").unwrap();
+    let (stderr, _) = run(&dir.path().join("r3.json"));
+    assert!(stderr.contains("written to the cache now"), "{stderr}");
+    assert_eq!(std::fs::metadata(&libs[0]).unwrap().len(), size);
+}
+
+#[test]
+fn child_reports_never_follow_planted_links() {
+    let _s = serial();
+    // Another user plants FILE.PID links for the pids to come and a link at
+    // FILE itself (issue 15.2); every process of the run has a report.
+    let dir = tempfile::tempdir().unwrap();
+    let victim = dir.path().join("victim");
+    std::fs::write(&victim, "precious\n").unwrap();
+    let report = dir.path().join("r.json");
+    let last_pid: u32 = std::fs::read_to_string("/proc/sys/kernel/ns_last_pid")
+        .ok()
+        .and_then(|p| p.trim().parse().ok())
+        .unwrap_or(0);
+    for pid in last_pid + 1..last_pid + 400 {
+        let _ = std::os::unix::fs::symlink(&victim, dir.path().join(format!("r.json.{pid}")));
+    }
+    std::os::unix::fs::symlink(&victim, &report).unwrap();
+    let run = || {
+        pagewise()
+            .args(["run", "--huge-text", "--", "sh", "-c"])
+            .arg("ls / >/dev/null; ls / >/dev/null")
+            .env("PAGEWISE_REPORT", &report)
+            .assert()
+            .success()
+            .get_output()
+            .clone()
+    };
+    let out = run();
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious\n");
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert!(stderr.contains("symbolic link"), "{stderr}");
+    // With a plain path the report gathers the shell and both children.
+    std::fs::remove_file(&report).unwrap();
+    run();
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    assert!(v["processes"].as_array().unwrap().len() >= 3, "{v:#}");
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious\n");
+}
+
+fn hot_function_address(stderr: &str) -> Vec<u64> {
+    stderr
+        .lines()
+        .filter_map(|l| l.strip_prefix("hot_function="))
+        .filter_map(|l| u64::from_str_radix(l.split(' ').next()?.trim_start_matches("0x"), 16).ok())
+        .collect()
+}
+
+#[test]
+fn the_perf_map_follows_an_exec_that_keeps_the_pid() {
+    let _s = serial();
+    if no_huge_pages() {
+        skip!(Need::Thp, "THP is never and no hugetlb pool has room");
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (first, second) = match (
+        build_fixture(dir.path(), "first", true),
+        build_fixture(dir.path(), "second", false),
+    ) {
+        (Ok(first), Ok(second)) => (first, second),
+        (Err(why), _) | (_, Err(why)) => skip!(Need::Compiler, "{why}"),
+    };
+    // `first` moves its text, then execs `second` (as rustup execs rustc), which
+    // moves its own at other addresses: the map must end up naming second's code.
+    let outcome = run_huge(
+        &[first.to_str().unwrap()],
+        &[("SHOW_ADDR", "1"), ("EXEC_NEXT", second.to_str().unwrap())],
+        &["--huge-text"],
+    );
+    let addresses = hot_function_address(&outcome.stderr);
+    assert_eq!(addresses.len(), 2, "{}", outcome.stderr);
+    let processes = outcome.report["processes"].as_array().unwrap();
+    assert_eq!(processes.len(), 2, "{:#}", outcome.report);
+    assert_eq!(processes[0]["pid"], processes[1]["pid"]);
+    assert_eq!(outcome.report["program"], second.display().to_string());
+    let map_path = outcome.report["perf_map"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no perf map after the exec: {:#}", outcome.report));
+    let map = PerfMap::read(Path::new(map_path)).unwrap();
+    let _ = std::fs::remove_file(map_path);
+    assert_eq!(
+        map.lookup(addresses[1]).map(|s| s.name.as_str()),
+        Some("hot_function")
+    );
+    assert!(
+        map.lookup(addresses[0]).is_none(),
+        "the first program's map is still there"
+    );
+}
+
+#[test]
+fn no_read_of_the_executable_before_main() {
+    let _s = serial();
+    let strace = Path::new("/usr/bin/strace");
+    if !strace.exists() {
+        skip!(Need::Tool, "/usr/bin/strace is missing");
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let bin = movable_fixture!(dir.path(), "big", true);
+    let trace = dir.path().join("trace");
+    let report = dir.path().join("r.json");
+    let probe = std::process::Command::new(strace)
+        .args(["-f", "-qq", "-o", "/dev/null", "/bin/true"])
+        .status();
+    if !probe.is_ok_and(|s| s.success()) {
+        skip!(Need::Tool, "strace cannot trace here (ptrace refused?)");
+    }
+    let out = std::process::Command::new(strace)
+        .args([
+            "-ff",
+            "-qq",
+            "-e",
+            "trace=open,openat,openat2,read,pread64,execve",
+            "-o",
+        ])
+        .arg(&trace)
+        .arg(assert_cmd::cargo::cargo_bin("pagewise"))
+        .args(["run", "--huge-text", "--"])
+        .arg(&bin)
+        .env("XDG_CACHE_HOME", common::test_cache_home())
+        .env("PAGEWISE_REPORT", &report)
+        .env_remove("PAGEWISE_PRELOAD")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    assert!(!moved_ranges(&v).is_empty(), "nothing moved: {v:#}");
+    if let Some(map) = v["perf_map"].as_str() {
+        let _ = std::fs::remove_file(map);
+    }
+    // The program's own trace (-ff writes one file per pid): from its execve on,
+    // nothing may open its executable (the parent reads it for the perf map).
+    let pid = v["pid"].as_u64().unwrap();
+    let calls = std::fs::read_to_string(format!("{}.{pid}", trace.display())).unwrap();
+    let after_exec = calls
+        .lines()
+        .skip_while(|l| !l.starts_with("execve("))
+        .collect::<Vec<_>>();
+    assert!(
+        !after_exec.is_empty(),
+        "no execve in the program's trace:\n{calls}"
+    );
+    let exe = bin.display().to_string();
+    let opened: Vec<&&str> = after_exec
+        .iter()
+        .skip(1)
+        .filter(|l| l.starts_with("open") && (l.contains(&exe) || l.contains("/exe\"")))
+        .collect();
+    assert!(
+        opened.is_empty(),
+        "the program opened its own executable: {opened:#?}"
+    );
+    // And no large read: the move reads /proc files and pagemap, nothing more.
+    let big_reads: Vec<&&str> = after_exec
+        .iter()
+        .filter(|l| l.starts_with("read(") || l.starts_with("pread64("))
+        .filter(|l| {
+            l.rsplit(" = ")
+                .next()
+                .and_then(|n| n.trim().parse::<u64>().ok())
+                .is_some_and(|n| n > 1 << 20)
+        })
+        .collect();
+    assert!(big_reads.is_empty(), "large reads: {big_reads:#?}");
+}
+
+#[test]
+fn peak_rss_grows_by_at_most_the_moved_bytes_and_2_mib() {
+    let _s = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let bin = movable_fixture!(dir.path(), "big", true);
+    let hwm = |stderr: &str| -> u64 {
+        let line = stderr
+            .lines()
+            .find(|l| l.starts_with("VmHWM:"))
+            .unwrap_or_else(|| panic!("no VmHWM in {stderr}"));
+        line.split_whitespace()
+            .nth(1)
+            .unwrap()
+            .parse::<u64>()
+            .unwrap()
+            * 1024
+    };
+    // The baseline is the same run with the preload library loaded but the move
+    // failing at its first step: what is measured is what the move adds.
+    let unmoved = run_huge(
+        &[bin.to_str().unwrap()],
+        &[
+            ("SHOW_HWM", "1"),
+            ("PAGEWISE_PERF_MAP", "0"),
+            ("PAGEWISE_FAIL_AT", "map"),
+        ],
+        &["--huge-text"],
+    );
+    assert!(moved_ranges(&unmoved.report).is_empty());
+    let without = hwm(&unmoved.stderr);
+    let outcome = run_huge(
+        &[bin.to_str().unwrap()],
+        &[("SHOW_HWM", "1"), ("PAGEWISE_PERF_MAP", "0")],
+        &["--huge-text"],
+    );
+    let moved: u64 = moved_ranges(&outcome.report)
+        .iter()
+        .map(|r| r["end"].as_u64().unwrap() - r["start"].as_u64().unwrap())
+        .sum();
+    assert!(moved > 0, "{:#}", outcome.report);
+    let with = hwm(&outcome.stderr);
+    assert!(
+        with <= without + moved + (2 << 20),
+        "peak RSS {with} with the move, {without} with the move failing at once, {moved} bytes moved"
+    );
+}
+
+#[test]
+fn the_parent_passes_on_exit_status_and_signals() {
+    let status = |script: &str| {
+        pagewise()
+            .args(["run", "--huge-text", "--", "sh", "-c", script])
+            .output()
+            .unwrap()
+            .status
+            .code()
+    };
+    assert_eq!(status("exit 7"), Some(7));
+    assert_eq!(status("kill -TERM $$"), Some(128 + 15));
+    // SIGTERM to pagewise reaches the program (as it would had it been started
+    // directly), and pagewise ends with the program's status.
+    let dir = tempfile::tempdir().unwrap();
+    let pid_file = dir.path().join("pid");
+    let mut parent = std::process::Command::new(assert_cmd::cargo::cargo_bin("pagewise"))
+        .args(["run", "--huge-text", "--", "sh", "-c"])
+        .arg(format!("echo $$ > {}; exec sleep 30", pid_file.display()))
+        .env("XDG_CACHE_HOME", common::test_cache_home())
+        .env_remove("PAGEWISE_PRELOAD")
+        .spawn()
+        .unwrap();
+    let started = std::time::Instant::now();
+    while !std::fs::read_to_string(&pid_file).is_ok_and(|p| p.ends_with('\n')) {
+        assert!(
+            started.elapsed().as_secs() < 20,
+            "the program never started"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let program: u32 = std::fs::read_to_string(&pid_file)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert_ne!(program, parent.id(), "the program runs as a child");
+    std::process::Command::new("kill")
+        .args(["-TERM", &parent.id().to_string()])
+        .status()
+        .unwrap();
+    let status = parent.wait().unwrap();
+    assert_eq!(status.code(), Some(128 + 15));
+    assert!(started.elapsed().as_secs() < 20);
+    assert!(
+        !Path::new(&format!("/proc/{program}")).exists()
+            || std::fs::read_to_string(format!("/proc/{program}/stat"))
+                .is_ok_and(|s| s.contains(") Z ")),
+        "the program outlived the signal"
+    );
 }

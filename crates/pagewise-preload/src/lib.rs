@@ -2,16 +2,19 @@
 //! applies the fixes the environment asks for in a constructor that runs
 //! before the program's `main`, while the process has one thread.
 //!
+//! It does only the move and says what it moved: no file of the program is
+//! read, no symbol is parsed, nothing large is allocated. The perf map that
+//! names the moved code is written by the `pagewise run` parent from the
+//! report (object, load bias, ranges).
+//!
 //! Environment (set by `pagewise run`; children inherit it):
 //!
 //! | variable | meaning |
 //! |---|---|
-//! | `PAGEWISE_HUGE_TEXT` | `all`, or `hot:PROFILE` to move only the 2 MiB pages holding the profile's hot code |
+//! | `PAGEWISE_HUGE_TEXT` | `all`, or `hot-pages:FILE` to move only the 2 MiB pages holding the hot code listed in FILE (written by `pagewise run` from a profile) |
 //! | `PAGEWISE_HUGE_TEXT_LIBS` | comma-separated library names to move too (`libc.so.6`, `libpython`) |
-//! | `PAGEWISE_REPORT` | write the `pagewise.run/1` JSON report here (children: `FILE.PID`) |
+//! | `PAGEWISE_REPORT_DIR` | the private directory to write this process's `pagewise.run/1` report into (`PID.json`) |
 //! | `PAGEWISE_REPORT_STDERR` | `1`: print a summary line per range on stderr |
-//! | `PAGEWISE_TOP_PID` | the pid of the process `pagewise run` started |
-//! | `PAGEWISE_PERF_MAP` | `0`: do not write `/tmp/perf-PID.map` (benchmarks) |
 //! | `PAGEWISE_FAIL_AT` | test hook: `map`, `copy`, `protect` or `remap` fails on purpose |
 //!
 //! Nothing here may disturb the program: every failure is reported and the
@@ -19,34 +22,26 @@
 
 #![deny(unsafe_code)]
 
+use pagewise::launch::huge_text::{self as run_side, REPORT_DIR_ENV};
 use pagewise::sys::text::MoveStep;
 use pagewise::text::huge::{self, HugeTextOptions, RunReport};
 
-fn report_path(pid: u32) -> Option<String> {
-    let base = std::env::var("PAGEWISE_REPORT")
-        .ok()
-        .filter(|p| !p.is_empty())?;
-    let top = std::env::var("PAGEWISE_TOP_PID")
-        .ok()
-        .and_then(|p| p.parse::<u32>().ok());
-    Some(if top == Some(pid) || top.is_none() {
-        base
-    } else {
-        format!("{base}.{pid}")
-    })
-}
-
 fn publish(report: &RunReport) {
     if std::env::var("PAGEWISE_REPORT_STDERR").as_deref() == Ok("1") {
-        for line in huge::summary(report) {
-            eprintln!("{line}");
-        }
+        huge::eprint_lines(&huge::summary(report));
     }
-    if let Some(path) = report_path(report.pid) {
-        if let Ok(json) = serde_json::to_string_pretty(report) {
-            if let Err(e) = std::fs::write(&path, json) {
-                eprintln!("pagewise[{}]: cannot write report {path}: {e}", report.pid);
-            }
+    if let Some(dir) = std::env::var_os(REPORT_DIR_ENV).filter(|d| !d.is_empty()) {
+        let dir = std::path::Path::new(&dir);
+        match run_side::write_process_report(dir, report) {
+            Ok(_) => {}
+            // The run that asked for reports is over (a daemon's child outlived
+            // pagewise run): nobody is listening, so say nothing.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => eprintln!(
+                "pagewise[{}]: cannot write the report into {}: {e}",
+                report.pid,
+                dir.display()
+            ),
         }
     }
 }
@@ -54,13 +49,11 @@ fn publish(report: &RunReport) {
 fn options_from_env(mode: &str) -> Result<HugeTextOptions, String> {
     let hot_pages = match mode {
         "all" | "1" | "" => None,
-        other => match other.strip_prefix("hot:") {
-            Some(profile) => Some(pagewise::text::hot_pages_from_profile(
-                std::path::Path::new(profile),
-            )?),
+        other => match other.strip_prefix("hot-pages:") {
+            Some(file) => Some(run_side::read_hot_pages(std::path::Path::new(file))?),
             None => {
                 return Err(format!(
-                    "PAGEWISE_HUGE_TEXT={other:?}: expected all or hot:PROFILE"
+                    "PAGEWISE_HUGE_TEXT={other:?}: expected all or hot-pages:FILE (set by pagewise run)"
                 ))
             }
         },
@@ -77,7 +70,7 @@ fn options_from_env(mode: &str) -> Result<HugeTextOptions, String> {
             .ok()
             .as_deref()
             .and_then(MoveStep::from_name),
-        perf_map: std::env::var("PAGEWISE_PERF_MAP").as_deref() != Ok("0"),
+        perf_map: false,
     })
 }
 

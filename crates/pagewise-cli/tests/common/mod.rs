@@ -3,34 +3,50 @@
 use std::path::PathBuf;
 use std::sync::OnceLock;
 
-/// The preload library for `pagewise run --huge-text`: next to the test's
-/// pagewise binary when `cargo build --workspace` made it, else built once
-/// here into a separate target folder (cargo test does not build cdylibs).
+/// The preload library for `pagewise run --huge-text`, for tests that want to
+/// name it (`PAGEWISE_PRELOAD`): the copy the CLI's build script built to embed
+/// (beside the test's pagewise binary, in `pagewise-preload-build`), else one
+/// next to the binary when `cargo build --workspace` made it. The binary
+/// carries its own, so most tests need none.
 #[allow(dead_code)] // each test binary uses the helpers it needs
 pub fn preload_library() -> PathBuf {
     static LIB: OnceLock<PathBuf> = OnceLock::new();
     LIB.get_or_init(|| {
         let bin = assert_cmd::cargo::cargo_bin("pagewise");
-        let beside = bin.parent().unwrap().join("libpagewise_preload.so");
-        if beside.is_file() {
-            return beside;
+        let profile_dir = bin.parent().unwrap();
+        let profile = profile_dir.file_name().unwrap();
+        let nested = profile_dir.join("pagewise-preload-build");
+        let embedded = std::fs::read_dir(&nested)
+            .into_iter()
+            .flatten()
+            .filter_map(|e| e.ok())
+            .map(|target| target.path().join(profile).join("libpagewise_preload.so"))
+            .find(|lib| lib.is_file())
+            .unwrap_or(nested);
+        if embedded.is_file() {
+            return embedded;
         }
-        let target = bin
-            .parent()
-            .unwrap()
-            .parent()
-            .unwrap()
-            .join("preload-for-tests");
-        let status = std::process::Command::new(env!("CARGO"))
-            .args(["build", "-q", "-p", "pagewise-preload", "--target-dir"])
-            .arg(&target)
-            .current_dir(env!("CARGO_MANIFEST_DIR"))
-            .status()
-            .expect("run cargo");
-        assert!(status.success(), "building pagewise-preload failed");
-        target.join("debug").join("libpagewise_preload.so")
+        let beside = profile_dir.join("libpagewise_preload.so");
+        assert!(
+            beside.is_file(),
+            "no preload library at {} or {}",
+            embedded.display(),
+            beside.display()
+        );
+        beside
     })
     .clone()
+}
+
+/// A private cache directory for the embedded preload library, shared by the
+/// tests of one test binary (`XDG_CACHE_HOME`), so tests never write to the
+/// user's own cache.
+#[allow(dead_code)] // each test binary uses the helpers it needs
+pub fn test_cache_home() -> PathBuf {
+    static DIR: OnceLock<tempfile::TempDir> = OnceLock::new();
+    DIR.get_or_init(|| tempfile::tempdir().unwrap())
+        .path()
+        .to_owned()
 }
 
 /// Checks the `machine` object every `bench … --json` report carries: the

@@ -1,7 +1,10 @@
 //! Preparing unmodified programs for `pagewise run`: which C library a program
-//! uses, and the environment that changes its behaviour.
+//! uses, the environment that changes its behaviour, and the parent's side of
+//! a huge-text run (reports, perf maps, the preload library's cache).
 
+pub mod huge_text;
 pub mod keep_heap;
+pub mod preload_cache;
 mod program;
 
 pub use program::{inspect_program, require_glibc, resolve_program, LaunchError, Linkage};

@@ -1,8 +1,9 @@
 //! Finding a program on PATH and telling how it is linked, from its ELF headers.
 
 use object::elf;
-use object::read::elf::{ElfFile64, FileHeader, ProgramHeader};
-use object::Endianness;
+use object::elf::FileHeader64;
+use object::read::elf::{FileHeader, ProgramHeader};
+use object::{Endianness, ReadRef};
 use serde::Serialize;
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
@@ -124,13 +125,20 @@ pub fn resolve_program(program: &OsStr) -> Result<PathBuf, LaunchError> {
 
 /// Reads `path` (following a `#!` line to its interpreter, and `env NAME` to
 /// NAME on PATH) and tells how the program that will really run is linked.
-/// Returns the file inspected and its linkage. Reads the file once.
+/// Returns the file inspected and its linkage. Reads only the start of the
+/// file (a `#!` line, the ELF and program headers, the interpreter's name),
+/// never all of it: a 99 MB `node` costs a few KiB, not 99 MB of memory.
 pub fn inspect_program(path: &Path) -> Result<(PathBuf, Linkage), LaunchError> {
-    let data = std::fs::read(path).map_err(|source| LaunchError::Read {
+    let read_error = |source| LaunchError::Read {
         path: path.to_owned(),
         source,
-    })?;
-    if let Some(rest) = data.strip_prefix(b"#!") {
+    };
+    let file = std::fs::File::open(path).map_err(read_error)?;
+    let size = file.metadata().map_err(read_error)?.len();
+    let data = object::ReadCache::new(file);
+    // The kernel reads at most 256 bytes of a `#!` line.
+    let head = data.read_bytes_at(0, size.min(256)).unwrap_or_default();
+    if let Some(rest) = head.strip_prefix(b"#!") {
         let line = rest.split(|&b| b == b'\n').next().unwrap_or_default();
         let line = String::from_utf8_lossy(line);
         let mut words = line.split_whitespace();
@@ -192,11 +200,12 @@ pub fn require_glibc(
 
 /// Tells how an ELF image is linked from its program interpreter
 /// (`PT_INTERP`): `ld-linux*` is glibc's, `ld-musl*` musl's, none is static.
-pub fn linkage_of(data: &[u8]) -> Result<Linkage, String> {
-    let file = ElfFile64::<Endianness>::parse(data).map_err(|e| e.to_string())?;
-    let endian = file.endian();
-    let segments = file
-        .elf_header()
+/// Works over a file (through a read cache) or bytes, and reads only the ELF
+/// header, the program headers and the interpreter's name.
+pub fn linkage_of<'data, R: ReadRef<'data>>(data: R) -> Result<Linkage, String> {
+    let header = FileHeader64::<Endianness>::parse(data).map_err(|e| e.to_string())?;
+    let endian = header.endian().map_err(|e| e.to_string())?;
+    let segments = header
         .program_headers(endian, data)
         .map_err(|e| e.to_string())?;
     let mut interpreter = None;
@@ -263,9 +272,9 @@ mod tests {
 
     #[test]
     fn garbage_is_not_elf() {
-        assert!(linkage_of(b"hello world").is_err());
-        assert!(linkage_of(&[0x7f, b'E', b'L', b'F', 2, 1, 1]).is_err());
-        assert!(linkage_of(&[]).is_err());
+        assert!(linkage_of(&b"hello world"[..]).is_err());
+        assert!(linkage_of(&[0x7f, b'E', b'L', b'F', 2, 1, 1][..]).is_err());
+        assert!(linkage_of(&[][..]).is_err());
     }
 
     proptest::proptest! {
@@ -284,12 +293,12 @@ mod tests {
             for (at, value) in flips {
                 data[at] = value;
             }
-            let _ = linkage_of(&data);
+            let _ = linkage_of(&data[..]);
         }
 
         #[test]
         fn random_bytes_never_panic(data in proptest::collection::vec(proptest::num::u8::ANY, 0..512)) {
-            let _ = linkage_of(&data);
+            let _ = linkage_of(&data[..]);
         }
     }
 

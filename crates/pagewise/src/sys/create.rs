@@ -57,6 +57,18 @@ pub fn open_no_follow(path: &Path) -> SysResult<File> {
     )
 }
 
+/// Opens an existing file read-only without following a symbolic link in
+/// the last component (`ELOOP`) and without blocking on a FIFO
+/// (`O_NONBLOCK`): check its type with `fstat` before reading. One `open` call.
+pub fn open_read_no_follow(path: &Path) -> SysResult<File> {
+    open_raw(
+        path,
+        libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK,
+        0,
+        "open(O_RDONLY|O_NOFOLLOW)",
+    )
+}
+
 /// Opens an existing file read-only, following links, without blocking on
 /// a FIFO (`O_NONBLOCK`, which changes nothing for a regular file): check
 /// its type with `fstat` before reading. One `open` call.
@@ -125,6 +137,13 @@ impl NewFile {
                 ) => {}
             Err(e) => return Err(e),
         }
+        NewFile::under_temporary_name(path, mode)
+    }
+
+    /// A new file under a temporary name beside `path`, to be put in place
+    /// with [`NewFile::replace_at`] (or [`NewFile::link_at`]); the name is
+    /// removed when the file is dropped first. Two `open` calls at most.
+    pub fn beside(path: &Path, mode: u32) -> SysResult<NewFile> {
         NewFile::under_temporary_name(path, mode)
     }
 
@@ -235,6 +254,34 @@ impl NewFile {
     }
 }
 
+impl NewFile {
+    /// Renames the file (made by [`NewFile::beside`]) to `path`, replacing
+    /// atomically whatever has that name (a symbolic link there is replaced
+    /// itself, never followed): a reader sees the old file or the new one,
+    /// whole. The caller decides beforehand that what is there may go. One
+    /// `rename` (an `unlink` of the temporary name if it fails). `EINVAL` for
+    /// an unnamed file from [`NewFile::in_dir_of`].
+    pub fn replace_at(mut self, path: &Path) -> SysResult<File> {
+        let Some(temp) = self.temp.take() else {
+            return Err(SysError {
+                call: "rename",
+                source: std::io::Error::from_raw_os_error(libc::EINVAL),
+            });
+        };
+        if let Err(source) = std::fs::rename(&temp, path) {
+            let _ = std::fs::remove_file(&temp);
+            return Err(SysError {
+                call: "rename",
+                source,
+            });
+        }
+        self.file.try_clone().map_err(|source| SysError {
+            call: "dup",
+            source,
+        })
+    }
+}
+
 impl Drop for NewFile {
     fn drop(&mut self) {
         if let Some(temp) = &self.temp {
@@ -267,6 +314,45 @@ mod tests {
         let new = NewFile::under_temporary_name(&path, 0o600).unwrap();
         assert_eq!(new.link_at(&path).unwrap_err().errno(), Some(libc::EEXIST));
         assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1, "only f");
+    }
+
+    #[test]
+    fn a_file_beside_replaces_a_name_whole_and_never_follows_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f");
+        std::fs::write(&path, b"old").unwrap();
+        let new = NewFile::beside(&path, 0o600).unwrap();
+        new.file().write_all(b"new").unwrap();
+        drop(new.replace_at(&path).unwrap());
+        assert_eq!(std::fs::read(&path).unwrap(), b"new");
+        let victim = dir.path().join("victim");
+        std::fs::write(&victim, b"keep").unwrap();
+        let link = dir.path().join("link");
+        std::os::unix::fs::symlink(&victim, &link).unwrap();
+        assert_eq!(
+            open_read_no_follow(&link).unwrap_err().errno(),
+            Some(libc::ELOOP)
+        );
+        drop(
+            NewFile::beside(&link, 0o600)
+                .unwrap()
+                .replace_at(&link)
+                .unwrap(),
+        );
+        assert_eq!(std::fs::read(&victim).unwrap(), b"keep");
+        assert!(std::fs::symlink_metadata(&link).unwrap().is_file());
+        let unnamed = NewFile::in_dir_of(&path, 0o600).unwrap();
+        if unnamed.temp.is_none() {
+            assert_eq!(
+                unnamed.replace_at(&path).unwrap_err().errno(),
+                Some(libc::EINVAL)
+            );
+        }
+        assert_eq!(
+            std::fs::read_dir(dir.path()).unwrap().count(),
+            3,
+            "f, victim, link"
+        );
     }
 
     #[test]

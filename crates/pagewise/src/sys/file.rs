@@ -200,6 +200,65 @@ pub fn conflicting_lock(
     })
 }
 
+/// A name no other call in this process has produced and that others cannot
+/// guess ahead: `PREFIX.` and 16 hex digits from a randomly keyed hash of the
+/// pid, the time and a counter.
+fn unique_name(prefix: &str) -> String {
+    use std::hash::{BuildHasher, Hasher};
+    static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u32(std::process::id());
+    h.write_u64(COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
+    if let Ok(t) = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH) {
+        h.write_u128(t.as_nanos());
+    }
+    format!("{prefix}.{:016x}", h.finish())
+}
+
+/// Creates a new directory `DIR/PREFIX.XXXXXXXXXXXXXXXX` with mode 0700 that
+/// only this user can enter (as `mkdtemp` does: `mkdir` never follows a link
+/// and fails on any existing name, which is then retried). Returns its path.
+pub fn create_private_dir(dir: &Path, prefix: &str) -> std::io::Result<std::path::PathBuf> {
+    use std::os::unix::fs::DirBuilderExt;
+    loop {
+        let path = dir.join(unique_name(prefix));
+        match std::fs::DirBuilder::new().mode(0o700).create(&path) {
+            Ok(()) => return Ok(path),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// The names in `dir`, sorted (for tests that check what a write left behind).
+#[cfg(test)]
+pub(crate) fn names_in(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .map(|entries| {
+            entries
+                .filter_map(|e| e.ok())
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    names.sort();
+    names
+}
+
+/// Whether the file system holding `path` is mounted `noexec` (code cannot be
+/// mapped executable from it, so a library there cannot be loaded). One `statvfs`.
+pub fn is_noexec_mount(path: &Path) -> SysResult<bool> {
+    let c_path = CString::new(path.as_os_str().as_bytes()).map_err(|_| einval("statvfs"))?;
+    // SAFETY: an all-zero statvfs is a valid value of this plain C struct.
+    let mut buf: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: c_path is NUL-terminated and `buf` is valid for writes during the call.
+    let rc = unsafe { libc::statvfs(c_path.as_ptr(), &mut buf) };
+    if rc != 0 {
+        return Err(SysError::last("statvfs"));
+    }
+    Ok(buf.f_flag & libc::ST_NOEXEC != 0)
+}
+
 /// One event from an [`Inotify`] instance.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct InotifyEvent {
@@ -212,6 +271,9 @@ pub struct InotifyEvent {
 /// `IN_MODIFY`: the file's contents or size changed through a system call
 /// (`write`, `truncate`, `fallocate`; not stores through a mapping).
 pub const IN_MODIFY: u32 = 0x0000_0002;
+/// `IN_CLOSE_WRITE`: a file opened for writing was closed (in a watched
+/// directory: one of its files).
+pub const IN_CLOSE_WRITE: u32 = 0x0000_0008;
 /// `IN_ATTRIB`: metadata changed.
 pub const IN_ATTRIB: u32 = 0x0000_0004;
 /// `IN_DELETE_SELF`: the watched file was deleted.
@@ -365,6 +427,19 @@ mod tests {
             );
         };
         assert_eq!(fs_kind(&file).unwrap(), FsKind::Tmpfs);
+    }
+
+    #[test]
+    fn private_directories_are_new_and_0700() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let a = create_private_dir(dir.path(), "d").unwrap();
+        let b = create_private_dir(dir.path(), "d").unwrap();
+        assert_ne!(a, b);
+        let meta = std::fs::symlink_metadata(&a).unwrap();
+        assert!(meta.is_dir());
+        assert_eq!(meta.permissions().mode() & 0o777, 0o700);
+        assert_eq!(names_in(dir.path()).len(), 2);
     }
 
     #[test]

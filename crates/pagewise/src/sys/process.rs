@@ -403,6 +403,73 @@ impl Drop for IgnoreInterrupts {
     }
 }
 
+/// Puts the calling thread in the `SCHED_IDLE` class: it runs only when a CPU
+/// has nothing else to do, so background work in it never takes time from
+/// the program being measured or served. One `sched_setscheduler` call.
+pub fn make_this_thread_idle() -> SysResult<()> {
+    let param = libc::sched_param { sched_priority: 0 };
+    // SAFETY: pid 0 is the calling thread; `param` is a valid sched_param.
+    let rc = unsafe { libc::sched_setscheduler(0, libc::SCHED_IDLE, &param) };
+    if rc != 0 {
+        return Err(SysError::last("sched_setscheduler(SCHED_IDLE)"));
+    }
+    Ok(())
+}
+
+/// The process [`ForwardSignals`] passes signals on to (0: none).
+static FORWARD_TO: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
+
+const FORWARDED: [libc::c_int; 4] = [libc::SIGTERM, libc::SIGHUP, libc::SIGUSR1, libc::SIGUSR2];
+
+extern "C" fn forward_signal(signal: libc::c_int) {
+    let pid = FORWARD_TO.load(std::sync::atomic::Ordering::Relaxed);
+    if pid > 0 {
+        // SAFETY: kill is async-signal-safe and takes integers only.
+        unsafe { libc::kill(pid, signal) };
+    }
+}
+
+/// Passes `SIGTERM`, `SIGHUP`, `SIGUSR1` and `SIGUSR2` sent to this process
+/// on to a child until dropped, so a parent that waits for its command (and
+/// is what a service manager or `kill` sees) stops or signals the command
+/// the way it would had the command been started directly. One process at a
+/// time. Costs four `sigaction` calls each way.
+#[derive(Debug)]
+pub struct ForwardSignals {
+    previous: [libc::sigaction; 4],
+}
+
+impl ForwardSignals {
+    /// Starts passing the signals on to `pid`.
+    pub fn to(pid: u32) -> Self {
+        FORWARD_TO.store(pid as i32, std::sync::atomic::Ordering::Relaxed);
+        // SAFETY: an all-zero sigaction is a valid value of this plain C struct.
+        let mut previous: [libc::sigaction; 4] = unsafe { std::mem::zeroed() };
+        for (sig, old) in FORWARDED.iter().zip(previous.iter_mut()) {
+            // SAFETY: as above.
+            let mut action: libc::sigaction = unsafe { std::mem::zeroed() };
+            action.sa_sigaction = forward_signal as *const () as libc::sighandler_t;
+            action.sa_flags = libc::SA_RESTART;
+            // SAFETY: both structs are valid; the handler only calls kill.
+            unsafe {
+                libc::sigemptyset(&mut action.sa_mask);
+                libc::sigaction(*sig, &action, old);
+            }
+        }
+        ForwardSignals { previous }
+    }
+}
+
+impl Drop for ForwardSignals {
+    fn drop(&mut self) {
+        for (sig, old) in FORWARDED.iter().zip(self.previous.iter()) {
+            // SAFETY: restoring the disposition sigaction returned earlier.
+            unsafe { libc::sigaction(*sig, old, std::ptr::null_mut()) };
+        }
+        FORWARD_TO.store(0, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
 /// The name of a signal: `SIGKILL`, `SIGSEGV`, … or `signal N`.
 pub fn signal_name(signal: i32) -> String {
     const NAMES: [&str; 32] = [

@@ -66,6 +66,85 @@ pub struct MoveError {
     pub error: SysError,
 }
 
+/// What a successful move did besides the move.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct MoveStats {
+    /// `/proc/self/pagemap` could not be opened, so nothing was dropped: the
+    /// original pages the copy touched stayed mapped until the remap.
+    pub pagemap_unreadable: bool,
+}
+
+const BASE: usize = 4096;
+const PAGES_PER_HUGE: usize = HUGE / BASE;
+/// The copy goes this many bytes at a time, dropping what it faulted in after
+/// each piece, so the original pages it maps stay few (a quarter MiB, plus the
+/// kernel's fault-around of 64 KiB).
+const PIECE: usize = 256 << 10;
+/// pagemap entry bits: the page is present, or swapped out.
+const PM_PRESENT: u64 = 1 << 63;
+const PM_SWAPPED: u64 = 1 << 62;
+
+/// Which 4 KiB pages of a range of this process were mapped (present or
+/// swapped) before the copy, from `/proc/self/pagemap`: one bit per page
+/// (3.2 KiB for 100 MiB), read before anything is copied, because the kernel
+/// maps a whole large folio of the page cache (and a 64 KiB fault-around
+/// window) on one fault, which spills into the pages ahead.
+struct PagesMapped {
+    start: usize,
+    bits: Vec<u64>,
+}
+
+impl PagesMapped {
+    /// Reads the entries of `[start, start+len)`, 4 KiB of them (2 MiB of
+    /// range) per `pread`.
+    fn read(pagemap: &std::fs::File, start: usize, len: usize) -> std::io::Result<PagesMapped> {
+        use std::os::unix::fs::FileExt;
+        let pages = len / BASE;
+        let mut bits = vec![0u64; pages.div_ceil(64)];
+        let mut raw = [0u8; PAGES_PER_HUGE * 8];
+        for first in (0..pages).step_by(PAGES_PER_HUGE) {
+            let count = PAGES_PER_HUGE.min(pages - first);
+            let buf = &mut raw[..count * 8];
+            pagemap.read_exact_at(buf, ((start / BASE + first) * 8) as u64)?;
+            for (i, entry) in buf.chunks_exact(8).enumerate() {
+                let entry = u64::from_ne_bytes(entry.try_into().unwrap_or([0; 8]));
+                if entry & (PM_PRESENT | PM_SWAPPED) != 0 {
+                    let page = first + i;
+                    bits[page / 64] |= 1 << (page % 64);
+                }
+            }
+        }
+        Ok(PagesMapped { start, bits })
+    }
+
+    fn was_mapped(&self, page: usize) -> bool {
+        self.bits[page / 64] & (1 << (page % 64)) != 0
+    }
+
+    /// Drops the pages `pages` (indexes from the range's start) that were not
+    /// mapped before the copy (the copy faulted them in; dropping pages that
+    /// are not mapped now costs only the page-table walk). Best effort: a
+    /// failure only leaves pages mapped until the remap.
+    fn release_newly_mapped(&self, pages: std::ops::Range<usize>) {
+        let mut page = pages.start;
+        while page < pages.end {
+            if self.was_mapped(page) {
+                page += 1;
+                continue;
+            }
+            let first = page;
+            while page < pages.end && !self.was_mapped(page) {
+                page += 1;
+            }
+            let (addr, len) = (self.start + first * BASE, (page - first) * BASE);
+            // SAFETY: [addr, addr+len) is private file-backed text of this process whose
+            // pages were not mapped before the copy read them: they are clean file pages,
+            // so dropping them only makes a later access fault them in again, identical.
+            unsafe { libc::madvise(addr as *mut libc::c_void, len, libc::MADV_DONTNEED) };
+        }
+    }
+}
+
 fn check(step: MoveStep, fail_at: Option<MoveStep>) -> Result<(), MoveError> {
     if fail_at == Some(step) {
         return Err(MoveError {
@@ -91,13 +170,26 @@ fn at(step: MoveStep) -> impl Fn(SysError) -> MoveError {
 /// r-x text, that this function's own code is outside it and that the process
 /// has one thread, may call it. `fail_at` injects a failure before a step.
 ///
-/// Cost: one huge-page mapping, one copy of `len` bytes, three system calls.
+/// The copy goes 256 KiB at a time. Which pages of the original were mapped
+/// is read from `/proc/self/pagemap` first; after each piece, the pages the
+/// copy faulted in (in the piece and up to 2 MiB ahead of it, since a fault
+/// maps a whole large folio of the page cache) are dropped again
+/// (`MADV_DONTNEED`). They are clean file pages that stay in the page cache,
+/// so the process holds the copy plus at most one fault's worth of the
+/// original beyond what it held before, never the original twice. Pages that
+/// were mapped before are left alone (one may hold a private change such as a
+/// debugger's breakpoint, which `MADV_DONTNEED` would discard if the move then
+/// failed).
+///
+/// Cost: one huge-page mapping, one copy of `len` bytes, three system calls,
+/// a 4 KiB `pread` of `/proc/self/pagemap` per 2 MiB into a bitmap of one bit
+/// per 4 KiB page, and one `madvise` call (or a few) per 256 KiB.
 pub(crate) fn move_to_huge(
     start: usize,
     len: usize,
     kind: HugeKind,
     fail_at: Option<MoveStep>,
-) -> Result<(), MoveError> {
+) -> Result<MoveStats, MoveError> {
     if !start.is_multiple_of(HUGE) || !len.is_multiple_of(HUGE) || len == 0 {
         return Err(MoveError {
             step: MoveStep::Map,
@@ -132,10 +224,24 @@ pub(crate) fn move_to_huge(
     // Fault the huge pages in while writable, then fill them.
     copy.advise(0, len, Advice::PopulateWrite)
         .map_err(at(MoveStep::Copy))?;
-    // SAFETY: the caller guarantees [start, start+len) is mapped readable text of this
-    // process; reading it races with nothing since code is not written at run time.
-    let text = unsafe { std::slice::from_raw_parts(start as *const u8, len) };
-    copy.as_mut_slice().copy_from_slice(text);
+    let pagemap = std::fs::File::open("/proc/self/pagemap").ok();
+    let mapped_before = pagemap
+        .as_ref()
+        .and_then(|p| PagesMapped::read(p, start, len).ok());
+    for offset in (0..len).step_by(PIECE) {
+        // SAFETY: the caller guarantees [start, start+len) is mapped readable text of this
+        // process; reading it races with nothing since code is not written at run time.
+        let text = unsafe { std::slice::from_raw_parts((start + offset) as *const u8, PIECE) };
+        copy.as_mut_slice()[offset..offset + PIECE].copy_from_slice(text);
+        if let Some(mapped) = &mapped_before {
+            // This piece, and whatever the faults mapped ahead of it (a large folio).
+            let ahead = (offset + PIECE + HUGE).min(len);
+            mapped.release_newly_mapped(offset / BASE..ahead / BASE);
+        }
+    }
+    let stats = MoveStats {
+        pagemap_unreadable: mapped_before.is_none(),
+    };
 
     check(MoveStep::Protect, fail_at)?;
     // SAFETY: the copy is our own mapping; no Rust reference to it outlives this point
@@ -186,5 +292,5 @@ pub(crate) fn move_to_huge(
             error,
         });
     }
-    Ok(())
+    Ok(stats)
 }

@@ -7,17 +7,25 @@
 //! down to 2 MiB; if at least one 2 MiB page remains, copy it onto hugetlb
 //! memory (when a 2 MiB pool has room) or THP, make it R+X, and move it over
 //! the original with one `mremap`. A failure at any step leaves the original
-//! text in place. Then: verify from smaps, write a perf map, name the range.
+//! text in place. Then: verify with the kernel, name the range.
+//!
+//! The move itself reads no file but `/proc/self/maps` and small `/sys`
+//! files, parses no symbols and allocates little, so it costs what the copy
+//! costs. The perf map that names the moved code for profilers is made from
+//! the [`RunReport`] by [`PerfMaps`], off the program's path: by the
+//! `pagewise run` parent for a preloaded program, in process for
+//! [`remap_text`] with `perf_map` set.
 
-use super::perfmap::{self, Symbol};
+use super::function_table;
+use super::perfmap::{self, PerfMapWriter};
 use crate::host::proc_maps::{self, MapsEntry};
 use crate::host::{hugetlb, proc_tasks, thp};
 use crate::sys::dl::{self, LoadedObject};
 use crate::sys::text::{self, HugeKind, MoveStep};
 use crate::sys::{self as rawsys};
-use crate::text::function_table::FunctionTable;
-use serde::Serialize;
-use std::path::PathBuf;
+use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+use std::path::Path;
 
 /// The JSON schema of a [`RunReport`].
 pub const SCHEMA: &str = "pagewise.run/1";
@@ -34,7 +42,9 @@ pub struct HugeTextOptions {
     pub hot_pages: Option<Vec<HotPages>>,
     /// Fault injection for tests: fail before this step.
     pub fail_at: Option<MoveStep>,
-    /// Write `/tmp/perf-PID.map` for moved ranges.
+    /// Write `/tmp/perf-PID.map` for moved ranges, in this process, after the
+    /// move (reads the symbol tables of the moved objects). The preload leaves
+    /// this off: `pagewise run` writes the map from the report instead.
     pub perf_map: bool,
 }
 
@@ -47,28 +57,78 @@ pub struct HotPages {
     pub addresses: Vec<u64>,
 }
 
+impl HotPages {
+    /// The text form `pagewise run` hands to the preload library: per object one
+    /// line, the hex start addresses of its hot 4 KiB pages (sorted, each once:
+    /// load biases are whole 4 KiB pages, so that is all the move needs), a tab,
+    /// and the object's name. Fails for a name holding a line break.
+    pub fn encode(list: &[HotPages]) -> Result<String, String> {
+        let mut text = String::new();
+        for hot in list {
+            if hot.object.contains(['\n', '\r']) {
+                return Err(format!("object name {:?} holds a line break", hot.object));
+            }
+            let mut pages: Vec<u64> = hot.addresses.iter().map(|a| a & !0xfff).collect();
+            pages.sort_unstable();
+            pages.dedup();
+            let pages: Vec<String> = pages.iter().map(|p| format!("{p:x}")).collect();
+            text.push_str(&pages.join(" "));
+            text.push('\t');
+            text.push_str(&hot.object);
+            text.push('\n');
+        }
+        Ok(text)
+    }
+
+    /// Parses [`HotPages::encode`]'s text form. One pass; a malformed line is an error.
+    pub fn decode(text: &str) -> Result<Vec<HotPages>, String> {
+        text.lines()
+            .filter(|l| !l.is_empty())
+            .map(|line| {
+                let (pages, object) = line
+                    .split_once('\t')
+                    .ok_or_else(|| format!("hot pages line without a tab: {line:?}"))?;
+                let addresses = pages
+                    .split_ascii_whitespace()
+                    .map(|p| u64::from_str_radix(p, 16).map_err(|e| format!("{p:?}: {e}")))
+                    .collect::<Result<Vec<u64>, String>>()?;
+                Ok(HotPages {
+                    object: object.to_owned(),
+                    addresses,
+                })
+            })
+            .collect()
+    }
+}
+
 /// One range considered for moving.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct RangeReport {
     /// The object's path.
     pub object: String,
+    /// The object's load bias: its link-time address = runtime address - bias.
+    #[serde(default)]
+    pub bias: u64,
     /// First byte of the 2 MiB-aligned range (runtime address).
     pub start: u64,
     /// One past its last byte.
     pub end: u64,
-    /// Bytes the kernel reports on huge pages there after the move (from smaps).
+    /// Bytes the kernel reports on huge pages there after the move.
     pub huge_bytes: u64,
     /// `hugetlb` or `thp` when moved.
-    pub page_kind: Option<&'static str>,
+    pub page_kind: Option<String>,
     /// Why it was not moved, when it was not.
     pub skipped: Option<String>,
+    /// Anything else about a move worth knowing (a step that could not be taken).
+    #[serde(default)]
+    pub note: Option<String>,
 }
 
 /// Everything one process did, as `PAGEWISE_REPORT` JSON.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct RunReport {
     /// Always [`SCHEMA`].
-    pub schema: &'static str,
+    pub schema: String,
     /// The process.
     pub pid: u32,
     /// Its executable.
@@ -214,32 +274,21 @@ fn huge_bytes_now(start: u64, end: u64, kind: HugeKind) -> u64 {
         .unwrap_or(0)
 }
 
-/// Function symbols of an ELF file that fall in `[vstart, vend)` (link-time
-/// addresses), shifted by `bias`, for the perf map.
-fn symbols_in(path: &str, bias: u64, vstart: u64, vend: u64) -> Result<Vec<Symbol>, String> {
-    let table = FunctionTable::read(std::path::Path::new(path)).map_err(|e| e.to_string())?;
-    Ok(table
-        .functions()
-        .iter()
-        .filter(|f| f.vaddr < vend && f.vaddr.saturating_add(f.size) > vstart)
-        .map(|f| Symbol {
-            start: f.vaddr.saturating_add(bias),
-            size: f.size,
-            name: f.name.clone(),
-        })
-        .collect())
-}
-
 /// Moves the executable's text (and `options.libs`) onto huge pages. Call it
 /// before starting other threads and from code outside the moved range (the
 /// pagewise library itself is never moved). Never fails: everything that did
 /// not happen is in the report with its reason.
+///
+/// Cost: the copy of the moved bytes; reads `/proc/self/maps`, a few `/sys`
+/// files and 4 KiB of `/proc/self/pagemap` per 2 MiB moved; no file of the
+/// program, no symbols. With `options.perf_map` it then reads the moved
+/// objects' symbol tables to write the perf map.
 pub fn remap_text(options: &HugeTextOptions) -> RunReport {
     let objects = dl::loaded_objects();
     let threads = threads_running();
     let maps = proc_maps::read(None).unwrap_or_default();
     let mut report = RunReport {
-        schema: SCHEMA,
+        schema: SCHEMA.to_owned(),
         pid: std::process::id(),
         program: exe_path(),
         ranges: Vec::new(),
@@ -247,11 +296,7 @@ pub fn remap_text(options: &HugeTextOptions) -> RunReport {
         perf_map_note: None,
         vma_named: false,
     };
-    let mut moves = Moves {
-        perf_symbols: Vec::new(),
-        all_named: true,
-        perf_map_note: None,
-    };
+    let mut all_named = true;
     for (index, object) in objects.iter().enumerate() {
         let path = object_path(object);
         let name = file_name(&path).to_owned();
@@ -272,11 +317,13 @@ pub fn remap_text(options: &HugeTextOptions) -> RunReport {
         for (start, end, memsz) in aligned_text(object) {
             let range = RangeReport {
                 object: path.clone(),
+                bias: object.bias,
                 start,
                 end,
                 huge_bytes: 0,
                 page_kind: None,
                 skipped: None,
+                note: None,
             };
             let refusal = refusal(runs_the_move, threads);
             match candidate_runs(&range, memsz, refusal, object.bias, hot.as_deref()) {
@@ -291,37 +338,18 @@ pub fn remap_text(options: &HugeTextOptions) -> RunReport {
                             end: run_end,
                             ..range.clone()
                         };
-                        let moved =
-                            move_run(run, object, &name, &maps, options.fail_at, &mut moves);
+                        let moved = move_run(run, &name, &maps, options.fail_at, &mut all_named);
                         report.ranges.push(moved);
                     }
                 }
             }
         }
     }
-    let moved = report.ranges.iter().any(|r| r.page_kind.is_some());
-    report.vma_named = moved && moves.all_named;
-    report.perf_map_note = moves.perf_map_note;
-    if moved && options.perf_map {
-        let path = PathBuf::from(format!("/tmp/perf-{}.map", report.pid));
-        match perfmap::write_new(&path, &moves.perf_symbols) {
-            Ok(()) => report.perf_map = Some(path.display().to_string()),
-            Err(e) => {
-                report.perf_map_note = Some(format!("{}: {e} (not overwritten)", path.display()))
-            }
-        }
+    report.vma_named = report.moved_bytes() > 0 && all_named;
+    if options.perf_map {
+        PerfMaps::new(PerfMapWriter::in_tmp()).publish(&mut report);
     }
     report
-}
-
-/// What the moves of one call gathered for the perf map and the report.
-struct Moves {
-    /// Symbols of the moved ranges, at their runtime addresses.
-    perf_symbols: Vec<Symbol>,
-    /// Every moved range got its `PR_SET_VMA_ANON_NAME` name.
-    all_named: bool,
-    /// Why some symbols are missing from the perf map.
-    perf_map_note: Option<String>,
 }
 
 /// Why no text of this object may move now, if none may.
@@ -370,15 +398,14 @@ fn candidate_runs(
     Ok(runs)
 }
 
-/// Moves one run onto huge pages, names it and collects its symbols for the
-/// perf map; the returned report says what happened or why not.
+/// Moves one run onto huge pages and names it (`all_named` turns false when
+/// the name is refused); the returned report says what happened or why not.
 fn move_run(
     mut r: RangeReport,
-    object: &LoadedObject,
     name: &str,
     maps: &[MapsEntry],
     fail_at: Option<MoveStep>,
-    moves: &mut Moves,
+    all_named: &mut bool,
 ) -> RangeReport {
     let (start, end) = (r.start, r.end);
     if let Some(why) = unmovable(start, end, maps) {
@@ -392,27 +419,31 @@ fn move_run(
             return r;
         }
     };
-    if let Err(e) = text::move_to_huge(start as usize, (end - start) as usize, kind, fail_at) {
-        r.skipped = Some(move_failure(&e));
-        return r;
-    }
-    r.page_kind = Some(match kind {
-        HugeKind::Hugetlb => "hugetlb",
-        HugeKind::Thp => "thp",
-    });
+    let stats = match text::move_to_huge(start as usize, (end - start) as usize, kind, fail_at) {
+        Ok(stats) => stats,
+        Err(e) => {
+            r.skipped = Some(move_failure(&e));
+            return r;
+        }
+    };
+    r.page_kind = Some(
+        match kind {
+            HugeKind::Hugetlb => "hugetlb",
+            HugeKind::Thp => "thp",
+        }
+        .to_owned(),
+    );
     r.huge_bytes = huge_bytes_now(start, end, kind);
+    if stats.pagemap_unreadable {
+        r.note = Some(
+            "/proc/self/pagemap is unreadable, so the original pages the copy read \
+             stayed mapped until the remap (peak RSS up to twice the moved bytes)"
+                .into(),
+        );
+    }
     let label = format!("pagewise-text:{name}");
     if rawsys::prctl::set_vma_anon_name(start as usize, (end - start) as usize, &label).is_err() {
-        moves.all_named = false;
-    }
-    match symbols_in(
-        &r.object,
-        object.bias,
-        start - object.bias,
-        end - object.bias,
-    ) {
-        Ok(mut syms) => moves.perf_symbols.append(&mut syms),
-        Err(e) => moves.perf_map_note = Some(e),
+        *all_named = false;
     }
     r
 }
@@ -430,6 +461,86 @@ fn move_failure(e: &text::MoveError) -> String {
             e.error
         ),
     }
+}
+
+/// Writes the perf maps of moved code from [`RunReport`]s: the symbols of
+/// each moved range (from its object's symbol table) at their runtime
+/// addresses, in `/tmp/perf-PID.map`, replacing a map this writer wrote
+/// earlier for the same pid (a process that ran `exec`) and nothing else.
+/// What it costs (per report, one pass over each moved object's symbol and
+/// string tables, and the map's text) is paid by whoever calls it: the
+/// `pagewise run` parent, never the moved program before `main`.
+#[derive(Debug)]
+pub struct PerfMaps {
+    writer: PerfMapWriter,
+}
+
+impl PerfMaps {
+    /// Maps written with `writer`.
+    pub fn new(writer: PerfMapWriter) -> Self {
+        PerfMaps { writer }
+    }
+
+    /// Writes (or replaces, or removes when nothing moved) the perf map of the
+    /// process `report` describes and records the outcome in its `perf_map`
+    /// and `perf_map_note`. A report that moved nothing after one of the same
+    /// pid that did (an `exec`) removes the earlier map, which no longer fits.
+    pub fn publish(&mut self, report: &mut RunReport) {
+        report.perf_map = None;
+        report.perf_map_note = None;
+        if report.moved_bytes() == 0 {
+            if let Err(e) = self.writer.remove(report.pid) {
+                report.perf_map_note = Some(e.to_string());
+            }
+            return;
+        }
+        let text = match moved_symbols_text(report) {
+            Ok(text) => text,
+            Err(e) => {
+                report.perf_map_note = Some(e);
+                return;
+            }
+        };
+        let path = self.writer.path(report.pid);
+        match self.writer.write_text(report.pid, &text) {
+            Ok(()) => report.perf_map = Some(path.display().to_string()),
+            Err(e) => {
+                report.perf_map_note = Some(format!("{}: {e} (not overwritten)", path.display()))
+            }
+        }
+    }
+}
+
+/// The perf map text of the functions overlapping the moved ranges of
+/// `report`, at runtime addresses: one pass over each moved object's symbols.
+fn moved_symbols_text(report: &RunReport) -> Result<String, String> {
+    let mut by_object: HashMap<&str, Vec<&RangeReport>> = HashMap::new();
+    for r in report.ranges.iter().filter(|r| r.page_kind.is_some()) {
+        by_object.entry(r.object.as_str()).or_default().push(r);
+    }
+    let mut text = String::new();
+    for (object, ranges) in by_object {
+        function_table::visit_functions(Path::new(object), |vaddr, size, name| {
+            let end = vaddr.saturating_add(size);
+            let moved = ranges
+                .iter()
+                .find(|r| vaddr < r.end.wrapping_sub(r.bias) && end > r.start.wrapping_sub(r.bias));
+            if let Some(r) = moved {
+                perfmap::push_line(&mut text, vaddr.wrapping_add(r.bias), size, name);
+            }
+        })
+        .map_err(|e| e.to_string())?;
+    }
+    Ok(text)
+}
+
+/// Prints `lines` on stderr with one `write`, so they never interleave with
+/// what other processes sharing the stream (the program, its children) write.
+pub fn eprint_lines(lines: &[String]) {
+    use std::io::Write;
+    let mut text = lines.join("\n");
+    text.push('\n');
+    let _ = std::io::stderr().lock().write_all(text.as_bytes());
 }
 
 /// A one-line-per-range summary for humans (`--report`).

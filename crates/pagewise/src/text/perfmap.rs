@@ -1,9 +1,10 @@
 //! perf map files: `START SIZE NAME` per line, hexadecimal, as written by JITs
 //! and read by `perf report` for anonymous executable memory.
 
+use crate::sys::create::NewFile;
+use std::collections::HashMap;
 use std::io::Write;
-use std::os::unix::fs::OpenOptionsExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// One symbol: `[start, start+size)` is `name`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -61,20 +62,102 @@ impl PerfMap {
     }
 }
 
-/// Writes `symbols` to a new file at `path`: created exclusively (never
-/// replacing an existing file) and never through a symbolic link, with mode 0644.
-pub fn write_new(path: &Path, symbols: &[Symbol]) -> std::io::Result<()> {
-    let mut file = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o644)
-        .custom_flags(libc::O_NOFOLLOW)
-        .open(path)?;
-    let mut text = String::new();
-    for s in symbols {
-        text.push_str(&format!("{:x} {:x} {}\n", s.start, s.size, s.name));
+/// Appends the perf map line `START SIZE NAME` (hexadecimal) to `text`.
+pub fn push_line(text: &mut String, start: u64, size: u64, name: &str) {
+    use std::fmt::Write as _;
+    let _ = writeln!(text, "{start:x} {size:x} {name}");
+}
+
+/// Writes `/tmp/perf-PID.map` files safely, and replaces only its own.
+///
+/// Each map is written whole as a new file that has no name yet
+/// ([`NewFile`]) and then put in place: with `link`, which fails when
+/// anything is at the name (a map from someone else, a planted link), or,
+/// for a pid this writer has written before and whose file is still the one
+/// it wrote (same device and inode, so owned by this user), with `rename`
+/// from a temporary name, which replaces it atomically. A reader never sees half a map and no other
+/// file is ever opened, replaced or removed.
+#[derive(Debug)]
+pub struct PerfMapWriter {
+    dir: PathBuf,
+    written: HashMap<u32, (u64, u64)>,
+}
+
+impl PerfMapWriter {
+    /// Maps in `/tmp`, where profilers look for them.
+    pub fn in_tmp() -> Self {
+        Self::in_dir(Path::new("/tmp"))
     }
-    file.write_all(text.as_bytes())
+
+    /// Maps in `dir` (for tests).
+    pub fn in_dir(dir: &Path) -> Self {
+        PerfMapWriter {
+            dir: dir.to_owned(),
+            written: HashMap::new(),
+        }
+    }
+
+    /// Where the map of `pid` goes: `DIR/perf-PID.map`.
+    pub fn path(&self, pid: u32) -> PathBuf {
+        self.dir.join(format!("perf-{pid}.map"))
+    }
+
+    /// Whether `path` is still the file this writer put there for `pid`.
+    fn still_ours(&self, pid: u32, path: &Path) -> bool {
+        use std::os::unix::fs::MetadataExt;
+        let Some(&(dev, ino)) = self.written.get(&pid) else {
+            return false;
+        };
+        std::fs::symlink_metadata(path).is_ok_and(|m| m.dev() == dev && m.ino() == ino)
+    }
+
+    /// Writes the map of `pid`: a new file, or a replacement of the one this
+    /// writer wrote for `pid` before. Fails with `AlreadyExists` when another
+    /// file is at the name (left as it is). Cost: one file of about 40 bytes
+    /// per symbol, two or three system calls around it.
+    pub fn write(&mut self, pid: u32, symbols: &[Symbol]) -> std::io::Result<()> {
+        let mut text = String::new();
+        for s in symbols {
+            push_line(&mut text, s.start, s.size, &s.name);
+        }
+        self.write_text(pid, &text)
+    }
+
+    /// [`PerfMapWriter::write`] for map text already made with [`push_line`].
+    pub fn write_text(&mut self, pid: u32, text: &str) -> std::io::Result<()> {
+        use std::os::unix::fs::MetadataExt;
+        let path = self.path(pid);
+        let replace = self.still_ours(pid, &path);
+        let new = if replace {
+            NewFile::beside(&path, 0o644)
+        } else {
+            NewFile::in_dir_of(&path, 0o644)
+        }
+        .map_err(|e| e.source)?;
+        let mut file = new.file();
+        file.write_all(text.as_bytes())?;
+        let meta = file.metadata()?;
+        let placed = if replace {
+            new.replace_at(&path)
+        } else {
+            new.link_at(&path)
+        };
+        placed.map_err(|e| e.source)?;
+        self.written.insert(pid, (meta.dev(), meta.ino()));
+        Ok(())
+    }
+
+    /// Removes the map this writer wrote for `pid`, if it is still there and
+    /// still its own; anything else is left alone. One `lstat`, one `unlink`.
+    pub fn remove(&mut self, pid: u32) -> std::io::Result<()> {
+        let path = self.path(pid);
+        let ours = self.still_ours(pid, &path);
+        self.written.remove(&pid);
+        if ours {
+            std::fs::remove_file(&path)?;
+        }
+        Ok(())
+    }
 }
 
 #[cfg(test)]
@@ -93,28 +176,68 @@ mod tests {
         assert!(map.lookup(0x10).is_none());
     }
 
-    #[test]
-    fn write_is_exclusive_and_refuses_links() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("perf-1.map");
-        let syms = [Symbol {
+    fn one(name: &str) -> Vec<Symbol> {
+        vec![Symbol {
             start: 0x400000,
             size: 0x20,
-            name: "main".into(),
-        }];
-        write_new(&path, &syms).unwrap();
+            name: name.into(),
+        }]
+    }
+
+    #[test]
+    fn writes_new_maps_and_never_through_links() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut writer = PerfMapWriter::in_dir(dir.path());
+        writer.write(1, &one("main")).unwrap();
+        let path = writer.path(1);
         assert_eq!(
             PerfMap::read(&path).unwrap().lookup(0x400010).unwrap().name,
             "main"
         );
+        // A map someone else left is not replaced, by this writer or another.
+        let planted = writer.path(2);
+        std::fs::write(&planted, "planted\n").unwrap();
+        let err = writer.write(2, &one("main")).unwrap_err();
+        assert_eq!(err.kind(), std::io::ErrorKind::AlreadyExists);
+        assert_eq!(std::fs::read_to_string(&planted).unwrap(), "planted\n");
         assert_eq!(
-            write_new(&path, &syms).unwrap_err().kind(),
+            PerfMapWriter::in_dir(dir.path())
+                .write(1, &one("other"))
+                .unwrap_err()
+                .kind(),
             std::io::ErrorKind::AlreadyExists
         );
-        let link = dir.path().join("perf-2.map");
-        std::os::unix::fs::symlink(dir.path().join("target"), &link).unwrap();
-        assert!(write_new(&link, &syms).is_err());
-        assert!(!dir.path().join("target").exists(), "wrote through a link");
+        // A planted link (dangling or not) is never followed.
+        let target = dir.path().join("target");
+        std::os::unix::fs::symlink(&target, writer.path(3)).unwrap();
+        assert!(writer.write(3, &one("main")).is_err());
+        assert!(!target.exists(), "wrote through a link");
+        // No temporary file is left behind.
+        let names = crate::sys::file::names_in(dir.path());
+        assert!(names.iter().all(|n| !n.starts_with('.')), "{names:?}");
+    }
+
+    #[test]
+    fn replaces_only_its_own_map() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut writer = PerfMapWriter::in_dir(dir.path());
+        writer.write(7, &one("first")).unwrap();
+        writer.write(7, &one("second")).unwrap();
+        let path = writer.path(7);
+        assert_eq!(
+            PerfMap::read(&path).unwrap().lookup(0x400000).unwrap().name,
+            "second"
+        );
+        // Once the file is replaced by someone else, it is theirs: left alone.
+        std::fs::remove_file(&path).unwrap();
+        std::fs::write(&path, "theirs\n").unwrap();
+        assert!(writer.write(7, &one("third")).is_err());
+        writer.remove(7).unwrap();
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "theirs\n");
+        // Its own map is removed when asked.
+        writer.write(8, &one("x")).unwrap();
+        writer.remove(8).unwrap();
+        assert!(!writer.path(8).exists());
     }
 
     proptest! {
@@ -128,9 +251,9 @@ mod tests {
         fn written_maps_read_back(entries in proptest::collection::vec((0u64..1 << 40, 1u64..1 << 16, "[a-z_][a-z0-9_]{0,12}"), 0..20)) {
             let syms: Vec<Symbol> = entries.iter().map(|(a, s, n)| Symbol { start: *a, size: *s, name: n.clone() }).collect();
             let dir = tempfile::tempdir().unwrap();
-            let path = dir.path().join("m.map");
-            write_new(&path, &syms).unwrap();
-            let map = PerfMap::read(&path).unwrap();
+            let mut writer = PerfMapWriter::in_dir(dir.path());
+            writer.write(1, &syms).unwrap();
+            let map = PerfMap::read(&writer.path(1)).unwrap();
             prop_assert_eq!(map.symbols().len(), syms.len());
         }
     }
