@@ -3,7 +3,8 @@
 //! Every function runs its body through [`call`], which catches any panic
 //! (a bug) and turns it into `-EIO` with a message, so no unwind crosses into
 //! C. Every raw pointer from C goes through one of the small helpers below
-//! (`input`, `output`, `put`, `c_path`, `options`), which refuse NULL and
+//! (`input`, `put`, `c_path`, `options`; `pw_copy` and `pw_fill` check
+//! inline, to keep their hot path short), which refuse NULL and
 //! misaligned pointers and lengths over `isize::MAX`; what they cannot check
 //! (that the memory is really there, for as long as the call) is the C
 //! caller's side of the contract, written in the header. Handles are never
@@ -52,25 +53,6 @@ fn input<'a>(ptr: *const c_void, len: usize, what: &str) -> Result<&'a [u8], Fai
     // caller promises `len` readable bytes at `ptr` that nothing writes
     // during the call (the header's contract), and the slice dies with it.
     Ok(unsafe { std::slice::from_raw_parts(ptr.cast::<u8>(), len) })
-}
-
-/// `len` bytes at `ptr`, to write during this call.
-fn output<'a>(ptr: *mut c_void, len: usize, what: &str) -> Result<&'a mut [u8], Failure> {
-    if len == 0 {
-        return Ok(&mut []);
-    }
-    if ptr.is_null() {
-        return Err(Failure::null(what));
-    }
-    if len > isize::MAX as usize {
-        return Err(Failure::invalid(format!(
-            "{len} bytes is more than any object"
-        )));
-    }
-    // SAFETY: NULL and lengths over isize::MAX were refused above; the C
-    // caller promises `len` writable bytes at `ptr` that nothing else reads
-    // or writes during the call, and the slice dies with the call.
-    Ok(unsafe { std::slice::from_raw_parts_mut(ptr.cast::<u8>(), len) })
 }
 
 /// Whether `[a, a + a_len)` and `[b, b + b_len)` share a byte.
@@ -675,22 +657,55 @@ pub extern "C" fn pw_buffer_free(buffer: *mut pw_buffer) -> c_int {
 /// with `n > 0` is `-EFAULT`. Any thread.
 #[no_mangle]
 pub extern "C" fn pw_copy(dst: *mut c_void, src: *const c_void, n: usize) -> c_int {
+    // The hot path is a few compares before the copy: every refusal, with
+    // its message, is out of line.
+    if dst.is_null()
+        || src.is_null()
+        || n > isize::MAX as usize
+        || overlap(dst.addr(), n, src.addr(), n)
+    {
+        return copy_refused(dst, src, n);
+    }
     call(|| {
-        if n != 0 && dst.is_null() {
-            return Err(Failure::null("dst"));
-        }
-        if n != 0 && src.is_null() {
-            return Err(Failure::null("src"));
-        }
-        if overlap(dst.addr(), n, src.addr(), n) {
-            return Err(Failure::invalid(
-                "pw_copy: the ranges overlap (use memmove)",
-            ));
-        }
-        let from = input(src, n, "src")?;
-        let to = output(dst, n, "dst")?;
+        // SAFETY: both pointers are non-NULL, `n` is at most isize::MAX and
+        // the ranges do not overlap (checked above, so the shared and the
+        // exclusive slice never alias); the C caller promises `n` readable
+        // bytes at `src` and `n` writable bytes at `dst` for the call, as
+        // with memcpy.
+        let (to, from) = unsafe {
+            (
+                std::slice::from_raw_parts_mut(dst.cast::<u8>(), n),
+                std::slice::from_raw_parts(src.cast::<u8>(), n),
+            )
+        };
         pagewise::copy::copy(to, from).map_err(|e| Failure::invalid(e.to_string()))?;
         Ok(PW_OK)
+    })
+}
+
+/// Why `pw_copy` refused its arguments (or `PW_OK` for an empty copy with
+/// NULL pointers, which copies nothing).
+#[cold]
+#[inline(never)]
+fn copy_refused(dst: *mut c_void, src: *const c_void, n: usize) -> c_int {
+    call(|| {
+        if n == 0 {
+            return Ok(PW_OK);
+        }
+        if dst.is_null() {
+            return Err(Failure::null("dst"));
+        }
+        if src.is_null() {
+            return Err(Failure::null("src"));
+        }
+        if n > isize::MAX as usize {
+            return Err(Failure::invalid(format!(
+                "{n} bytes is more than any object"
+            )));
+        }
+        Err(Failure::invalid(
+            "pw_copy: the ranges overlap (use memmove)",
+        ))
     })
 }
 
@@ -698,8 +713,21 @@ pub extern "C" fn pw_copy(dst: *mut c_void, src: *const c_void, n: usize) -> c_i
 /// the plan of `pagewise::copy::fill`. Any thread.
 #[no_mangle]
 pub extern "C" fn pw_fill(dst: *mut c_void, byte: c_int, n: usize) -> c_int {
+    if dst.is_null() || n > isize::MAX as usize {
+        // Out of line, as in pw_copy: NULL with n == 0 is an empty fill.
+        return call(|| match n {
+            0 => Ok(PW_OK),
+            _ if dst.is_null() => Err(Failure::null("dst")),
+            _ => Err(Failure::invalid(format!(
+                "{n} bytes is more than any object"
+            ))),
+        });
+    }
     call(|| {
-        let to = output(dst, n, "dst")?;
+        // SAFETY: `dst` is non-NULL and `n` at most isize::MAX (checked
+        // above); the C caller promises `n` writable bytes at `dst` that
+        // nothing else touches during the call, as with memset.
+        let to = unsafe { std::slice::from_raw_parts_mut(dst.cast::<u8>(), n) };
         pagewise::copy::fill(to, byte as u8);
         Ok(PW_OK)
     })
