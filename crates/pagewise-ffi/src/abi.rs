@@ -125,6 +125,17 @@ fn handle_of<T>(handle: *mut T) -> usize {
     handle.addr()
 }
 
+/// Closes a handle of `kind` (NULL: nothing to do); the object is dropped
+/// here, outside the handle table's locks.
+fn close<T>(handle: *mut T, kind: Kind) -> c_int {
+    call(|| {
+        if !handle.is_null() {
+            drop(handles::remove(handle_of(handle), kind)?);
+        }
+        Ok(PW_OK)
+    })
+}
+
 /// Stores a new handle for `object` through `out` (checked before the
 /// object was made, so this cannot fail on the pointer).
 fn put_handle<T>(out: *mut *mut T, object: Object) -> Outcome {
@@ -362,13 +373,7 @@ pub extern "C" fn pw_queue_max_payload(writer: *mut pw_queue_writer, max: *mut u
 /// Does not flush: call `pw_queue_flush` first for durability on disk.
 #[no_mangle]
 pub extern "C" fn pw_queue_writer_close(writer: *mut pw_queue_writer) -> c_int {
-    call(|| {
-        if writer.is_null() {
-            return Ok(PW_OK);
-        }
-        drop(handles::remove(handle_of(writer), Kind::Writer)?);
-        Ok(PW_OK)
-    })
+    close(writer, Kind::Writer)
 }
 
 // ---- queue: reader -------------------------------------------------------
@@ -468,13 +473,7 @@ pub extern "C" fn pw_queue_seek(reader: *mut pw_queue_reader, position: u64) -> 
 /// Closes the reader. NULL is a no-op returning 0.
 #[no_mangle]
 pub extern "C" fn pw_queue_reader_close(reader: *mut pw_queue_reader) -> c_int {
-    call(|| {
-        if reader.is_null() {
-            return Ok(PW_OK);
-        }
-        drop(handles::remove(handle_of(reader), Kind::Reader)?);
-        Ok(PW_OK)
-    })
+    close(reader, Kind::Reader)
 }
 
 // ---- region --------------------------------------------------------------
@@ -549,13 +548,7 @@ pub extern "C" fn pw_region_wait_populated(region: *mut pw_region, n: usize) -> 
 /// mapping until it returns.
 #[no_mangle]
 pub extern "C" fn pw_region_free(region: *mut pw_region) -> c_int {
-    call(|| {
-        if region.is_null() {
-            return Ok(PW_OK);
-        }
-        drop(handles::remove(handle_of(region), Kind::Region)?);
-        Ok(PW_OK)
-    })
+    close(region, Kind::Region)
 }
 
 // ---- buffer --------------------------------------------------------------
@@ -640,13 +633,7 @@ pub extern "C" fn pw_buffer_len(buffer: *mut pw_buffer, len: *mut usize) -> c_in
 /// Unmaps the buffer. NULL is a no-op returning 0.
 #[no_mangle]
 pub extern "C" fn pw_buffer_free(buffer: *mut pw_buffer) -> c_int {
-    call(|| {
-        if buffer.is_null() {
-            return Ok(PW_OK);
-        }
-        drop(handles::remove(handle_of(buffer), Kind::Buffer)?);
-        Ok(PW_OK)
-    })
+    close(buffer, Kind::Buffer)
 }
 
 // ---- copy ----------------------------------------------------------------

@@ -201,16 +201,28 @@ pub fn compile_c_file(src: &Path, out: &Path, flags: &[&str]) -> Result<PathBuf,
     if let Some(why) = compiler_missing() {
         return Err(why);
     }
-    let output = std::process::Command::new("cc")
+    compile_with("cc", src, out, flags)
+}
+
+/// Compiles `src` with `compiler -O1 flags` into `out` (for C++ fixtures:
+/// `g++`). `Err(reason)` when the compiler cannot be started (a skip); a
+/// compiler that rejects the file is a test failure (a panic).
+pub fn compile_with(
+    compiler: &str,
+    src: &Path,
+    out: &Path,
+    flags: &[&str],
+) -> Result<PathBuf, String> {
+    let output = std::process::Command::new(compiler)
         .args(["-O1", "-o"])
         .arg(out)
         .arg(src)
         .args(flags)
         .output()
-        .map_err(|e| format!("no C compiler (cc): {e}"))?;
+        .map_err(|e| format!("no compiler ({compiler}): {e}"))?;
     assert!(
         output.status.success(),
-        "cc {flags:?} failed on {} ({}): {}",
+        "{compiler} {flags:?} failed on {} ({}): {}",
         src.display(),
         output.status,
         String::from_utf8_lossy(&output.stderr)

@@ -120,44 +120,15 @@ pub fn build_c(dir: &Path, name: &str, extra: &[&str]) -> Result<PathBuf, String
     compile_c_file(&c_source(&format!("{name}.c")), &dir.join(name), &flags)
 }
 
-/// Why g++ cannot be used here, or `None`.
-pub fn cxx_missing() -> Option<String> {
-    match Command::new("g++").arg("--version").output() {
-        Ok(o) if o.status.success() => None,
-        Ok(o) => Some(format!("`g++ --version` exited with {}", o.status)),
-        Err(e) => Some(format!("no C++ compiler (g++): {e}")),
-    }
-}
-
 /// Compiles the C++ file `src` with g++ -std=c++17 and strict warnings
-/// against the installed library; a rejected file fails the test.
+/// against the installed library; a rejected file fails the test,
+/// `Err(reason)` means there is no g++ (skip).
 pub fn build_cxx(src: &Path, out: &Path) -> Result<PathBuf, String> {
-    if let Some(why) = cxx_missing() {
-        return Err(why);
-    }
     let inst = installed();
-    let output = Command::new("g++")
-        .args([
-            "-std=c++17",
-            "-O1",
-            "-Wall",
-            "-Wextra",
-            "-Werror",
-            "-pedantic",
-            "-o",
-        ])
-        .arg(out)
-        .arg(src)
-        .args(&inst.flags)
-        .output()
-        .map_err(|e| format!("no C++ compiler (g++): {e}"))?;
-    assert!(
-        output.status.success(),
-        "g++ failed on {}: {}",
-        src.display(),
-        String::from_utf8_lossy(&output.stderr)
-    );
-    Ok(out.to_path_buf())
+    note_pkg_config();
+    let mut flags = vec!["-std=c++17", "-Wall", "-Wextra", "-Werror", "-pedantic"];
+    flags.extend(inst.flags.iter().map(String::as_str));
+    pagewise_testkit::compile_with("g++", src, out, &flags)
 }
 
 /// Runs a built test program; panics with its output unless it exits 0.
