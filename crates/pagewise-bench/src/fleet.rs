@@ -68,14 +68,13 @@ pub const MAX_FLEET_ALIGNMENT: u64 = 4096;
 pub enum FleetError {
     /// The file could not be read.
     #[error(
-        "cannot read fleet distribution {path}: {source} (pass another file with --fleet-file)"
+        "cannot read fleet distribution {path}: {error} (pass another file with --fleet-file)"
     )]
     Io {
         /// The file.
         path: PathBuf,
         /// The OS error.
-        #[source]
-        source: std::io::Error,
+        error: std::io::Error,
     },
     /// A required line is missing or empty.
     #[error("fleet distribution line {line} ({what}) is missing or empty")]
@@ -244,11 +243,14 @@ pub struct FleetDistribution {
 const LINES: [&str; 3] = ["sizes", "overlap", "alignments"];
 
 impl FleetDistribution {
-    /// Reads and parses a file.
+    /// Reads and parses a file (a regular file: anything else is refused
+    /// without blocking).
     pub fn load(path: &Path) -> Result<FleetDistribution, FleetError> {
-        let text = std::fs::read_to_string(path).map_err(|source| FleetError::Io {
-            path: path.to_owned(),
-            source,
+        let text = pagewise::host::user_files::read_input_to_string(path).map_err(|error| {
+            FleetError::Io {
+                path: path.to_owned(),
+                error,
+            }
         })?;
         FleetDistribution::parse(&text)
     }

@@ -388,13 +388,12 @@ pub struct Report {
 #[derive(Debug, thiserror::Error)]
 pub enum BenchError {
     /// Buffers could not be mapped.
-    #[error("cannot map {bytes} bytes of benchmark buffers: {source} (use smaller --sizes or free memory)")]
+    #[error("cannot map {bytes} bytes of benchmark buffers: {error} (use smaller --sizes or free memory)")]
     Map {
         /// How much was asked for.
         bytes: usize,
         /// The failed call.
-        #[source]
-        source: SysError,
+        error: SysError,
     },
     /// pagewise produced wrong bytes (a bug: please report it).
     #[error("pagewise {op} produced wrong bytes in row {row:?}")]
@@ -579,8 +578,11 @@ impl Buffers {
     /// source (memcpy only) holding a pattern in which misplaced bytes show.
     fn new(op: Op, len: usize, huge_pages: bool) -> Result<Buffers, BenchError> {
         let map = |len: usize| -> Result<AnonMapping, BenchError> {
-            let m = AnonMapping::map(len, MapOptions::default())
-                .map_err(|source| BenchError::Map { bytes: len, source })?;
+            let m =
+                AnonMapping::map(len, MapOptions::default()).map_err(|source| BenchError::Map {
+                    bytes: len,
+                    error: source,
+                })?;
             if huge_pages {
                 // Best effort: without THP both sides simply run on 4 KiB pages.
                 let _ = m.advise(0, len, Advice::HugePage);

@@ -79,7 +79,7 @@ impl From<RegionError> for Failure {
             RegionError::ZeroSize => libc::EINVAL,
             RegionError::TooLarge(_) => libc::ENOMEM,
             RegionError::HugetlbUnavailable { .. } | RegionError::ThpUnavailable(_) => libc::ENOMEM,
-            RegionError::Map { source, .. } => source.errno().unwrap_or(libc::ENOMEM),
+            RegionError::Map { error: source, .. } => source.errno().unwrap_or(libc::ENOMEM),
             RegionError::Populate(_) => libc::ENOMEM,
             RegionError::NumaNode { .. } => libc::EINVAL,
             RegionError::Lock(source) | RegionError::Advise(source) => {
@@ -95,7 +95,7 @@ impl From<BufferError> for Failure {
     fn from(e: BufferError) -> Failure {
         let errno = match &e {
             BufferError::CapacityOverflow { .. } => libc::EOVERFLOW,
-            BufferError::Reserve { source, .. } => source.errno().unwrap_or(libc::ENOMEM),
+            BufferError::Reserve { error: source, .. } => source.errno().unwrap_or(libc::ENOMEM),
             BufferError::Commit(source)
             | BufferError::Move(source)
             | BufferError::Release(source) => source.errno().unwrap_or(libc::ENOMEM),

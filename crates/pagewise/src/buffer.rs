@@ -55,13 +55,12 @@ pub enum BufferError {
         requested: u128,
     },
     /// Reserving address space failed.
-    #[error("could not reserve {bytes} bytes of address space: {source} (check `ulimit -v` and vm.overcommit_memory)")]
+    #[error("could not reserve {bytes} bytes of address space: {error} (check `ulimit -v` and vm.overcommit_memory)")]
     Reserve {
         /// Bytes asked for.
         bytes: usize,
         /// The failing call.
-        #[source]
-        source: SysError,
+        error: SysError,
     },
     /// Committing pages failed (strict overcommit or memory limits).
     #[error("could not commit memory: {0} (vm.overcommit_memory=2 or a memory limit?)")]
@@ -182,7 +181,7 @@ impl Buffer {
         let reservation =
             Reservation::reserve(rounded, align).map_err(|source| BufferError::Reserve {
                 bytes: rounded,
-                source,
+                error: source,
             })?;
         if self.options.huge_pages {
             reservation

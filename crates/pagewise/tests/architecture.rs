@@ -211,3 +211,99 @@ fn the_scanner_sees_plain_grouped_and_nested_paths() {
     let refs: Vec<String> = referenced_modules(text).into_iter().collect();
     assert_eq!(refs, ["copy", "host", "region", "sys"]);
 }
+
+/// The fields of an error variant (the text after its `#[error(…)]`) that
+/// are its `source()`: marked `#[source]` or `#[from]` (`0` in a tuple
+/// variant), or named `source`, as thiserror takes them.
+fn source_fields(variant: &str) -> Vec<String> {
+    let lines: Vec<&str> = variant.lines().map(str::trim).collect();
+    let mut fields = Vec::new();
+    for (i, line) in lines.iter().enumerate() {
+        let field_name = |l: &str| {
+            l.split(':')
+                .next()
+                .unwrap_or("")
+                .trim()
+                .trim_start_matches("pub ")
+                .to_owned()
+        };
+        if line.contains("(#[source]") || line.contains("(#[from]") {
+            fields.push("0".to_owned());
+        } else if *line == "#[source]" || *line == "#[from]" {
+            if let Some(next) = lines.get(i + 1) {
+                fields.push(field_name(next));
+            }
+        } else if line.starts_with("source:") || line.starts_with("pub source:") {
+            fields.push("source".to_owned());
+        }
+    }
+    fields
+}
+
+/// Every `#[error("…")]` message with the fields of its variant that are
+/// the error's `source()` and that the message also prints, in the Rust
+/// files of `dir`.
+fn messages_repeating_their_source(dir: &Path) -> Vec<String> {
+    let mut files = Vec::new();
+    rust_files(dir, &mut files);
+    let mut found = Vec::new();
+    for file in files {
+        let text = std::fs::read_to_string(&file).unwrap();
+        let mut rest = text.as_str();
+        while let Some(at) = rest.find("#[error(") {
+            rest = &rest[at + "#[error(".len()..];
+            let Some(end) = rest.find(")]\n") else {
+                break;
+            };
+            let message = &rest[..end];
+            let body = &rest[end..];
+            let body = &body[..body.find("#[error(").unwrap_or(body.len())];
+            let body = &body[..body.find("\n}").unwrap_or(body.len())];
+            for field in source_fields(body) {
+                if message.contains(&format!("{{{field}}}"))
+                    || message.contains(&format!("{{{field}:"))
+                {
+                    found.push(format!(
+                        "{}: {message} prints its source {field}",
+                        file.display()
+                    ));
+                }
+            }
+        }
+    }
+    found
+}
+
+/// An error whose message prints its cause and that also reports the cause
+/// as `source()` says it twice when a chain is printed on one line, as the
+/// CLI does ("cannot read .: Is a directory (os error 21): Is a directory
+/// (os error 21)"). Errors here say it once: in the message, with no
+/// `source()` (the field is named `error`, not `source`).
+#[test]
+fn no_error_message_repeats_its_source() {
+    let crates = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let mut found = Vec::new();
+    for dir in std::fs::read_dir(&crates).unwrap() {
+        let src = dir.unwrap().path().join("src");
+        if src.is_dir() {
+            found.extend(messages_repeating_their_source(&src));
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "errors that say their cause twice:\n{}",
+        found.join("\n")
+    );
+}
+
+#[test]
+fn the_source_scanner_sees_named_tuple_and_marked_sources() {
+    let variant = ")]\n    Read {\n        path: String,\n        #[source]\n        error: io::Error,\n    },\n";
+    assert_eq!(source_fields(variant), ["error"]);
+    assert_eq!(source_fields(")]\n    Io(#[from] io::Error),\n"), ["0"]);
+    assert_eq!(
+        source_fields(")]\n    X {\n        source: SysError,\n    },\n"),
+        ["source"]
+    );
+    assert!(source_fields(")]\n    X {\n        error: SysError,\n    },\n").is_empty());
+}

@@ -13,6 +13,8 @@
 //! - [`cpu`]: CPU model, cache sizes, NUMA nodes.
 //! - [`glibc`]: the tunables glibc's loader reports.
 //! - [`tracefs`]: where tracefs is, tracepoint ids and record layouts.
+//! - [`user_files`]: files a user names (profiles, binaries, reports),
+//!   opened without blocking on a FIFO; inputs only when regular files.
 //!
 //! Nothing here changes a setting. Parsers are pure functions tested against
 //! fixture text; readers cost one small file read each unless they say otherwise.
@@ -27,5 +29,6 @@ pub mod proc_tasks;
 pub mod smaps;
 pub mod thp;
 pub mod tracefs;
+pub mod user_files;
 
 pub use kernel_files::{NotRead, SysRoot};

@@ -12,13 +12,12 @@ pub enum TracepointError {
     #[error("tracefs is not mounted")]
     NotMounted,
     /// A tracefs file could not be read (missing event, no permission).
-    #[error("cannot read {path}: {source}")]
+    #[error("cannot read {path}: {error}")]
     Read {
         /// The file.
         path: String,
         /// Why.
-        #[source]
-        source: std::io::Error,
+        error: std::io::Error,
     },
     /// The `id` file does not hold a number.
     #[error("{path} holds no number")]
@@ -60,7 +59,10 @@ fn read_event_file(
     let path = format!("{tracefs}/events/{group}/{event}/{file}");
     match std::fs::read_to_string(&path) {
         Ok(text) => Ok((path, text)),
-        Err(source) => Err(TracepointError::Read { path, source }),
+        Err(source) => Err(TracepointError::Read {
+            path,
+            error: source,
+        }),
     }
 }
 

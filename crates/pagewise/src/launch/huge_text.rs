@@ -41,13 +41,12 @@ pub enum HugeTextRunError {
         why: String,
     },
     /// A file could not be written.
-    #[error("cannot write {path}: {source}")]
+    #[error("cannot write {path}: {error}")]
     Write {
         /// The file.
         path: PathBuf,
         /// Why.
-        #[source]
-        source: std::io::Error,
+        error: std::io::Error,
     },
     /// The file to replace is not this user's own regular file.
     #[error("{path} {why}: not replaced; remove it or choose another report file")]
@@ -104,9 +103,9 @@ impl ReportDir {
     pub fn write_hot_pages(&self, hot: &[HotPages]) -> Result<PathBuf, HugeTextRunError> {
         let text = HotPages::encode(hot).map_err(HugeTextRunError::HotPages)?;
         let path = self.path.join("hot-pages");
-        let write_error = |source| HugeTextRunError::Write {
+        let write_error = |error| HugeTextRunError::Write {
             path: path.clone(),
-            source,
+            error,
         };
         let new = NewFile::in_dir_of(&path, 0o600).map_err(|e| write_error(e.source))?;
         new.file().write_all(text.as_bytes()).map_err(write_error)?;
@@ -411,7 +410,7 @@ pub struct RunSummary<'a> {
 pub fn write_run_report(path: &Path, summary: &RunSummary<'_>) -> Result<(), HugeTextRunError> {
     let json = serde_json::to_vec_pretty(summary).map_err(|e| HugeTextRunError::Write {
         path: path.to_owned(),
-        source: std::io::Error::other(e),
+        error: std::io::Error::other(e),
     })?;
     replace_own_file(path, &json)
 }
@@ -422,9 +421,9 @@ fn replace_own_file(path: &Path, bytes: &[u8]) -> Result<(), HugeTextRunError> {
         path: path.to_owned(),
         why,
     };
-    let write_error = |source| HugeTextRunError::Write {
+    let write_error = |error| HugeTextRunError::Write {
         path: path.to_owned(),
-        source,
+        error,
     };
     match std::fs::symlink_metadata(path) {
         Ok(m) if m.file_type().is_symlink() => {

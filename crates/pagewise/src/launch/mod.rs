@@ -7,4 +7,6 @@ pub mod keep_heap;
 pub mod preload_cache;
 mod program;
 
-pub use program::{inspect_program, require_glibc, resolve_program, LaunchError, Linkage};
+pub use program::{
+    inspect_program, require_executable, require_glibc, resolve_program, LaunchError, Linkage,
+};

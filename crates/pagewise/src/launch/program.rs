@@ -1,5 +1,6 @@
 //! Finding a program on PATH and telling how it is linked, from its ELF headers.
 
+use crate::host::user_files;
 use object::elf;
 use object::elf::FileHeader64;
 use object::read::elf::{FileHeader, ProgramHeader};
@@ -40,22 +41,20 @@ pub enum LaunchError {
     #[error("{0}: command not found")]
     NotFound(String),
     /// Found, but not executable (or not a regular file).
-    #[error("{}: cannot execute: {source}", path.display())]
+    #[error("{}: cannot execute: {error}", path.display())]
     NotExecutable {
         /// The file.
         path: PathBuf,
         /// Why (`EACCES`).
-        #[source]
-        source: std::io::Error,
+        error: std::io::Error,
     },
     /// Could not be read.
-    #[error("cannot read {path}: {source}")]
+    #[error("cannot read {path}: {error}")]
     Read {
         /// The file.
         path: PathBuf,
         /// Why.
-        #[source]
-        source: std::io::Error,
+        error: std::io::Error,
     },
     /// Not an ELF file pagewise understands.
     #[error("{path} is not a 64-bit ELF program ({reason})")]
@@ -79,6 +78,23 @@ pub enum LaunchError {
     },
 }
 
+impl LaunchError {
+    /// The exit status a shell gives when a program cannot start this way:
+    /// 127 when it (or its `#!` interpreter) is not found, 126 when it is
+    /// found but cannot be executed (no execute permission, not a program),
+    /// 1 when it would run but the fix cannot apply to it (another C library).
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            LaunchError::NotFound(_) => 127,
+            LaunchError::Read { error, .. } if error.kind() == std::io::ErrorKind::NotFound => 127,
+            LaunchError::NotExecutable { .. }
+            | LaunchError::Read { .. }
+            | LaunchError::NotElf { .. } => 126,
+            LaunchError::NotGlibc { .. } => 1,
+        }
+    }
+}
+
 /// Finds `program` the way a shell does: as given when it holds a `/` (it
 /// must exist), else the first executable regular file of that name in the
 /// `PATH` folders (an empty entry is the current folder). A file of that name
@@ -88,10 +104,6 @@ pub enum LaunchError {
 /// `stat` per `PATH` folder.
 pub fn resolve_program(program: &OsStr) -> Result<PathBuf, LaunchError> {
     let not_found = || LaunchError::NotFound(program.to_string_lossy().into_owned());
-    let not_executable = |path: PathBuf| LaunchError::NotExecutable {
-        path,
-        source: std::io::Error::from_raw_os_error(libc::EACCES),
-    };
     if program.is_empty() {
         return Err(not_found());
     }
@@ -123,17 +135,41 @@ pub fn resolve_program(program: &OsStr) -> Result<PathBuf, LaunchError> {
     Err(found_unexecutable.map_or_else(not_found, not_executable))
 }
 
+/// [`LaunchError::NotExecutable`] with `EACCES`, what `exec` gives.
+fn not_executable(path: PathBuf) -> LaunchError {
+    LaunchError::NotExecutable {
+        path,
+        error: std::io::Error::from_raw_os_error(libc::EACCES),
+    }
+}
+
+/// Refuses `path` unless it is a regular file with an execute permission
+/// bit (for someone), before pagewise reads it to see how it is linked: a
+/// data file is then "cannot execute", the status-126 error `exec` would
+/// give, not "not an ELF program". One `stat`.
+pub fn require_executable(path: &Path) -> Result<(), LaunchError> {
+    match path.metadata() {
+        Ok(m) if m.is_file() && m.permissions().mode() & 0o111 != 0 => Ok(()),
+        Ok(_) => Err(not_executable(path.to_owned())),
+        Err(error) => Err(LaunchError::Read {
+            path: path.to_owned(),
+            error,
+        }),
+    }
+}
+
 /// Reads `path` (following a `#!` line to its interpreter, and `env NAME` to
 /// NAME on PATH) and tells how the program that will really run is linked.
 /// Returns the file inspected and its linkage. Reads only the start of the
 /// file (a `#!` line, the ELF and program headers, the interpreter's name),
 /// never all of it: a 99 MB `node` costs a few KiB, not 99 MB of memory.
 pub fn inspect_program(path: &Path) -> Result<(PathBuf, Linkage), LaunchError> {
-    let read_error = |source| LaunchError::Read {
+    let read_error = |error| LaunchError::Read {
         path: path.to_owned(),
-        source,
+        error,
     };
-    let file = std::fs::File::open(path).map_err(read_error)?;
+    // A regular file only: a FIFO is refused at once, never waited on.
+    let file = user_files::open_input(path).map_err(read_error)?;
     let size = file.metadata().map_err(read_error)?.len();
     let data = object::ReadCache::new(file);
     // The kernel reads at most 256 bytes of a `#!` line.

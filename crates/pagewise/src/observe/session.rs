@@ -88,15 +88,16 @@ pub fn tracepoint(env: &Env, group: &str, name: &str) -> Result<Tracepoint, Stri
         return Err(NOT_MOUNTED.to_owned());
     };
     let id = tracefs::tracepoint_id(tracefs, group, name).map_err(|e| match &e {
-        TracepointError::Read { path, source }
-            if source.kind() == std::io::ErrorKind::PermissionDenied =>
-        {
+        TracepointError::Read {
+            path,
+            error: source,
+        } if source.kind() == std::io::ErrorKind::PermissionDenied => {
             format!(
                 "cannot read {path} ({source}): tracefs and tracepoints need root \
                  (or CAP_PERFMON and a readable tracefs)"
             )
         }
-        TracepointError::Read { source, .. }
+        TracepointError::Read { error: source, .. }
             if source.kind() == std::io::ErrorKind::NotFound
                 && !std::path::Path::new(&format!("{tracefs}/events")).exists() =>
         {

@@ -37,13 +37,12 @@ pub enum TargetError {
     #[error("{0}: command not found")]
     NotFound(String),
     /// The command exists but cannot be executed.
-    #[error("{path}: cannot execute: {source}")]
+    #[error("{path}: cannot execute: {error}")]
     CannotExecute {
         /// The resolved path.
         path: String,
         /// Why.
-        #[source]
-        source: std::io::Error,
+        error: std::io::Error,
     },
     /// No process has this pid.
     #[error("no process with pid {0}")]
@@ -80,9 +79,9 @@ impl StoppedCommand {
     pub fn spawn(argv: &[OsString]) -> Result<StoppedCommand, TargetError> {
         let name = argv.first().ok_or(TargetError::NoCommand)?;
         let path = launch::resolve_program(name).map_err(|e| match e {
-            LaunchError::NotExecutable { path, source } => TargetError::CannotExecute {
+            LaunchError::NotExecutable { path, error } => TargetError::CannotExecute {
                 path: path.display().to_string(),
-                source,
+                error,
             },
             _ => TargetError::NotFound(name.to_string_lossy().into_owned()),
         })?;
@@ -94,7 +93,7 @@ impl StoppedCommand {
             .collect::<Result<_, _>>()
             .map_err(|_| TargetError::CannotExecute {
                 path: path.display().to_string(),
-                source: std::io::Error::new(
+                error: std::io::Error::new(
                     std::io::ErrorKind::InvalidInput,
                     "argument holds a NUL byte",
                 ),
@@ -119,7 +118,7 @@ impl StoppedCommand {
                 } else {
                     TargetError::CannotExecute {
                         path,
-                        source: std::io::Error::from_raw_os_error(failed.errno),
+                        error: std::io::Error::from_raw_os_error(failed.errno),
                     }
                 })
             }

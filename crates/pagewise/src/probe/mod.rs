@@ -357,7 +357,11 @@ fn tracepoint_id(root: &SysRoot, tracefs: Option<&str>, name: &str) -> Result<u6
     };
     let (group, event) = name.split_once(':').unwrap_or(("", name));
     tracefs::tracepoint_id(tracefs, group, event).map_err(|e| {
-        if let TracepointError::Read { path, source } = &e {
+        if let TracepointError::Read {
+            path,
+            error: source,
+        } = &e
+        {
             root.note(path, source.to_string());
         }
         e.to_string()

@@ -205,13 +205,12 @@ pub enum RegionError {
     #[error("no THP region: {0}; enable THP with `echo madvise > /sys/kernel/mm/transparent_hugepage/enabled`, or use PagePolicy::Auto")]
     ThpUnavailable(String),
     /// `mmap` failed.
-    #[error("could not map {bytes} bytes: {source}")]
+    #[error("could not map {bytes} bytes: {error}")]
     Map {
         /// Bytes asked for.
         bytes: usize,
         /// The failing call.
-        #[source]
-        source: SysError,
+        error: SysError,
     },
     /// Populating failed (out of memory, a cgroup limit).
     #[error("could not populate the region: {0} (out of memory or a cgroup limit?)")]
@@ -408,7 +407,7 @@ impl RegionBuilder {
             }
             PagePolicy::Auto => RegionError::Map {
                 bytes: self.size,
-                source: SysError {
+                error: SysError {
                     call: "mmap",
                     source: std::io::Error::from_raw_os_error(libc::ENOMEM),
                 },
@@ -492,7 +491,7 @@ impl RegionBuilder {
                 AnonMapping::map_aligned(rounded, page, MapOptions::default()).map_err(|source| {
                     StepError::Fatal(RegionError::Map {
                         bytes: rounded,
-                        source,
+                        error: source,
                     })
                 })
             }
@@ -501,7 +500,7 @@ impl RegionBuilder {
                 AnonMapping::map(rounded, MapOptions::default()).map_err(|source| {
                     StepError::Fatal(RegionError::Map {
                         bytes: rounded,
-                        source,
+                        error: source,
                     })
                 })
             }

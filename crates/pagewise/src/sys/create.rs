@@ -76,6 +76,47 @@ pub fn open_for_reading(path: &Path) -> SysResult<File> {
     open_raw(path, libc::O_RDONLY | libc::O_NONBLOCK, 0, "open(O_RDONLY)")
 }
 
+/// Opens `path` for writing, created (mode 0666 minus the umask) or
+/// truncated, without blocking on a FIFO: one that no process reads fails at
+/// once with `ENXIO` ([`fifo_without_reader`] tells), one that is read is
+/// returned in blocking mode, as is anything else. One `open` and one
+/// `fstat` (two `fcntl` more for anything but a regular file).
+pub fn open_for_writing(path: &Path) -> SysResult<File> {
+    let file = open_raw(
+        path,
+        libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC | libc::O_NONBLOCK,
+        0o666,
+        "open(O_WRONLY|O_CREAT|O_TRUNC)",
+    )?;
+    let regular = file
+        .metadata()
+        .map_err(|source| SysError {
+            call: "fstat",
+            source,
+        })?
+        .file_type()
+        .is_file();
+    if !regular {
+        let fd = file.as_raw_fd();
+        // SAFETY: F_GETFL takes an fd and no pointer; it does not touch our memory.
+        let flags = unsafe { libc::fcntl(fd, libc::F_GETFL) };
+        if flags < 0 {
+            return Err(SysError::last("fcntl(F_GETFL)"));
+        }
+        // SAFETY: F_SETFL takes an fd and an integer; it does not touch our memory.
+        if unsafe { libc::fcntl(fd, libc::F_SETFL, flags & !libc::O_NONBLOCK) } < 0 {
+            return Err(SysError::last("fcntl(F_SETFL)"));
+        }
+    }
+    Ok(file)
+}
+
+/// Whether `e` is the `ENXIO` of [`open_for_writing`]: a FIFO that no
+/// process has open for reading.
+pub fn fifo_without_reader(e: &SysError) -> bool {
+    e.errno() == Some(libc::ENXIO)
+}
+
 /// What kind of file `meta` describes, for messages: "a regular file", "a
 /// directory", "a FIFO", "a character device", "a block device", "a
 /// socket", "a symbolic link".

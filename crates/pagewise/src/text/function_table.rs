@@ -1,5 +1,6 @@
 //! The functions of an ELF file: name, link-time address, size.
 
+use crate::host::user_files;
 use std::collections::HashMap;
 use std::path::Path;
 
@@ -25,13 +26,12 @@ pub struct FunctionTable {
 #[derive(Debug, thiserror::Error)]
 pub enum SymbolsError {
     /// The file could not be read.
-    #[error("cannot read {path}: {source}")]
+    #[error("cannot read {path}: {error}")]
     Read {
         /// The file.
         path: String,
         /// Why.
-        #[source]
-        source: std::io::Error,
+        error: std::io::Error,
     },
     /// Not an object file.
     #[error("{path}: not an ELF file: {reason}")]
@@ -54,9 +54,9 @@ pub enum SymbolsError {
 /// string table with one read each, never the code (for a 99 MB `node` about
 /// 12 MB), and keeps nothing: what the perf map of a moved range needs.
 pub fn visit_functions(path: &Path, visit: impl FnMut(u64, u64, &str)) -> Result<(), SymbolsError> {
-    let file = std::fs::File::open(path).map_err(|source| SymbolsError::Read {
+    let file = user_files::open_input(path).map_err(|error| SymbolsError::Read {
         path: path.display().to_string(),
-        source,
+        error,
     })?;
     let cache = object::ReadCache::new(file);
     visit_elf_functions(&cache, visit).map_err(|e| match e {

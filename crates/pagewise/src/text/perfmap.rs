@@ -44,9 +44,12 @@ impl PerfMap {
         PerfMap { symbols }
     }
 
-    /// Reads and parses a perf map file.
+    /// Reads and parses a perf map file (a regular file only: a FIFO is
+    /// refused at once).
     pub fn read(path: &Path) -> std::io::Result<PerfMap> {
-        Ok(Self::parse(&std::fs::read_to_string(path)?))
+        Ok(Self::parse(&crate::host::user_files::read_input_to_string(
+            path,
+        )?))
     }
 
     /// The symbol containing `addr`, if any. Binary search.

@@ -15,6 +15,7 @@
 //! was in no file-backed object. `perf script` output (with call chains) is
 //! accepted too; its frames are kept as `symbol+offset` in their DSO.
 
+use crate::host::user_files;
 use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::path::Path;
@@ -65,13 +66,12 @@ pub struct Profile {
 #[derive(Debug, thiserror::Error)]
 pub enum ProfileError {
     /// The file could not be read.
-    #[error("cannot read {path}: {source}")]
+    #[error("cannot read {path}: {error}")]
     Read {
         /// The file.
         path: String,
         /// Why.
-        #[source]
-        source: std::io::Error,
+        error: std::io::Error,
     },
     /// A line is malformed.
     #[error("{path}:{line}: {reason}")]
@@ -162,11 +162,12 @@ impl Profile {
         out
     }
 
-    /// Reads a profile file in either format.
+    /// Reads a profile file in either format. Only a regular file is read:
+    /// a FIFO, a directory or a device is refused at once, never waited on.
     pub fn read(path: &Path) -> Result<Profile, ProfileError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ProfileError::Read {
+        let text = user_files::read_input_to_string(path).map_err(|error| ProfileError::Read {
             path: path.display().to_string(),
-            source,
+            error,
         })?;
         Self::parse(&text, &path.display().to_string())
     }

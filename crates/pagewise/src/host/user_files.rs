@@ -1,0 +1,163 @@
+//! Files a user names (profiles, binaries, order files, reports): opened
+//! so that nothing blocks on a FIFO and nothing reads forever.
+//!
+//! A plain `open` of a FIFO waits until another process opens its other end,
+//! and a read of `/dev/zero` never ends, so a path that names one would hang
+//! the command (or the program before `main`, in the preload). Here an input
+//! is opened with `O_NONBLOCK`, which returns at once whatever the path is,
+//! and its type is checked on the open descriptor (`fstat`, no window in which
+//! the path can be swapped) before a byte is read: only a regular file is
+//! read. An output is opened with `O_NONBLOCK` too: a FIFO that no process
+//! reads fails at once (`ENXIO`) instead of blocking; one that is read, a
+//! terminal or `/dev/null` is written as usual.
+//!
+//! Errors are `std::io::Error`s whose message says what the path is ("a
+//! FIFO, not a regular file"), for callers to wrap with the path.
+
+use crate::sys::create;
+use std::fs::File;
+use std::io::{self, Read, Write};
+use std::path::Path;
+
+/// Opens `path` for reading if it is a regular file (following symbolic
+/// links); anything else is refused with an `InvalidInput` error naming what
+/// it is, without blocking. One `open` and one `fstat`.
+pub fn open_input(path: &Path) -> io::Result<File> {
+    let file = create::open_for_reading(path).map_err(|e| e.source)?;
+    let meta = file.metadata()?;
+    if !meta.file_type().is_file() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("{}, not a regular file", create::kind_of(&meta)),
+        ));
+    }
+    Ok(file)
+}
+
+/// The bytes of the regular file `path` ([`open_input`], then one read of
+/// its size).
+pub fn read_input(path: &Path) -> io::Result<Vec<u8>> {
+    let mut file = open_input(path)?;
+    let mut bytes = Vec::new();
+    file.read_to_end(&mut bytes)?;
+    Ok(bytes)
+}
+
+/// The text of the regular file `path`; invalid UTF-8 is an `InvalidData` error.
+pub fn read_input_to_string(path: &Path) -> io::Result<String> {
+    String::from_utf8(read_input(path)?)
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "not UTF-8 text"))
+}
+
+/// Creates `path` (mode 0666 minus the umask) or truncates it, for writing,
+/// without blocking: a FIFO no process reads is an error at once; a FIFO
+/// that is read, a terminal or `/dev/null` is written as usual. One `open`
+/// and one `fstat` (two `fcntl` more for anything but a regular file).
+pub fn create_output(path: &Path) -> io::Result<File> {
+    create::open_for_writing(path).map_err(|e| {
+        if create::fifo_without_reader(&e) {
+            io::Error::new(
+                e.source.kind(),
+                "a FIFO that no process is reading (start the reader first)",
+            )
+        } else {
+            e.source
+        }
+    })
+}
+
+/// Writes `bytes` to `path` as [`create_output`] opens it.
+pub fn write_output(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    create_output(path)?.write_all(bytes)
+}
+
+/// For writers that open `path` themselves (a plotting library): an error
+/// if something other than a regular file is there. One `stat`.
+pub fn check_output(path: &Path) -> io::Result<()> {
+    match std::fs::metadata(path) {
+        Ok(meta) if !meta.file_type().is_file() => Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("{}, not a regular file", create::kind_of(&meta)),
+        )),
+        _ => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::{Duration, Instant};
+
+    fn fifo(dir: &Path) -> std::path::PathBuf {
+        let path = dir.join("fifo");
+        let status = std::process::Command::new("mkfifo")
+            .arg(&path)
+            .status()
+            .unwrap();
+        assert!(status.success(), "mkfifo failed");
+        path
+    }
+
+    #[test]
+    fn inputs_other_than_regular_files_are_refused_at_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let regular = dir.path().join("r");
+        std::fs::write(&regular, "text").unwrap();
+        assert_eq!(read_input_to_string(&regular).unwrap(), "text");
+        let start = Instant::now();
+        for (path, what) in [
+            (fifo(dir.path()), "a FIFO"),
+            (dir.path().to_owned(), "a directory"),
+            ("/dev/zero".into(), "a character device"),
+        ] {
+            let err = read_input(&path).unwrap_err();
+            assert_eq!(err.kind(), io::ErrorKind::InvalidInput, "{path:?}");
+            assert_eq!(err.to_string(), format!("{what}, not a regular file"));
+        }
+        assert!(start.elapsed() < Duration::from_secs(5), "an open blocked");
+        let missing = read_input(&dir.path().join("missing")).unwrap_err();
+        assert_eq!(missing.kind(), io::ErrorKind::NotFound);
+        std::fs::write(&regular, [0xff, 0xfe]).unwrap();
+        assert_eq!(
+            read_input_to_string(&regular).unwrap_err().kind(),
+            io::ErrorKind::InvalidData
+        );
+    }
+
+    #[test]
+    fn outputs_never_block_on_a_fifo_without_a_reader() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = fifo(dir.path());
+        let start = Instant::now();
+        let err = write_output(&f, b"x").unwrap_err();
+        assert!(start.elapsed() < Duration::from_secs(5), "the open blocked");
+        assert!(err.to_string().contains("no process is reading"), "{err}");
+        // With a reader, the FIFO is written, and blocking again afterwards.
+        let reader = std::thread::spawn({
+            let f = f.clone();
+            move || {
+                let mut text = String::new();
+                File::open(f).unwrap().read_to_string(&mut text).unwrap();
+                text
+            }
+        });
+        let mut out = loop {
+            match create_output(&f) {
+                Ok(out) => break out,
+                Err(_) => std::thread::sleep(Duration::from_millis(5)),
+            }
+        };
+        let big = vec![b'y'; 1 << 20];
+        out.write_all(&big).unwrap();
+        drop(out);
+        assert_eq!(reader.join().unwrap().len(), 1 << 20);
+        write_output(Path::new("/dev/null"), b"x").unwrap();
+        let regular = dir.path().join("out");
+        write_output(&regular, b"abc").unwrap();
+        write_output(&regular, b"d").unwrap();
+        assert_eq!(std::fs::read(&regular).unwrap(), b"d");
+        assert!(check_output(&regular).is_ok());
+        assert!(check_output(&dir.path().join("new")).is_ok());
+        assert!(check_output(&f).unwrap_err().to_string().contains("a FIFO"));
+    }
+}
