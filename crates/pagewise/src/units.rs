@@ -22,7 +22,8 @@ pub enum SizeError {
 
 /// Parses a byte size. Units are powers of 1024 (`K`, `KB`, `KiB` all mean
 /// 1024); a fractional number is allowed with a unit and is rounded down to
-/// whole bytes. Cost: a scan of the string.
+/// whole bytes, exactly whatever the number of decimals. Cost: a scan of the
+/// string (and 40 more per decimal at most).
 pub fn parse_size(text: &str) -> Result<u64, SizeError> {
     let text = text.trim();
     if text.is_empty() {
@@ -62,15 +63,22 @@ pub fn parse_size(text: &str) -> Result<u64, SizeError> {
         if shift == 0 {
             return Err(SizeError::Invalid(text.to_owned()));
         }
-        // Fraction of the unit, computed exactly on up to 9 digits.
-        let digits = &frac[..frac.len().min(9)];
-        let numerator: u64 = digits
-            .parse()
-            .map_err(|_| SizeError::Invalid(text.to_owned()))?;
-        let denominator = 10u64.pow(digits.len() as u32);
-        let extra = (u128::from(numerator) << shift) / u128::from(denominator);
+        // floor(0.FRAC × 2^shift), exact for any number of decimals: double
+        // the decimal fraction `shift` times, keeping what carries out of it.
+        // (Taking only the first 9 decimals made ".0000000001T" 0 bytes, not 109.)
+        let mut digits: Vec<u8> = frac.bytes().map(|d| d - b'0').collect();
+        let mut extra = 0u64;
+        for _ in 0..shift {
+            let mut carry = 0;
+            for d in digits.iter_mut().rev() {
+                let doubled = *d * 2 + carry;
+                *d = doubled % 10;
+                carry = doubled / 10;
+            }
+            extra = extra * 2 + u64::from(carry);
+        }
         bytes = bytes
-            .checked_add(extra as u64)
+            .checked_add(extra)
             .ok_or_else(|| SizeError::Overflow(text.to_owned()))?;
     }
     Ok(bytes)

@@ -125,7 +125,13 @@ where
                 .get(sym.st_name(endian) as usize..)
                 .and_then(|s| s.split(|b| *b == 0).next())
                 .and_then(|s| std::str::from_utf8(s).ok());
-            if let Some(name) = name.filter(|n| !n.is_empty()) {
+            // Order files and perf maps hold one name per line: a name with a
+            // space or a line break (only a damaged or hostile file has one)
+            // could not be written there, so it is left out.
+            let writable = |n: &&str| {
+                !n.is_empty() && !n.contains(|c: char| c.is_whitespace() || c.is_control())
+            };
+            if let Some(name) = name.filter(writable) {
                 any = true;
                 visit(vaddr, sym.st_size(endian).into().max(1), name);
             }
@@ -154,18 +160,24 @@ fn collect_functions(
 impl FunctionTable {
     /// Reads the `.symtab` (and `.dynsym`) function symbols of `path`.
     /// Cost: reads the headers and the symbol and string tables (not the
-    /// code), then sorts and indexes every function by name.
+    /// code), then sorts and indexes every function by name. Only a regular
+    /// file is read: a FIFO or a device (`/dev/zero`) is refused at once.
     pub fn read(path: &Path) -> Result<FunctionTable, SymbolsError> {
         collect_functions(|visit| visit_functions(path, visit))
     }
 
-    /// Parses function symbols from ELF bytes.
+    /// Parses function symbols from ELF bytes (names with white space or
+    /// control characters are left out: see `visit_elf`).
     pub fn parse(data: &[u8]) -> Result<FunctionTable, SymbolsError> {
         collect_functions(|visit| visit_elf_functions(data, visit))
     }
 
-    /// Builds a table from a list (duplicates by address keep the first name).
+    /// Builds a table from a list (duplicates by address keep the first name;
+    /// a size of 0 counts as 1).
     pub fn from_functions(mut functions: Vec<Function>) -> FunctionTable {
+        for f in &mut functions {
+            f.size = f.size.max(1);
+        }
         functions.sort_by(|a, b| a.vaddr.cmp(&b.vaddr).then(a.name.cmp(&b.name)));
         functions.dedup_by_key(|f| f.vaddr);
         let by_name = functions
@@ -188,7 +200,8 @@ impl FunctionTable {
             .partition_point(|f| f.vaddr <= vaddr)
             .checked_sub(1)?;
         let f = &self.functions[i];
-        (vaddr < f.vaddr + f.size).then_some(i)
+        // vaddr >= f.vaddr here; no sum that could pass 2^64.
+        (vaddr - f.vaddr < f.size).then_some(i)
     }
 
     /// The index of the function named `name`.

@@ -37,7 +37,7 @@ pub fn hot_pages_from_profile(path: &Path) -> Result<Vec<huge::HotPages>, String
             let resolved = match (table.as_ref(), location) {
                 (Some(t), l) => order::resolve(l, t, Path::new(object)).map(|(i, addr)| {
                     let f = &t.functions()[i];
-                    vec![addr, f.vaddr, f.vaddr + f.size - 1]
+                    vec![addr, f.vaddr, f.vaddr.saturating_add(f.size - 1)]
                 }),
                 (None, profile::Location::Address { vaddr, .. }) => Some(vec![*vaddr]),
                 (None, _) => None,

@@ -98,19 +98,20 @@ pub fn c3(
         if frames.iter().all(Option::is_none) {
             continue;
         }
-        resolved_samples += weight;
+        // Sums saturate: weights can add up past 2^64 (a merged or hand-made profile).
+        resolved_samples = weight.saturating_add(resolved_samples);
         for f in frames.iter().flatten() {
             self_samples.entry(*f).or_default();
         }
         if let Some(leaf) = frames[0] {
-            *self_samples.entry(leaf).or_default() += weight;
+            add(self_samples.entry(leaf).or_default(), *weight);
         }
         // Only directly adjacent frames that both resolve make an arc: a frame in
         // another object (libc's qsort calling back) breaks the chain.
         for pair in frames.windows(2) {
             if let [Some(callee), Some(caller)] = *pair {
                 if callee != caller {
-                    *arcs.entry((caller, callee)).or_default() += weight;
+                    add(arcs.entry((caller, callee)).or_default(), *weight);
                 }
             }
         }
@@ -118,7 +119,7 @@ pub fn c3(
     let mut incoming: HashMap<usize, u64> = HashMap::new();
     let mut best_caller: HashMap<usize, (usize, u64)> = HashMap::new();
     for (&(caller, callee), &w) in &arcs {
-        *incoming.entry(callee).or_default() += w;
+        add(incoming.entry(callee).or_default(), w);
         let entry = best_caller.entry(callee).or_insert((caller, w));
         if w > entry.1 || (w == entry.1 && caller < entry.0) {
             *entry = (caller, w);
@@ -143,10 +144,11 @@ pub fn c3(
             continue;
         }
         let (cf, cp) = (cluster_of[&f], cluster_of[&caller]);
-        if cf == cp || size[&cf] + size[&cp] > options.max_cluster_bytes {
+        let merged_size = size[&cf].saturating_add(size[&cp]);
+        if cf == cp || merged_size > options.max_cluster_bytes {
             continue;
         }
-        let merged = density(heat[&cp] + heat[&cf], size[&cp] + size[&cf]);
+        let merged = density(heat[&cp].saturating_add(heat[&cf]), merged_size);
         if density(heat[&cp], size[&cp]) > merged * options.caller_degrade_factor {
             continue;
         }
@@ -156,8 +158,8 @@ pub fn c3(
         }
         members.get_mut(&cp).expect("live cluster").extend(moved);
         let (s, h) = (size.remove(&cf).unwrap_or(0), heat.remove(&cf).unwrap_or(0));
-        *size.get_mut(&cp).expect("live cluster") += s;
-        *heat.get_mut(&cp).expect("live cluster") += h;
+        add(size.get_mut(&cp).expect("live cluster"), s);
+        add(heat.get_mut(&cp).expect("live cluster"), h);
     }
     let mut clusters: Vec<usize> = members.keys().copied().collect();
     clusters.sort_by(|a, b| {
@@ -203,16 +205,16 @@ fn page_counts(addresses: &[(u64, u64)], page: u64) -> PageCounts {
     let mut weights: HashMap<u64, u64> = HashMap::new();
     let mut total = 0;
     for &(addr, w) in addresses {
-        *weights.entry(addr / page).or_default() += w;
-        total += w;
+        add(weights.entry(addr / page).or_default(), w);
+        add(&mut total, w);
     }
     let mut sorted: Vec<u64> = weights.into_values().collect();
     sorted.sort_unstable_by(|a, b| b.cmp(a));
     let covering = |share: f64| {
         let goal = (total as f64 * share).ceil() as u64;
         let mut sum = 0;
-        for (i, w) in sorted.iter().enumerate() {
-            sum += w;
+        for (i, &w) in sorted.iter().enumerate() {
+            add(&mut sum, w);
             if sum >= goal {
                 return i + 1;
             }
@@ -237,21 +239,31 @@ pub fn layout(table: &FunctionTable, order: &[String], align: u64) -> Vec<u64> {
     for name in order {
         if let Some(i) = table.by_name(name) {
             if !placed[i] {
-                cursor = cursor.next_multiple_of(align);
-                new[i] = cursor;
-                cursor += funcs[i].size;
+                new[i] = place(&mut cursor, funcs[i].size, align);
                 placed[i] = true;
             }
         }
     }
     for (i, f) in funcs.iter().enumerate() {
         if !placed[i] {
-            cursor = cursor.next_multiple_of(align);
-            new[i] = cursor;
-            cursor += f.size;
+            new[i] = place(&mut cursor, f.size, align);
         }
     }
     new
+}
+
+/// The address of a function of `size` bytes placed at `cursor` aligned to
+/// `align`; moves the cursor past it. Saturates at the top of the address
+/// space (only a damaged symbol table gets there).
+fn place(cursor: &mut u64, size: u64, align: u64) -> u64 {
+    let at = cursor.checked_next_multiple_of(align).unwrap_or(u64::MAX);
+    *cursor = at.saturating_add(size);
+    at
+}
+
+/// `*sum += w`, saturating at 2^64 − 1.
+fn add(sum: &mut u64, w: u64) {
+    *sum = sum.saturating_add(w);
 }
 
 /// The footprint of the profile's leaf samples in `binary`, as laid out now
@@ -269,7 +281,7 @@ pub fn footprint(
             continue;
         };
         let addr = match &new {
-            Some(new) => new[f] + (addr - table.functions()[f].vaddr),
+            Some(new) => new[f].saturating_add(addr - table.functions()[f].vaddr),
             None => addr,
         };
         addresses.push((addr, *w));
@@ -277,7 +289,9 @@ pub fn footprint(
     Footprint {
         pages_4k: page_counts(&addresses, 4096),
         pages_2m: page_counts(&addresses, 2 << 20),
-        resolved_samples: addresses.iter().map(|(_, w)| w).sum(),
+        resolved_samples: addresses
+            .iter()
+            .fold(0, |sum, (_, w)| sum.saturating_add(*w)),
     }
 }
 

@@ -96,12 +96,15 @@ pub enum ProfileError {
 const HEADER: &str = "# pagewise-profile 1";
 
 impl Profile {
-    /// Total sample weight.
+    /// Total sample weight (at most `u64::MAX`: sums saturate, never wrap).
     pub fn total(&self) -> u64 {
-        self.stacks.iter().map(|(w, _)| w).sum()
+        self.stacks
+            .iter()
+            .fold(0u64, |sum, (w, _)| sum.saturating_add(*w))
     }
 
-    /// Adds another profile's stacks (merging by weight).
+    /// Adds another profile's stacks (merging by weight; a weight that would
+    /// pass `u64::MAX` stays there).
     pub fn merge(&mut self, other: Profile) {
         if self.event.is_empty() {
             self.event = other.event;
@@ -114,7 +117,8 @@ impl Profile {
     pub fn normalize(&mut self) {
         let mut combined: HashMap<Vec<Location>, u64> = HashMap::new();
         for (w, stack) in self.stacks.drain(..) {
-            *combined.entry(stack).or_default() += w;
+            let sum = combined.entry(stack).or_default();
+            *sum = sum.saturating_add(w);
         }
         self.stacks = combined.into_iter().map(|(s, w)| (w, s)).collect();
         self.stacks
@@ -131,14 +135,11 @@ impl Profile {
         objects.sort_unstable();
         objects.dedup();
         let ids: HashMap<&str, usize> = objects.iter().enumerate().map(|(i, o)| (*o, i)).collect();
-        let mut out = format!(
-            "{HEADER}\n# event {}\n",
-            if self.event.is_empty() {
-                "unknown"
-            } else {
-                &self.event
-            }
-        );
+        let mut out = format!("{HEADER}\n");
+        // No event line for no event: reading it back gives the same profile.
+        if !self.event.is_empty() {
+            let _ = writeln!(out, "# event {}", self.event);
+        }
         for (i, o) in objects.iter().enumerate() {
             let _ = writeln!(out, "object {i} {o}");
         }
@@ -202,6 +203,8 @@ fn unescape(name: &str) -> String {
 fn parse_own(text: &str, path: &str) -> Result<Profile, ProfileError> {
     let mut profile = Profile::default();
     let mut objects: HashMap<usize, String> = HashMap::new();
+    // Checked, so that no later sum of weights (pages, arcs, totals) can wrap.
+    let mut total = 0u64;
     for (n, line) in text.lines().enumerate() {
         let err = |reason: String| ProfileError::Syntax {
             path: path.to_owned(),
@@ -234,6 +237,9 @@ fn parse_own(text: &str, path: &str) -> Result<Profile, ProfileError> {
                     .next()
                     .and_then(|w| w.parse().ok())
                     .ok_or_else(|| err("stack needs a count".into()))?;
+                total = total.checked_add(weight).ok_or_else(|| {
+                    err("the stack counts add up to more than 2^64 - 1 (a damaged profile?)".into())
+                })?;
                 let mut frames = Vec::new();
                 for word in words {
                     let (id, rest) = word
