@@ -1,6 +1,7 @@
 //! `pagewise doctor`: prints the machine report as tables or JSON.
 
 use crate::format::{bytes, or_unread, table};
+use crate::output::{outln, OutputError};
 use pagewise::copy::{Choices, SizeRange, Source, COPY_LLC_DIVISOR, FILL_LLC_DIVISOR};
 use pagewise::host::hugetlb::HugetlbPool;
 use pagewise::host::thp::Thp;
@@ -21,9 +22,9 @@ pub struct DoctorArgs {
 pub fn run(args: &DoctorArgs) -> anyhow::Result<ExitCode> {
     let report = MachineReport::probe();
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        outln!("{}", serde_json::to_string_pretty(&report)?)?;
     } else {
-        print_human(&report);
+        print_human(&report)?;
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -116,7 +117,7 @@ fn add_row(rows: &mut Rows, area: &str, item: &str, value: String) {
     rows.push([area.into(), item.into(), value]);
 }
 
-fn print_human(r: &MachineReport) {
+fn print_human(r: &MachineReport) -> Result<(), OutputError> {
     let mut rows: Rows = Vec::new();
     kernel_rows(&mut rows, r);
     hugetlb_rows(&mut rows, &r.hugetlb);
@@ -127,7 +128,7 @@ fn print_human(r: &MachineReport) {
     glibc_rows(&mut rows, &r.glibc);
     limits_rows(&mut rows, &r.limits);
     copy_rows(&mut rows, r.copy.as_ref());
-    print_tables(r, rows);
+    print_tables(r, rows)
 }
 
 /// The kernel release and who the probe ran as.
@@ -372,12 +373,12 @@ fn limits_rows(rows: &mut Rows, limits: &Limits) {
 }
 
 /// Prints the machine table, then the advice and what could not be read.
-fn print_tables(r: &MachineReport, rows: Rows) {
+fn print_tables(r: &MachineReport, rows: Rows) -> Result<(), OutputError> {
     let mut machine = table(&["area", "item", "value"]);
     for [a, i, v] in rows {
         machine.add_row(vec![a, i, v]);
     }
-    println!("{machine}");
+    outln!("{machine}")?;
 
     if !r.advice.is_empty() {
         let mut advice = table(&["for", "finding", "fix"]);
@@ -388,12 +389,13 @@ fn print_tables(r: &MachineReport, rows: Rows) {
                 a.fix.clone().unwrap_or_else(|| "-".into()),
             ]);
         }
-        println!("\nAdvice\n{advice}");
+        outln!("\nAdvice\n{advice}")?;
     }
     if !r.not_read.is_empty() {
-        println!("\nNot readable here ({}):", r.not_read.len());
+        outln!("\nNot readable here ({}):", r.not_read.len())?;
         for n in &r.not_read {
-            println!("  {}: {}", n.path, n.reason);
+            outln!("  {}: {}", n.path, n.reason)?;
         }
     }
+    Ok(())
 }

@@ -8,11 +8,6 @@ use std::process::ExitCode;
 /// (the library's one formatter).
 pub use pagewise::units::format_bytes as bytes;
 
-/// clap value parser for byte sizes (`1GiB`, `64K`, `4096`).
-pub fn parse_size_arg(text: &str) -> Result<u64, String> {
-    pagewise::units::parse_size(text).map_err(|e| e.to_string())
-}
-
 /// An optional value, or a mark that it could not be read.
 pub fn or_unread<T: std::fmt::Display>(value: Option<T>) -> String {
     value.map_or_else(|| "(not readable)".to_owned(), |v| v.to_string())
@@ -32,13 +27,13 @@ pub fn one_line(err: &anyhow::Error) -> String {
 pub fn usage_error(err: clap::Error) -> ExitCode {
     use clap::error::ErrorKind;
     match err.kind() {
-        ErrorKind::DisplayHelp | ErrorKind::DisplayVersion => {
-            let _ = err.print();
-            ExitCode::SUCCESS
-        }
+        ErrorKind::DisplayHelp | ErrorKind::DisplayVersion => match err.print() {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => crate::output::exit_status(&crate::output::OutputError(e)),
+        },
         _ => {
             let rendered = err.render().to_string();
-            eprintln!(
+            crate::output::errln!(
                 "pagewise: {} (see 'pagewise --help')",
                 first_paragraph(&rendered)
             );

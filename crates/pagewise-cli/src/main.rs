@@ -2,10 +2,14 @@
 //! `pagewise` library and prints tables or JSON.
 
 #![forbid(unsafe_code)]
+// Output goes through output::outln!/errln!, which cannot panic.
+#![cfg_attr(not(test), deny(clippy::print_stdout, clippy::print_stderr))]
 
+mod args;
 mod bench;
 mod doctor;
 mod format;
+mod output;
 mod plot;
 mod preload;
 mod progress;
@@ -64,11 +68,119 @@ fn main() -> ExitCode {
         Command::Run(args) => run::run(&args),
         Command::Text { command } => text::run(&command),
     };
-    match result {
-        Ok(code) => code,
-        Err(err) => {
-            eprintln!("pagewise: {}", format::one_line(&err));
-            ExitCode::FAILURE
+    let flushed = output::flush_out();
+    match (result, flushed) {
+        (Err(err), _) => match err
+            .chain()
+            .find_map(|e| e.downcast_ref::<output::OutputError>())
+        {
+            Some(out) => output::exit_status(out),
+            None => {
+                output::errln!("pagewise: {}", format::one_line(&err));
+                ExitCode::FAILURE
+            }
+        },
+        (Ok(_), Err(out)) => output::exit_status(&out),
+        (Ok(code), Ok(())) => code,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Cli;
+    use clap::{CommandFactory, Parser};
+
+    /// Options whose values are text or paths, not numbers.
+    const TEXT_OPTIONS: &[&str] = &[
+        "binary",
+        "copy",
+        "dir",
+        "disk-dir",
+        "flame",
+        "fleet-file",
+        "huge-text",
+        "huge-text-lib",
+        "mode",
+        "only",
+        "order",
+        "output",
+        "plot",
+        "spec",
+        "tmpfs-dir",
+        "work-dir",
+    ];
+    /// Options that take a byte size (bounded, some above 4 GiB).
+    const SIZE_OPTIONS: &[&str] = &[
+        "chunk-size",
+        "keep-heap-pad",
+        "max-cluster",
+        "max-size",
+        "max-window",
+        "min-size",
+        "padding",
+        "record",
+        "size",
+        "sizes",
+        "window",
+    ];
+    /// Numeric options where every value of the type is valid.
+    const UNBOUNDED: &[(&str, &str)] = &[("seed", "every 64-bit number is a seed")];
+
+    /// Every subcommand that runs something, with its path of names.
+    fn leaves(cmd: &clap::Command, path: Vec<String>, out: &mut Vec<(Vec<String>, clap::Command)>) {
+        if !cmd.has_subcommands() {
+            out.push((path, cmd.clone()));
+            return;
         }
+        for sub in cmd.get_subcommands() {
+            let mut p = path.clone();
+            p.push(sub.get_name().to_owned());
+            leaves(sub, p, out);
+        }
+    }
+
+    /// Each option that takes a number refuses a value out of its range as
+    /// it is parsed (a usage error naming the option, exit status 2), so no
+    /// huge, negative or non-finite number reaches a command; a count, rate
+    /// or time above 2^32 − 1 neither. A new numeric option without bounds
+    /// fails here.
+    #[test]
+    fn every_numeric_option_refuses_huge_negative_and_non_finite_values() {
+        let mut all = Vec::new();
+        leaves(&Cli::command(), vec![], &mut all);
+        let mut checked = 0;
+        for (path, cmd) in &all {
+            for arg in cmd.get_arguments() {
+                let Some(long) = arg.get_long() else {
+                    continue;
+                };
+                if arg.is_positional()
+                    || !arg.get_action().takes_values()
+                    || TEXT_OPTIONS.contains(&long)
+                    || UNBOUNDED.iter().any(|(name, _)| *name == long)
+                {
+                    continue;
+                }
+                let huge_count = (!SIZE_OPTIONS.contains(&long)).then_some("4294967295");
+                let values = ["18446744073709551615", "-1", "1e30", "NaN", "inf", ""];
+                for bad in values.into_iter().chain(huge_count) {
+                    let argv = std::iter::once("pagewise".to_owned())
+                        .chain(path.iter().cloned())
+                        .chain([format!("--{long}={bad}")]);
+                    let kind = Cli::try_parse_from(argv).map(|_| ()).map_err(|e| e.kind());
+                    assert!(
+                        matches!(
+                            kind,
+                            Err(clap::error::ErrorKind::ValueValidation
+                                | clap::error::ErrorKind::InvalidValue)
+                        ),
+                        "pagewise {} --{long}={bad}: {kind:?}, not a refused value",
+                        path.join(" ")
+                    );
+                }
+                checked += 1;
+            }
+        }
+        assert!(checked >= 30, "only {checked} numeric options found");
     }
 }

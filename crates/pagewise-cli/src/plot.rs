@@ -45,9 +45,12 @@ fn format_of(path: &Path) -> anyhow::Result<Format> {
     }
 }
 
-/// Checks the file name before a long run.
+/// Checks the file name, and that nothing but a regular file is there
+/// (the plotting library opens the path itself), before a long run.
 pub fn check_path(path: &Path) -> anyhow::Result<()> {
-    format_of(path).map(|_| ())
+    format_of(path)?;
+    pagewise::host::user_files::check_output(path)
+        .with_context(|| format!("--plot {}", path.display()))
 }
 
 fn register_font() -> anyhow::Result<()> {

@@ -1,6 +1,7 @@
 //! Progress on stderr for long-running work: a bar on a terminal, one line per
 //! step otherwise (CI logs), nothing with `--quiet`.
 
+use crate::output::errln;
 use indicatif::{ProgressBar, ProgressStyle};
 use std::io::IsTerminal;
 
@@ -35,7 +36,7 @@ impl pagewise_bench::Progress for StderrProgress {
                 bar.set_position(done as u64);
                 bar.set_message(what.to_owned());
             }
-            None if !self.quiet => eprintln!("[{done}/{total}] {what}"),
+            None if !self.quiet => errln!("[{done}/{total}] {what}"),
             None => {}
         }
     }

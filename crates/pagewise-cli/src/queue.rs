@@ -1,6 +1,7 @@
 //! `pagewise queue inspect|tail|append`: look at, follow and feed a queue file.
 
 use crate::format::{bytes, table};
+use crate::output::{errln, outln, OutputError};
 use anyhow::Context;
 use pagewise::queue::{self, Options, PreTouch, Reader, ReaderOptions, Start, Wait, Writer};
 use std::io::{BufRead, Write};
@@ -61,7 +62,7 @@ pub struct AppendArgs {
     raw: bool,
     /// Chunk size of a new queue (a power of two, 64KiB to 1GiB; default
     /// 64MiB). An existing queue with another chunk size is an error.
-    #[arg(long, value_parser = crate::format::parse_size_arg)]
+    #[arg(long, value_parser = crate::args::size_in(queue::layout::MIN_CHUNK, queue::layout::MAX_CHUNK))]
     chunk_size: Option<u64>,
     /// Give every record of a new queue a CRC-32. An existing queue without
     /// record CRCs is an error.
@@ -93,7 +94,7 @@ fn inspect(args: &InspectArgs) -> anyhow::Result<ExitCode> {
         ExitCode::SUCCESS
     };
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&info)?);
+        outln!("{}", serde_json::to_string_pretty(&info)?)?;
         return Ok(status);
     }
     let pos = |p: Option<queue::Position>| p.map_or_else(|| "-".to_owned(), |p| p.to_string());
@@ -154,9 +155,9 @@ fn inspect(args: &InspectArgs) -> anyhow::Result<ExitCode> {
     for (k, v) in rows {
         t.add_row(vec![k.to_owned(), v]);
     }
-    println!("{t}");
+    outln!("{t}")?;
     if let Some(p) = &info.problem {
-        println!("problem: {p}");
+        outln!("problem: {p}")?;
     }
     Ok(status)
 }
@@ -348,9 +349,7 @@ fn tail(args: &TailArgs) -> anyhow::Result<ExitCode> {
         let record = if args.follow {
             // Flush what we have before sleeping.
             if !reader.poll()? {
-                if let Err(e) = out.flush() {
-                    return quiet_on_broken_pipe(e);
-                }
+                out.flush().map_err(OutputError)?;
             }
             reader.next_wait(Wait::Block { spins: 100 }, None)?
         } else {
@@ -369,22 +368,10 @@ fn tail(args: &TailArgs) -> anyhow::Result<ExitCode> {
             line.extend_from_slice(escape(record.payload).as_bytes());
         }
         line.push(b'\n');
-        if let Err(e) = out.write_all(&line) {
-            return quiet_on_broken_pipe(e);
-        }
+        out.write_all(&line).map_err(OutputError)?;
     }
-    if let Err(e) = out.flush() {
-        return quiet_on_broken_pipe(e);
-    }
+    out.flush().map_err(OutputError)?;
     Ok(ExitCode::SUCCESS)
-}
-
-fn quiet_on_broken_pipe(e: std::io::Error) -> anyhow::Result<ExitCode> {
-    if e.kind() == std::io::ErrorKind::BrokenPipe {
-        Ok(ExitCode::SUCCESS)
-    } else {
-        Err(e).context("writing to stdout")
-    }
 }
 
 fn append(args: &AppendArgs) -> anyhow::Result<ExitCode> {
@@ -402,13 +389,13 @@ fn append(args: &AppendArgs) -> anyhow::Result<ExitCode> {
         writer.flush()?;
     }
     if let Some(e) = writer.report().wake_error {
-        eprintln!("pagewise: warning: waking blocked readers failed ({e}); they see new records within 250 ms");
+        errln!("pagewise: warning: waking blocked readers failed ({e}); they see new records within 250 ms");
     }
     match appended? {
         (count, Some((first, last))) => {
-            eprintln!("appended {count} records, positions {first} to {last}")
+            errln!("appended {count} records, positions {first} to {last}")
         }
-        (_, None) => eprintln!("appended 0 records"),
+        (_, None) => errln!("appended 0 records"),
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -1,10 +1,11 @@
 //! `pagewise run`: start an unmodified program with memory-path fixes applied.
 
 use crate::format::bytes;
+use crate::output::errln;
 use crate::preload;
 use anyhow::{bail, Context};
 use pagewise::launch::huge_text::{self, ReportDir};
-use pagewise::launch::{self, keep_heap};
+use pagewise::launch::{self, keep_heap, LaunchError};
 use pagewise::text::huge::PerfMaps;
 use pagewise::text::perfmap::PerfMapWriter;
 use std::os::unix::process::CommandExt;
@@ -28,8 +29,8 @@ pub struct RunArgs {
     #[arg(long)]
     keep_heap: bool,
     /// With --keep-heap: extra heap taken at each growth, about the largest block the
-    /// program allocates repeatedly (glibc.malloc.top_pad).
-    #[arg(long, value_name = "SIZE", default_value = "64MiB", value_parser = crate::format::parse_size_arg)]
+    /// program allocates repeatedly (glibc.malloc.top_pad), at most 1 GiB.
+    #[arg(long, value_name = "SIZE", default_value = "64MiB", value_parser = crate::args::size_in(0, keep_heap::MAX_TOP_PAD))]
     keep_heap_pad: u64,
     /// Print what was set up, on stderr: the tunables before the program starts, and one
     /// line per text range from each process (set PAGEWISE_REPORT=FILE for JSON).
@@ -58,14 +59,29 @@ a fresh mmap that the kernel must fault in and zero page by page, and unmaps the
 A program that repeatedly allocates, fills and frees large buffers spends most of its time
 in the kernel. --keep-heap sets GLIBC_TUNABLES so freed blocks stay in the heap:
 mmap_threshold=32MiB (glibc's maximum), mmap_max=0 (larger blocks come from the heap too),
-trim_threshold=256GiB (the heap is never given back) and top_pad=--keep-heap-pad.
+trim_threshold=256GiB (the heap is never given back) and top_pad=--keep-heap-pad
+(at most 1 GiB: a larger pad buys nothing, and one the kernel refuses makes every malloc fail).
 Trade-off: the process keeps its peak heap resident until it exits (plus fragmentation),
 so its RSS no longer falls after a burst. Settings already in GLIBC_TUNABLES are kept.
 Programs not dynamically linked against glibc (musl, static) are refused: the tunables
 would change nothing. The program's exit status is pagewise's exit status.";
 
-/// Sets up the environment and replaces this process with the program.
+/// Sets up the environment and replaces this process with the program (or,
+/// with --huge-text, starts it and waits). A program that cannot start gives
+/// the status a shell would (127 not found, 126 not executable), as
+/// `pagewise stat` does.
 pub fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
+    start(args).or_else(|err| match err.downcast_ref::<LaunchError>() {
+        Some(e) => {
+            errln!("pagewise: {e}");
+            Ok(ExitCode::from(e.exit_code()))
+        }
+        None => Err(err),
+    })
+}
+
+/// [`run`], with a program that cannot start as a [`LaunchError`].
+fn start(args: &RunArgs) -> anyhow::Result<ExitCode> {
     if !args.keep_heap && args.huge_text.is_none() {
         bail!("nothing to apply: choose a fix such as --keep-heap or --huge-text (see 'pagewise run --help')");
     }
@@ -73,13 +89,9 @@ pub fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
         bail!("--huge-text-lib needs --huge-text");
     }
     let program = &args.command[0];
-    let path = match launch::resolve_program(program.as_ref()) {
-        Ok(path) => path,
-        Err(e) => {
-            eprintln!("pagewise: {e}");
-            return Ok(ExitCode::from(127));
-        }
-    };
+    let path = launch::resolve_program(program.as_ref())?;
+    // Before reading it: a file without execute permission is that error, not "not ELF".
+    launch::require_executable(&path)?;
     let mut command = std::process::Command::new(&path);
     command.args(&args.command[1..]);
     // argv[0] as the user typed it, like a shell.
@@ -98,7 +110,12 @@ pub fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
         return run_with_huge_text(command, mode, args);
     }
     let error = command.exec();
-    Err(error).with_context(|| format!("cannot start {program}"))
+    Err(if error.kind() == std::io::ErrorKind::NotFound {
+        LaunchError::NotFound(program.clone())
+    } else {
+        LaunchError::NotExecutable { path, error }
+    }
+    .into())
 }
 
 fn apply_keep_heap(
@@ -115,7 +132,7 @@ fn apply_keep_heap(
     let (value, decided) = keep_heap::glibc_tunables_env(existing.as_deref(), args.keep_heap_pad);
     command.env("GLIBC_TUNABLES", &value);
     if args.report {
-        eprintln!("pagewise run: keep-heap for {}", inspected.display());
+        errln!("pagewise run: keep-heap for {}", inspected.display());
         for t in &decided {
             let shown = if t.name.ends_with("mmap_max") {
                 t.value.to_string()
@@ -127,9 +144,9 @@ fn apply_keep_heap(
             } else {
                 ""
             };
-            eprintln!("pagewise run:   {} = {shown}{note}", t.name);
+            errln!("pagewise run:   {} = {shown}{note}", t.name);
         }
-        eprintln!("pagewise run: GLIBC_TUNABLES={value}");
+        errln!("pagewise run: GLIBC_TUNABLES={value}");
     }
     Ok(())
 }
@@ -187,9 +204,9 @@ fn run_with_huge_text(
     if args.report {
         command.env("PAGEWISE_REPORT_STDERR", "1");
         for note in &notes {
-            eprintln!("pagewise run: {note}");
+            errln!("pagewise run: {note}");
         }
-        eprintln!(
+        errln!(
             "pagewise run: huge text ({mode}) through LD_PRELOAD={preload} ({})",
             library.source
         );
@@ -204,7 +221,7 @@ fn run_with_huge_text(
     let report_file = std::env::var_os("PAGEWISE_REPORT").filter(|f| !f.is_empty());
     if args.report || report_file.is_some() {
         for problem in finished.note.iter().chain(&gathered.problems) {
-            eprintln!("pagewise run: {problem}");
+            errln!("pagewise run: {problem}");
         }
     }
     if let Some(file) = report_file {
@@ -217,10 +234,10 @@ fn run_with_huge_text(
                     preload: &library,
                 };
                 if let Err(e) = huge_text::write_run_report(&file, &summary) {
-                    eprintln!("pagewise run: {e}");
+                    errln!("pagewise run: {e}");
                 }
             }
-            None => eprintln!(
+            None => errln!(
                 "pagewise run: {program} sent no huge-text report (the preload library did not run in it), so {} was not written",
                 file.display()
             ),

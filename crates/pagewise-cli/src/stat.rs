@@ -6,6 +6,8 @@
 //! so the command's own stdout stays untouched.
 
 use crate::format::{bytes, table};
+use crate::output::errln;
+use pagewise::host::user_files;
 use pagewise::observe::{
     self, findings::count, ChurnSite, Counts, FaultKinds, Finding, Hardware, PageSizes, Site,
     Skipped, StatOptions, StatReport, Syscalls, Target, TextFootprint,
@@ -42,14 +44,17 @@ pub struct StatArgs {
     #[arg(long, short, value_name = "FILE")]
     output: Option<PathBuf>,
     /// Observe the running process PID instead of starting CMD.
-    #[arg(long, value_name = "PID", conflicts_with = "command")]
+    #[arg(long, value_name = "PID", conflicts_with = "command",
+          value_parser = clap::value_parser!(i32).range(1..))]
     pid: Option<i32>,
-    /// With --pid: seconds to observe it.
-    #[arg(long, value_name = "N", requires = "pid", default_value_t = 10.0)]
+    /// With --pid: seconds to observe it (at most a day).
+    #[arg(long, value_name = "N", requires = "pid", default_value_t = 10.0,
+          value_parser = crate::args::seconds_up_to(crate::args::MAX_WINDOW_SECONDS))]
     seconds: f64,
     /// How many call sites to list.
-    #[arg(long, value_name = "N", default_value_t = 10)]
-    top: usize,
+    #[arg(long, value_name = "N", default_value_t = 10,
+          value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    top: u32,
     /// The command to run and its arguments, after `--`.
     #[arg(last = true, value_name = "CMD", required_unless_present = "pid")]
     command: Vec<OsString>,
@@ -58,27 +63,22 @@ pub struct StatArgs {
 /// Runs `pagewise stat`; the exit status is the command's.
 pub fn run(args: &StatArgs) -> anyhow::Result<ExitCode> {
     let target = match args.pid {
-        Some(pid) => {
-            if !(args.seconds > 0.0 && args.seconds.is_finite()) {
-                anyhow::bail!("--seconds must be a positive number, not {}", args.seconds);
-            }
-            Target::Pid {
-                pid,
-                duration: Duration::from_secs_f64(args.seconds),
-            }
-        }
+        Some(pid) => Target::Pid {
+            pid,
+            duration: Duration::from_secs_f64(args.seconds),
+        },
         None => Target::Command(args.command.clone()),
     };
     let options = StatOptions {
         target,
         sites: args.sites || args.flame.is_some(),
         interval: Duration::from_millis(args.interval),
-        site_limit: args.top.max(1),
+        site_limit: args.top as usize,
     };
     let report = match observe::stat(&options) {
         Ok(r) => r,
         Err(e) => {
-            eprintln!("pagewise: stat: {e}");
+            errln!("pagewise: stat: {e}");
             return Ok(ExitCode::from(e.exit_code().clamp(1, 255) as u8));
         }
     };
@@ -95,7 +95,7 @@ pub fn run(args: &StatArgs) -> anyhow::Result<ExitCode> {
         human(&report, &notes)
     };
     match &args.output {
-        Some(path) => std::fs::write(path, text)
+        Some(path) => user_files::write_output(path, text.as_bytes())
             .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))?,
         None => {
             let _ = std::io::stderr().write_all(text.as_bytes());
@@ -104,14 +104,14 @@ pub fn run(args: &StatArgs) -> anyhow::Result<ExitCode> {
     if args.json {
         // Notes that are not in the JSON still reach a human.
         for n in &notes {
-            eprintln!("pagewise: {n}");
+            errln!("pagewise: {n}");
         }
     }
     let status = report.exit.as_ref().map_or(0, |e| e.status);
     Ok(ExitCode::from(status.clamp(0, 255) as u8))
 }
 
-fn write_flame(report: &StatReport, path: &PathBuf) -> anyhow::Result<()> {
+fn write_flame(report: &StatReport, path: &std::path::Path) -> anyhow::Result<()> {
     if report.folded_fault_stacks.is_empty() {
         anyhow::bail!("no fault stacks were sampled (see 'not measured')");
     }
@@ -123,7 +123,7 @@ fn write_flame(report: &StatReport, path: &PathBuf) -> anyhow::Result<()> {
     let mut opts = inferno::flamegraph::Options::default();
     opts.title = "pagewise stat: page-fault stacks".to_owned();
     opts.count_name = "faults".to_owned();
-    let file = std::fs::File::create(path)
+    let file = user_files::create_output(path)
         .map_err(|e| anyhow::anyhow!("cannot create {}: {e}", path.display()))?;
     let mut w = std::io::BufWriter::new(file);
     inferno::flamegraph::from_lines(&mut opts, lines.iter().map(String::as_str), &mut w)

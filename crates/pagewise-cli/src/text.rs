@@ -1,7 +1,9 @@
 //! `pagewise text …`: function ordering and hot-text footprints from profiles.
 
 use crate::format::table;
+use crate::output::{errln, outln, OutputError};
 use anyhow::Context;
+use pagewise::host::user_files;
 use pagewise::observe::profile_sampler::{self, ProfileError};
 use pagewise::observe::Target;
 use pagewise::text::function_table::FunctionTable;
@@ -39,8 +41,8 @@ pub struct OrderArgs {
     /// ld.lld's --symbol-ordering-file (SYMBOL).
     #[arg(long)]
     gold: bool,
-    /// Largest cluster in bytes.
-    #[arg(long, default_value = "2MiB", value_parser = crate::format::parse_size_arg)]
+    /// Largest cluster in bytes (4 KiB to 1 GiB).
+    #[arg(long, default_value = "2MiB", value_parser = crate::args::size_in(4 << 10, 1 << 30))]
     max_cluster: u64,
     /// Print a JSON summary (schema pagewise.text.order/1).
     #[arg(long)]
@@ -119,8 +121,11 @@ fn run_order(args: &OrderArgs) -> anyhow::Result<ExitCode> {
     };
     let computed = order::c3(&profile, &table, &args.binary, &options);
     no_samples_check(computed.resolved_samples, &args.binary)?;
-    std::fs::write(&args.output, order::order_file(&computed, args.gold))
-        .with_context(|| format!("cannot write {}", args.output.display()))?;
+    user_files::write_output(
+        &args.output,
+        order::order_file(&computed, args.gold).as_bytes(),
+    )
+    .with_context(|| format!("cannot write {}", args.output.display()))?;
     let before = order::footprint(&profile, &table, &args.binary, None);
     let after = order::footprint(&profile, &table, &args.binary, Some(&computed.functions));
     if args.json {
@@ -134,9 +139,9 @@ fn run_order(args: &OrderArgs) -> anyhow::Result<ExitCode> {
             before,
             after,
         };
-        println!("{}", serde_json::to_string_pretty(&summary)?);
+        outln!("{}", serde_json::to_string_pretty(&summary)?)?;
     } else {
-        println!(
+        outln!(
             "wrote {} hot functions in {} clusters to {} ({} of {} samples in {})",
             computed.functions.len(),
             computed.clusters,
@@ -144,9 +149,9 @@ fn run_order(args: &OrderArgs) -> anyhow::Result<ExitCode> {
             computed.resolved_samples,
             computed.total_samples,
             args.binary.display()
-        );
-        print_footprints(&before, Some(&after));
-        println!(
+        )?;
+        print_footprints(&before, Some(&after))?;
+        outln!(
             "link with -ffunction-sections and {} {}",
             if args.gold {
                 "gold's --section-ordering-file"
@@ -154,12 +159,15 @@ fn run_order(args: &OrderArgs) -> anyhow::Result<ExitCode> {
                 "ld.lld --symbol-ordering-file"
             },
             args.output.display()
-        );
+        )?;
     }
     Ok(ExitCode::SUCCESS)
 }
 
-fn print_footprints(before: &order::Footprint, after: Option<&order::Footprint>) {
+fn print_footprints(
+    before: &order::Footprint,
+    after: Option<&order::Footprint>,
+) -> Result<(), OutputError> {
     let mut t = table(&["layout", "4 KiB pages 50/90/99%", "2 MiB pages 50/90/99%"]);
     let row = |f: &order::Footprint| {
         vec![
@@ -175,7 +183,7 @@ fn print_footprints(before: &order::Footprint, after: Option<&order::Footprint>)
         second.extend(row(after));
         t.add_row(second);
     }
-    println!("{t}");
+    outln!("{t}")
 }
 
 fn run_footprint(args: &FootprintArgs) -> anyhow::Result<ExitCode> {
@@ -184,7 +192,7 @@ fn run_footprint(args: &FootprintArgs) -> anyhow::Result<ExitCode> {
     no_samples_check(before.resolved_samples, &args.binary)?;
     let after = match &args.order {
         Some(path) => {
-            let text = std::fs::read_to_string(path)
+            let text = user_files::read_input_to_string(path)
                 .with_context(|| format!("cannot read {}", path.display()))?;
             Some(order::footprint(
                 &profile,
@@ -202,14 +210,14 @@ fn run_footprint(args: &FootprintArgs) -> anyhow::Result<ExitCode> {
             before,
             after,
         };
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        outln!("{}", serde_json::to_string_pretty(&report)?)?;
     } else {
-        println!(
+        outln!(
             "{} samples resolved in {}",
             before.resolved_samples,
             args.binary.display()
-        );
-        print_footprints(&before, after.as_ref());
+        )?;
+        print_footprints(&before, after.as_ref())?;
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -224,10 +232,11 @@ pub struct ProfileArgs {
     #[arg(long, default_value_t = 999, value_parser = clap::value_parser!(u64).range(1..=100_000))]
     frequency: u64,
     /// Profile this running process instead of starting a command.
-    #[arg(long, conflicts_with = "command")]
+    #[arg(long, conflicts_with = "command", value_parser = clap::value_parser!(i32).range(1..))]
     pid: Option<i32>,
-    /// With --pid: how long to sample.
-    #[arg(long, default_value_t = 10.0, requires = "pid")]
+    /// With --pid: how long to sample, in seconds (at most a day).
+    #[arg(long, default_value_t = 10.0, requires = "pid",
+          value_parser = crate::args::seconds_up_to(crate::args::MAX_WINDOW_SECONDS))]
     seconds: f64,
     /// The command to start and profile, after `--`.
     #[arg(last = true, value_name = "CMD", required_unless_present = "pid")]
@@ -236,10 +245,6 @@ pub struct ProfileArgs {
 
 /// Samples a command or a process into a profile file; exits with the command's status.
 pub fn run_profile(args: &ProfileArgs) -> anyhow::Result<ExitCode> {
-    anyhow::ensure!(
-        args.seconds > 0.0 && args.seconds.is_finite(),
-        "--seconds must be a positive number"
-    );
     let target = match args.pid {
         Some(pid) => Target::Pid {
             pid,
@@ -248,7 +253,7 @@ pub fn run_profile(args: &ProfileArgs) -> anyhow::Result<ExitCode> {
         None => Target::Command(args.command.clone()),
     };
     if matches!(target, Target::Pid { .. }) {
-        eprintln!(
+        errln!(
             "pagewise: sampling process {} for {} s",
             args.pid.unwrap_or(0),
             args.seconds
@@ -257,14 +262,14 @@ pub fn run_profile(args: &ProfileArgs) -> anyhow::Result<ExitCode> {
     let sampled = match profile_sampler::sample_profile(&target, 1_000_000_000 / args.frequency) {
         Ok(s) => s,
         Err(ProfileError::Target(e)) => {
-            eprintln!("pagewise: {e}");
+            errln!("pagewise: {e}");
             return Ok(ExitCode::from(e.exit_code().clamp(1, 255) as u8));
         }
         Err(e) => return Err(e.into()),
     };
-    std::fs::write(&args.output, sampled.profile.to_text())
+    user_files::write_output(&args.output, sampled.profile.to_text().as_bytes())
         .with_context(|| format!("cannot write {}", args.output.display()))?;
-    eprintln!(
+    errln!(
         "pagewise: {} samples in {} distinct stacks written to {}{}",
         sampled.profile.total(),
         sampled.profile.stacks.len(),
@@ -280,7 +285,7 @@ pub fn run_profile(args: &ProfileArgs) -> anyhow::Result<ExitCode> {
             ExitCode::from(code.clamp(0, 255) as u8)
         }
         Some(pagewise::sys::process::ExitKind::Signaled { signal, .. }) => {
-            eprintln!("pagewise: the command was killed by signal {signal}");
+            errln!("pagewise: the command was killed by signal {signal}");
             ExitCode::from((128 + signal).clamp(0, 255) as u8)
         }
         None => ExitCode::SUCCESS,

@@ -131,5 +131,5 @@ fn zero_size_is_refused() {
         .clone();
     let stderr = String::from_utf8(out.stderr).unwrap();
     assert_eq!(stderr.trim_end().lines().count(), 1, "{stderr}");
-    assert!(stderr.contains("at least 1 byte"), "{stderr}");
+    assert!(stderr.contains("at least 1 B"), "{stderr}");
 }

@@ -4,6 +4,7 @@
 
 use crate::bench::CommonArgs;
 use crate::format::{bytes, table};
+use crate::output::{outln, OutputError};
 use anyhow::Context;
 use pagewise_bench::fleet::FleetDistribution;
 use pagewise_bench::memcpy::{self, Op, Options, Report};
@@ -51,7 +52,7 @@ pub struct CopyArgs {
     #[arg(long)]
     pub no_end_to_end: bool,
     /// Records per end-to-end trial.
-    #[arg(long, default_value_t = 200_000, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, default_value_t = 200_000, value_parser = clap::value_parser!(u64).range(1..=1_000_000_000))]
     pub end_to_end_records: u64,
     /// Directory on tmpfs for the end-to-end row's queue file.
     #[arg(long, default_value = "/dev/shm")]
@@ -61,12 +62,11 @@ pub struct CopyArgs {
     pub plot: Option<PathBuf>,
 }
 
-/// A size as every other size option reads it (`1.5M`, `4K`, `100`), above 0.
+/// A size as every other size option reads it (`1.5M`, `4K`, `100`), from
+/// 1 byte to [`crate::args::MAX_BENCH_BYTES`].
 fn parse_size_arg(text: &str) -> Result<usize, String> {
-    match crate::format::parse_size_arg(text)? {
-        0 => Err(format!("{text:?}: a size must be above 0")),
-        n => usize::try_from(n).map_err(|_| format!("{text:?} is too large")),
-    }
+    let n = crate::args::size_in(1, crate::args::MAX_BENCH_BYTES)(text)?;
+    usize::try_from(n).map_err(|_| format!("{text:?} is too large"))
 }
 
 /// Runs the experiment and prints it.
@@ -125,9 +125,9 @@ pub fn run(op: Op, args: &CopyArgs) -> anyhow::Result<ExitCode> {
             .with_context(|| format!("cannot draw {}", path.display()))?;
     }
     if args.common.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        outln!("{}", serde_json::to_string_pretty(&report)?)?;
     } else {
-        print_human(op, &report);
+        print_human(op, &report)?;
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -139,8 +139,8 @@ fn range(s: &Summary, digits: usize) -> String {
     )
 }
 
-fn print_human(op: Op, r: &Report) {
-    crate::bench::print_machine(&r.machine);
+fn print_human(op: Op, r: &Report) -> Result<(), OutputError> {
+    crate::bench::print_machine(&r.machine)?;
     let ours = match op {
         Op::Memcpy => "pagewise copy GB/s",
         Op::Memset => "pagewise fill GB/s",
@@ -156,13 +156,13 @@ fn print_human(op: Op, r: &Report) {
             format!("{:.2}", row.ratio),
         ]);
     }
-    println!(
+    outln!(
         "{} against glibc, {} trials each, interleaved; medians (min–max); ratio above 1: pagewise faster",
         op.name(),
         r.trials
-    );
+    )?;
     if !r.rows.is_empty() {
-        println!("{t}");
+        outln!("{t}")?;
     }
     if let Some(f) = &r.fleet {
         let mut t = table(&[
@@ -181,16 +181,16 @@ fn print_human(op: Op, r: &Report) {
             range(&f.glibc, 2),
             format!("{:.2}", f.ratio),
         ]);
-        println!(
+        outln!(
             "\nFleet distribution ({})",
             f.file.as_deref().unwrap_or("?")
-        );
-        println!("{t}");
+        )?;
+        outln!("{t}")?;
         if f.overlap_probability_ignored > 0.0 {
-            println!(
+            outln!(
                 "(calls marked overlapping, {:.4}% of the file, run without overlap)",
                 f.overlap_probability_ignored * 100.0
-            );
+            )?;
         }
     }
     if let Some(e) = &r.end_to_end {
@@ -206,14 +206,14 @@ fn print_human(op: Op, r: &Report) {
             rate(&e.glibc_records_per_s, e.bytes),
             format!("{:.2}", e.ratio),
         ]);
-        println!(
+        outln!(
             "\nEnd to end: bench queue's throughput phase (tmpfs, pre-touch), {} records per trial, payload copied in by the writer and out by the reader",
             e.records
-        );
-        println!("{t}");
+        )?;
+        outln!("{t}")?;
     }
     let p = &r.plan;
-    println!(
+    outln!(
         "\npagewise plan: {} kernels; non-temporal stores from {} (copy), {} (fill) ({:?}); huge pages on buffers: {}",
         p.isa.name(),
         p.copy_nontemporal
@@ -222,8 +222,9 @@ fn print_human(op: Op, r: &Report) {
             .map_or("never".to_owned(), |t| bytes(t as u64)),
         p.nontemporal_source,
         if r.huge_pages { "asked" } else { "no" }
-    );
+    )?;
     for note in &r.notes {
-        println!("note: {note}");
+        outln!("note: {note}")?;
     }
+    Ok(())
 }

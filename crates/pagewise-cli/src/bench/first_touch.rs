@@ -2,6 +2,7 @@
 
 use crate::bench::CommonArgs;
 use crate::format::{bytes, table};
+use crate::output::outln;
 use pagewise_bench::first_touch::{self, Config, Strategy};
 use std::process::ExitCode;
 
@@ -9,7 +10,7 @@ use std::process::ExitCode;
 #[derive(Debug, clap::Args)]
 pub struct FirstTouchArgs {
     /// Bytes to allocate and write (e.g. 1GiB, 256MiB).
-    #[arg(long, default_value = "1GiB", value_parser = crate::format::parse_size_arg)]
+    #[arg(long, default_value = "1GiB", value_parser = crate::args::size_in(1, crate::args::MAX_BENCH_BYTES))]
     size: u64,
     /// Strategies to run, comma-separated (malloc, mmap, thp, hugetlb-2m, populate,
     /// region-eager, region-background); all by default.
@@ -39,7 +40,6 @@ fn parse_strategy(name: &str) -> Result<Strategy, String> {
 /// Runs the experiment and prints it.
 pub fn run(args: &FirstTouchArgs) -> anyhow::Result<ExitCode> {
     let size = usize::try_from(args.size)?;
-    anyhow::ensure!(size > 0, "--size must be at least 1 byte");
     let config = Config {
         size,
         trials: args.common.trials as usize,
@@ -55,15 +55,15 @@ pub fn run(args: &FirstTouchArgs) -> anyhow::Result<ExitCode> {
     };
     let report = first_touch::run(&config, &args.common.progress());
     if args.common.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        outln!("{}", serde_json::to_string_pretty(&report)?)?;
         return Ok(ExitCode::SUCCESS);
     }
-    crate::bench::print_machine(&report.machine);
-    println!(
+    crate::bench::print_machine(&report.machine)?;
+    outln!(
         "first touch: {} written 3 times, {} trials, medians (min-max) in ms",
         bytes(report.size_bytes as u64),
         report.trials
-    );
+    )?;
     let mut t = table(&[
         "strategy",
         "alloc",
@@ -93,19 +93,19 @@ pub fn run(args: &FirstTouchArgs) -> anyhow::Result<ExitCode> {
             r.backing.clone(),
         ]);
     }
-    println!("{t}");
+    outln!("{t}")?;
     if !report.faults_counted {
-        println!("page faults were not counted: the page-faults software event does not open here (see `pagewise doctor`)");
+        outln!("page faults were not counted: the page-faults software event does not open here (see `pagewise doctor`)")?;
     }
     for r in report.rows.iter().filter(|r| r.note.is_some()) {
-        println!(
+        outln!(
             "note: {}: {}",
             r.name,
             r.note.as_deref().unwrap_or_default()
-        );
+        )?;
     }
     for n in &report.not_run {
-        println!("not run: {}: {}", n.name, n.reason);
+        outln!("not run: {}: {}", n.name, n.reason)?;
     }
     Ok(ExitCode::SUCCESS)
 }

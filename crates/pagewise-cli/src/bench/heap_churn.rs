@@ -1,7 +1,9 @@
 //! `pagewise bench heap-churn` and its hidden worker.
 
+use crate::args::size_in;
 use crate::bench::CommonArgs;
-use crate::format::{bytes, parse_size_arg, table};
+use crate::format::{bytes, table};
+use crate::output::outln;
 use anyhow::{anyhow, Context};
 use pagewise_bench::heap_churn::{self, Config, WorkerMode, Workload};
 use std::path::PathBuf;
@@ -14,16 +16,16 @@ pub struct WorkloadArgs {
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=256))]
     threads: u32,
     /// Smallest buffer.
-    #[arg(long, default_value = "256KiB", value_parser = parse_size_arg)]
+    #[arg(long, default_value = "256KiB", value_parser = size_in(1, 1 << 30))]
     min_size: u64,
-    /// Largest buffer.
-    #[arg(long, default_value = "64MiB", value_parser = parse_size_arg)]
+    /// Largest buffer (at most 1 GiB: each thread holds one).
+    #[arg(long, default_value = "64MiB", value_parser = size_in(1, 1 << 30))]
     max_size: u64,
     /// Measured iterations per thread.
-    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..))]
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
     iterations: u32,
     /// Warm-up iterations per thread, not measured.
-    #[arg(long, default_value_t = 10)]
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(0..=1_000_000))]
     warmup: u32,
 }
 
@@ -37,8 +39,8 @@ impl WorkloadArgs {
             warmup: self.warmup as usize,
         };
         anyhow::ensure!(
-            w.min_size > 0 && w.min_size <= w.max_size,
-            "--min-size must be at least 1 byte and at most --max-size"
+            w.min_size <= w.max_size,
+            "--min-size must be at most --max-size"
         );
         Ok(w)
     }
@@ -75,19 +77,19 @@ pub fn run(args: &HeapChurnArgs) -> anyhow::Result<ExitCode> {
     let report =
         heap_churn::run(&config, &spawn, &args.common.progress()).map_err(|e| anyhow!(e))?;
     if args.common.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        outln!("{}", serde_json::to_string_pretty(&report)?)?;
         return Ok(ExitCode::SUCCESS);
     }
-    crate::bench::print_machine(&report.machine);
+    crate::bench::print_machine(&report.machine)?;
     let w = &report.workload;
-    println!(
+    outln!(
         "heap churn: {} threads x {} iterations of malloc/fill/free, {}-{}, {} trials, medians",
         w.threads,
         w.iterations,
         bytes(w.min_size as u64),
         bytes(w.max_size as u64),
         report.trials
-    );
+    )?;
     let mut t = table(&[
         "row",
         "GB/s (min-max)",
@@ -112,12 +114,12 @@ pub fn run(args: &HeapChurnArgs) -> anyhow::Result<ExitCode> {
             format!("{:.2}", r.sys_s),
         ]);
     }
-    println!("{t}");
+    outln!("{t}")?;
     if report.rows.iter().any(|r| r.faults_per_iter.is_none()) {
-        println!("page faults were not counted: the page-faults software event does not open here (see `pagewise doctor`)");
+        outln!("page faults were not counted: the page-faults software event does not open here (see `pagewise doctor`)")?;
     }
     if let Some(note) = &report.map_calls_note {
-        println!("{note}");
+        outln!("{note}")?;
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -160,7 +162,7 @@ pub fn worker(args: &WorkerArgs) -> anyhow::Result<ExitCode> {
     };
     let result =
         heap_churn::run_worker(mode, &args.workload.workload()?).map_err(|e| anyhow!(e))?;
-    println!("{}", serde_json::to_string(&result)?);
+    outln!("{}", serde_json::to_string(&result)?)?;
     Ok(ExitCode::SUCCESS)
 }
 

@@ -2,6 +2,7 @@
 
 use crate::bench::CommonArgs;
 use crate::format::{bytes, table};
+use crate::output::outln;
 use anyhow::{anyhow, Context};
 use pagewise::observe::{profile_sampler, Target};
 use pagewise::text::profile::Profile;
@@ -16,14 +17,15 @@ pub struct ItlbArgs {
     /// Leaf functions in the generated program.
     #[arg(long, default_value_t = 4096, value_parser = clap::value_parser!(u32).range(16..=65536))]
     functions: u32,
-    /// Filler after each leaf function (total text is about functions x padding).
-    #[arg(long, default_value = "8KiB", value_parser = crate::format::parse_size_arg)]
+    /// Filler after each leaf function (total text is about functions x padding,
+    /// at most 1 GiB).
+    #[arg(long, default_value = "8KiB", value_parser = crate::args::size_in(0, 1 << 20))]
     padding: u64,
-    /// Zipf exponent of the call frequencies.
-    #[arg(long, default_value_t = 1.0)]
+    /// Zipf exponent of the call frequencies (0 to 10).
+    #[arg(long, default_value_t = 1.0, value_parser = crate::args::number_in(0.0, 10.0))]
     zipf: f64,
     /// Rounds of the driver loop per timed run.
-    #[arg(long, default_value_t = 1500, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, default_value_t = 1500, value_parser = clap::value_parser!(u64).range(1..=100_000_000))]
     rounds: u64,
     /// Seed of the generated program.
     #[arg(long, default_value_t = 42)]
@@ -69,9 +71,11 @@ fn huge_text_argv(program: &Path, args: &[String]) -> Vec<OsString> {
 
 /// Runs the experiment and prints it.
 pub fn run(args: &ItlbArgs) -> anyhow::Result<ExitCode> {
+    // The generated program is linked with the small code model: text must stay well below 2 GiB.
     anyhow::ensure!(
-        args.zipf.is_finite() && args.zipf >= 0.0,
-        "--zipf must be a number >= 0"
+        u64::from(args.functions) * args.padding <= 1 << 30,
+        "--functions x --padding must be at most 1 GiB of text, not {}",
+        bytes(u64::from(args.functions) * args.padding)
     );
     // A fresh private folder (the benchmark compiles and runs programs from it).
     // The temporary folder (if any) is removed when `_temp` drops at the end.
@@ -105,18 +109,18 @@ pub fn run(args: &ItlbArgs) -> anyhow::Result<ExitCode> {
     )
     .map_err(|e| anyhow!(e))?;
     if args.common.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        outln!("{}", serde_json::to_string_pretty(&report)?)?;
         return Ok(ExitCode::SUCCESS);
     }
-    crate::bench::print_machine(&report.machine);
-    println!(
+    crate::bench::print_machine(&report.machine)?;
+    outln!(
         "itlb: {} functions over {} of text, Zipf {}, {} rounds, {} trials, medians (min-max)",
         report.shape.functions,
         bytes(report.text_bytes),
         report.shape.zipf,
         report.rounds,
         report.trials
-    );
+    )?;
     let mut t = table(&[
         "variant",
         "loop s",
@@ -136,11 +140,11 @@ pub fn run(args: &ItlbArgs) -> anyhow::Result<ExitCode> {
             r.footprint_2m_p99.to_string(),
         ]);
     }
-    println!("{t}");
-    println!(
+    outln!("{t}")?;
+    outln!(
         "order: {} hot functions (C3); predicted 4 KiB pages @99% after ordering, from symbol sizes: {}",
         report.ordered_functions, report.predicted_ordered_footprint_4k_p99
-    );
+    )?;
     Ok(ExitCode::SUCCESS)
 }
 

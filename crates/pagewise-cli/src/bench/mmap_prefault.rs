@@ -2,6 +2,7 @@
 
 use crate::bench::CommonArgs;
 use crate::format::{bytes, table};
+use crate::output::outln;
 use pagewise::queue::PreTouch;
 use pagewise_bench::mmap_prefault::{self, Config, Method};
 use std::path::PathBuf;
@@ -11,10 +12,10 @@ use std::process::ExitCode;
 #[derive(Debug, clap::Args)]
 pub struct MmapPrefaultArgs {
     /// Bytes to write (e.g. 256MiB).
-    #[arg(long, default_value = "256MiB", value_parser = crate::format::parse_size_arg)]
+    #[arg(long, default_value = "256MiB", value_parser = crate::args::size_in(1, crate::args::MAX_BENCH_BYTES))]
     size: u64,
     /// Bytes per record.
-    #[arg(long, default_value = "128", value_parser = crate::format::parse_size_arg)]
+    #[arg(long, default_value = "128", value_parser = crate::args::size_in(1, 1 << 30))]
     record: u64,
     /// Directory for the file (tmpfs by default).
     #[arg(long, default_value = "/dev/shm")]
@@ -23,10 +24,10 @@ pub struct MmapPrefaultArgs {
     #[arg(long, value_delimiter = ',', value_parser = parse_method)]
     only: Vec<Method>,
     /// The pre-toucher's window for `pagewise-window`.
-    #[arg(long, default_value = "4MiB", value_parser = crate::format::parse_size_arg)]
+    #[arg(long, default_value = "4MiB", value_parser = crate::args::size_in(1, 1 << 30))]
     window: u64,
     /// The largest window its rate adaptation may use.
-    #[arg(long, default_value = "64MiB", value_parser = crate::format::parse_size_arg)]
+    #[arg(long, default_value = "64MiB", value_parser = crate::args::size_in(1, 1 << 30))]
     max_window: u64,
     #[command(flatten)]
     common: CommonArgs,
@@ -46,10 +47,7 @@ fn parse_method(name: &str) -> Result<Method, String> {
 pub fn run(args: &MmapPrefaultArgs) -> anyhow::Result<ExitCode> {
     let size = usize::try_from(args.size)?;
     let record = usize::try_from(args.record)?;
-    anyhow::ensure!(
-        record > 0 && size >= record,
-        "--size must be at least one --record"
-    );
+    anyhow::ensure!(size >= record, "--size must be at least one --record");
     let window = PreTouch {
         window: args.window,
         max_window: args.max_window,
@@ -70,18 +68,18 @@ pub fn run(args: &MmapPrefaultArgs) -> anyhow::Result<ExitCode> {
     };
     let report = mmap_prefault::run(&config, &args.common.progress());
     if args.common.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        outln!("{}", serde_json::to_string_pretty(&report)?)?;
         return Ok(ExitCode::SUCCESS);
     }
-    crate::bench::print_machine(&report.machine);
-    println!(
+    crate::bench::print_machine(&report.machine)?;
+    outln!(
         "mmap prefault: {} in {}-byte records through a shared mapping on {} ({}), {} trials, medians (min-max)",
         bytes(report.size_bytes as u64),
         report.record_bytes,
         report.dir,
         report.fs,
         report.trials
-    );
+    )?;
     let mut t = table(&[
         "method",
         "total ms",
@@ -106,7 +104,7 @@ pub fn run(args: &MmapPrefaultArgs) -> anyhow::Result<ExitCode> {
             bytes(r.peak_ahead_bytes),
         ]);
     }
-    println!("{t}");
+    outln!("{t}")?;
     if let Some(w) = report.rows.iter().find(|r| r.name == "pagewise-window") {
         let best = report
             .rows
@@ -114,21 +112,21 @@ pub fn run(args: &MmapPrefaultArgs) -> anyhow::Result<ExitCode> {
             .filter(|r| Method::from_name(r.name).is_some_and(Method::full_prefault))
             .min_by(|a, b| a.ms.total_cmp(&b.ms));
         if let Some(best) = best {
-            println!(
+            outln!(
                 "pagewise-window: {:.2}x the best full prefault ({}), window up to {} (configured {}-{})",
                 w.ms / best.ms,
                 best.name,
                 bytes(w.peak_window_bytes.unwrap_or(0)),
                 bytes(report.window_bytes),
                 bytes(report.max_window_bytes)
-            );
+            )?;
         }
     }
     if !report.faults_counted {
-        println!("page faults were not counted: the page-faults software event does not open here (see `pagewise doctor`)");
+        outln!("page faults were not counted: the page-faults software event does not open here (see `pagewise doctor`)")?;
     }
     for n in &report.not_run {
-        println!("not run: {}: {}", n.name, n.reason);
+        outln!("not run: {}: {}", n.name, n.reason)?;
     }
     Ok(ExitCode::SUCCESS)
 }

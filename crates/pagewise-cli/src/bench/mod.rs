@@ -7,6 +7,7 @@ mod itlb;
 mod mmap_prefault;
 mod queue;
 
+use crate::output::{outln, OutputError};
 use crate::progress::StderrProgress;
 use std::process::ExitCode;
 
@@ -35,8 +36,8 @@ impl CommonArgs {
 /// Prints the `machine:` line that heads every experiment's table: the
 /// processor, instruction sets, caches, CPUs, kernel, THP mode and glibc the
 /// results were measured on (the same as the JSON's `machine` object).
-pub fn print_machine(machine: &pagewise_bench::Machine) {
-    println!("machine: {}", machine.summary());
+pub fn print_machine(machine: &pagewise_bench::Machine) -> Result<(), OutputError> {
+    outln!("machine: {}", machine.summary())
 }
 
 /// The experiments.

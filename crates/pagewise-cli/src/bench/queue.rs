@@ -3,6 +3,7 @@
 
 use crate::bench::CommonArgs;
 use crate::format::{bytes, table};
+use crate::output::outln;
 use pagewise::copy::Routine;
 use pagewise_bench::queue::{self, ChildSpec, Config, RowSpec};
 use std::path::PathBuf;
@@ -11,20 +12,20 @@ use std::process::{Child, Command, ExitCode, Stdio};
 /// One-way throughput and latency of pagewise::queue between two processes.
 #[derive(Debug, clap::Args)]
 pub struct QueueArgs {
-    /// Payload bytes per record (at least 16).
-    #[arg(long, default_value = "128", value_parser = crate::format::parse_size_arg)]
+    /// Payload bytes per record (16 B, a sequence number and a timestamp, to 1 MiB).
+    #[arg(long, default_value = "128", value_parser = crate::args::size_in(16, 1 << 20))]
     record: u64,
     /// Records in the throughput phase.
-    #[arg(long, default_value_t = 2_000_000)]
+    #[arg(long, default_value_t = 2_000_000, value_parser = clap::value_parser!(u64).range(1..=1_000_000_000))]
     records: u64,
     /// Records in the latency phase.
-    #[arg(long, default_value_t = 1_000_000)]
+    #[arg(long, default_value_t = 1_000_000, value_parser = clap::value_parser!(u64).range(1..=1_000_000_000))]
     latency_records: u64,
-    /// Offered rate of the latency phase, records per second.
-    #[arg(long, default_value_t = 1_000_000.0)]
+    /// Offered rate of the latency phase, records per second (1 to 10^9).
+    #[arg(long, default_value_t = 1_000_000.0, value_parser = crate::args::number_in(1.0, 1e9))]
     rate: f64,
     /// The writer's pre-touch window.
-    #[arg(long, default_value = "4MiB", value_parser = crate::format::parse_size_arg)]
+    #[arg(long, default_value = "4MiB", value_parser = crate::args::size_in(1, 1 << 30))]
     window: u64,
     /// Directory on tmpfs.
     #[arg(long, default_value = "/dev/shm")]
@@ -44,18 +45,6 @@ pub struct QueueArgs {
 
 /// Runs the experiment and prints it.
 pub fn run(args: &QueueArgs) -> anyhow::Result<ExitCode> {
-    anyhow::ensure!(
-        args.record >= 16,
-        "--record must be at least 16 bytes (sequence number and timestamp)"
-    );
-    anyhow::ensure!(
-        args.records > 0 && args.latency_records > 0,
-        "--records and --latency-records must be positive"
-    );
-    anyhow::ensure!(
-        args.rate > 0.0 && args.rate.is_finite(),
-        "--rate must be a positive number"
-    );
     let all = Config::default_rows(&args.tmpfs_dir, &args.disk_dir, args.copy);
     let rows: Vec<RowSpec> = if args.only.is_empty() {
         all
@@ -82,23 +71,23 @@ pub fn run(args: &QueueArgs) -> anyhow::Result<ExitCode> {
     let spawn = child_spawner()?;
     let report = queue::run(&config, &args.common.progress(), &spawn);
     if args.common.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        outln!("{}", serde_json::to_string_pretty(&report)?)?;
         return Ok(ExitCode::SUCCESS);
     }
-    crate::bench::print_machine(&report.machine);
-    println!(
+    crate::bench::print_machine(&report.machine)?;
+    outln!(
         "queue: {}-byte records copied with {}, writer and reader in separate processes, {} trials, medians",
         report.record_bytes,
         args.copy.name(),
         report.trials
-    );
-    println!(
+    )?;
+    outln!(
         "throughput: {} records as fast as possible; latency: {} records offered at {:.0}/s, ns from scheduled send to read; pre-touch window {}",
         report.records,
         report.latency_records,
         report.rate_per_s,
         bytes(report.window_bytes)
-    );
+    )?;
     let mut t = table(&[
         "row",
         "fs",
@@ -134,17 +123,19 @@ pub fn run(args: &QueueArgs) -> anyhow::Result<ExitCode> {
                 .map_or_else(|| "not counted".into(), |f| f.to_string()),
         ]);
     }
-    println!("{t}");
+    outln!("{t}")?;
     for r in &report.rows {
         if let Some(why) = &r.failed {
-            println!(
+            outln!(
                 "{}: only {} of {} trials ran; then: {why}",
-                r.name, r.trials, report.trials
-            );
+                r.name,
+                r.trials,
+                report.trials
+            )?;
         }
     }
     for n in &report.not_run {
-        println!("not run: {}: {}", n.name, n.reason);
+        outln!("not run: {}: {}", n.name, n.reason)?;
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -28,6 +28,14 @@ pub const MAX_MMAP_THRESHOLD: u64 = 32 << 20;
 pub const TRIM_THRESHOLD: u64 = 256 << 30;
 /// The default `top_pad`: room for one more large block at each heap growth.
 pub const DEFAULT_TOP_PAD: u64 = 64 << 20;
+/// The largest `top_pad` pagewise sets: 1 GiB. The pad only saves heap
+/// growths (a larger block still fits: the heap grows by the block plus the
+/// pad), so more buys nothing, while every growth asks the kernel for the
+/// pad at once: with `mmap_max=0` malloc has no other source, and a pad the
+/// kernel refuses (above RAM + swap under the default overcommit heuristic;
+/// 64 GiB on a 23 GiB machine, 16 TiB anywhere) makes every malloc fail, so
+/// that even python3 exits at start-up.
+pub const MAX_TOP_PAD: u64 = 1 << 30;
 
 /// One tunable set (or kept from the user's environment).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
