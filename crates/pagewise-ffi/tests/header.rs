@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{build_dir, run_ok, scratch, workspace};
+use common::{run_ok, scratch, workspace};
 use pagewise_testkit::{skip, Need};
 use std::collections::BTreeSet;
 use std::path::PathBuf;
@@ -49,7 +49,7 @@ fn declared() -> BTreeSet<String> {
 
 #[test]
 fn the_library_exports_exactly_the_declared_pw_functions() {
-    let lib = build_dir().join("libpagewise.so");
+    let lib = common::library_dir().join("libpagewise.so");
     let out = match Command::new("nm")
         .args(["-D", "--defined-only"])
         .arg(&lib)
@@ -77,7 +77,7 @@ fn the_library_exports_exactly_the_declared_pw_functions() {
 
 #[test]
 fn the_library_has_its_soname() {
-    let lib = build_dir().join("libpagewise.so");
+    let lib = common::library_dir().join("libpagewise.so");
     let out = match Command::new("readelf").arg("-d").arg(&lib).output() {
         Ok(o) => o,
         Err(e) => skip!(Need::Tool, "readelf (binutils) cannot run: {e}"),
