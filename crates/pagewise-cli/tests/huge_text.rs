@@ -854,3 +854,22 @@ fn the_parent_passes_on_exit_status_and_signals() {
         "the program outlived the signal"
     );
 }
+
+/// The preload's messages go to the program's stderr; when that cannot be
+/// written (here /dev/full), the program must still run and exit as it
+/// would (an `eprintln!` there panicked and aborted it: exit 134).
+#[test]
+fn an_unwritable_stderr_never_stops_the_program() {
+    let lib = common::preload_library();
+    let full = std::fs::OpenOptions::new()
+        .write(true)
+        .open("/dev/full")
+        .unwrap();
+    let status = std::process::Command::new("/bin/true")
+        .env("LD_PRELOAD", &lib)
+        .env("PAGEWISE_HUGE_TEXT", "not-a-mode")
+        .stderr(full)
+        .status()
+        .unwrap();
+    assert_eq!(status.code(), Some(0), "{status}");
+}

@@ -21,6 +21,8 @@
 //! program runs on with its original text.
 
 #![deny(unsafe_code)]
+// Printing must never panic inside someone else's program: huge::eprint_lines.
+#![deny(clippy::print_stderr, clippy::print_stdout)]
 
 use pagewise::launch::huge_text::{self as run_side, REPORT_DIR_ENV};
 use pagewise::sys::text::MoveStep;
@@ -37,11 +39,11 @@ fn publish(report: &RunReport) {
             // The run that asked for reports is over (a daemon's child outlived
             // pagewise run): nobody is listening, so say nothing.
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => eprintln!(
+            Err(e) => huge::eprint_lines(&[format!(
                 "pagewise[{}]: cannot write the report into {}: {e}",
                 report.pid,
                 dir.display()
-            ),
+            )]),
         }
     }
 }
@@ -81,16 +83,18 @@ extern "C" fn pagewise_preload_init() {
     // A panic must never cross into the program: catch it and report.
     let outcome = std::panic::catch_unwind(|| match options_from_env(&mode) {
         Ok(options) => publish(&huge::remap_text(&options)),
-        Err(e) => eprintln!(
+        Err(e) => huge::eprint_lines(&[format!(
             "pagewise[{}]: huge text not applied: {e}",
             std::process::id()
-        ),
+        )]),
     });
     if outcome.is_err() {
-        eprintln!(
+        // Outside catch_unwind: this line must not be able to panic (eprintln!
+        // panics when stderr cannot be written, which would abort the program).
+        huge::eprint_lines(&[format!(
             "pagewise[{}]: huge text not applied: internal error",
             std::process::id()
-        );
+        )]);
     }
 }
 
