@@ -109,6 +109,15 @@ pub fn format_bytes(n: u64) -> String {
     format!("{value:.1} {}", UNITS[unit])
 }
 
+/// Several sizes with [`format_bytes`], joined by `, ` (`64 MiB, 1.5 GiB`).
+pub fn format_byte_list(sizes: &[u64]) -> String {
+    sizes
+        .iter()
+        .map(|&b| format_bytes(b))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 /// [`format_bytes`] when that reads back through [`parse_size`] as exactly
 /// `n` (`4 KiB`, `1.5 MiB`, `1000 B`), else the exact count (`1000000 B`):
 /// for names that must say the exact size, such as benchmark rows.
@@ -125,6 +134,12 @@ pub fn format_bytes_exact(n: u64) -> String {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn byte_lists() {
+        assert_eq!(format_byte_list(&[]), "");
+        assert_eq!(format_byte_list(&[64 << 20, 3 << 29]), "64 MiB, 1.5 GiB");
+    }
 
     #[test]
     fn examples() {

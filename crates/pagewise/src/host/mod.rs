@@ -12,16 +12,21 @@
 //! - [`thp`]: transparent huge page modes.
 //! - [`cpu`]: CPU model, cache sizes, NUMA nodes.
 //! - [`glibc`]: the tunables glibc's loader reports.
-//! - [`tracefs`]: where tracefs is, tracepoint ids and record layouts.
+//! - [`tracefs`]: where tracefs is, tracepoint ids and record layouts (read
+//!   through a private mount when tracefs is not mounted).
+//! - [`costs`]: what a page fault and a page rewrite cost here, measured.
+//! - [`kallsyms`]: the kernel's page-fault entry, from `/proc/kallsyms`.
 //! - [`user_files`]: files a user names (profiles, binaries, reports),
 //!   opened without blocking on a FIFO; inputs only when regular files.
 //!
 //! Nothing here changes a setting. Parsers are pure functions tested against
 //! fixture text; readers cost one small file read each unless they say otherwise.
 
+pub mod costs;
 pub mod cpu;
 pub mod glibc;
 pub mod hugetlb;
+pub mod kallsyms;
 pub mod kernel_files;
 pub mod proc_maps;
 pub mod proc_stat;

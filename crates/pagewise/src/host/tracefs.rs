@@ -2,7 +2,14 @@
 //! tracepoint (`events/GROUP/EVENT/{id,format}`), which perf needs to open
 //! `PERF_TYPE_TRACEPOINT` events and read their raw records. The parsers are
 //! pure and tested against fixture text; the readers cost one small file read each.
+//!
+//! [`lookup`] reads several tracepoints at once, and works where tracefs is
+//! not mounted (a fresh machine): as root it reads the files through
+//! [`crate::sys::tracefs::read_in_private_mount`], a helper process that
+//! mounts tracefs in a mount namespace of its own. Nothing is mounted for
+//! anyone else, and the result says which way the files were read.
 
+use crate::sys::tracefs::read_in_private_mount;
 use std::collections::HashMap;
 
 /// Why a tracepoint could not be looked up.
@@ -86,13 +93,196 @@ pub fn tracepoint_format(
 }
 
 /// The perf id of a tracepoint named `group:event` (such as
-/// `syscalls:sys_enter_mmap`), read from the live tracefs; the error says
-/// what is missing (tracefs not mounted, no permission). Costs a read of
-/// `/proc/mounts` and of one small file.
-pub fn live_tracepoint_id(name: &str) -> Result<u64, TracepointError> {
-    let tracefs = live_mount_point().ok_or(TracepointError::NotMounted)?;
-    let (group, event) = name.split_once(':').unwrap_or(("", name));
-    tracepoint_id(&tracefs, group, event)
+/// `syscalls:sys_enter_mmap`), from the live tracefs or, where it is not
+/// mounted, through a private mount ([`lookup`]); the error says what is
+/// missing. Costs a read of `/proc/mounts` and of one small file, or a fork.
+pub fn live_tracepoint_id(name: &str) -> Result<u64, String> {
+    lookup(&[name]).get(name).map(|tp| tp.id)
+}
+
+/// Where tracefs is mounted when nobody has mounted it: the mount point the
+/// kernel creates for it.
+pub const DEFAULT_MOUNT_POINT: &str = "/sys/kernel/tracing";
+
+/// How tracepoint ids and formats were read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Access {
+    /// From tracefs mounted at this path.
+    Mounted(String),
+    /// tracefs is not mounted here: a helper process mounted it in a mount
+    /// namespace of its own and read the files.
+    PrivateMount,
+}
+
+impl Access {
+    /// Short name for reports: `mounted` or `private-mount`.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Access::Mounted(_) => "mounted",
+            Access::PrivateMount => "private-mount",
+        }
+    }
+
+    /// One line for a person.
+    pub fn describe(&self) -> String {
+        match self {
+            Access::Mounted(path) => format!("read from tracefs at {path}"),
+            Access::PrivateMount => format!(
+                "tracefs is not mounted: read through a private mount of {DEFAULT_MOUNT_POINT} \
+                 in a helper process's own mount namespace (nothing was mounted for anyone else)"
+            ),
+        }
+    }
+}
+
+/// A tracepoint's perf id and record layout.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Tracepoint {
+    /// The id for `PERF_TYPE_TRACEPOINT`.
+    pub id: u64,
+    /// Field positions from the `format` file.
+    pub fields: HashMap<String, FieldSpec>,
+}
+
+/// Tracepoints looked up together by [`lookup`].
+#[derive(Debug, Clone)]
+pub struct Tracepoints {
+    /// How the files were read; `None` when tracefs could not be read at all.
+    pub access: Option<Access>,
+    /// Why tracefs could not be read at all, when it could not.
+    pub unavailable: Option<String>,
+    found: HashMap<String, Result<Tracepoint, String>>,
+}
+
+impl Tracepoints {
+    /// The tracepoint `group:event`, or why it cannot be used (in words, with what to do).
+    pub fn get(&self, name: &str) -> Result<&Tracepoint, String> {
+        match self.found.get(name) {
+            Some(Ok(tp)) => Ok(tp),
+            Some(Err(why)) => Err(why.clone()),
+            None => Err(self
+                .unavailable
+                .clone()
+                .unwrap_or_else(|| format!("{name} was not looked up"))),
+        }
+    }
+}
+
+/// Why reading `path` failed, in words with what to do.
+fn read_error(path: &str, source: &std::io::Error) -> String {
+    if source.kind() == std::io::ErrorKind::PermissionDenied {
+        format!(
+            "cannot read {path} ({source}): tracefs and tracepoints need root \
+             (or CAP_PERFMON and a readable tracefs)"
+        )
+    } else {
+        format!("cannot read {path}: {source}")
+    }
+}
+
+/// The id and fields of `group:event` from the texts of its `id` and `format` files.
+fn parse_files(
+    id_path: &str,
+    id: Result<String, String>,
+    format: Result<String, String>,
+) -> Result<Tracepoint, String> {
+    let id = id?.trim().parse().map_err(|_| {
+        TracepointError::NotANumber {
+            path: id_path.to_owned(),
+        }
+        .to_string()
+    })?;
+    Ok(Tracepoint {
+        id,
+        fields: parse_format(&format?),
+    })
+}
+
+/// Looks up tracepoints named `group:event`: from the mounted tracefs when
+/// there is one, else (root) through a private mount in a helper process.
+/// Costs a few small file reads, or one `fork` and mount (about a millisecond).
+pub fn lookup(names: &[&str]) -> Tracepoints {
+    let split = |name: &'_ str| {
+        let (group, event) = name.split_once(':').unwrap_or(("", name));
+        (
+            format!("events/{group}/{event}/id"),
+            format!("events/{group}/{event}/format"),
+        )
+    };
+    if let Some(point) = live_mount_point().filter(|p| std::path::Path::new(p).is_dir()) {
+        let read = |rel: &str| {
+            let path = format!("{point}/{rel}");
+            std::fs::read_to_string(&path).map_err(|e| read_error(&path, &e))
+        };
+        let found = names
+            .iter()
+            .map(|name| {
+                let (id, format) = split(name);
+                let id_path = format!("{point}/{id}");
+                let tp = parse_files(&id_path, read(&id), read(&format));
+                ((*name).to_owned(), tp)
+            })
+            .collect();
+        return Tracepoints {
+            access: Some(Access::Mounted(point)),
+            unavailable: None,
+            found,
+        };
+    }
+    let not_mounted = |why: String| Tracepoints {
+        access: None,
+        unavailable: Some(why),
+        found: HashMap::new(),
+    };
+    if !std::path::Path::new(DEFAULT_MOUNT_POINT).is_dir() {
+        return not_mounted(format!(
+            "tracefs is not mounted and {DEFAULT_MOUNT_POINT} does not exist \
+             (a kernel without tracefs?)"
+        ));
+    }
+    let files: Vec<String> = names
+        .iter()
+        .flat_map(|n| {
+            let (id, format) = split(n);
+            [id, format]
+        })
+        .collect();
+    let rels: Vec<&str> = files.iter().map(String::as_str).collect();
+    let contents = match read_in_private_mount(DEFAULT_MOUNT_POINT, &rels) {
+        Ok(c) => c,
+        Err(e) => {
+            return not_mounted(format!(
+                "tracefs is not mounted here, and reading it through a private mount needs \
+                 root (CAP_SYS_ADMIN): {}; or, as root, mount it for everyone with \
+                 `mount -t tracefs nodev {DEFAULT_MOUNT_POINT}`",
+                e.source
+            ))
+        }
+    };
+    let text = |i: usize| -> Result<String, String> {
+        let path = format!("{DEFAULT_MOUNT_POINT}/{}", rels[i]);
+        match &contents[i] {
+            Ok(bytes) => Ok(String::from_utf8_lossy(bytes).into_owned()),
+            Err(errno) => Err(read_error(
+                &path,
+                &std::io::Error::from_raw_os_error(*errno),
+            )),
+        }
+    };
+    let found = names
+        .iter()
+        .enumerate()
+        .map(|(n, name)| {
+            let id_path = format!("{DEFAULT_MOUNT_POINT}/{}", rels[2 * n]);
+            let tp = parse_files(&id_path, text(2 * n), text(2 * n + 1));
+            ((*name).to_owned(), tp)
+        })
+        .collect();
+    Tracepoints {
+        access: Some(Access::PrivateMount),
+        unavailable: None,
+        found,
+    }
 }
 
 /// Where a field sits in a tracepoint record.
@@ -189,6 +379,50 @@ mod tests {
             Some("/sys/kernel/debug/tracing")
         );
         assert_eq!(mount_point("proc /proc proc rw 0 0\nbroken\n"), None);
+    }
+
+    #[test]
+    fn tracepoint_files_parse_into_id_and_fields() {
+        let tp = parse_files("x/id", Ok("190\n".into()), Ok(FORMAT.into())).unwrap();
+        assert_eq!(tp.id, 190);
+        assert_eq!(tp.fields["error_code"].offset, 24);
+        let bad = parse_files("x/id", Ok("many".into()), Ok(FORMAT.into())).unwrap_err();
+        assert!(bad.contains("x/id holds no number"), "{bad}");
+        let missing = parse_files("x/id", Err("cannot read x/id".into()), Ok(String::new()));
+        assert_eq!(missing.unwrap_err(), "cannot read x/id");
+        let denied = read_error("p", &std::io::Error::from_raw_os_error(libc::EACCES));
+        assert!(denied.contains("need root"), "{denied}");
+    }
+
+    #[test]
+    fn live_lookup_reads_tracepoints_mounted_or_not() {
+        let names = ["exceptions:page_fault_user", "no_such_group:no_such_event"];
+        let tps = lookup(&names);
+        match &tps.access {
+            None => {
+                let why = tps.get(names[0]).unwrap_err();
+                assert!(why.contains("tracefs is not mounted"), "{why}");
+                if pagewise_testkit::is_root() {
+                    panic!("root reads tracepoints mounted or not: {why}");
+                }
+                pagewise_testkit::skip!(pagewise_testkit::Need::Root, "{why}");
+            }
+            Some(access) => {
+                let mounted = live_mount_point().is_some();
+                assert_eq!(matches!(access, Access::Mounted(_)), mounted, "{access:?}");
+                let tp = match tps.get(names[0]) {
+                    Ok(tp) => tp,
+                    Err(e) if !pagewise_testkit::is_root() => {
+                        pagewise_testkit::skip!(pagewise_testkit::Need::Root, "{e}")
+                    }
+                    Err(e) => panic!("{e}"),
+                };
+                assert!(tp.id > 0);
+                assert!(tp.fields.contains_key("error_code"), "{:?}", tp.fields);
+                let missing = tps.get(names[1]).unwrap_err();
+                assert!(missing.contains("no_such_event"), "{missing}");
+            }
+        }
     }
 
     #[test]

@@ -7,8 +7,9 @@ fn read_ns(clock: libc::clockid_t) -> u64 {
         tv_sec: 0,
         tv_nsec: 0,
     };
-    // SAFETY: ts is a valid, writable timespec; callers pass CLOCK_MONOTONIC or
-    // CLOCK_MONOTONIC_COARSE, which exist on every supported kernel (2.6.32+).
+    // SAFETY: ts is a valid, writable timespec; callers pass CLOCK_MONOTONIC,
+    // CLOCK_MONOTONIC_COARSE or CLOCK_THREAD_CPUTIME_ID, which exist on every
+    // supported kernel (2.6.32+).
     unsafe { libc::clock_gettime(clock, &mut ts) };
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
@@ -29,6 +30,15 @@ pub fn monotonic_ns() -> u64 {
 #[inline]
 pub fn monotonic_coarse_ns() -> u64 {
     read_ns(libc::CLOCK_MONOTONIC_COARSE)
+}
+
+/// CPU time the calling thread has used, user and kernel, in nanoseconds
+/// (`CLOCK_THREAD_CPUTIME_ID`: the scheduler's exact runtime, not ticks).
+/// Time the thread spends preempted or waiting is not counted, so a loop timed
+/// with it measures its own work even on a loaded machine. One vDSO call or a
+/// fast system call.
+pub fn thread_cpu_ns() -> u64 {
+    read_ns(libc::CLOCK_THREAD_CPUTIME_ID)
 }
 
 #[cfg(test)]
@@ -54,5 +64,24 @@ mod tests {
         while super::monotonic_coarse_ns() == start {
             std::thread::sleep(std::time::Duration::from_micros(100));
         }
+    }
+
+    #[test]
+    fn thread_cpu_time_counts_work_not_sleep() {
+        let a = super::thread_cpu_ns();
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        let b = super::thread_cpu_ns();
+        let mut x = 0u64;
+        let start = std::time::Instant::now();
+        while start.elapsed() < std::time::Duration::from_millis(20) {
+            x = std::hint::black_box(x.wrapping_add(1));
+        }
+        let c = super::thread_cpu_ns();
+        assert!(b - a < 10_000_000, "sleeping used {} ns of CPU", b - a);
+        assert!(
+            c - b >= 1_000_000,
+            "spinning 20 ms used only {} ns of CPU",
+            c - b
+        );
     }
 }

@@ -253,6 +253,7 @@ const FLAG_FREQ: u64 = 1 << 10;
 const FLAG_TASK: u64 = 1 << 13;
 const FLAG_WATERMARK: u64 = 1 << 14;
 const FLAG_EXCLUDE_CALLCHAIN_KERNEL: u64 = 1 << 21;
+const FLAG_EXCLUDE_CALLCHAIN_USER: u64 = 1 << 22;
 const FLAG_MMAP_DATA: u64 = 1 << 17;
 const FLAG_MMAP2: u64 = 1 << 23;
 const FLAG_COMM_EXEC: u64 = 1 << 24;
@@ -300,6 +301,8 @@ pub struct EventAttr {
     pub exclude_user: bool,
     /// Leave kernel frames out of call chains.
     pub exclude_callchain_kernel: bool,
+    /// Leave user frames out of call chains (kernel-only stacks).
+    pub exclude_callchain_user: bool,
     /// Follow threads and children created after opening.
     pub inherit: bool,
     /// Start disabled; enable with [`Event::enable`] or at `exec`.
@@ -330,6 +333,7 @@ impl EventAttr {
             exclude_kernel: false,
             exclude_user: false,
             exclude_callchain_kernel: false,
+            exclude_callchain_user: false,
             inherit: false,
             disabled: false,
             enable_on_exec: false,
@@ -356,6 +360,11 @@ impl EventAttr {
             &mut flags,
             self.exclude_callchain_kernel,
             FLAG_EXCLUDE_CALLCHAIN_KERNEL,
+        );
+        set(
+            &mut flags,
+            self.exclude_callchain_user,
+            FLAG_EXCLUDE_CALLCHAIN_USER,
         );
         set(
             &mut flags,
