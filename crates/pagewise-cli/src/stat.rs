@@ -9,9 +9,13 @@ use crate::format::{bytes, table};
 use crate::output::errln;
 use pagewise::host::user_files;
 use pagewise::observe::{
-    self, findings::count, ChurnSite, Counts, FaultKinds, Finding, Hardware, PageSizes, Site,
-    Skipped, StatOptions, StatReport, Syscalls, Target, TextFootprint,
+    self,
+    findings::count,
+    names::{clip, short_name},
+    ChurnSite, Costs, Counts, FaultKinds, Finding, Hardware, Location, MappingRecords, PageSizes,
+    Site, Skipped, StatOptions, StatReport, Syscalls, Target, TextFootprint, TracepointSource,
 };
+use pagewise::units::format_byte_list;
 use std::ffi::OsString;
 use std::fmt::Write as _;
 use std::io::Write as _;
@@ -145,6 +149,8 @@ fn human(r: &StatReport, notes: &[String]) -> String {
     }
     if let Some(s) = &r.syscalls {
         write_syscalls(&mut out, s);
+    } else if let Some(m) = &r.mapping_records {
+        write_mapping_records(&mut out, m);
     }
     if let Some(p) = &r.page_sizes {
         write_page_sizes(&mut out, p);
@@ -153,6 +159,7 @@ fn human(r: &StatReport, notes: &[String]) -> String {
         write_hot_text(&mut out, x);
     }
     write_hardware(&mut out, &r.hardware);
+    write_sources(&mut out, &r.costs, &r.tracepoints);
     write_findings(&mut out, &r.findings);
     if let Some(sites) = &r.sites {
         write_fault_sites(&mut out, sites);
@@ -313,6 +320,47 @@ fn write_syscalls(out: &mut String, s: &Syscalls) {
     );
 }
 
+/// Heap-like mappings seen in perf mmap records (without the mmap tracepoints).
+fn write_mapping_records(out: &mut String, m: &MappingRecords) {
+    let sizes = format_byte_list(&m.sizes);
+    let _ = writeln!(
+        out,
+        "\nanonymous mappings of 1 MiB or more (perf mmap records): {}; the same range mapped again: {}{}",
+        count(m.heap_records),
+        count(m.remapped),
+        if m.remapped > 0 {
+            format!(" ({} in ranges of {sizes})", bytes(m.remapped_bytes))
+        } else {
+            String::new()
+        }
+    );
+}
+
+/// How the fault cost and the tracepoints were obtained.
+fn write_sources(out: &mut String, c: &Costs, t: &TracepointSource) {
+    let kernel = match (c.kernel_samples, c.kernel_fault_samples) {
+        (Some(total), Some(in_handler)) => format!(
+            "; {} of {} kernel samples of the run were in the page-fault handler ({:.0}%)",
+            count(in_handler),
+            count(total),
+            in_handler as f64 * 100.0 / total.max(1) as f64
+        ),
+        _ => String::new(),
+    };
+    let _ = writeln!(
+        out,
+        "\nfault cost ({}): {}{kernel}; the run's fault time comes from the {}",
+        c.source,
+        c.detail,
+        if c.fault_time_from == "kernel-samples" {
+            "kernel samples"
+        } else {
+            "calibrated cost"
+        }
+    );
+    let _ = writeln!(out, "tracepoints ({}): {}", t.source, t.detail);
+}
+
 /// Peak resident bytes by page size.
 fn write_page_sizes(out: &mut String, p: &PageSizes) {
     let mut t = table(&["page size (peak resident)", "bytes"]);
@@ -396,63 +444,125 @@ fn write_findings(out: &mut String, findings: &[Finding]) {
                 f.evidence,
                 f.remedy
             );
+            if let Some(from) = &f.inferred_from {
+                let _ = writeln!(out, "   inferred from: {from}");
+            }
         }
     }
 }
 
-/// `file:line`, the file alone, or nothing.
-fn place(file: &Option<String>, line: Option<u32>) -> String {
+/// Width of a site line: one line per site, whatever the names.
+const SITE_LINE: usize = 120;
+
+/// `function (file:line)` with the short name and the file's base name.
+fn located(function: &str, file: &Option<String>, line: Option<u32>) -> String {
+    let name = short_name(function);
+    let base = |f: &String| f.rsplit('/').next().unwrap_or(f).to_owned();
     match (file, line) {
-        (Some(f), Some(l)) => format!("{f}:{l}"),
-        (Some(f), None) => f.clone(),
-        _ => String::new(),
+        (Some(f), Some(l)) => format!("{name} ({}:{l})", base(f)),
+        (Some(f), None) => format!("{name} ({})", base(f)),
+        _ => name,
     }
 }
 
-/// The fault sites table (`--sites`).
+/// The rest of a site line after its counts: the site, its runtime and
+/// script function, the library function it went through and its callers.
+fn site_text(
+    function: &str,
+    file: &Option<String>,
+    line: Option<u32>,
+    interpreter: &Option<String>,
+    script: &Option<Location>,
+    via: &Option<String>,
+    callers: &[Location],
+) -> String {
+    let mut text = located(function, file, line);
+    if let Some(rt) = interpreter {
+        // The runtime's name; the advice that follows goes under the table.
+        let name = rt.split([';', '(']).next().unwrap_or(rt).trim();
+        let _ = write!(text, " [{name}]");
+    }
+    if let Some(s) = script {
+        let _ = write!(text, " script {}", located(&s.function, &s.file, s.line));
+    }
+    if let Some(v) = via {
+        let _ = write!(text, " via {}", short_name(v));
+    }
+    for c in callers.iter().take(4) {
+        let _ = write!(text, " < {}", short_name(&c.function));
+    }
+    text
+}
+
+/// One line per site: the counts right-aligned, then [`site_text`] cut to fit.
+fn site_line(counts: &str, text: &str) -> String {
+    let room = SITE_LINE.saturating_sub(counts.chars().count());
+    format!("{counts}{}", clip(text, room))
+}
+
+/// The runtimes' advice (how to see script functions), once each.
+fn write_runtime_notes<'a>(out: &mut String, labels: impl Iterator<Item = &'a Option<String>>) {
+    let mut seen: Vec<&str> = vec![];
+    for label in labels.flatten() {
+        if label.contains(';') && !seen.contains(&label.as_str()) {
+            seen.push(label);
+            let _ = writeln!(out, "note: {label}");
+        }
+    }
+}
+
+/// The fault sites (`--sites`), one line each.
 fn write_fault_sites(out: &mut String, sites: &[Site]) {
-    let mut t = table(&["faults", "share", "site", "where", "via", "called from"]);
+    let _ = writeln!(
+        out,
+        "\nfault sites (first frame in the program's own code; short names, full names in --json):\n\
+         {:>11} {:>6}  site (file:line) [runtime] script … via library function < callers",
+        "faults", "share"
+    );
     for s in sites {
-        t.add_row(vec![
-            count(s.faults),
-            format!("{:.1}%", s.share * 100.0),
-            s.function.clone(),
-            place(&s.file, s.line),
-            s.via.clone().unwrap_or_default(),
-            s.callers
-                .iter()
-                .take(4)
-                .map(|c| c.function.clone())
-                .collect::<Vec<_>>()
-                .join(" < "),
-        ]);
+        let counts = format!("{:>11} {:>5.1}%  ", count(s.faults), s.share * 100.0);
+        let text = site_text(
+            &s.function,
+            &s.file,
+            s.line,
+            &s.interpreter,
+            &s.script,
+            &s.via,
+            &s.callers,
+        );
+        let _ = writeln!(out, "{}", site_line(&counts, &text));
+    }
+    write_runtime_notes(out, sites.iter().map(|s| &s.interpreter));
+}
+
+/// Heap mappings unmapped again, by site (`--sites`), one line each.
+fn write_churn_sites(out: &mut String, sites: &[ChurnSite]) {
+    if sites.is_empty() {
+        return;
     }
     let _ = writeln!(
         out,
-        "\nfault sites (first frame in the program's own code):\n{t}"
+        "\nheap mappings unmapped again, by site:\n{:>7} {:>10}  site (file:line) [runtime] … sizes: …",
+        "cycles", "bytes"
     );
-}
-
-/// Heap mappings unmapped again, by site (`--sites`).
-fn write_churn_sites(out: &mut String, sites: &[ChurnSite]) {
-    if !sites.is_empty() {
-        let mut t = table(&["cycles", "bytes", "site", "where", "via", "sizes"]);
-        for s in sites {
-            t.add_row(vec![
-                count(s.cycles),
-                bytes(s.bytes),
-                s.function.clone(),
-                place(&s.file, s.line),
-                s.via.clone().unwrap_or_default(),
-                s.sizes
-                    .iter()
-                    .map(|&b| bytes(b))
-                    .collect::<Vec<_>>()
-                    .join(", "),
-            ]);
-        }
-        let _ = writeln!(out, "\nheap mappings unmapped again, by site:\n{t}");
+    for s in sites {
+        let counts = format!("{:>7} {:>10}  ", count(s.cycles), bytes(s.bytes));
+        let sizes = format_byte_list(&s.sizes);
+        let text = format!(
+            "{} sizes: {sizes}",
+            site_text(
+                &s.function,
+                &s.file,
+                s.line,
+                &s.interpreter,
+                &s.script,
+                &s.via,
+                &s.callers
+            )
+        );
+        let _ = writeln!(out, "{}", site_line(&counts, &text));
     }
+    write_runtime_notes(out, sites.iter().map(|s| &s.interpreter));
 }
 
 /// What could not be measured here, and why.
@@ -460,5 +570,56 @@ fn write_skipped(out: &mut String, skipped: &[Skipped]) {
     let _ = writeln!(out, "\nnot measured here:");
     for s in skipped {
         let _ = writeln!(out, "- {}: {}", s.what, s.why);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cpp_site_fits_one_line_with_its_short_name() {
+        let long = "v8::internal::FactoryBase<v8::internal::Factory>::NewFixedArrayWithFiller(\
+                    v8::internal::Handle<v8::internal::Map>, int, \
+                    v8::internal::Handle<v8::internal::HeapObject>, v8::internal::AllocationType)";
+        let caller = Location {
+            function: long.to_owned(),
+            file: None,
+            line: None,
+        };
+        let site = Site {
+            function: long.to_owned(),
+            file: Some("/build/v8/src/heap/factory-base.cc".into()),
+            line: Some(120),
+            object: "/usr/bin/node".into(),
+            faults: 196_607,
+            share: 0.99,
+            via: Some("__memset_avx2_unaligned_erms".into()),
+            callers: vec![caller.clone(), caller.clone(), caller],
+            interpreter: Some("node (V8); its script functions are hidden: run …".into()),
+            script: None,
+        };
+        let mut out = String::new();
+        write_fault_sites(&mut out, &[site]);
+        let lines: Vec<&str> = out.lines().collect();
+        let row = lines
+            .iter()
+            .find(|l| l.contains("196,607"))
+            .expect("a row for the site");
+        assert!(row.chars().count() <= SITE_LINE, "{row}");
+        assert!(
+            row.contains(
+                "v8::internal::FactoryBase::NewFixedArrayWithFiller (factory-base.cc:120) [node"
+            ),
+            "{row}"
+        );
+        assert!(
+            row.ends_with('…'),
+            "the callers are cut, not wrapped: {row}"
+        );
+        assert!(
+            out.contains("note: node (V8); its script functions are hidden"),
+            "{out}"
+        );
     }
 }

@@ -2,7 +2,8 @@
 //! anonymous mappings (what `malloc` makes above its mmap threshold) that are
 //! unmapped and mapped again, so the kernel faults and zeroes them every time.
 
-use super::report::{Bucket, Syscalls};
+use super::record::Mmap2;
+use super::report::{Bucket, MappingRecords, Syscalls};
 use std::collections::{BTreeMap, HashMap};
 
 /// One observed system call (entry, or the return of `mmap`).
@@ -212,6 +213,70 @@ pub fn analyse(calls: &mut [Call]) -> ChurnAnalysis {
     out
 }
 
+/// Smallest anonymous mapping whose `MMAP2` record counts towards heap
+/// churn inferred without tracepoints. Smaller ranges are re-committed in
+/// place by managed runtimes (V8 and CPython manage 256 KiB pages with
+/// `mprotect`/`mmap`), and a record cannot tell that from a fresh mapping.
+/// glibc's malloc makes mappings this large for blocks of 1 MiB and more.
+pub const MIN_RECORDED_HEAP_MAPPING: u64 = 1 << 20;
+
+/// Heap-like mappings seen in perf `MMAP2` records (`//anon`, private,
+/// readable and writable, at least [`MIN_RECORDED_HEAP_MAPPING`]): the
+/// evidence for heap churn when the `mmap`/`munmap` tracepoints are not
+/// available. A mapping can only be made where nothing is mapped, so a record
+/// with the same process, address and length as an earlier one means the
+/// range was unmapped and mapped again. The kernel reports a new mapping
+/// merged with a neighbour as the merged range, so lengths can be larger than
+/// what `malloc` asked for.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RemapRecords {
+    /// Records seen per (pid, address, length).
+    seen: HashMap<(u32, u64, u64), u64>,
+    /// Heap-like records in all.
+    records: u64,
+}
+
+const PROT_READ_WRITE: u32 = 0x3;
+
+impl RemapRecords {
+    /// Notes one `MMAP2` record (any record: the rest are ignored).
+    pub fn note(&mut self, m: &Mmap2) {
+        let anonymous = m.filename == "//anon" || m.filename.is_empty();
+        let private = m.flags & MAP_SHARED as u32 == 0;
+        if anonymous
+            && private
+            && m.prot & PROT_READ_WRITE == PROT_READ_WRITE
+            && m.len >= MIN_RECORDED_HEAP_MAPPING
+        {
+            self.records += 1;
+            *self.seen.entry((m.pid, m.addr, m.len)).or_default() += 1;
+        }
+    }
+
+    /// What the records show: how many ranges were mapped again, their bytes
+    /// and most common lengths.
+    pub fn summary(&self) -> MappingRecords {
+        let mut remapped = 0;
+        let mut remapped_bytes = 0u64;
+        let mut by_len: HashMap<u64, u64> = HashMap::new();
+        for (&(_, _, len), &n) in &self.seen {
+            if n > 1 {
+                remapped += n - 1;
+                remapped_bytes = remapped_bytes.saturating_add(len.saturating_mul(n - 1));
+                *by_len.entry(len).or_default() += n - 1;
+            }
+        }
+        let mut sizes: Vec<(u64, u64)> = by_len.into_iter().collect();
+        sizes.sort_by(|a, b| b.1.cmp(&a.1).then(b.0.cmp(&a.0)));
+        MappingRecords {
+            heap_records: self.records,
+            remapped,
+            remapped_bytes,
+            sizes: sizes.into_iter().take(3).map(|(len, _)| len).collect(),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -380,5 +445,53 @@ mod tests {
         let h = histogram(&[0, 1, 4095, 4096, 4097, 8191, 1 << 40]);
         let pairs: Vec<(u64, u64)> = h.iter().map(|b| (b.from, b.count)).collect();
         assert_eq!(pairs, vec![(1, 2), (2048, 1), (4096, 3), (1 << 40, 1)]);
+    }
+
+    fn record(pid: u32, addr: u64, len: u64, prot: u32, name: &str) -> Mmap2 {
+        Mmap2 {
+            pid,
+            tid: pid,
+            addr,
+            len,
+            pgoff: addr,
+            prot,
+            flags: 2,
+            build_id: None,
+            filename: name.to_owned(),
+        }
+    }
+
+    #[test]
+    fn the_same_anonymous_range_recorded_again_was_mapped_again() {
+        let mut r = RemapRecords::default();
+        let big = 64 << 20;
+        for i in 0..5 {
+            // Two buffers alternating between two addresses, as when the new one
+            // is made before the old one is freed.
+            r.note(&record(
+                1,
+                0x7f00_0000_0000 + (i % 2) * big,
+                big,
+                3,
+                "//anon",
+            ));
+        }
+        // A growing range (brk, or merging with a neighbour) is not a re-map.
+        for len in [2 << 20, 3 << 20, 4 << 20] {
+            r.note(&record(1, 0x5500_0000_0000, len, 3, "//anon"));
+        }
+        // Small, read-only, file-backed, or another process: ignored or kept apart.
+        r.note(&record(1, 0x1000, 256 << 10, 3, "//anon"));
+        r.note(&record(1, 0x1000, 256 << 10, 3, "//anon"));
+        r.note(&record(1, 0x7e00_0000_0000, big, 1, "//anon"));
+        r.note(&record(1, 0x7e00_0000_0000, big, 1, "//anon"));
+        r.note(&record(1, 0x7d00_0000_0000, big, 3, "/data/file"));
+        r.note(&record(1, 0x7d00_0000_0000, big, 3, "/data/file"));
+        r.note(&record(2, 0x7f00_0000_0000, big, 3, "//anon"));
+        let s = r.summary();
+        assert_eq!(s.heap_records, 9);
+        assert_eq!(s.remapped, 3);
+        assert_eq!(s.remapped_bytes, 3 * big);
+        assert_eq!(s.sizes, vec![big]);
     }
 }

@@ -3,7 +3,7 @@
 //! by code page and by file.
 
 use super::address_spaces::AddressSpaces;
-use super::churn::{Call, CallKind};
+use super::churn::{Call, CallKind, RemapRecords};
 use super::record::{Record, Records, Sample};
 use crate::host::tracefs::{raw_field, FieldSpec};
 use std::collections::{BTreeSet, HashMap};
@@ -14,6 +14,8 @@ use std::sync::{Arc, Mutex};
 pub enum Sampled {
     /// `cpu-clock` in user mode: hot text.
     CpuClock,
+    /// `cpu-clock` in kernel mode with the kernel stack: where the system time goes.
+    KernelClock,
     /// `cpu-clock` in user mode with the user call chain (`text profile`).
     CallStacks,
     /// Every page fault, with its stack (`--sites`).
@@ -119,6 +121,10 @@ pub struct Collector {
     pub kind_samples: [u64; 4],
     /// Exact user-mode faults counted by the fault-kind events (set at the end).
     pub kind_total: Option<u64>,
+    /// Kernel-mode `cpu-clock` samples by kernel stack (innermost first).
+    pub kernel_stacks: HashMap<Box<[u64]>, u64>,
+    /// Anonymous mappings seen in `MMAP2` records, for heap churn without tracepoints.
+    pub remaps: RemapRecords,
 }
 
 /// At most this many code words are kept from a stack copy.
@@ -163,6 +169,8 @@ impl Collector {
             kind_weights: [0; 4],
             kind_samples: [0; 4],
             kind_total: None,
+            kernel_stacks: HashMap::new(),
+            remaps: RemapRecords::default(),
         }
     }
 
@@ -191,7 +199,10 @@ impl Collector {
 
     fn side_band(&mut self, r: Record<'_>) {
         match r {
-            Record::Mmap2(m) => self.spaces.add_mmap(&m),
+            Record::Mmap2(m) => {
+                self.remaps.note(&m);
+                self.spaces.add_mmap(&m);
+            }
             Record::Comm {
                 pid,
                 tid,
@@ -297,6 +308,20 @@ impl Collector {
                 if let Some(ip) = s.ip {
                     *self.text_pages.entry((s.pid, ip >> 12)).or_default() += 1;
                 }
+            }
+            Sampled::KernelClock => {
+                let mut chain = std::mem::take(&mut self.chain_buf);
+                chain.clear();
+                s.kernel_callchain_into(&mut chain);
+                if !chain.is_empty() {
+                    match self.kernel_stacks.get_mut(chain.as_slice()) {
+                        Some(n) => *n += 1,
+                        None => {
+                            self.kernel_stacks.insert(chain.as_slice().into(), 1);
+                        }
+                    }
+                }
+                self.chain_buf = chain;
             }
             Sampled::Faults => {
                 let id = self.intern(s);

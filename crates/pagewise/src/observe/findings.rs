@@ -2,23 +2,26 @@
 //! an estimate of what each costs the run. The rules and thresholds are
 //! documented in docs/stat.md; every rule is a pure function of the report.
 
+use super::names::short_name;
 use super::report::{
-    ChurnSite, Counts, FaultKinds, Finding, FindingKind, Hardware, PageSizes, Site, Syscalls,
-    TextFootprint,
+    ChurnSite, Costs, Counts, FaultKinds, Finding, FindingKind, Hardware, MappingRecords,
+    PageSizes, Site, Syscalls, TextFootprint,
 };
-use crate::units::format_bytes as bytes;
+use crate::units::{format_byte_list, format_bytes as bytes};
 
-/// Upper bound of the kernel time one 4 KiB first-touch fault costs, including
-/// zeroing the page: measured on the development VM at 1.5–2.5 µs (4 KiB touch
-/// ≈ 1.5–2.5 GB/s end to end). The estimate is capped by the measured sys time.
-pub const FAULT_COST_S: f64 = 2.5e-6;
-/// Kernel time a 4 KiB fault costs beyond zeroing — what a huge page saves per
-/// 4 KiB when it replaces 512 faults with one.
-pub const FAULT_OVERHEAD_S: f64 = 0.5e-6;
+// Every constant below is a policy threshold (when a finding is worth
+// reporting) or a documented assumption; none is a cost measured on one
+// machine. docs/stat.md lists each with why it holds on any machine. The
+// cost of a page fault comes from the machine: the run's own kernel samples
+// or a calibration (`Costs`).
+
 /// Share of the user time in code beyond the iTLB reach assumed lost to iTLB
 /// misses when no PMU measures them (published gains of huge text plus function
 /// ordering: 2–15%).
 pub const ITLB_LOSS_SHARE: f64 = 0.10;
+/// Cycles assumed per iTLB miss when the PMU counts misses but not their cost
+/// (a miss that hits the second-level TLB or a cached page walk).
+pub const ITLB_MISS_CYCLES: f64 = 20.0;
 /// Lower bound of what one major fault costs (a page-cache miss served from a fast disk).
 pub const MAJOR_FAULT_MIN_S: f64 = 20e-6;
 /// Upper bound of what one major fault is charged from the time spent off CPU.
@@ -28,6 +31,12 @@ pub const MIN_COST_SHARE: f64 = 0.02;
 /// …and at least this many seconds.
 pub const MIN_COST_S: f64 = 0.002;
 
+/// First touch needs at least this many anonymous first-touch faults.
+pub const FIRST_TOUCH_MIN_FAULTS: u64 = 256;
+/// The sampled share of system time in the page-fault handler is used when
+/// at least this many kernel samples (5 ms of system time) back it;
+/// otherwise the calibrated fault cost is.
+pub const MIN_KERNEL_SAMPLES: u64 = 20;
 /// Heap churn needs at least this many heap mappings unmapped again…
 pub const HEAP_CHURN_MIN_CYCLES: u64 = 3;
 /// …and at least this many bytes mapped beyond the live peak.
@@ -45,16 +54,20 @@ pub fn heap_churn_possible(s: &Syscalls) -> bool {
 pub struct Evidence<'a> {
     /// Times and counts.
     pub counts: &'a Counts,
-    /// Fault kinds, when tracefs was available.
+    /// Fault kinds, when the fault-kind tracepoint was available.
     pub kinds: Option<&'a FaultKinds>,
     /// mmap-family calls, when the tracepoints were available.
     pub syscalls: Option<&'a Syscalls>,
+    /// Heap-like mappings in perf mmap records (heap churn without tracepoints).
+    pub mapping_records: Option<&'a MappingRecords>,
     /// Page sizes.
     pub page_sizes: Option<&'a PageSizes>,
     /// Hot text.
     pub text: Option<&'a TextFootprint>,
     /// Hardware counters.
     pub hardware: &'a Hardware,
+    /// What a fault costs here, and the run's kernel samples.
+    pub costs: &'a Costs,
     /// The top fault site (with `--sites`).
     pub top_fault_site: Option<&'a Site>,
     /// The top site of heap churn.
@@ -88,13 +101,23 @@ fn secs(s: f64) -> String {
     }
 }
 
+/// `1.4 µs` (or ns below a microsecond).
+pub fn micros(s: f64) -> String {
+    if s >= 1e-6 {
+        format!("{:.2} µs", s * 1e6)
+    } else {
+        format!("{:.0} ns", s * 1e9)
+    }
+}
+
 fn at(function: &str, file: &Option<String>, line: Option<u32>) -> String {
+    let function = short_name(function);
     match (file, line) {
         (Some(f), Some(l)) => {
             let short = f.rsplit('/').next().unwrap_or(f);
             format!("{function} ({short}:{l})")
         }
-        _ => function.to_owned(),
+        _ => function,
     }
 }
 
@@ -115,50 +138,221 @@ pub fn findings(e: &Evidence<'_>) -> Vec<Finding> {
 }
 
 /// Anonymous first-touch faults: write faults to absent pages (plus faults
-/// inside system calls, which write into fresh buffers), else all minor faults.
-fn anon_faults(e: &Evidence<'_>) -> (u64, &'static str) {
+/// inside system calls, which write into fresh buffers), else all minor
+/// faults; with what they are, and from what they were inferred when the
+/// kinds were not measured.
+fn anon_faults(e: &Evidence<'_>) -> (u64, &'static str, Option<String>) {
     match e.kinds {
         Some(k) => (
             k.write_absent + e.counts.syscall_faults.unwrap_or(0),
             "write faults to absent pages",
+            None,
         ),
         None => (
             e.counts.minor_faults,
-            "minor faults (fault kinds unavailable)",
+            "minor faults",
+            Some(
+                "minor fault counts: the fault kinds (exceptions:page_fault_user) were not \
+                 available, so every minor fault is taken for a first touch"
+                    .to_owned(),
+            ),
         ),
     }
 }
 
+/// The run's time in `faults` first-touch faults, and how it was estimated:
+/// the sampled share of system time in the page-fault handler (scaled to
+/// these faults' share of all faults), else faults times the calibrated
+/// cost, at most the system time.
+fn fault_time(e: &Evidence<'_>, faults: u64) -> (f64, String) {
+    let c = e.counts;
+    let costs = e.costs;
+    if let (Some(total), Some(in_handler)) = (costs.kernel_samples, costs.kernel_fault_samples) {
+        if total >= MIN_KERNEL_SAMPLES {
+            let share = in_handler as f64 / total as f64;
+            let all = (c.minor_faults + c.major_faults).max(faults).max(1);
+            let time = c.sys_s * share * faults as f64 / all as f64;
+            return (
+                time,
+                format!(
+                    "{:.0}% of {} kernel samples in the page-fault handler",
+                    share * 100.0,
+                    count(total)
+                ),
+            );
+        }
+    }
+    (
+        c.sys_s.min(faults as f64 * costs.fault_s),
+        format!(
+            "{} per fault ({} here), at most the sys time",
+            micros(costs.fault_s),
+            costs.source
+        ),
+    )
+}
+
+/// The resident peak the faults are compared with: `getrusage`'s, else the
+/// page-size snapshots'.
+fn peak_resident(e: &Evidence<'_>) -> Option<u64> {
+    e.counts
+        .max_rss_bytes
+        .or(e.page_sizes.map(|p| p.peak_total_bytes))
+        .filter(|&b| b > 0)
+}
+
+/// Memory mapped, faulted and zeroed again, found one way or the other.
+struct Churn {
+    /// Share of the first-touch faults it accounts for.
+    share: f64,
+    /// Whether it makes a finding.
+    reported: bool,
+    summary: String,
+    evidence: String,
+    /// The buffer, for the remedy.
+    buffer: String,
+    inferred_from: Option<String>,
+}
+
+/// Heap churn from the mmap/munmap tracepoints.
+fn churn_from_calls(e: &Evidence<'_>, s: &Syscalls, faults: u64) -> Churn {
+    let remapped_pages = s.heap_remapped_bytes / 4096;
+    let share = (remapped_pages as f64 / faults as f64).min(1.0);
+    let (place, sizes) = match e.top_churn_site {
+        Some(cs) => (
+            at(&cs.function, &cs.file, cs.line),
+            format_byte_list(&cs.sizes[..cs.sizes.len().min(3)]),
+        ),
+        None => (String::new(), String::new()),
+    };
+    let site = if place.is_empty() {
+        String::new()
+    } else {
+        format!(" from {place}")
+    };
+    let sizes_part = if sizes.is_empty() {
+        String::new()
+    } else {
+        format!(" of {sizes}")
+    };
+    let buffer = match (sizes.is_empty(), place.is_empty()) {
+        (false, false) => format!("the {sizes} buffer in {place}"),
+        (false, true) => format!("the {sizes} buffer"),
+        (true, false) => format!("the buffer in {place}"),
+        (true, true) => "the buffer".to_owned(),
+    };
+    Churn {
+        share,
+        reported: heap_churn_possible(s),
+        summary: format!(
+            "heap-churn: {} heap mappings{sizes_part}{site} were unmapped and mapped again, \
+             so {} was faulted and zeroed again",
+            count(s.heap_cycles),
+            bytes(s.heap_remapped_bytes)
+        ),
+        evidence: format!(
+            "mmap {} calls ({}), munmap {} calls; {} heap mappings unmapped; {} mapped beyond \
+             the peak live; about {:.0}% of the first-touch faults",
+            count(s.mmap.calls),
+            bytes(s.mmap.bytes),
+            count(s.munmap.calls),
+            count(s.heap_cycles),
+            bytes(s.heap_remapped_bytes),
+            share * 100.0
+        ),
+        buffer,
+        inferred_from: None,
+    }
+}
+
+/// Heap churn inferred without tracepoints: perf `MMAP2` records of the same
+/// anonymous range made again, bounded by the memory faulted in beyond the
+/// resident peak.
+fn churn_from_records(e: &Evidence<'_>, r: &MappingRecords, faults: u64) -> Option<Churn> {
+    if r.remapped == 0 {
+        return None;
+    }
+    let faulted = faults.saturating_mul(4096);
+    let peak = peak_resident(e);
+    let beyond_peak = faulted.saturating_sub(peak.unwrap_or(0));
+    let remapped = r.remapped_bytes.min(beyond_peak);
+    let share = (remapped as f64 / 4096.0 / faults as f64).min(1.0);
+    let sizes = format_byte_list(&r.sizes);
+    let site = e.top_fault_site.map(|s| at(&s.function, &s.file, s.line));
+    let buffer = match &site {
+        Some(place) => format!("the buffer first touched in {place}"),
+        None => "the buffer".to_owned(),
+    };
+    Some(Churn {
+        share,
+        reported: r.remapped >= HEAP_CHURN_MIN_CYCLES && remapped >= HEAP_CHURN_MIN_BYTES,
+        summary: format!(
+            "heap-churn (inferred): anonymous ranges of {sizes} were mapped again {} times at \
+             the same addresses, so about {} was faulted and zeroed again",
+            count(r.remapped),
+            bytes(remapped)
+        ),
+        evidence: format!(
+            "{} of {} heap-like mapping records (1 MiB or more) repeat an earlier range; {} \
+             faulted in ({} faults) against a peak RSS of {}; about {:.0}% of the first-touch \
+             faults{}",
+            count(r.remapped),
+            count(r.heap_records),
+            bytes(faulted),
+            count(faults),
+            peak.map_or_else(|| "(unknown)".to_owned(), bytes),
+            share * 100.0,
+            site.map(|s| format!("; top fault site {s}"))
+                .unwrap_or_default()
+        ),
+        buffer,
+        inferred_from: Some(
+            "perf mmap records (the same anonymous range mapped again), fault counts and the \
+             peak RSS: the mmap/munmap tracepoints were not available"
+                .to_owned(),
+        ),
+    })
+}
+
 fn first_touch_and_churn(e: &Evidence<'_>) -> Vec<Finding> {
     let c = e.counts;
-    let (faults, what) = anon_faults(e);
-    if faults < 256 {
+    let (faults, what, inferred) = anon_faults(e);
+    if faults < FIRST_TOUCH_MIN_FAULTS {
         return vec![];
     }
-    let fault_time = c.sys_s.min(faults as f64 * FAULT_COST_S);
-    // "Dominates sys time": most of the kernel time is explained by these faults.
-    if fault_time < 0.5 * c.sys_s {
-        return vec![];
-    }
-    let remapped_pages = e.syscalls.map_or(0, |s| s.heap_remapped_bytes / 4096);
-    let churn_share = (remapped_pages as f64 / faults as f64).min(1.0);
-    let mut out = vec![];
-    let touch_cost = fault_time * (1.0 - churn_share);
+    let (fault_time, how) = fault_time(e, faults);
+    let churn = match (e.syscalls, e.mapping_records) {
+        (Some(s), _) => Some(churn_from_calls(e, s, faults)),
+        (None, Some(r)) => churn_from_records(e, r, faults),
+        (None, None) => None,
+    };
+    let churn_share = churn.as_ref().map_or(0.0, |ch| ch.share);
     let site = e
         .top_fault_site
         .map(|s| format!("; top site {}", at(&s.function, &s.file, s.line)))
         .unwrap_or_default();
-    out.push(Finding {
+    let faulted = faults.saturating_mul(4096);
+    let rss = match peak_resident(e) {
+        Some(peak) if faulted > 2 * peak => format!(
+            "; {} faulted in against a peak RSS of {}: memory was released and faulted again",
+            bytes(faulted),
+            bytes(peak)
+        ),
+        Some(peak) => format!("; peak RSS {}", bytes(peak)),
+        None => String::new(),
+    };
+    let mut out = vec![Finding {
         kind: FindingKind::FirstTouch,
         summary: format!(
             "first-touch: {} page faults map and zero {} of fresh memory, about {} of {} kernel time",
             count(faults),
-            bytes(faults * 4096),
+            bytes(faulted),
             secs(fault_time),
             secs(c.sys_s)
         ),
         evidence: format!(
-            "{} {what}; sys {:.2} s, user {:.2} s, wall {:.2} s; {} faults/s{site}",
+            "{} {what}; sys {:.2} s, user {:.2} s, wall {:.2} s; {} faults/s; fault time from \
+             {how}{rss}{site}",
             count(faults),
             c.sys_s,
             c.user_s,
@@ -169,64 +363,23 @@ fn first_touch_and_churn(e: &Evidence<'_>) -> Vec<Finding> {
                  (huge pages, MADV_POPULATE_WRITE, background populate), prefault at start-up, \
                  or reuse buffers instead of allocating fresh memory"
             .to_owned(),
-        cost_s: touch_cost,
-    });
-    if let Some(s) = e.syscalls {
-        if heap_churn_possible(s) {
-            let (place, sizes) = match e.top_churn_site {
-                Some(cs) => (
-                    at(&cs.function, &cs.file, cs.line),
-                    cs.sizes
-                        .iter()
-                        .take(3)
-                        .map(|&b| bytes(b))
-                        .collect::<Vec<_>>()
-                        .join(", "),
-                ),
-                None => (String::new(), String::new()),
-            };
-            let site = if place.is_empty() {
-                String::new()
-            } else {
-                format!(" from {place}")
-            };
-            let sizes_part = if sizes.is_empty() {
-                String::new()
-            } else {
-                format!(" of {sizes}")
-            };
-            let buffer = match (sizes.is_empty(), place.is_empty()) {
-                (false, false) => format!("the {sizes} buffer in {place}"),
-                (false, true) => format!("the {sizes} buffer"),
-                (true, false) => format!("the buffer in {place}"),
-                (true, true) => "the buffer".to_owned(),
-            };
-            out.push(Finding {
-                kind: FindingKind::HeapChurn,
-                summary: format!(
-                    "heap-churn: {} heap mappings{sizes_part}{site} were unmapped and mapped again, \
-                     so {} was faulted and zeroed again",
-                    count(s.heap_cycles),
-                    bytes(s.heap_remapped_bytes)
-                ),
-                evidence: format!(
-                    "mmap {} calls ({}), munmap {} calls; {} heap mappings unmapped; {} mapped beyond \
-                     the peak live; about {:.0}% of the first-touch faults",
-                    count(s.mmap.calls),
-                    bytes(s.mmap.bytes),
-                    count(s.munmap.calls),
-                    count(s.heap_cycles),
-                    bytes(s.heap_remapped_bytes),
-                    churn_share * 100.0
-                ),
-                remedy: format!(
-                    "`pagewise run --keep-heap -- CMD` (raises glibc's mmap and trim thresholds so \
-                     freed blocks stay mapped), or allocate {buffer} once and reuse it \
-                     (`pagewise::buffer::Buffer` reserves the largest size once and keeps its pages)"
-                ),
-                cost_s: fault_time * churn_share,
-            });
-        }
+        cost_s: fault_time * (1.0 - churn_share),
+        inferred_from: inferred,
+    }];
+    if let Some(ch) = churn.filter(|ch| ch.reported) {
+        out.push(Finding {
+            kind: FindingKind::HeapChurn,
+            summary: ch.summary,
+            evidence: ch.evidence,
+            remedy: format!(
+                "`pagewise run --keep-heap -- CMD` (raises glibc's mmap and trim thresholds so \
+                 freed blocks stay mapped), or allocate {} once and reuse it \
+                 (`pagewise::buffer::Buffer` reserves the largest size once and keeps its pages)",
+                ch.buffer
+            ),
+            cost_s: fault_time * churn_share,
+            inferred_from: ch.inferred_from,
+        });
     }
     out
 }
@@ -244,9 +397,8 @@ fn text_footprint(e: &Evidence<'_>) -> Option<Finding> {
     let c = e.counts;
     let (cost, how) = match (e.hardware.itlb_misses, e.hardware.cycles) {
         (Some(misses), Some(cycles)) if cycles > 0 => {
-            // About 20 cycles per miss that hits the second-level TLB or a cached walk.
             let cpu_s = c.user_s + c.sys_s;
-            let s = (misses as f64 * 20.0 / cycles as f64 * cpu_s).min(c.user_s);
+            let s = (misses as f64 * ITLB_MISS_CYCLES / cycles as f64 * cpu_s).min(c.user_s);
             (s, format!("{} iTLB misses measured", count(misses)))
         }
         _ => (
@@ -299,6 +451,7 @@ fn text_footprint(e: &Evidence<'_>) -> Option<Finding> {
             t.pages_2m.p90, t.itlb.entries_2m
         ),
         cost_s: cost,
+        inferred_from: None,
     })
 }
 
@@ -371,6 +524,7 @@ fn file_faults(e: &Evidence<'_>) -> Option<Finding> {
                  posix_fadvise(POSIX_FADV_WILLNEED) or readahead(2), or map it with MAP_POPULATE"
             .to_owned(),
         cost_s: cost,
+        inferred_from: None,
     })
 }
 
@@ -410,7 +564,8 @@ fn thp_not_granted(e: &Evidence<'_>) -> Option<Finding> {
                  populate with MADV_POPULATE_WRITE after MADV_HUGEPAGE, or use pagewise regions \
                  (hugetlb, then THP, with the fallback reported)"
             .to_owned(),
-        cost_s: (missing / 4096) as f64 * FAULT_OVERHEAD_S,
+        cost_s: (missing / 4096) as f64 * e.costs.fault_overhead_s.unwrap_or(0.0),
+        inferred_from: None,
     })
 }
 
@@ -432,14 +587,29 @@ mod tests {
         }
     }
 
+    /// A calibrated fault cost for the tests (any machine's would do).
+    fn costs() -> &'static Costs {
+        static COSTS: std::sync::OnceLock<Costs> = std::sync::OnceLock::new();
+        COSTS.get_or_init(|| Costs {
+            fault_s: 2.5e-6,
+            rewrite_4k_s: Some(0.5e-6),
+            fault_overhead_s: Some(2.0e-6),
+            source: "measured".into(),
+            fault_time_from: "calibration".into(),
+            ..Costs::default()
+        })
+    }
+
     fn evidence<'a>(c: &'a Counts, hw: &'a Hardware) -> Evidence<'a> {
         Evidence {
             counts: c,
             kinds: None,
             syscalls: None,
+            mapping_records: None,
             page_sizes: None,
             text: None,
             hardware: hw,
+            costs: costs(),
             top_fault_site: None,
             top_churn_site: None,
             top_major_site: None,
@@ -480,6 +650,8 @@ mod tests {
             share: 0.99,
             via: Some("__memset_avx2_unaligned_erms".into()),
             callers: vec![],
+            interpreter: None,
+            script: None,
         };
         let e = Evidence {
             kinds: Some(&kinds),
@@ -496,6 +668,115 @@ mod tests {
         assert!(f[0].summary.contains("262,150"), "{}", f[0].summary);
         assert!((f[0].cost_s - 0.60).abs() < 1e-9, "capped by sys time");
         assert_eq!(f.len(), 1);
+        assert!(f[0].inferred_from.is_none(), "the kinds were measured");
+        // Without the kinds: every minor fault, and it says so.
+        let e = Evidence {
+            top_fault_site: Some(&site),
+            ..evidence(&c, &hw)
+        };
+        let f = findings(&e);
+        assert_eq!(f[0].kind, FindingKind::FirstTouch);
+        assert!(f[0]
+            .inferred_from
+            .as_deref()
+            .unwrap()
+            .contains("minor fault"));
+    }
+
+    #[test]
+    fn kernel_samples_give_the_fault_time_of_the_run() {
+        // A fault costs 6.5 µs here, far more than the calibration says: the
+        // kernel samples still put 95% of the sys time in the fault handler.
+        let c = counts(1.8, 0.05, 1.7, 262_200, 0);
+        let hw = Hardware::default();
+        let sampled = Costs {
+            kernel_samples: Some(6800),
+            kernel_fault_samples: Some(6460),
+            fault_time_from: "kernel-samples".into(),
+            ..costs().clone()
+        };
+        let e = Evidence {
+            costs: &sampled,
+            ..evidence(&c, &hw)
+        };
+        let f = findings(&e);
+        assert_eq!(f[0].kind, FindingKind::FirstTouch);
+        assert!((f[0].cost_s - 1.7 * 0.95).abs() < 1e-6, "{}", f[0].cost_s);
+        assert!(
+            f[0].evidence.contains("95% of 6,800 kernel samples"),
+            "{}",
+            f[0].evidence
+        );
+        // Too few kernel samples: the calibration, capped by the sys time.
+        let few = Costs {
+            kernel_samples: Some(5),
+            kernel_fault_samples: Some(5),
+            ..sampled.clone()
+        };
+        let e = Evidence {
+            costs: &few,
+            ..evidence(&c, &hw)
+        };
+        let f = findings(&e);
+        assert!(
+            (f[0].cost_s - 262_200.0 * 2.5e-6).abs() < 1e-6,
+            "{}",
+            f[0].cost_s
+        );
+    }
+
+    #[test]
+    fn a_small_first_touch_share_is_still_reported_when_it_passes_the_thresholds() {
+        // xz -9e: mostly user time, a dictionary faulted in once.
+        let c = counts(6.0, 5.3, 0.5, 180_000, 0);
+        let hw = Hardware::default();
+        let f = findings(&evidence(&c, &hw));
+        assert_eq!(f.len(), 1, "{f:#?}");
+        assert_eq!(f[0].kind, FindingKind::FirstTouch);
+        assert!((f[0].cost_s - 0.45).abs() < 1e-6, "{}", f[0].cost_s);
+    }
+
+    #[test]
+    fn heap_churn_is_inferred_from_mapping_records_without_tracepoints() {
+        // Python: a fresh 64 MiB bytearray 20 times; each record is the merged
+        // range of two buffers (129 MiB).
+        let mut c = counts(0.9, 0.15, 0.7, 20 * 16_400, 0);
+        c.max_rss_bytes = Some(140 << 20);
+        let hw = Hardware::default();
+        let records = MappingRecords {
+            heap_records: 21,
+            remapped: 19,
+            remapped_bytes: 19 * (129 << 20),
+            sizes: vec![129 << 20],
+        };
+        let e = Evidence {
+            mapping_records: Some(&records),
+            ..evidence(&c, &hw)
+        };
+        let f = findings(&e);
+        assert_eq!(f[0].kind, FindingKind::HeapChurn, "{f:#?}");
+        assert!(
+            f[0].summary.starts_with("heap-churn (inferred)"),
+            "{}",
+            f[0].summary
+        );
+        assert!(f[0]
+            .inferred_from
+            .as_deref()
+            .unwrap()
+            .contains("mmap records"));
+        assert!(f[0].remedy.contains("--keep-heap"));
+        // Bounded by what was faulted beyond the resident peak, not the merged lengths.
+        assert!(f[0].summary.contains("1.1 GiB"), "{}", f[0].summary);
+        // A range recorded again without faulting it again (mprotect toggles): no churn.
+        let idle = counts(0.9, 0.8, 0.05, 3000, 0);
+        let e = Evidence {
+            mapping_records: Some(&records),
+            ..evidence(&idle, &hw)
+        };
+        assert!(findings(&e)
+            .iter()
+            .all(|f| f.kind != FindingKind::HeapChurn));
     }
 
     #[test]
@@ -516,6 +797,8 @@ mod tests {
             bytes: 40 * (64 << 20),
             sizes: vec![(64 << 20) + 4096],
             callers: vec![],
+            interpreter: None,
+            script: None,
         };
         let e = Evidence {
             syscalls: Some(&sys),

@@ -31,9 +31,11 @@ pub mod churn;
 pub mod collect;
 pub mod findings;
 pub mod hot_text;
+pub mod names;
 pub mod profile_sampler;
 pub mod record;
 pub mod report;
+pub mod runtimes;
 pub mod session;
 pub mod sites;
 pub mod symbolizer;
@@ -42,10 +44,12 @@ pub mod target;
 pub use report::*;
 pub use target::{Target, TargetError};
 
-use crate::host::proc_stat;
+use crate::host::costs as host_costs;
+use crate::host::{kallsyms, proc_stat, tracefs};
 use crate::sys::process::{self, ExitKind, Rusage};
 use address_spaces::AddressSpaces;
 use collect::{Collector, Sampled};
+use findings::count;
 use session::{Count, Env, PageSamples, Plan};
 use std::collections::HashMap;
 use std::ffi::OsString;
@@ -100,6 +104,7 @@ fn run_command(options: &StatOptions, argv: &[OsString]) -> Result<StatReport, T
     let counters = session::open_counters(&env, &plan, &mut skipped, &mut hardware);
     let sampling = session::open_sampling(&env, &plan, counters.user_only, &mut skipped);
     let syscalls_open = sampling.as_ref().is_some_and(|s| s.has(Sampled::EnterMmap));
+    let tracepoints = sampling.as_ref().map(|s| s.tracepoints.clone());
     let running = session::start(
         sampling,
         AddressSpaces::new(),
@@ -148,6 +153,7 @@ fn run_command(options: &StatOptions, argv: &[OsString]) -> Result<StatReport, T
         collector,
         pages,
         syscalls_open,
+        tracepoints,
         skipped,
         hardware,
     }))
@@ -193,6 +199,7 @@ fn attach(options: &StatOptions, pid: i32, duration: Duration) -> Result<StatRep
     let counters = session::open_counters(&env, &plan, &mut skipped, &mut hardware);
     let sampling = session::open_sampling(&env, &plan, counters.user_only, &mut skipped);
     let syscalls_open = sampling.as_ref().is_some_and(|s| s.has(Sampled::EnterMmap));
+    let tracepoints = sampling.as_ref().map(|s| s.tracepoints.clone());
     let running = session::start(
         sampling,
         spaces,
@@ -247,6 +254,7 @@ fn attach(options: &StatOptions, pid: i32, duration: Duration) -> Result<StatRep
         collector,
         pages,
         syscalls_open,
+        tracepoints,
         skipped,
         hardware,
     }))
@@ -267,6 +275,8 @@ struct Raw<'a> {
     collector: Option<Collector>,
     pages: PageSamples,
     syscalls_open: bool,
+    /// How the tracepoints were read (`None`: sampling did not open).
+    tracepoints: Option<Result<tracefs::Access, String>>,
     skipped: Vec<Skipped>,
     hardware: Hardware,
 }
@@ -292,6 +302,7 @@ fn assemble(raw: Raw<'_>) -> StatReport {
         collector,
         pages,
         syscalls_open,
+        tracepoints,
         mut skipped,
         mut hardware,
     } = raw;
@@ -315,6 +326,8 @@ fn assemble(raw: Raw<'_>) -> StatReport {
         .and_then(|c| fault_kinds(c, counts.user_mode_faults));
     read_hardware(&mut hardware, get);
     let page_sizes = page_sizes(&pages, options.interval, &mut skipped);
+    let costs = costs(collector.as_ref(), &counts, &mut skipped);
+    let mapping_records = collector.as_ref().map(|c| c.remaps.summary());
     let mut report = StatReport {
         schema: STAT_SCHEMA,
         target,
@@ -322,9 +335,12 @@ fn assemble(raw: Raw<'_>) -> StatReport {
         counts,
         fault_kinds,
         syscalls: None,
+        mapping_records,
         page_sizes,
         text: None,
         hardware,
+        costs,
+        tracepoints: tracepoint_source(tracepoints),
         findings: vec![],
         sites: None,
         mmap_sites: None,
@@ -345,9 +361,11 @@ fn assemble(raw: Raw<'_>) -> StatReport {
         counts: &report.counts,
         kinds: report.fault_kinds.as_ref(),
         syscalls: report.syscalls.as_ref(),
+        mapping_records: report.mapping_records.as_ref(),
         page_sizes: report.page_sizes.as_ref(),
         text: report.text.as_ref(),
         hardware: &report.hardware,
+        costs: &report.costs,
         top_fault_site: report.sites.as_ref().and_then(|s| s.first()),
         top_churn_site: top.churn.as_ref(),
         top_major_site: top.major.as_ref(),
@@ -357,6 +375,112 @@ fn assemble(raw: Raw<'_>) -> StatReport {
     report.findings = findings::findings(&evidence);
     report.skipped = skipped;
     report
+}
+
+/// How the tracepoint ids and formats were read, for the report.
+fn tracepoint_source(tracepoints: Option<Result<tracefs::Access, String>>) -> TracepointSource {
+    match tracepoints {
+        Some(Ok(access)) => TracepointSource {
+            source: access.name().to_owned(),
+            detail: access.describe(),
+        },
+        Some(Err(why)) => TracepointSource {
+            source: "unavailable".to_owned(),
+            detail: why,
+        },
+        None => TracepointSource {
+            source: "not-tried".to_owned(),
+            detail: "sampling could not be opened (see what was not measured)".to_owned(),
+        },
+    }
+}
+
+/// Kernel samples of the run and how many of them are in the page-fault
+/// handler; `None` when the kernel was not sampled (or its symbols are hidden,
+/// noted in `skipped`). Reads `/proc/kallsyms` (about 40 ms) only when there
+/// are samples to classify.
+fn kernel_fault_samples(c: Option<&Collector>, skipped: &mut Vec<Skipped>) -> Option<(u64, u64)> {
+    let stacks = &c?.kernel_stacks;
+    let total: u64 = stacks.values().sum();
+    if total == 0 {
+        return None;
+    }
+    match kallsyms::live_page_fault_entry() {
+        Ok(entry) => Some((
+            total,
+            stacks
+                .iter()
+                .filter(|(chain, _)| kallsyms::any_in(chain, &entry))
+                .map(|(_, n)| n)
+                .sum(),
+        )),
+        Err(e) => {
+            skipped.push(Skipped {
+                what: session::KERNEL_CLOCK_WHAT.to_owned(),
+                why: format!("{e}; the fault time comes from the calibrated fault cost"),
+            });
+            None
+        }
+    }
+}
+
+/// What a fault costs here (calibrated after the run, on this thread) and
+/// the run's kernel samples. When the calibration fails, all system time is
+/// assumed to be fault time, and `skipped` says so.
+fn costs(c: Option<&Collector>, counts: &Counts, skipped: &mut Vec<Skipped>) -> Costs {
+    let kernel = kernel_fault_samples(c, skipped);
+    let mut out = match host_costs::measure() {
+        Ok(m) => Costs {
+            fault_s: m.fault_s,
+            rewrite_4k_s: Some(m.rewrite_s),
+            fault_overhead_s: Some(m.overhead_s()),
+            source: "measured".to_owned(),
+            detail: format!(
+                "a first-touch write fault costs {} of CPU time here (median of {} rounds of {} \
+                 fresh 4 KiB pages with THP off, rounds {}–{}); rewriting 4 KiB of resident \
+                 memory {}; measured in {:.0} ms after the run, not cached (under 50 ms)",
+                findings::micros(m.fault_s),
+                m.rounds,
+                count(m.pages as u64),
+                findings::micros(m.fault_range_s.0),
+                findings::micros(m.fault_range_s.1),
+                findings::micros(m.rewrite_s),
+                m.took.as_secs_f64() * 1000.0
+            ),
+            ..Costs::default()
+        },
+        Err(e) => {
+            let faults = (counts.minor_faults + counts.major_faults).max(1);
+            let assumed = counts.sys_s / faults as f64;
+            skipped.push(Skipped {
+                what: "the cost of a page fault (calibration)".to_owned(),
+                why: format!(
+                    "{e}; assumed instead that all system time was fault time ({} per fault)",
+                    findings::micros(assumed)
+                ),
+            });
+            Costs {
+                fault_s: assumed,
+                source: "assumed".to_owned(),
+                detail: format!(
+                    "the calibration failed ({e}): all system time is taken for fault time"
+                ),
+                ..Costs::default()
+            }
+        }
+    };
+    if let Some((total, in_handler)) = kernel {
+        out.kernel_samples = Some(total);
+        out.kernel_fault_samples = Some(in_handler);
+    }
+    out.fault_time_from = if kernel.is_some_and(|(total, _)| total >= findings::MIN_KERNEL_SAMPLES)
+    {
+        "kernel-samples"
+    } else {
+        "calibration"
+    }
+    .to_owned();
+    out
 }
 
 /// What the counts fall back to where perf could not count: `getrusage` or

@@ -33,6 +33,8 @@ const MISC_COMM_EXEC: u16 = 1 << 13;
 const MISC_MMAP_BUILD_ID: u16 = 1 << 14;
 /// `PERF_CONTEXT_USER`: the user part of a call chain follows.
 const CONTEXT_USER: u64 = (-512i64) as u64;
+/// `PERF_CONTEXT_KERNEL`: the kernel part of a call chain follows.
+const CONTEXT_KERNEL: u64 = (-128i64) as u64;
 /// Values at or above `PERF_CONTEXT_MAX` are context markers, not addresses.
 const CONTEXT_MAX: u64 = (-4095i64) as u64;
 
@@ -75,6 +77,22 @@ impl Sample<'_> {
                 continue;
             }
             if user || !saw_marker {
+                out.push(ip);
+            }
+        }
+    }
+
+    /// Appends the kernel frames of the call chain to `out`, innermost first,
+    /// without the context markers (user frames are dropped).
+    pub fn kernel_callchain_into(&self, out: &mut Vec<u64>) {
+        let mut kernel = false;
+        for w in self.chain.chunks_exact(8) {
+            let ip = u64::from_ne_bytes(w.try_into().expect("8 bytes"));
+            if ip >= CONTEXT_MAX {
+                kernel = ip == CONTEXT_KERNEL;
+                continue;
+            }
+            if kernel {
                 out.push(ip);
             }
         }
@@ -623,7 +641,7 @@ mod tests {
         body.extend_from_slice(&0u64.to_ne_bytes()); // addr
         body.extend_from_slice(&1u64.to_ne_bytes()); // period
         let chain = [
-            (-128i64) as u64, // PERF_CONTEXT_KERNEL
+            CONTEXT_KERNEL,
             0xffff_ffff_8100_0000,
             CONTEXT_USER,
             0x401000,
@@ -642,7 +660,12 @@ mod tests {
         buf.extend_from_slice(&((body.len() + 8) as u16).to_ne_bytes());
         buf.extend(body);
         match Records::new(&buf, types).next() {
-            Some(Record::Sample(s)) => assert_eq!(s.callchain(), vec![0x401000, 0x401100]),
+            Some(Record::Sample(s)) => {
+                assert_eq!(s.callchain(), vec![0x401000, 0x401100]);
+                let mut kernel = vec![];
+                s.kernel_callchain_into(&mut kernel);
+                assert_eq!(kernel, vec![0xffff_ffff_8100_0000]);
+            }
             other => panic!("{other:?}"),
         }
     }

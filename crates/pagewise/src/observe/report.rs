@@ -21,12 +21,19 @@ pub struct StatReport {
     pub fault_kinds: Option<FaultKinds>,
     /// `mmap`, `munmap`, `brk`, `madvise` calls.
     pub syscalls: Option<Syscalls>,
+    /// Heap-like anonymous mappings seen in perf `MMAP2` records (no
+    /// tracepoints needed): the evidence for heap churn without tracefs.
+    pub mapping_records: Option<MappingRecords>,
     /// Resident bytes by page size, sampled while the program ran.
     pub page_sizes: Option<PageSizes>,
     /// How much code the program executes, against the iTLB.
     pub text: Option<TextFootprint>,
     /// Hardware counters, or why there are none.
     pub hardware: Hardware,
+    /// What a page fault costs here and how the run's fault time was estimated.
+    pub costs: Costs,
+    /// How the tracepoints (fault kinds, mmap calls) were obtained.
+    pub tracepoints: TracepointSource,
     /// Diagnoses, most costly first.
     pub findings: Vec<Finding>,
     /// With `--sites`: where page faults happen, most first.
@@ -175,6 +182,60 @@ pub struct Syscalls {
     /// Bytes of heap-like mappings made beyond the peak that was live at once:
     /// memory mapped, faulted and zeroed again.
     pub heap_remapped_bytes: u64,
+}
+
+/// Heap-like anonymous mappings in perf `MMAP2` records (`//anon`, private,
+/// read-write, 1 MiB or more). A range recorded again with the same address
+/// and length was unmapped and mapped again.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct MappingRecords {
+    /// Heap-like mapping records.
+    pub heap_records: u64,
+    /// Records of a range that had been recorded before: mapped again.
+    pub remapped: u64,
+    /// Their bytes (a mapping merged with a neighbour is recorded as the merged range).
+    pub remapped_bytes: u64,
+    /// The most common lengths of the ranges mapped again, most first.
+    pub sizes: Vec<u64>,
+}
+
+/// What a 4 KiB page fault costs on this machine, and how the run's fault
+/// time was estimated (see docs/stat.md, "Costs").
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Costs {
+    /// CPU seconds of one 4 KiB first-touch write fault (allocate, zero, map).
+    pub fault_s: f64,
+    /// CPU seconds to rewrite 4 KiB that is already resident.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rewrite_4k_s: Option<f64>,
+    /// `fault_s - rewrite_4k_s`: what a huge page saves per 4 KiB beyond zeroing.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fault_overhead_s: Option<f64>,
+    /// `measured` (calibrated in this run), `cached`, or `assumed`.
+    pub source: String,
+    /// How, in words.
+    pub detail: String,
+    /// Kernel-mode `cpu-clock` samples of the run (where the kernel could be sampled).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kernel_samples: Option<u64>,
+    /// Of those, inside the page-fault handler.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kernel_fault_samples: Option<u64>,
+    /// How the first-touch time of the run is estimated: `kernel-samples`
+    /// (the sampled share of system time in the page-fault handler) or
+    /// `calibration` (faults times `fault_s`, at most the system time).
+    pub fault_time_from: String,
+}
+
+/// How the tracepoint ids and formats were read.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct TracepointSource {
+    /// `mounted` (tracefs is mounted), `private-mount` (read in a helper's
+    /// own mount namespace; tracefs is not mounted here), `unavailable`, or
+    /// `not-tried` (sampling could not be opened).
+    pub source: String,
+    /// In words.
+    pub detail: String,
 }
 
 /// Peak resident bytes by page size.
@@ -329,6 +390,10 @@ pub struct Finding {
     pub remedy: String,
     /// Estimated seconds it costs this run (the sort key; see docs/stat.md).
     pub cost_s: f64,
+    /// When the finding is inferred rather than measured directly: from what
+    /// (for example perf `MMAP2` records when the `mmap` tracepoints are
+    /// unavailable). `None` for a finding measured directly.
+    pub inferred_from: Option<String>,
 }
 
 /// A source location.
@@ -361,6 +426,13 @@ pub struct Site {
     pub via: Option<String>,
     /// The callers of the site, innermost first (from the most frequent stack).
     pub callers: Vec<Location>,
+    /// When the site is in an interpreter or runtime (CPython, node): which,
+    /// and whether it exposes the script's own functions.
+    pub interpreter: Option<String>,
+    /// The innermost script function on the stack, where the runtime
+    /// exposes it (a `/tmp/perf-PID.map` from node `--perf-basic-prof` or
+    /// Python 3.12+ `-X perf`).
+    pub script: Option<Location>,
 }
 
 /// Where heap-like mmaps that were unmapped again come from.
@@ -382,6 +454,10 @@ pub struct ChurnSite {
     pub sizes: Vec<u64>,
     /// Callers of the site, innermost first.
     pub callers: Vec<Location>,
+    /// When the site is in an interpreter or runtime: which (see [`Site::interpreter`]).
+    pub interpreter: Option<String>,
+    /// The innermost script function on the stack (see [`Site::script`]).
+    pub script: Option<Location>,
 }
 
 /// Something that could not be measured.

@@ -7,7 +7,7 @@ use super::collect::{Collector, Sampled, TpFields};
 use super::report::{Hardware, MappingPages, Skipped};
 use crate::host::proc_maps::MapsEntry;
 use crate::host::smaps::{self, PageSizeTotals};
-use crate::host::tracefs::{self, FieldSpec, TracepointError};
+use crate::host::tracefs::{self, Tracepoint, Tracepoints};
 use crate::sys::perf::{
     self, Event, EventAttr, EventType, RingBuffer, SAMPLE_ADDR, SAMPLE_CALLCHAIN,
     SAMPLE_IDENTIFIER, SAMPLE_IP, SAMPLE_PERIOD, SAMPLE_RAW, SAMPLE_STACK_USER, SAMPLE_TID,
@@ -29,8 +29,6 @@ pub struct Env {
     pub root: bool,
     /// `kernel.perf_event_paranoid`.
     pub paranoid: Option<i64>,
-    /// Where tracefs is mounted.
-    pub tracefs: Option<String>,
     /// Online CPUs.
     pub cpus: Vec<i32>,
 }
@@ -43,7 +41,6 @@ impl Env {
             paranoid: std::fs::read_to_string("/proc/sys/kernel/perf_event_paranoid")
                 .ok()
                 .and_then(|t| t.trim().parse().ok()),
-            tracefs: tracefs::live_mount_point().filter(|p| std::path::Path::new(p).is_dir()),
             cpus: perf::online_cpus(),
         }
     }
@@ -71,43 +68,15 @@ impl Env {
     }
 }
 
-/// A tracepoint's id and fields.
-#[derive(Debug, Clone)]
-pub struct Tracepoint {
-    /// The id for `PERF_TYPE_TRACEPOINT`.
-    pub id: u64,
-    /// Field positions from the `format` file.
-    pub fields: HashMap<String, FieldSpec>,
-}
-
-/// Reads `events/GROUP/NAME/{id,format}` under tracefs.
-pub fn tracepoint(env: &Env, group: &str, name: &str) -> Result<Tracepoint, String> {
-    const NOT_MOUNTED: &str =
-        "tracefs is not mounted (as root: mount -t tracefs nodev /sys/kernel/tracing)";
-    let Some(tracefs) = &env.tracefs else {
-        return Err(NOT_MOUNTED.to_owned());
-    };
-    let id = tracefs::tracepoint_id(tracefs, group, name).map_err(|e| match &e {
-        TracepointError::Read {
-            path,
-            error: source,
-        } if source.kind() == std::io::ErrorKind::PermissionDenied => {
-            format!(
-                "cannot read {path} ({source}): tracefs and tracepoints need root \
-                 (or CAP_PERFMON and a readable tracefs)"
-            )
-        }
-        TracepointError::Read { error: source, .. }
-            if source.kind() == std::io::ErrorKind::NotFound
-                && !std::path::Path::new(&format!("{tracefs}/events")).exists() =>
-        {
-            NOT_MOUNTED.to_owned()
-        }
-        _ => e.to_string(),
-    })?;
-    let fields = tracefs::tracepoint_format(tracefs, group, name).map_err(|e| e.to_string())?;
-    Ok(Tracepoint { id, fields })
-}
+/// The tracepoints `stat` uses: the fault kinds and the mmap family of system calls.
+pub const TRACEPOINTS: [&str; 6] = [
+    "exceptions:page_fault_user",
+    "syscalls:sys_enter_mmap",
+    "syscalls:sys_exit_mmap",
+    "syscalls:sys_enter_munmap",
+    "syscalls:sys_enter_brk",
+    "syscalls:sys_enter_madvise",
+];
 
 /// The counting events.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -303,6 +272,8 @@ pub struct Sampling {
     pub fields: TpFields,
     /// Event id -> kind, kept by the reader after `ids` goes to the collector.
     kinds_of: HashMap<u64, Sampled>,
+    /// How the tracepoint ids and formats were read, or why none could be.
+    pub tracepoints: Result<tracefs::Access, String>,
 }
 
 fn attr_for(
@@ -324,6 +295,15 @@ fn attr_for(
             a.sample_type = SAMPLE_IDENTIFIER | SAMPLE_IP | SAMPLE_TID;
             a.exclude_kernel = true;
             a.side_band = true;
+        }
+        Sampled::KernelClock => {
+            // Where the kernel spends the program's system time: kernel stacks only.
+            a.sample_period = CLOCK_PERIOD_NS;
+            a.sample_type = SAMPLE_IDENTIFIER | SAMPLE_TID | SAMPLE_CALLCHAIN;
+            a.exclude_user = true;
+            a.exclude_kernel = false;
+            a.exclude_callchain_kernel = false;
+            a.exclude_callchain_user = true;
         }
         Sampled::CallStacks => {
             // The caller sets the period.
@@ -377,6 +357,10 @@ fn attr_for(
     a
 }
 
+/// What the kernel-stack samples measure, in `skipped` when they cannot be taken.
+pub const KERNEL_CLOCK_WHAT: &str =
+    "the share of system time in the page-fault handler (kernel cpu-clock samples)";
+
 /// Samples per second of `exceptions:page_fault_user` for the fault kinds,
 /// while the event is on (see [`KIND_WINDOW`]). Counting every kind exactly
 /// needs a filtered counter per kind, which costs about 6% of the run time of a
@@ -406,12 +390,20 @@ pub fn open_sampling(
         Ok(owner) => owner,
         Err(e) => return fail_sampling(env, &e, skipped),
     };
-    let tps = syscall_tracepoints(env, skipped);
+    let looked_up = tracefs::lookup(&TRACEPOINTS);
+    s.tracepoints = match (&looked_up.access, TRACEPOINTS.map(|n| looked_up.get(n))) {
+        (Some(access), found) if found.iter().any(Result::is_ok) => Ok(access.clone()),
+        (_, found) => Err(found
+            .into_iter()
+            .find_map(Result::err)
+            .unwrap_or_else(|| "no tracepoint could be read".to_owned())),
+    };
+    let tps = syscall_tracepoints(&looked_up, skipped);
     // The fault kinds need the error code's place in the record.
-    let kind_tp = fault_kind_tracepoint(env, &mut s.fields, skipped)
+    let kind_tp = fault_kind_tracepoint(&looked_up, &mut s.fields, skipped)
         .filter(|_| s.fields.error_code.is_some());
     set_syscall_fields(&mut s.fields, &tps);
-    let groups = sampled_groups(plan, kind_tp, &tps);
+    let groups = sampled_groups(plan, user_only, kind_tp, &tps);
     let flags = (user_only, lead.read_lost);
     for (group, what) in groups {
         match open_group(&group, &owner, plan, flags, fault_pages, &s.events) {
@@ -435,19 +427,22 @@ pub fn open_sampling(
 
 /// The `syscalls` tracepoints of the mmap family, all or none: a partial set
 /// would miscount. Why they cannot be used goes to `skipped`.
-fn syscall_tracepoints(env: &Env, skipped: &mut Vec<Skipped>) -> Vec<(Sampled, Tracepoint)> {
+fn syscall_tracepoints(
+    looked_up: &Tracepoints,
+    skipped: &mut Vec<Skipped>,
+) -> Vec<(Sampled, Tracepoint)> {
     let syscalls = [
-        (Sampled::EnterMmap, "sys_enter_mmap"),
-        (Sampled::ExitMmap, "sys_exit_mmap"),
-        (Sampled::EnterMunmap, "sys_enter_munmap"),
-        (Sampled::EnterBrk, "sys_enter_brk"),
-        (Sampled::EnterMadvise, "sys_enter_madvise"),
+        (Sampled::EnterMmap, "syscalls:sys_enter_mmap"),
+        (Sampled::ExitMmap, "syscalls:sys_exit_mmap"),
+        (Sampled::EnterMunmap, "syscalls:sys_enter_munmap"),
+        (Sampled::EnterBrk, "syscalls:sys_enter_brk"),
+        (Sampled::EnterMadvise, "syscalls:sys_enter_madvise"),
     ];
     let mut tps = vec![];
     let mut tp_error = None;
     for (kind, name) in syscalls {
-        match tracepoint(env, "syscalls", name) {
-            Ok(tp) => tps.push((kind, tp)),
+        match looked_up.get(name) {
+            Ok(tp) => tps.push((kind, tp.clone())),
             Err(e) => {
                 tp_error.get_or_insert(e);
             }
@@ -466,11 +461,11 @@ fn syscall_tracepoints(env: &Env, skipped: &mut Vec<Skipped>) -> Vec<(Sampled, T
 /// The id of `exceptions:page_fault_user`, with its `error_code` field put
 /// in `fields`; why it cannot be used goes to `skipped`.
 fn fault_kind_tracepoint(
-    env: &Env,
+    looked_up: &Tracepoints,
     fields: &mut TpFields,
     skipped: &mut Vec<Skipped>,
 ) -> Option<u64> {
-    match tracepoint(env, "exceptions", "page_fault_user") {
+    match looked_up.get("exceptions:page_fault_user") {
         Ok(tp) => {
             fields.error_code = tp.fields.get("error_code").copied();
             Some(tp.id)
@@ -514,10 +509,12 @@ fn set_syscall_fields(fields: &mut TpFields, tps: &[(Sampled, Tracepoint)]) {
 /// The sampled events beside the clock leaders, in groups that open on every
 /// CPU and task or not at all (a partial set would miscount): major faults,
 /// every fault with `--sites`, the fault kinds when `error_code` is known, and
-/// the system calls. Fault samples get rings of their own, so that a flood of
+/// the system calls, and (when the kernel may be sampled) kernel stacks of
+/// the system time. Fault samples get rings of their own, so that a flood of
 /// them never crowds out the calls, clock samples and mappings.
 fn sampled_groups(
     plan: &Plan,
+    user_only: bool,
     kind_tp: Option<u64>,
     tps: &[(Sampled, Tracepoint)],
 ) -> Vec<Group<'static>> {
@@ -528,6 +525,15 @@ fn sampled_groups(
         )],
         "major fault sites",
     )];
+    if !user_only {
+        groups.push((
+            vec![(
+                Sampled::KernelClock,
+                (EventType::Software, perf::SW_CPU_CLOCK),
+            )],
+            KERNEL_CLOCK_WHAT,
+        ));
+    }
     if plan.sites {
         groups.push((
             vec![(Sampled::Faults, (EventType::Software, perf::SW_PAGE_FAULTS))],
@@ -703,6 +709,7 @@ impl Sampling {
             ids: HashMap::new(),
             fields: TpFields::default(),
             kinds_of: HashMap::new(),
+            tracepoints: Err("not looked up".to_owned()),
         }
     }
 

@@ -5,6 +5,7 @@
 
 use super::collect::StackKey;
 use super::report::{ChurnSite, Location, Site};
+use super::runtimes;
 use super::symbolizer::{Frame, Symbolizer};
 use std::collections::HashMap;
 
@@ -41,6 +42,7 @@ pub fn resolve(sym: &mut Symbolizer<'_>, key: &StackKey) -> Resolved {
             line: None,
             object: "[unknown]".to_owned(),
             own: false,
+            jit: false,
         });
     }
     let recovered = key
@@ -91,6 +93,21 @@ fn callers(r: &Resolved) -> Vec<Location> {
         .collect()
 }
 
+/// The runtime the site is in (in words, with how to see the script's
+/// functions when they are hidden) and the innermost script function on the
+/// stack, for sites in interpreters and JIT runtimes.
+fn runtime_and_script(r: &Resolved) -> (Option<String>, Option<Location>) {
+    let script = r
+        .frames
+        .iter()
+        .filter(|f| f.jit)
+        .find_map(|f| runtimes::script_location(&f.function));
+    let runtime = r.frames[r.site..]
+        .iter()
+        .find_map(|f| runtimes::runtime_of(&f.object));
+    (runtime.map(|rt| rt.label(script.is_some())), script)
+}
+
 /// Fault sites, most faults first, from stack counts.
 pub fn fault_sites(
     sym: &mut Symbolizer<'_>,
@@ -110,6 +127,7 @@ pub fn fault_sites(
         let key = (f.function.clone(), f.file.clone(), f.line);
         let via = (r.site > 0).then(|| r.frames[0].function.clone());
         let callers = callers(&r);
+        let (interpreter, script) = runtime_and_script(&r);
         let acc = by_site.entry(key).or_insert_with(|| Acc {
             site: Site {
                 function: f.function.clone(),
@@ -120,6 +138,8 @@ pub fn fault_sites(
                 share: 0.0,
                 via: via.clone(),
                 callers: callers.clone(),
+                interpreter: interpreter.clone(),
+                script: script.clone(),
             },
             best: 0,
         });
@@ -128,6 +148,8 @@ pub fn fault_sites(
             acc.best = n;
             acc.site.via = via;
             acc.site.callers = callers;
+            acc.site.interpreter = interpreter;
+            acc.site.script = script;
         }
     }
     let mut sites: Vec<Site> = by_site
@@ -159,6 +181,7 @@ pub fn churn_sites(
         let f = &r.frames[r.site];
         // The function that called into the library (for example malloc), if not the site.
         let via = (r.site > 0).then(|| r.frames[r.site - 1].function.clone());
+        let (interpreter, script) = runtime_and_script(&r);
         let entry = by_site
             .entry((f.function.clone(), f.file.clone(), f.line))
             .or_insert_with(|| {
@@ -172,6 +195,8 @@ pub fn churn_sites(
                         bytes: 0,
                         sizes: vec![],
                         callers: callers(&r),
+                        interpreter,
+                        script,
                     },
                     HashMap::new(),
                 )

@@ -4,6 +4,8 @@
 //! [`AddressSpaces`].
 
 use super::address_spaces::{read_whole, segments_of, svma_in, AddressSpaces, Segment};
+use super::names::short_name;
+use super::runtimes::{self, JitSymbol};
 use object::{Object, ObjectSection, ObjectSymbol, SymbolKind};
 use std::borrow::Cow;
 use std::collections::HashMap;
@@ -23,6 +25,8 @@ pub struct Frame {
     pub object: String,
     /// Whether it is the program's own code (not a system library).
     pub own: bool,
+    /// Generated code named by the process's perf map (a JIT's script function).
+    pub jit: bool,
 }
 
 struct Symbol {
@@ -115,7 +119,9 @@ fn symbols_of(obj: &object::File<'_>) -> Vec<Symbol> {
             Some(Symbol {
                 start: s.address(),
                 size: s.size(),
-                name: addr2line::demangle_auto(Cow::Borrowed(name), None).into_owned(),
+                // Demangled when looked up: a large program (node: 150,000
+                // symbols) would spend seconds demangling names never shown.
+                name: name.to_owned(),
             })
         })
         .collect();
@@ -152,6 +158,7 @@ pub struct Symbolizer<'a> {
     spaces: &'a AddressSpaces,
     loaded: HashMap<usize, Option<Loaded>>,
     cache: HashMap<(u32, u64, bool), Rc<Vec<Frame>>>,
+    perf_maps: HashMap<u32, Option<Vec<JitSymbol>>>,
     /// Objects that could not be loaded, with the reason.
     pub problems: Vec<String>,
 }
@@ -163,8 +170,27 @@ impl<'a> Symbolizer<'a> {
             spaces,
             loaded: HashMap::new(),
             cache: HashMap::new(),
+            perf_maps: HashMap::new(),
             problems: vec![],
         }
+    }
+
+    /// The perf-map frame of `addr` in process `pid` (generated code that
+    /// no file backs), when the process wrote a perf map that names it.
+    fn jit_frame(&mut self, pid: u32, addr: u64) -> Option<Frame> {
+        let map = self
+            .perf_maps
+            .entry(pid)
+            .or_insert_with(|| runtimes::read_perf_map(pid));
+        let sym = runtimes::lookup(map.as_deref()?, addr)?;
+        Some(Frame {
+            function: sym.name.clone(),
+            file: None,
+            line: None,
+            object: format!("/tmp/perf-{pid}.map"),
+            own: true,
+            jit: true,
+        })
     }
 
     fn loaded(&mut self, object: usize) -> Option<&Loaded> {
@@ -210,13 +236,17 @@ impl<'a> Symbolizer<'a> {
             line: None,
             object: object.to_owned(),
             own: false,
+            jit: false,
         };
         let spaces = self.spaces;
         let Some(m) = spaces.lookup(pid, addr) else {
-            return vec![unknown("[unknown]")];
+            return vec![self
+                .jit_frame(pid, addr)
+                .unwrap_or_else(|| unknown("[unknown]"))];
         };
         let Some(obj_index) = m.object else {
-            return vec![unknown(&m.name)];
+            let name = m.name.clone();
+            return vec![self.jit_frame(pid, addr).unwrap_or_else(|| unknown(&name))];
         };
         let info = &spaces.objects()[obj_index];
         let (path, own) = (info.path.clone(), !info.system);
@@ -260,11 +290,14 @@ impl<'a> Symbolizer<'a> {
                         line,
                         object: path.clone(),
                         own,
+                        jit: false,
                     });
                 }
             }
         }
-        let symbol = loaded.symbol(probe).map(|s| s.name.clone());
+        let symbol = loaded
+            .symbol(probe)
+            .map(|s| addr2line::demangle_auto(Cow::Borrowed(&s.name), None).into_owned());
         if out.is_empty() {
             out.push(Frame {
                 function: symbol.unwrap_or_else(|| format!("{short}+{file_offset:#x}")),
@@ -272,11 +305,25 @@ impl<'a> Symbolizer<'a> {
                 line: None,
                 object: path.clone(),
                 own,
+                jit: false,
             });
         } else if let Some(last) = out.last_mut() {
-            // The outermost DWARF frame may lack a name (for example assembler code).
-            if last.function.is_empty() {
-                last.function = symbol.unwrap_or_else(|| format!("{short}+{file_offset:#x}"));
+            // The outermost DWARF frame may lack a name (for example assembler code),
+            // or have only the unqualified name of a C++ member function
+            // (`fill_with` for `grid::Tensor<…>::fill_with<…>(…)`): the symbol
+            // table's name of the function is the full one.
+            match symbol {
+                _ if last.function.is_empty() => {
+                    last.function = symbol.unwrap_or_else(|| format!("{short}+{file_offset:#x}"));
+                }
+                Some(sym)
+                    if !short_name(&last.function).contains("::")
+                        && sym.contains("::")
+                        && short_name(&sym).ends_with(&short_name(&last.function)) =>
+                {
+                    last.function = sym;
+                }
+                _ => {}
             }
         }
         for f in &mut out {
