@@ -12,10 +12,9 @@ use std::sync::{Arc, Mutex};
 /// What a sampled event is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Sampled {
-    /// `cpu-clock` in user mode: hot text.
+    /// `cpu-clock`: in user mode, hot text; in kernel mode (where it may be
+    /// sampled), the kernel stack: where the system time goes.
     CpuClock,
-    /// `cpu-clock` in kernel mode with the kernel stack: where the system time goes.
-    KernelClock,
     /// `cpu-clock` in user mode with the user call chain (`text profile`).
     CallStacks,
     /// Every page fault, with its stack (`--sites`).
@@ -126,6 +125,9 @@ pub struct Collector {
     /// Anonymous mappings seen in `MMAP2` records, for heap churn without tracepoints.
     pub remaps: RemapRecords,
 }
+
+/// Addresses from here up are the kernel's (x86-64, 4- and 5-level paging).
+const KERNEL_SPACE: u64 = 0xff00_0000_0000_0000;
 
 /// At most this many code words are kept from a stack copy.
 const MAX_WORDS: usize = 4;
@@ -294,6 +296,22 @@ impl Collector {
         id
     }
 
+    /// Counts the kernel stack of a kernel-mode `cpu-clock` sample.
+    fn kernel_sample(&mut self, s: &Sample<'_>) {
+        let mut chain = std::mem::take(&mut self.chain_buf);
+        chain.clear();
+        s.kernel_callchain_into(&mut chain);
+        if !chain.is_empty() {
+            match self.kernel_stacks.get_mut(chain.as_slice()) {
+                Some(n) => *n += 1,
+                None => {
+                    self.kernel_stacks.insert(chain.as_slice().into(), 1);
+                }
+            }
+        }
+        self.chain_buf = chain;
+    }
+
     fn sample(&mut self, kind: Sampled, s: &Sample<'_>) {
         let raw = |spec: FieldSpec| s.raw.and_then(|r| raw_field(r, spec));
         let call = |kind: CallKind, stack: Option<u32>| Call {
@@ -304,25 +322,13 @@ impl Collector {
             stack,
         };
         match kind {
-            Sampled::CpuClock => {
-                if let Some(ip) = s.ip {
+            Sampled::CpuClock => match s.ip {
+                Some(ip) if ip < KERNEL_SPACE => {
                     *self.text_pages.entry((s.pid, ip >> 12)).or_default() += 1;
                 }
-            }
-            Sampled::KernelClock => {
-                let mut chain = std::mem::take(&mut self.chain_buf);
-                chain.clear();
-                s.kernel_callchain_into(&mut chain);
-                if !chain.is_empty() {
-                    match self.kernel_stacks.get_mut(chain.as_slice()) {
-                        Some(n) => *n += 1,
-                        None => {
-                            self.kernel_stacks.insert(chain.as_slice().into(), 1);
-                        }
-                    }
-                }
-                self.chain_buf = chain;
-            }
+                Some(_) => self.kernel_sample(s),
+                None => {}
+            },
             Sampled::Faults => {
                 let id = self.intern(s);
                 *self.fault_stacks.entry(id).or_default() += 1;

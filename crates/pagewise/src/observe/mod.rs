@@ -7,7 +7,9 @@
 //! - software counters count minor and major faults, faults inside system
 //!   calls and context switches;
 //! - per-CPU sampled events, inherited by threads and children, write into
-//!   mapped ring buffers: user-mode `cpu-clock` (hot text), samples of
+//!   mapped ring buffers: `cpu-clock` (user mode: hot text; kernel mode, where
+//!   allowed: the kernel stack, to see how much system time is spent in the
+//!   page-fault handler), samples of
 //!   `exceptions:page_fault_user` in short windows (fault kinds), major faults,
 //!   `mmap`/`munmap`/`brk`/`madvise` with their arguments and stacks, and with
 //!   `--sites` every page fault with its stack. The `MMAP2` records that come
@@ -15,10 +17,17 @@
 //! - a thread reads `/proc/PID/smaps` of every live process at an interval for
 //!   the resident bytes on 4 KiB pages, THP and hugetlb.
 //!
-//! Afterwards stacks are symbolized ([`symbolizer`], [`sites`]), system calls
-//! analysed for heap churn ([`churn`]), the hot-text footprint measured against
-//! the iTLB ([`hot_text`]), and [`findings`] ranks the diagnoses by estimated
-//! cost. What could not be measured is listed in [`StatReport::skipped`].
+//! Tracepoint ids come from tracefs, or through a private mount of it when it
+//! is not mounted ([`crate::host::tracefs::lookup`]); without them heap churn
+//! is inferred from mmap records ([`churn::RemapRecords`]).
+//!
+//! Afterwards stacks are symbolized ([`symbolizer`], [`sites`]; generated code
+//! through perf maps, [`runtimes`]), system calls analysed for heap churn
+//! ([`churn`]), the hot-text footprint measured against the iTLB
+//! ([`hot_text`]), the cost of a page fault measured on this machine
+//! ([`crate::host::costs`], 7–40 ms), and [`findings`] ranks the diagnoses by
+//! estimated cost. What could not be measured is listed in
+//! [`StatReport::skipped`].
 //!
 //! Cost while the program runs: a few counter increments per fault, a
 //! tracepoint record per fault for 20 ms of every 100 ms, a sample per 250 µs

@@ -296,15 +296,6 @@ fn attr_for(
             a.exclude_kernel = true;
             a.side_band = true;
         }
-        Sampled::KernelClock => {
-            // Where the kernel spends the program's system time: kernel stacks only.
-            a.sample_period = CLOCK_PERIOD_NS;
-            a.sample_type = SAMPLE_IDENTIFIER | SAMPLE_TID | SAMPLE_CALLCHAIN;
-            a.exclude_user = true;
-            a.exclude_kernel = false;
-            a.exclude_callchain_kernel = false;
-            a.exclude_callchain_user = true;
-        }
         Sampled::CallStacks => {
             // The caller sets the period.
             a.sample_type = SAMPLE_IDENTIFIER | SAMPLE_IP | SAMPLE_TID | SAMPLE_CALLCHAIN;
@@ -357,6 +348,18 @@ fn attr_for(
     a
 }
 
+/// Makes the `cpu-clock` leader sample kernel mode too, with the kernel stack
+/// only (user-mode samples keep just their instruction pointer): where the
+/// program's system time goes. One timer for both modes: a second
+/// `cpu-clock` event for the kernel would double the timer interrupts, which
+/// cost a VM exit each.
+fn sample_kernel_too(a: &mut EventAttr) {
+    a.exclude_kernel = false;
+    a.sample_type |= SAMPLE_CALLCHAIN;
+    a.exclude_callchain_kernel = false;
+    a.exclude_callchain_user = true;
+}
+
 /// What the kernel-stack samples measure, in `skipped` when they cannot be taken.
 pub const KERNEL_CLOCK_WHAT: &str =
     "the share of system time in the page-fault handler (kernel cpu-clock samples)";
@@ -385,9 +388,29 @@ pub fn open_sampling(
     let clock = (EventType::Software, perf::SW_CPU_CLOCK);
     let mut lead = attr_for(Sampled::CpuClock, clock, plan, user_only, true);
     lead.build_id = true;
+    if !user_only {
+        sample_kernel_too(&mut lead);
+    }
     // Leaders: (cpu, index of the ring-owning event).
     let owner = match open_leaders(&mut s, Sampled::CpuClock, &mut lead, env, plan, pages) {
         Ok(owner) => owner,
+        Err(e) if !lead.exclude_kernel => {
+            // The kernel may not be sampled here after all: user mode only.
+            skipped.push(Skipped {
+                what: KERNEL_CLOCK_WHAT.to_owned(),
+                why: format!(
+                    "{}; the fault time comes from the calibrated fault cost",
+                    env.explain(&e)
+                ),
+            });
+            s = Sampling::empty();
+            lead = attr_for(Sampled::CpuClock, clock, plan, user_only, lead.read_lost);
+            lead.build_id = true;
+            match open_leaders(&mut s, Sampled::CpuClock, &mut lead, env, plan, pages) {
+                Ok(owner) => owner,
+                Err(e) => return fail_sampling(env, &e, skipped),
+            }
+        }
         Err(e) => return fail_sampling(env, &e, skipped),
     };
     let looked_up = tracefs::lookup(&TRACEPOINTS);
@@ -403,7 +426,7 @@ pub fn open_sampling(
     let kind_tp = fault_kind_tracepoint(&looked_up, &mut s.fields, skipped)
         .filter(|_| s.fields.error_code.is_some());
     set_syscall_fields(&mut s.fields, &tps);
-    let groups = sampled_groups(plan, user_only, kind_tp, &tps);
+    let groups = sampled_groups(plan, kind_tp, &tps);
     let flags = (user_only, lead.read_lost);
     for (group, what) in groups {
         match open_group(&group, &owner, plan, flags, fault_pages, &s.events) {
@@ -509,12 +532,10 @@ fn set_syscall_fields(fields: &mut TpFields, tps: &[(Sampled, Tracepoint)]) {
 /// The sampled events beside the clock leaders, in groups that open on every
 /// CPU and task or not at all (a partial set would miscount): major faults,
 /// every fault with `--sites`, the fault kinds when `error_code` is known, and
-/// the system calls, and (when the kernel may be sampled) kernel stacks of
-/// the system time. Fault samples get rings of their own, so that a flood of
+/// the system calls. Fault samples get rings of their own, so that a flood of
 /// them never crowds out the calls, clock samples and mappings.
 fn sampled_groups(
     plan: &Plan,
-    user_only: bool,
     kind_tp: Option<u64>,
     tps: &[(Sampled, Tracepoint)],
 ) -> Vec<Group<'static>> {
@@ -525,15 +546,6 @@ fn sampled_groups(
         )],
         "major fault sites",
     )];
-    if !user_only {
-        groups.push((
-            vec![(
-                Sampled::KernelClock,
-                (EventType::Software, perf::SW_CPU_CLOCK),
-            )],
-            KERNEL_CLOCK_WHAT,
-        ));
-    }
     if plan.sites {
         groups.push((
             vec![(Sampled::Faults, (EventType::Software, perf::SW_PAGE_FAULTS))],
