@@ -110,8 +110,10 @@ fn run_command(options: &StatOptions, argv: &[OsString]) -> Result<StatReport, T
     };
     let mut skipped = vec![];
     let mut hardware = Hardware::default();
-    let counters = session::open_counters(&env, &plan, &mut skipped, &mut hardware);
-    let sampling = session::open_sampling(&env, &plan, counters.user_only, &mut skipped);
+    let tracepoints = session::lookup_tracepoints();
+    let counters = session::open_counters(&env, &plan, &tracepoints, &mut skipped, &mut hardware);
+    let sampling =
+        session::open_sampling(&env, &plan, counters.user_only, &tracepoints, &mut skipped);
     let syscalls_open = sampling.as_ref().is_some_and(|s| s.has(Sampled::EnterMmap));
     let tracepoints = sampling.as_ref().map(|s| s.tracepoints.clone());
     let running = session::start(
@@ -205,8 +207,10 @@ fn attach(options: &StatOptions, pid: i32, duration: Duration) -> Result<StatRep
     };
     let mut hardware = Hardware::default();
     let t0 = Instant::now();
-    let counters = session::open_counters(&env, &plan, &mut skipped, &mut hardware);
-    let sampling = session::open_sampling(&env, &plan, counters.user_only, &mut skipped);
+    let tracepoints = session::lookup_tracepoints();
+    let counters = session::open_counters(&env, &plan, &tracepoints, &mut skipped, &mut hardware);
+    let sampling =
+        session::open_sampling(&env, &plan, counters.user_only, &tracepoints, &mut skipped);
     let syscalls_open = sampling.as_ref().is_some_and(|s| s.has(Sampled::EnterMmap));
     let tracepoints = sampling.as_ref().map(|s| s.tracepoints.clone());
     let running = session::start(
