@@ -35,7 +35,7 @@ pub const MIN_COST_S: f64 = 0.002;
 /// First touch needs at least this many anonymous first-touch faults.
 pub const FIRST_TOUCH_MIN_FAULTS: u64 = 256;
 /// The sampled share of system time in the page-fault handler is used when
-/// at least this many kernel samples (5 ms of system time) back it;
+/// at least this many kernel samples (20 ms of system time at 1 kHz) back it;
 /// otherwise the calibrated fault cost is.
 pub const MIN_KERNEL_SAMPLES: u64 = 20;
 /// Heap churn needs at least this many heap mappings unmapped again…

@@ -29,8 +29,8 @@
 //! estimated cost. What could not be measured is listed in
 //! [`StatReport::skipped`].
 //!
-//! Cost while the program runs: a few counter increments per fault, a
-//! tracepoint record per fault for 20 ms of every 100 ms, a sample per 250 µs
+//! Cost while the program runs: a counter increment per fault in a system call, a
+//! tracepoint record per fault for 20 ms of every 100 ms, a sample per ms
 //! of user CPU, one ring-buffer record per mmap-family call (and per fault with
 //! `--sites`), and smaps reads that take at most 1% of a CPU. See
 //! docs/BENCHMARKS.md ("stat overhead").
