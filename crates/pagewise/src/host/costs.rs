@@ -56,13 +56,12 @@ impl FaultCosts {
 #[derive(Debug, thiserror::Error)]
 pub enum CalibrationError {
     /// The scratch mapping could not be made.
-    #[error("cannot map {bytes} bytes to time page faults: {source}")]
+    #[error("cannot map {bytes} bytes to time page faults: {error}")]
     Map {
         /// Bytes asked for.
         bytes: usize,
         /// The failed call.
-        #[source]
-        source: SysError,
+        error: SysError,
     },
     /// The thread's fault counter did not move: the pages were not faulted one by one.
     #[error(
@@ -82,7 +81,7 @@ pub enum CalibrationError {
 fn round() -> Result<(f64, u64, f64), CalibrationError> {
     let bytes = PAGES * PAGE;
     let mut map = AnonMapping::map(bytes, MapOptions::default())
-        .map_err(|source| CalibrationError::Map { bytes, source })?;
+        .map_err(|error| CalibrationError::Map { bytes, error })?;
     // Only 4 KiB faults are timed; a kernel built without THP refuses the advice,
     // and then there are no huge pages to avoid.
     let _ = map.advise(0, bytes, Advice::NoHugePage);

@@ -20,8 +20,11 @@ pub const PAGE_FAULT_ENTRY: [&str; 2] = ["asm_exc_page_fault", "exc_page_fault"]
 #[derive(Debug, thiserror::Error)]
 pub enum KallsymsError {
     /// The file could not be read.
-    #[error("cannot read /proc/kallsyms: {0}")]
-    Read(#[from] std::io::Error),
+    #[error("cannot read /proc/kallsyms: {error}")]
+    Read {
+        /// Why.
+        error: std::io::Error,
+    },
     /// The addresses are hidden (`kernel.kptr_restrict`, or not root).
     #[error("/proc/kallsyms hides the addresses (kernel.kptr_restrict, or not root)")]
     Hidden,
@@ -39,7 +42,7 @@ pub fn ranges(text: impl BufRead, names: &[&str]) -> Result<Vec<Range>, Kallsyms
     let mut open: Vec<(usize, u64)> = vec![];
     let mut any_address = false;
     for line in text.lines() {
-        let line = line?;
+        let line = line.map_err(|error| KallsymsError::Read { error })?;
         let mut fields = line.split_whitespace();
         let (Some(addr), Some(kind), Some(name)) = (fields.next(), fields.next(), fields.next())
         else {
@@ -81,7 +84,8 @@ pub fn ranges(text: impl BufRead, names: &[&str]) -> Result<Vec<Range>, Kallsyms
 /// The ranges of [`PAGE_FAULT_ENTRY`] in the running kernel. Reads
 /// `/proc/kallsyms` (about 40 ms).
 pub fn live_page_fault_entry() -> Result<Vec<Range>, KallsymsError> {
-    let file = std::fs::File::open("/proc/kallsyms")?;
+    let file =
+        std::fs::File::open("/proc/kallsyms").map_err(|error| KallsymsError::Read { error })?;
     ranges(std::io::BufReader::new(file), &PAGE_FAULT_ENTRY)
 }
 
