@@ -15,8 +15,8 @@ use pagewise_testkit::Need;
 use serde_json::Value;
 use stat_support::{
     assert_churn_inferred_as_the_state_says, assert_first, first_kind, fixture,
-    fixture_in_every_state, in_every_state, kinds, stat_in, world_executable, world_readable,
-    Shared, State, STATES,
+    fixture_in_every_state, in_every_state, kinds, remove_perf_map, stat_in, world_executable,
+    world_readable, Shared, State, STATES,
 };
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -205,6 +205,7 @@ fn python_3_12_perf_trampolines_name_the_script_function_where_unwinding_reaches
         Ok(v) => v,
         Err((need, why)) => pagewise_testkit::skip!(need, "{why}"),
     };
+    remove_perf_map(&v);
     assert_eq!(first_kind(&v), "heap-churn", "{:#}", v["findings"]);
     let site = &v["sites"][0];
     if site["script"].is_null() {
@@ -247,6 +248,7 @@ fn node_buffer_churn_is_heap_churn_and_names_the_script_function() {
             "12",
         ],
         |state, v| {
+            remove_perf_map(v);
             assert_first(state, v, "heap-churn");
             assert_churn_inferred_as_the_state_says(state, v);
             let site = &v["sites"][0];

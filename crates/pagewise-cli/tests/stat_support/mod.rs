@@ -432,6 +432,14 @@ pub fn fixture_in_every_state(
     });
 }
 
+/// Removes the perf map the observed program wrote (`/tmp/perf-PID.map`, by
+/// node `--perf-basic-prof` or python `-X perf`): runtimes leave them behind.
+pub fn remove_perf_map(v: &Value) {
+    if let Some(pid) = v["target"]["pid"].as_u64() {
+        let _ = std::fs::remove_file(format!("/tmp/perf-{pid}.map"));
+    }
+}
+
 /// Checks that a heap-churn finding says whether it was inferred, as the state implies.
 pub fn assert_churn_inferred_as_the_state_says(state: State, v: &Value) {
     let f = v["findings"]
