@@ -66,75 +66,6 @@ fn faults_of(work: impl FnOnce()) -> Option<u64> {
     faults_during(work)
 }
 
-/// The id of the calling thread, as `/proc/self/task` names it.
-fn thread_id() -> u32 {
-    let link = std::fs::read_link("/proc/thread-self").unwrap();
-    link.file_name().unwrap().to_str().unwrap().parse().unwrap()
-}
-
-/// What `/proc/self/task/TID` shows of a thread: the system call it is
-/// blocked in (`None` while it runs), its voluntary context switches and the
-/// nanoseconds it has run.
-fn thread_state(tid: u32) -> (Option<u64>, u64, u64) {
-    let task = format!("/proc/self/task/{tid}");
-    let syscall = std::fs::read_to_string(format!("{task}/syscall")).unwrap();
-    let blocked_in = syscall
-        .split_whitespace()
-        .next()
-        .and_then(|n| n.parse().ok());
-    let status = std::fs::read_to_string(format!("{task}/status")).unwrap();
-    let switches = status
-        .lines()
-        .find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"))
-        .and_then(|n| n.trim().parse().ok())
-        .unwrap();
-    let ran_ns = std::fs::read_to_string(format!("{task}/schedstat"))
-        .unwrap()
-        .split_whitespace()
-        .next()
-        .and_then(|n| n.parse().ok())
-        .unwrap();
-    (blocked_in, switches, ran_ns)
-}
-
-const SYS_FUTEX: u64 = 202;
-
-/// Waits until thread `tid` is in one `FUTEX_WAIT` that has lasted at
-/// least 2 ms (the same sleep seen twice 2 ms apart, with no wake-up in
-/// between): longer than any short nap of a blocked reader (100 µs), so it
-/// is the long sleep only a writer's wake (or 250 ms) ends. Polls every 2 ms
-/// for up to 60 s.
-fn wait_until_asleep(tid: u32) {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let (first, before, _) = thread_state(tid);
-        std::thread::sleep(Duration::from_millis(2));
-        let (now, after, _) = thread_state(tid);
-        if first == Some(SYS_FUTEX) && now == Some(SYS_FUTEX) && before == after {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "thread {tid} never slept in a futex"
-        );
-    }
-}
-
-/// Waits until thread `tid` is inside a wait: asleep in a futex, or having
-/// run 2 ms (spinning) since `ran_ns_before`. Polls every millisecond for
-/// up to 60 s.
-fn wait_until_waiting(tid: u32, ran_ns_before: u64) {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let (blocked_in, _, ran_ns) = thread_state(tid);
-        if blocked_in == Some(SYS_FUTEX) || ran_ns >= ran_ns_before + 2_000_000 {
-            return;
-        }
-        assert!(Instant::now() < deadline, "thread {tid} never waited");
-        std::thread::sleep(Duration::from_millis(1));
-    }
-}
-
 /// A payload that encodes its sequence number and has a length that varies with it.
 fn payload(seq: u64) -> Vec<u8> {
     let len = (seq * 37 % 300) as usize + 8;
@@ -343,7 +274,7 @@ fn wait_strategies_return_records_and_time_out() {
         assert!(t.elapsed() >= Duration::from_millis(30));
         let (tx, rx) = std::sync::mpsc::channel();
         let reader = std::thread::spawn(move || {
-            tx.send(thread_id()).unwrap();
+            tx.send(pagewise_testkit::thread_id()).unwrap();
             let rec = r
                 .next_wait(wait, Some(Duration::from_secs(60)))
                 .unwrap()
@@ -352,7 +283,8 @@ fn wait_strategies_return_records_and_time_out() {
         });
         // The record comes while the reader waits, not before it starts.
         let tid = rx.recv().unwrap();
-        wait_until_waiting(tid, thread_state(tid).2);
+        let pid = std::process::id();
+        pagewise_testkit::wait_until_waiting(pid, tid, pagewise_testkit::task_state(pid, tid));
         w.append(b"wake up").unwrap();
         let (rec, _) = reader.join().unwrap();
         assert_eq!(rec.as_deref(), Some(&b"wake up"[..]), "{wait:?}");
@@ -389,7 +321,7 @@ fn a_blocked_reader_is_woken_by_the_next_append_not_by_its_timeout() {
     let mut r = Reader::open(&path).unwrap();
     let (tx, rx) = std::sync::mpsc::channel();
     let reader = std::thread::spawn(move || {
-        tx.send(Err(thread_id())).unwrap();
+        tx.send(Err(pagewise_testkit::thread_id())).unwrap();
         for _ in 0..5 {
             let rec = r
                 .next_wait(Wait::Block { spins: 10 }, Some(Duration::from_secs(60)))
@@ -404,7 +336,7 @@ fn a_blocked_reader_is_woken_by_the_next_append_not_by_its_timeout() {
     for i in 0..5u8 {
         // The reader is in its long sleep (the same FUTEX_WAIT for 2 ms: no
         // short nap lasts that long), which only a wake ends before 250 ms.
-        wait_until_asleep(tid);
+        pagewise_testkit::wait_until_asleep_in_futex(std::process::id(), tid);
         let before = w.report();
         w.append(&[i]).unwrap();
         let after = w.report();
