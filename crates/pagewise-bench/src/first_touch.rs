@@ -8,10 +8,9 @@
 //! counted for the calling thread only (background workers' population is
 //! not a fault on the caller's path).
 
-use crate::{Machine, Progress, Summary};
-use pagewise::region::{PageSize, PoolReservation, Populate, Region, RegionBuilder};
+use crate::{median_count, FaultCounter, Machine, Progress, Summary};
+use pagewise::region::{Granted, PageSize, PoolReservation, Populate, Region, RegionBuilder};
 use pagewise::sys::mem::{Advice, AnonMapping, CHeapBlock, MapOptions};
-use pagewise::sys::perf::Counter;
 use pagewise::units::format_bytes;
 use serde::Serialize;
 use std::time::Instant;
@@ -123,17 +122,21 @@ pub struct Row {
     pub first_over_warm: f64,
     /// Median (allocation + first pass) / median third pass.
     pub total_over_warm: f64,
-    /// Median page faults of the calling thread in pass 1.
-    pub faults_pass1: u64,
+    /// Median page faults of the calling thread in pass 1; `None` (null) when
+    /// a trial's count is missing (the report's `faults_note` says why).
+    pub faults_pass1: Option<u64>,
     /// Median page faults in pass 2.
-    pub faults_pass2: u64,
+    pub faults_pass2: Option<u64>,
     /// Median page faults in pass 3.
-    pub faults_pass3: u64,
+    pub faults_pass3: Option<u64>,
     /// Write throughput of the third pass, GB/s (10^9 bytes/s).
     pub warm_gbps: f64,
     /// What the memory really was, from the kernel, after the first trial's
     /// first pass: e.g. `thp 1024 MiB`, `hugetlb-2m 1024 MiB`, `4k 1024 MiB`.
     pub backing: String,
+    /// The same in bytes per page size; `None` (null) when the kernel could
+    /// not be asked (`backing` says why).
+    pub granted: Option<Granted>,
     /// Trials run.
     pub trials: usize,
     /// Why fewer trials than asked ran, when a later trial failed.
@@ -158,8 +161,11 @@ pub struct Report {
     pub size_bytes: usize,
     /// Trials per strategy.
     pub trials: usize,
-    /// Whether page faults could be counted (the `page-faults` software event).
+    /// Whether every page-fault count was measured (the `page-faults`
+    /// software event opened and every read succeeded).
     pub faults_counted: bool,
+    /// Why some page-fault counts are missing (`null` in the rows), if any are.
+    pub faults_note: Option<String>,
     /// The machine.
     pub machine: Machine,
     /// Results, one per strategy that ran.
@@ -191,11 +197,13 @@ impl Memory {
         }
     }
 
-    fn backing(&self, size: usize) -> String {
+    /// What the kernel granted, and its description (which says why when
+    /// the kernel could not be asked).
+    fn backing(&self, size: usize) -> (String, Option<Granted>) {
         let granted = match self {
             Memory::Region(r) => {
                 let b = r.backing();
-                return describe(&b.granted, Some(b.page_size));
+                return (describe(&b.granted, Some(b.page_size)), Some(b.granted));
             }
             Memory::Heap(b) => {
                 pagewise::region::granted_for(b.as_slice().as_ptr() as usize, size, None)
@@ -206,8 +214,8 @@ impl Memory {
             }
         };
         match granted {
-            Ok(g) => describe(&g, None),
-            Err(e) => format!("unknown ({e})"),
+            Ok(g) => (describe(&g, None), Some(g)),
+            Err(e) => (format!("unknown ({e})"), None),
         }
     }
 }
@@ -288,23 +296,22 @@ fn allocate(strategy: Strategy, config: &Config) -> Result<Memory, String> {
 struct Trial {
     alloc_s: f64,
     pass_s: [f64; 3],
-    faults: [u64; 3],
+    faults: [Option<u64>; 3],
 }
 
 fn run_trial(
     strategy: Strategy,
     config: &Config,
-    counter: Option<&Counter>,
-    backing: &mut Option<String>,
+    counter: &FaultCounter,
+    backing: &mut Option<(String, Option<Granted>)>,
 ) -> Result<Trial, String> {
-    let read = || counter.and_then(|c| c.read().ok()).unwrap_or(0);
     let start = Instant::now();
     let mut memory = allocate(strategy, config)?;
     let alloc_s = start.elapsed().as_secs_f64();
     let mut pass_s = [0.0; 3];
-    let mut faults = [0; 3];
+    let mut faults = [None; 3];
     for pass in 0..3 {
-        let before = read();
+        let before = counter.reading();
         let start = Instant::now();
         let mut offset = 0;
         while offset < config.size {
@@ -314,7 +321,7 @@ fn run_trial(
             offset = end;
         }
         pass_s[pass] = start.elapsed().as_secs_f64();
-        faults[pass] = read() - before;
+        faults[pass] = counter.since(before);
         if pass == 0 && backing.is_none() {
             *backing = Some(memory.backing(config.size));
         }
@@ -325,11 +332,6 @@ fn run_trial(
         pass_s,
         faults,
     })
-}
-
-fn median_u64(values: impl Iterator<Item = u64>) -> u64 {
-    let v: Vec<f64> = values.map(|x| x as f64).collect();
-    Summary::of(&v).map_or(0, |s| s.median.round() as u64)
 }
 
 /// Why `hugetlb-2m` cannot run, or the reservation that lets it.
@@ -357,10 +359,18 @@ fn hugetlb_for_trial(config: &Config) -> Result<Option<PoolReservation>, String>
 
 /// Runs the experiment. Takes roughly `trials × strategies × 4 × size / (2 GB/s)`.
 pub fn run(config: &Config, progress: &dyn Progress) -> Report {
+    run_counting(
+        config,
+        progress,
+        FaultCounter::new(crate::open_thread_fault_counter()),
+    )
+}
+
+/// [`run`], counting page faults with `counter` (the tests pass one that fails).
+fn run_counting(config: &Config, progress: &dyn Progress, counter: FaultCounter) -> Report {
     let machine = Machine::describe();
-    let counter = pagewise::observe::thread_page_fault_counter().ok();
     let mut trials: Vec<Vec<Trial>> = config.strategies.iter().map(|_| Vec::new()).collect();
-    let mut backings: Vec<Option<String>> = vec![None; config.strategies.len()];
+    let mut backings: Vec<Option<(String, Option<Granted>)>> = vec![None; config.strategies.len()];
     let mut failures: Vec<Option<String>> = vec![None; config.strategies.len()];
     let total = config.trials * config.strategies.len();
     let mut done = 0;
@@ -386,7 +396,7 @@ pub fn run(config: &Config, progress: &dyn Progress) -> Report {
             } else {
                 None
             };
-            match run_trial(strategy, config, counter.as_ref(), &mut backings[i]) {
+            match run_trial(strategy, config, &counter, &mut backings[i]) {
                 Ok(t) => trials[i].push(t),
                 Err(e) => failures[i] = Some(e),
             }
@@ -426,8 +436,16 @@ pub fn run(config: &Config, progress: &dyn Progress) -> Report {
             ms(&|x| x.pass_s[2]),
             ms(&|x| x.alloc_s + x.pass_s[0]),
         ) else {
+            not_run.push(NotRun {
+                name: strategy.name(),
+                reason: "a trial's time is not a number".into(),
+            });
             continue;
         };
+        // Every trial that ran read the backing after its first pass.
+        let (backing, granted) = backings[i]
+            .take()
+            .unwrap_or_else(|| ("unknown (not read)".to_owned(), None));
         rows.push(Row {
             name: strategy.name(),
             alloc_ms: alloc.median,
@@ -437,20 +455,23 @@ pub fn run(config: &Config, progress: &dyn Progress) -> Report {
             total_ms: total.median,
             first_over_warm: p1.median / p3.median,
             total_over_warm: total.median / p3.median,
-            faults_pass1: median_u64(t.iter().map(|x| x.faults[0])),
-            faults_pass2: median_u64(t.iter().map(|x| x.faults[1])),
-            faults_pass3: median_u64(t.iter().map(|x| x.faults[2])),
+            faults_pass1: median_count(t.iter().map(|x| x.faults[0])),
+            faults_pass2: median_count(t.iter().map(|x| x.faults[1])),
+            faults_pass3: median_count(t.iter().map(|x| x.faults[2])),
             warm_gbps: config.size as f64 / (p3.median / 1e3) / 1e9,
-            backing: backings[i].clone().unwrap_or_default(),
+            backing,
+            granted,
             trials: t.len(),
             note,
         });
     }
+    let faults_note = counter.missing();
     Report {
         schema: SCHEMA,
         size_bytes: config.size,
         trials: config.trials,
-        faults_counted: counter.is_some(),
+        faults_counted: faults_note.is_none(),
+        faults_note,
         machine,
         rows,
         not_run,
@@ -497,17 +518,79 @@ mod tests {
             assert!(row.pass_ms.iter().all(|&p| p > 0.0));
             assert!(!row.backing.is_empty());
         }
+        let by_name = |n: &str| report.rows.iter().find(|r| r.name == n).unwrap();
+        // After pass 1 all 16 MiB of the mapping are resident, on whatever
+        // pages the kernel chose (4 KiB, or THP in `always` mode).
+        let mmap = by_name("mmap");
+        let granted = mmap
+            .granted
+            .as_ref()
+            .expect("the kernel said what it granted");
+        assert_eq!(granted.total(), 16 << 20, "{mmap:?}");
         if report.faults_counted {
-            let by_name = |n: &str| report.rows.iter().find(|r| r.name == n).unwrap();
-            assert!(
-                by_name("mmap").faults_pass1 >= 4096,
-                "{:?}",
-                by_name("mmap")
+            // At least one fault per page granted (per the largest small
+            // folio the kernel may use for the rest, where multi-size THP is on).
+            let thp = pagewise::host::thp::settings(&pagewise::host::SysRoot::live());
+            let small = thp.largest_small_fault_page(pagewise::host::thp::FaultMemory::Anon {
+                asked_huge: false,
+            });
+            let least = granted.fewest_faults(small);
+            assert!(least >= 8, "{granted:?}");
+            assert!(mmap.faults_pass1.unwrap() >= least, "{mmap:?}: {least}");
+            assert_eq!(mmap.faults_pass3, Some(0));
+            assert_eq!(by_name("region-eager").faults_pass1, Some(0));
+            assert_eq!(by_name("region-background").faults_pass1, Some(0));
+        } else {
+            assert!(report.rows.iter().all(|r| r.faults_pass1.is_none()));
+            pagewise_testkit::skip_part!(
+                "fault counts",
+                pagewise_testkit::Need::PerfEvents,
+                "{}",
+                report.faults_note.as_deref().unwrap_or("no reason given")
             );
-            assert_eq!(by_name("mmap").faults_pass3, 0);
-            assert_eq!(by_name("region-eager").faults_pass1, 0);
-            assert_eq!(by_name("region-background").faults_pass1, 0);
         }
+    }
+
+    #[test]
+    fn a_failed_fault_count_is_null_not_zero_or_wrapped() {
+        use crate::tests::Replay;
+        let config = Config {
+            size: 2 << 20,
+            trials: 1,
+            strategies: vec![Strategy::Mmap],
+            background_threads: 1,
+            reserve_hugetlb: false,
+        };
+        // Pass 1 counted; pass 2's second read fails; pass 3's count goes backwards.
+        let counter = FaultCounter::new(Ok(Replay::boxed(vec![
+            Ok(100),
+            Ok(612),
+            Ok(612),
+            Err("read(perf event): Input/output error".into()),
+            Ok(700),
+            Ok(650),
+        ])));
+        let report = run_counting(&config, &NoProgress, counter);
+        let row = &report.rows[0];
+        assert_eq!(row.faults_pass1, Some(512));
+        assert_eq!(row.faults_pass2, None);
+        assert_eq!(row.faults_pass3, None);
+        assert!(!report.faults_counted);
+        let note = report.faults_note.as_deref().unwrap();
+        assert!(note.contains("Input/output error"), "{note}");
+        let json = serde_json::to_value(&report).unwrap();
+        assert_eq!(json["rows"][0]["faults_pass1"], 512);
+        assert!(json["rows"][0]["faults_pass2"].is_null(), "{json:#}");
+        assert!(json["rows"][0]["faults_pass3"].is_null(), "{json:#}");
+
+        // A counter that never opened: every count null, and the reason.
+        let closed = FaultCounter::new(Err("perf_event_open: EACCES".into()));
+        let report = run_counting(&config, &NoProgress, closed);
+        assert_eq!(report.rows[0].faults_pass1, None);
+        assert_eq!(
+            report.faults_note.as_deref(),
+            Some("perf_event_open: EACCES")
+        );
     }
 
     #[test]

@@ -72,22 +72,30 @@ impl Default for Workload {
 }
 
 /// What one worker process measured (summed over its threads).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct WorkerResult {
     /// Bytes filled in the measured iterations.
     pub bytes: u64,
     /// Wall seconds of the measured phase.
     pub wall_s: f64,
-    /// Page faults in the measured phase (all threads), when they could be counted.
+    /// Page faults in the measured phase (all threads), when every thread's
+    /// could be counted (`faults_note` says why not).
     pub faults: Option<u64>,
     /// `mmap` + `munmap` calls in the measured phase, when tracepoints could be opened.
     pub map_calls: Option<u64>,
-    /// User CPU seconds in the measured phase.
-    pub user_s: f64,
-    /// System CPU seconds in the measured phase.
-    pub sys_s: f64,
+    /// User CPU seconds in the measured phase, when every thread's
+    /// `getrusage` succeeded (`cpu_note` says why not).
+    pub user_s: Option<f64>,
+    /// System CPU seconds in the measured phase, as `user_s`.
+    pub sys_s: Option<f64>,
     /// Measured iterations (all threads).
     pub iterations: u64,
+    /// Why `faults` is missing, if it is.
+    #[serde(default)]
+    pub faults_note: Option<String>,
+    /// Why the CPU times are missing, if they are.
+    #[serde(default)]
+    pub cpu_note: Option<String>,
 }
 
 /// A xorshift generator: sizes are reproducible from the seed.
@@ -99,7 +107,7 @@ fn next(state: &mut u64) -> u64 {
 }
 
 struct ThreadCounters {
-    faults: Option<Counter>,
+    faults: crate::FaultCounter,
     mmaps: Option<Counter>,
     munmaps: Option<Counter>,
 }
@@ -111,21 +119,37 @@ impl ThreadCounters {
             Counter::open(&CounterSpec::new(EventType::Tracepoint, id), 0).ok()
         };
         ThreadCounters {
-            faults: pagewise::observe::thread_page_fault_counter().ok(),
+            faults: crate::FaultCounter::new(crate::open_thread_fault_counter()),
             mmaps: tracepoint("syscalls:sys_enter_mmap"),
             munmaps: tracepoint("syscalls:sys_enter_munmap"),
         }
     }
 
-    /// Page faults and mmap+munmap calls so far; `None` where the counter did not open.
-    fn read(&self) -> (Option<u64>, Option<u64>) {
+    /// mmap+munmap calls so far; `None` where a counter did not open or a read failed.
+    fn map_calls(&self) -> Option<u64> {
         let get = |c: &Option<Counter>| c.as_ref().and_then(|c| c.read().ok());
-        let maps = match (get(&self.mmaps), get(&self.munmaps)) {
-            (Some(a), Some(b)) => Some(a + b),
-            _ => None,
-        };
-        (get(&self.faults), maps)
+        get(&self.mmaps)?.checked_add(get(&self.munmaps)?)
     }
+}
+
+/// `after - before` of a running count, when both were read and it did not go backwards.
+fn delta(before: Option<u64>, after: Option<u64>) -> Option<u64> {
+    after?.checked_sub(before?)
+}
+
+/// CPU seconds between two `getrusage` readings, or why they are missing.
+fn cpu_between(
+    before: &Result<pagewise::sys::time::ThreadUsage, String>,
+    after: &Result<pagewise::sys::time::ThreadUsage, String>,
+) -> Result<(f64, f64), String> {
+    let (a, b) = (before.as_ref()?, after.as_ref()?);
+    let (user, sys) = (b.user_s - a.user_s, b.sys_s - a.sys_s);
+    if user < 0.0 || sys < 0.0 {
+        return Err(format!(
+            "a thread's CPU time went backwards ({a:?} then {b:?})"
+        ));
+    }
+    Ok((user, sys))
 }
 
 fn one_iteration(
@@ -190,24 +214,36 @@ pub fn run_worker(mode: WorkerMode, workload: &Workload) -> Result<WorkerResult,
                                seed: &mut u64,
                                buffer: &mut Option<Buffer>|
                  -> Result<WorkerResult, String> {
-                    let (faults0, maps0) = counters.read();
-                    let usage0 = pagewise::sys::time::thread_usage().unwrap_or_default();
+                    let usage = || {
+                        pagewise::sys::time::thread_usage()
+                            .map_err(|e| format!("getrusage(RUSAGE_THREAD) failed: {e}"))
+                    };
+                    let faults0 = counters.faults.reading();
+                    let maps0 = counters.map_calls();
+                    let usage0 = usage();
                     let mut bytes = 0u64;
                     for i in 0..iterations {
                         let size = w.min_size + (next(seed) % span) as usize;
                         one_iteration(mode, buffer, size, i as u8)?;
                         bytes += size as u64;
                     }
-                    let usage1 = pagewise::sys::time::thread_usage().unwrap_or_default();
-                    let (faults1, maps1) = counters.read();
+                    let usage1 = usage();
+                    let faults = counters.faults.since(faults0);
+                    let maps1 = counters.map_calls();
+                    let cpu = cpu_between(&usage0, &usage1);
                     Ok(WorkerResult {
                         bytes,
                         wall_s: 0.0,
-                        faults: faults1.zip(faults0).map(|(a, b)| a - b),
-                        map_calls: maps1.zip(maps0).map(|(a, b)| a - b),
-                        user_s: usage1.user_s - usage0.user_s,
-                        sys_s: usage1.sys_s - usage0.sys_s,
+                        faults,
+                        map_calls: delta(maps0, maps1),
+                        user_s: cpu.as_ref().ok().map(|c| c.0),
+                        sys_s: cpu.as_ref().ok().map(|c| c.1),
                         iterations: iterations as u64,
+                        faults_note: faults
+                            .is_none()
+                            .then(|| counters.faults.missing())
+                            .flatten(),
+                        cpu_note: cpu.err(),
                     })
                 };
                 let warm = setup.and_then(|b| {
@@ -229,18 +265,24 @@ pub fn run_worker(mode: WorkerMode, workload: &Workload) -> Result<WorkerResult,
         wall_s,
         map_calls: Some(0),
         faults: Some(0),
+        user_s: Some(0.0),
+        sys_s: Some(0.0),
         ..WorkerResult::default()
     };
+    let sum = |a: Option<u64>, b: Option<u64>| a?.checked_add(b?);
+    let add = |a: Option<f64>, b: Option<f64>| Some(a? + b?);
     for h in handles {
         let r = h
             .join()
             .map_err(|_| "a worker thread panicked".to_owned())??;
         total.bytes += r.bytes;
-        total.faults = total.faults.zip(r.faults).map(|(a, b)| a + b);
-        total.map_calls = total.map_calls.zip(r.map_calls).map(|(a, b)| a + b);
-        total.user_s += r.user_s;
-        total.sys_s += r.sys_s;
+        total.faults = sum(total.faults, r.faults);
+        total.map_calls = sum(total.map_calls, r.map_calls);
+        total.user_s = add(total.user_s, r.user_s);
+        total.sys_s = add(total.sys_s, r.sys_s);
         total.iterations += r.iterations;
+        total.faults_note = total.faults_note.or(r.faults_note);
+        total.cpu_note = total.cpu_note.or(r.cpu_note);
     }
     Ok(total)
 }
@@ -305,10 +347,11 @@ pub struct RowResult {
     pub faults_per_iter: Option<f64>,
     /// Median `mmap` + `munmap` calls per iteration; null where tracepoints could not be opened.
     pub mmaps_per_iter: Option<f64>,
-    /// Median user CPU seconds of the measured phase (all threads).
-    pub user_s: f64,
-    /// Median system CPU seconds of the measured phase (all threads).
-    pub sys_s: f64,
+    /// Median user CPU seconds of the measured phase (all threads); null
+    /// when a trial's could not be measured (the report's `cpu_note` says why).
+    pub user_s: Option<f64>,
+    /// Median system CPU seconds of the measured phase (all threads), as `user_s`.
+    pub sys_s: Option<f64>,
     /// The `GLIBC_TUNABLES` the row ran with, if any.
     pub glibc_tunables: Option<String>,
 }
@@ -324,6 +367,10 @@ pub struct Report {
     pub trials: usize,
     /// Why mmap counts are missing, if they are.
     pub map_calls_note: Option<String>,
+    /// Why page-fault counts are missing, if they are.
+    pub faults_note: Option<String>,
+    /// Why CPU times are missing, if they are.
+    pub cpu_note: Option<String>,
     /// The machine.
     pub machine: Machine,
     /// Rows, `glibc` first.
@@ -393,10 +440,13 @@ pub fn run(
     }
     progress.update(total, total, "done");
 
-    let median = |v: Vec<f64>| Summary::of(&v).map_or(f64::NAN, |s| s.median);
+    // The median of a figure every trial measured; `None` when one did not.
+    let median = |v: Option<Vec<f64>>| Summary::of(&v?).map(|s| s.median);
     let mut rows = Vec::new();
     let mut glibc_gbps = f64::NAN;
     let mut map_calls_note = None;
+    let mut faults_note = None;
+    let mut cpu_note = None;
     for (i, &row) in Row::ALL.iter().enumerate() {
         let r = &results[i];
         let gbps: Vec<f64> = r.iter().map(|x| x.bytes as f64 / x.wall_s / 1e9).collect();
@@ -404,29 +454,41 @@ pub fn run(
         if row == Row::Glibc {
             glibc_gbps = summary.median;
         }
-        let per_iter = |f: &dyn Fn(&WorkerResult) -> f64| {
-            median(r.iter().map(|x| f(x) / x.iterations as f64).collect())
+        let per_iter = |f: &dyn Fn(&WorkerResult) -> Option<u64>| {
+            median(
+                r.iter()
+                    .map(|x| f(x).map(|n| n as f64 / x.iterations as f64))
+                    .collect(),
+            )
         };
-        let mmaps = if r.iter().all(|x| x.map_calls.is_some()) {
-            Some(per_iter(&|x| x.map_calls.unwrap_or(0) as f64))
-        } else {
+        let mmaps = per_iter(&|x| x.map_calls);
+        if mmaps.is_none() {
             map_calls_note = Some(
                 "mmap/munmap counts need the syscalls tracepoints: run as root with tracefs mounted (see `pagewise doctor`)".to_owned(),
             );
-            None
-        };
+        }
+        let faults_per_iter = per_iter(&|x| x.faults);
+        if faults_per_iter.is_none() {
+            faults_note = faults_note
+                .or_else(|| r.iter().find_map(|x| x.faults_note.clone()))
+                .or_else(|| Some(format!("a {} worker counted no page faults", row.name())));
+        }
+        let user_s = median(r.iter().map(|x| x.user_s).collect());
+        let sys_s = median(r.iter().map(|x| x.sys_s).collect());
+        if user_s.is_none() || sys_s.is_none() {
+            cpu_note = cpu_note
+                .or_else(|| r.iter().find_map(|x| x.cpu_note.clone()))
+                .or_else(|| Some(format!("a {} worker measured no CPU time", row.name())));
+        }
         rows.push(RowResult {
             name: row.name(),
             gbps: summary.median,
             gbps_range: [summary.min, summary.max],
             speedup: summary.median / glibc_gbps,
-            faults_per_iter: r
-                .iter()
-                .all(|x| x.faults.is_some())
-                .then(|| per_iter(&|x| x.faults.unwrap_or(0) as f64)),
+            faults_per_iter,
             mmaps_per_iter: mmaps,
-            user_s: median(r.iter().map(|x| x.user_s).collect()),
-            sys_s: median(r.iter().map(|x| x.sys_s).collect()),
+            user_s,
+            sys_s,
             glibc_tunables: tunables(row),
         });
     }
@@ -435,6 +497,8 @@ pub fn run(
         workload: config.workload,
         trials: config.trials,
         map_calls_note,
+        faults_note,
+        cpu_note,
         machine,
         rows,
     })
@@ -503,6 +567,72 @@ mod tests {
             err.contains("cannot start the glibc worker /nonexistent/pagewise"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn figures_a_worker_could_not_measure_are_null_with_the_reason() {
+        let config = Config {
+            workload: Workload::default(),
+            trials: 2,
+        };
+        // Workers that measured throughput but whose fault counter and
+        // getrusage failed, through the spawner seam.
+        let measured = WorkerResult {
+            bytes: 1 << 30,
+            wall_s: 0.5,
+            faults: Some(1000),
+            map_calls: None,
+            user_s: Some(0.25),
+            sys_s: Some(0.25),
+            iterations: 100,
+            faults_note: None,
+            cpu_note: None,
+        };
+        let failed = WorkerResult {
+            faults: None,
+            user_s: None,
+            sys_s: None,
+            faults_note: Some("a page-fault counter read failed: EIO".into()),
+            cpu_note: Some("getrusage(RUSAGE_THREAD) failed: EINVAL".into()),
+            ..measured.clone()
+        };
+        let trial = std::cell::Cell::new(0);
+        let spawn = |_: WorkerMode, _: &Workload| {
+            // The second trial of every row fails to measure.
+            let n = trial.get();
+            trial.set(n + 1);
+            let r = if n < Row::ALL.len() {
+                &measured
+            } else {
+                &failed
+            };
+            let mut c = Command::new("printf");
+            c.args(["%s\n", &serde_json::to_string(r).unwrap()]);
+            c
+        };
+        let report = run(&config, &spawn, &crate::NoProgress).unwrap();
+        for row in &report.rows {
+            assert!((row.gbps - 2.147_483_648).abs() < 1e-9, "{row:?}");
+            assert_eq!(row.faults_per_iter, None, "{row:?}");
+            assert_eq!((row.user_s, row.sys_s), (None, None), "{row:?}");
+        }
+        assert!(report.faults_note.as_deref().unwrap().contains("EIO"));
+        assert!(report.cpu_note.as_deref().unwrap().contains("EINVAL"));
+        let json = serde_json::to_value(&report).unwrap();
+        for key in ["faults_per_iter", "user_s", "sys_s", "mmaps_per_iter"] {
+            assert!(json["rows"][0][key].is_null(), "{key}: {json:#}");
+        }
+        // Every trial measured: the medians are there.
+        trial.set(0);
+        let one = Config {
+            trials: 1,
+            ..config
+        };
+        let report = run(&one, &spawn, &crate::NoProgress).unwrap();
+        assert_eq!(report.rows[0].faults_per_iter, Some(10.0));
+        assert_eq!(report.rows[0].user_s, Some(0.25));
+        assert_eq!(report.faults_note, None);
+        assert_eq!(report.cpu_note, None);
     }
 
     #[test]

@@ -241,12 +241,18 @@ fn check_moved(report: &Path) -> Result<(), String> {
         .map_err(|e| format!("no huge-text report ({}): {e}", report.display()))?;
     let v: serde_json::Value =
         serde_json::from_str(&text).map_err(|e| format!("bad huge-text report: {e}"))?;
-    let ranges = v["ranges"].as_array().cloned().unwrap_or_default();
-    let moved: u64 = ranges
+    let ranges = v["ranges"]
+        .as_array()
+        .ok_or("the huge-text report has no ranges")?;
+    let moved = ranges
         .iter()
         .filter(|r| !r["page_kind"].is_null())
-        .map(|r| r["huge_bytes"].as_u64().unwrap_or(0))
-        .sum();
+        .map(|r| {
+            r["huge_bytes"]
+                .as_u64()
+                .ok_or_else(|| format!("a moved range without huge_bytes: {r}"))
+        })
+        .sum::<Result<u64, String>>()?;
     if moved == 0 {
         let reasons: Vec<&str> = ranges
             .iter()
@@ -318,16 +324,13 @@ pub struct Report {
     pub rows: Vec<Row>,
 }
 
-fn text_bytes(binary: &Path) -> u64 {
-    FunctionTable::read(binary)
-        .map(|t| {
-            let f = t.functions();
-            match (f.first(), f.last()) {
-                (Some(a), Some(b)) => b.vaddr + b.size - a.vaddr,
-                _ => 0,
-            }
-        })
-        .unwrap_or(0)
+/// Bytes from the first function's start to the last one's end.
+fn text_bytes(table: &FunctionTable) -> u64 {
+    let f = table.functions();
+    match (f.first(), f.last()) {
+        (Some(a), Some(b)) => (b.vaddr + b.size).saturating_sub(a.vaddr),
+        _ => 0,
+    }
 }
 
 /// Runs the experiment. `profile` samples a run of a program (with its
@@ -445,7 +448,7 @@ pub fn run(
     Ok(Report {
         schema: SCHEMA,
         shape: config.shape,
-        text_bytes: text_bytes(&baseline),
+        text_bytes: text_bytes(&base_table),
         rounds: config.rounds,
         trials: config.trials,
         ordered_functions: computed.functions.len(),

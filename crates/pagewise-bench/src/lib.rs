@@ -24,6 +24,13 @@
 //! live in the CLI alone. Long experiments report progress through
 //! [`Progress`].
 //!
+//! **No number without a measurement.** A count or time that could not be
+//! measured (a counter that did not open, a read that failed, a count that
+//! went backwards) is `None` — `null` in JSON, `n/a (why)` in the CLI's
+//! tables — never 0 and never a copy of the other side. Page-fault counts go
+//! through [`FaultCounter`], which reads with checked arithmetic and keeps the
+//! reason a count is missing.
+//!
 //! Everything an experiment reads is in this crate: the fleet size
 //! distributions are compiled in ([`fleet::FleetDistribution::builtin`]; their
 //! source and licence are in `data/NOTICE.md`).
@@ -42,6 +49,7 @@ pub mod mmap_prefault;
 pub mod queue;
 
 use serde::Serialize;
+use std::cell::RefCell;
 
 pub use machine::{InstructionSets, Machine};
 
@@ -77,6 +85,92 @@ impl Summary {
             max: sorted[n - 1],
         })
     }
+}
+
+/// Something that reads a running page-fault count: the calling thread's
+/// `page-faults` perf counter in every experiment; a stand-in that fails in
+/// the tests that check a failed read is reported as missing, not as 0.
+pub(crate) trait FaultSource {
+    /// The count so far, or why it could not be read.
+    fn read(&self) -> Result<u64, String>;
+}
+
+impl FaultSource for pagewise::sys::perf::Counter {
+    fn read(&self) -> Result<u64, String> {
+        pagewise::sys::perf::Counter::read(self).map_err(|e| e.to_string())
+    }
+}
+
+/// The calling thread's page-fault counter, opened for an experiment, or why
+/// it could not be: what [`FaultCounter::new`] takes.
+pub(crate) fn open_thread_fault_counter() -> Result<Box<dyn FaultSource>, String> {
+    pagewise::observe::thread_page_fault_counter()
+        .map(|c| Box::new(c) as Box<dyn FaultSource>)
+        .map_err(|e| {
+            format!(
+                "the page-faults software event does not open here ({e}; see `pagewise doctor`)"
+            )
+        })
+}
+
+/// Page faults counted over spans of work, with checked arithmetic: a span
+/// whose first or last reading failed, or whose count went backwards, is
+/// `None`, and the first reason a count is missing is kept for the report.
+/// Costs one `read` per reading.
+pub(crate) struct FaultCounter {
+    source: Result<Box<dyn FaultSource>, String>,
+    missing: RefCell<Option<String>>,
+}
+
+impl FaultCounter {
+    /// Counts with `source`, or records why nothing can be counted.
+    pub(crate) fn new(source: Result<Box<dyn FaultSource>, String>) -> FaultCounter {
+        let missing = RefCell::new(source.as_ref().err().cloned());
+        FaultCounter { source, missing }
+    }
+
+    /// The count now; `None` (with the reason kept) when it cannot be read.
+    pub(crate) fn reading(&self) -> Option<u64> {
+        let source = self.source.as_ref().ok()?;
+        match source.read() {
+            Ok(n) => Some(n),
+            Err(e) => {
+                self.note(format!("a page-fault counter read failed: {e}"));
+                None
+            }
+        }
+    }
+
+    /// Faults since `before` (a [`reading`](Self::reading)); `None` when
+    /// either reading is missing or the count went backwards.
+    pub(crate) fn since(&self, before: Option<u64>) -> Option<u64> {
+        let after = self.reading()?;
+        let before = before?;
+        let faults = after.checked_sub(before);
+        if faults.is_none() {
+            self.note(format!(
+                "the page-fault count went backwards ({before} then {after})"
+            ));
+        }
+        faults
+    }
+
+    /// Why some count is missing, if one is.
+    pub(crate) fn missing(&self) -> Option<String> {
+        self.missing.borrow().clone()
+    }
+
+    fn note(&self, why: String) {
+        self.missing.borrow_mut().get_or_insert(why);
+    }
+}
+
+/// The median of per-trial counts, rounded; `None` when there are none or any
+/// trial's count is missing (a median over the trials that happened to be
+/// counted would hide the others).
+pub(crate) fn median_count(counts: impl IntoIterator<Item = Option<u64>>) -> Option<u64> {
+    let counts: Option<Vec<f64>> = counts.into_iter().map(|c| c.map(|n| n as f64)).collect();
+    Summary::of(&counts?).map(|s| s.median.round() as u64)
 }
 
 /// Receives progress from long-running experiments.
@@ -118,5 +212,56 @@ mod tests {
     fn summary_of_nothing_or_nan() {
         assert_eq!(Summary::of(&[]), None);
         assert_eq!(Summary::of(&[1.0, f64::NAN]), None);
+    }
+
+    /// A fault source that replays readings: `Ok` counts or failures.
+    pub(crate) struct Replay(pub(crate) RefCell<Vec<Result<u64, String>>>);
+
+    impl Replay {
+        pub(crate) fn boxed(readings: Vec<Result<u64, String>>) -> Box<dyn FaultSource> {
+            Box::new(Replay(RefCell::new(readings.into_iter().rev().collect())))
+        }
+    }
+
+    impl FaultSource for Replay {
+        fn read(&self) -> Result<u64, String> {
+            self.0
+                .borrow_mut()
+                .pop()
+                .unwrap_or_else(|| Err("no more readings".into()))
+        }
+    }
+
+    #[test]
+    fn fault_spans_are_checked_and_say_why_they_are_missing() {
+        let c = FaultCounter::new(Ok(Replay::boxed(vec![
+            Ok(10),
+            Ok(15),
+            Err("EIO".into()),
+            Ok(20),
+            Ok(3),
+        ])));
+        let before = c.reading();
+        assert_eq!(c.since(before), Some(5));
+        assert_eq!(c.missing(), None);
+        // The second reading fails: the span is missing, not 0 and not wrapped.
+        assert_eq!(c.since(Some(15)), None);
+        assert!(c.missing().unwrap().contains("EIO"));
+        let before = c.reading();
+        // 20 then 3: backwards is missing, not 2^64 - 17.
+        assert_eq!(c.since(before), None);
+        // The first reason is kept.
+        assert!(c.missing().unwrap().contains("EIO"));
+
+        let closed = FaultCounter::new(Err("perf is off".into()));
+        assert_eq!(closed.since(closed.reading()), None);
+        assert_eq!(closed.missing().as_deref(), Some("perf is off"));
+    }
+
+    #[test]
+    fn a_median_count_needs_every_trial() {
+        assert_eq!(median_count([Some(3), Some(1), Some(2)]), Some(2));
+        assert_eq!(median_count([Some(3), None, Some(2)]), None);
+        assert_eq!(median_count([]), None);
     }
 }

@@ -406,6 +406,13 @@ pub enum BenchError {
     /// Nothing to run.
     #[error("nothing to run: give at least one size, or the fleet row")]
     Empty,
+    /// A row's trials timed nothing (a time was not a number): no ratio
+    /// is made up from the other side.
+    #[error("row {row:?} measured nothing: a trial's time was not a number")]
+    NotMeasured {
+        /// The row.
+        row: String,
+    },
 }
 
 /// Cache sizes the rows are placed by.
@@ -862,7 +869,7 @@ pub fn run(op: Op, options: &Options, progress: &dyn Progress) -> Result<Report,
                 theirs.push(best_theirs);
             }
             let (Some(pagewise), Some(glibc)) = (Summary::of(&ours), Summary::of(&theirs)) else {
-                continue;
+                return Err(BenchError::NotMeasured { row: name });
             };
             rows.push(Row {
                 name,
@@ -1042,12 +1049,11 @@ fn run_fleet(
         ours.push(best_ours);
         theirs.push(best_theirs);
     }
-    let pagewise = Summary::of(&ours).unwrap_or(Summary {
-        median: f64::NAN,
-        min: f64::NAN,
-        max: f64::NAN,
-    });
-    let glibc = Summary::of(&theirs).unwrap_or(pagewise);
+    let (Some(pagewise), Some(glibc)) = (Summary::of(&ours), Summary::of(&theirs)) else {
+        return Err(BenchError::NotMeasured {
+            row: "fleet".into(),
+        });
+    };
     let mean_bytes = total_bytes as f64 / calls.len() as f64;
     Ok(FleetRow {
         name: "fleet".into(),

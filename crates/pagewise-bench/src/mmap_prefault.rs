@@ -9,12 +9,12 @@
 //! it reaches the prepared frontier, wait for it or prepare the next piece
 //! itself. Faults are counted for the writing thread only.
 
-use crate::{Machine, Progress, Summary};
+use crate::{median_count, FaultCounter, Machine, Progress, Summary};
 use pagewise::file_window::FileWindow;
 use pagewise::queue::PreTouch;
+use pagewise::region::Granted;
 use pagewise::sys::file::{self, FsKind};
 use pagewise::sys::file_map::{FileAdvice, WriteMap};
-use pagewise::sys::perf::Counter;
 use serde::Serialize;
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
@@ -153,14 +153,19 @@ pub struct Row {
     pub prefault_ms: f64,
     /// Median total time over `plain`'s median total time.
     pub vs_plain: Option<f64>,
-    /// Median page faults of the writing thread in the write loop.
-    pub write_loop_faults: u64,
+    /// Median page faults of the writing thread in the write loop; `None`
+    /// (null) when a trial's count is missing (`faults_note` says why).
+    pub write_loop_faults: Option<u64>,
     /// The most file bytes resident (allocated, on tmpfs) at any sample,
-    /// largest over the trials.
-    pub peak_resident_bytes: u64,
+    /// largest over the trials; `None` when the file's size could not be
+    /// read (`resident_note` says why).
+    pub peak_resident_bytes: Option<u64>,
     /// The most resident bytes beyond what had been written, at any sample
-    /// (every 1 MiB written), largest over the trials.
-    pub peak_ahead_bytes: u64,
+    /// (every 1 MiB written), largest over the trials; `None` as above.
+    pub peak_ahead_bytes: Option<u64>,
+    /// The pages the mapping had after the first trial's write loop, by
+    /// size; `None` when the kernel could not be asked.
+    pub granted: Option<Granted>,
     /// `pagewise-window` only: the largest window the pre-toucher used.
     pub peak_window_bytes: Option<u64>,
     /// Trials run.
@@ -191,8 +196,17 @@ pub struct Report {
     pub fs: String,
     /// Trials per method.
     pub trials: usize,
-    /// Whether page faults could be counted.
+    /// Whether every page-fault count was measured.
     pub faults_counted: bool,
+    /// Why some page-fault counts are missing (`null` in the rows), if any are.
+    pub faults_note: Option<String>,
+    /// Why some resident sizes are missing, if any are.
+    pub resident_note: Option<String>,
+    /// Why the program's text could not be faulted in before the trials,
+    /// if it could not: the first run of a rare path in a write loop (the
+    /// writer catching up with the pre-toucher) may then fault on its code,
+    /// and those faults are in `write_loop_faults`.
+    pub text_note: Option<String>,
     /// The pre-toucher's configured window.
     pub window_bytes: u64,
     /// Its largest adaptive window.
@@ -208,21 +222,43 @@ pub struct Report {
 struct Trial {
     total_s: f64,
     prefault_s: f64,
-    faults: u64,
-    peak_resident: u64,
-    peak_ahead: u64,
+    faults: Option<u64>,
+    /// Peak resident and peak ahead, or why the file's size could not be read.
+    peaks: Result<(u64, u64), String>,
     peak_window: Option<u64>,
+    granted: Option<Granted>,
 }
 
-fn allocated(file: &File) -> u64 {
-    file.metadata().map_or(0, |m| m.blocks() * 512)
+/// Bytes of the file allocated (resident, on tmpfs).
+fn allocated(file: &File) -> Result<u64, String> {
+    file.metadata()
+        .map(|m| m.blocks() * 512)
+        .map_err(|e| format!("fstat of the file failed: {e}"))
+}
+
+/// The largest resident size and lead over the writer at the samples taken.
+struct Peaks(Result<(u64, u64), String>);
+
+impl Peaks {
+    fn sample(&mut self, file: &File, written: usize) {
+        let Ok((resident, ahead)) = &mut self.0 else {
+            return;
+        };
+        match allocated(file) {
+            Ok(now) => {
+                *resident = (*resident).max(now);
+                *ahead = (*ahead).max(now.saturating_sub(written as u64));
+            }
+            Err(e) => self.0 = Err(e),
+        }
+    }
 }
 
 fn run_trial(
     method: Method,
     config: &Config,
     path: &Path,
-    counter: Option<&Counter>,
+    counter: &FaultCounter,
 ) -> Result<Trial, String> {
     let size = config.size;
     let err = |what: &str, e: &dyn std::fmt::Display| format!("{}: {what}: {e}", method.name());
@@ -234,7 +270,6 @@ fn run_trial(
         .mode(0o600)
         .open(path)
         .map_err(|e| err("create the file", &e))?;
-    let read = || counter.and_then(|c| c.read().ok()).unwrap_or(0);
     let start = Instant::now();
     let falloc = matches!(
         method,
@@ -296,9 +331,8 @@ fn run_trial(
     let step = config.record_bytes;
     const SAMPLE: usize = 1 << 20;
     let mut next_sample = SAMPLE;
-    let mut peak_resident = 0;
-    let mut peak_ahead = 0;
-    let before = read();
+    let mut peaks = Peaks(Ok((0, 0)));
+    let before = counter.reading();
     let mut off = 0;
     while off + step <= size {
         if let Some(w) = &window {
@@ -311,19 +345,16 @@ fn run_trial(
         map.write(off, &record);
         off += step;
         if off >= next_sample {
-            let resident = allocated(&file);
-            peak_resident = peak_resident.max(resident);
-            peak_ahead = peak_ahead.max(resident.saturating_sub(off as u64));
+            peaks.sample(&file, off);
             next_sample += SAMPLE;
         }
     }
-    let faults = read() - before;
+    let faults = counter.since(before);
     let total_s = start.elapsed().as_secs_f64();
     let peak_window = window.as_ref().map(|w| w.report().peak_window_bytes);
     drop(window);
-    let resident = allocated(&file);
-    peak_resident = peak_resident.max(resident);
-    peak_ahead = peak_ahead.max(resident.saturating_sub(off as u64));
+    peaks.sample(&file, off);
+    let granted = pagewise::region::granted_for(map.addr(), map.len(), None).ok();
     drop(map);
     drop(file);
     let _ = std::fs::remove_file(path);
@@ -331,21 +362,30 @@ fn run_trial(
         total_s,
         prefault_s,
         faults,
-        peak_resident,
-        peak_ahead,
+        peaks: peaks.0,
         peak_window,
+        granted,
     })
-}
-
-fn median_u64(values: impl Iterator<Item = u64>) -> u64 {
-    let v: Vec<f64> = values.map(|x| x as f64).collect();
-    Summary::of(&v).map_or(0, |s| s.median.round() as u64)
 }
 
 /// Runs the experiment. Takes roughly `trials × methods × size / (1 GB/s)`.
 pub fn run(config: &Config, progress: &dyn Progress) -> Report {
+    run_counting(
+        config,
+        progress,
+        FaultCounter::new(crate::open_thread_fault_counter()),
+    )
+}
+
+/// [`run`], counting page faults with `counter` (the tests pass one that fails).
+fn run_counting(config: &Config, progress: &dyn Progress, counter: FaultCounter) -> Report {
     let machine = Machine::describe();
-    let counter = pagewise::observe::thread_page_fault_counter().ok();
+    // The write loops count every fault of the writing thread: map the code
+    // in first, so that a path run for the first time inside a loop (the
+    // writer preparing a piece itself) does not fault on its instructions.
+    let text_note = pagewise::host::proc_maps::populate_own_text()
+        .err()
+        .map(|e| format!("the program's text was not faulted in first: {e}"));
     let path = config
         .dir
         .join(format!("pagewise-mmap-prefault-{}", std::process::id()));
@@ -374,7 +414,7 @@ pub fn run(config: &Config, progress: &dyn Progress) -> Report {
             if failures[i].is_some() {
                 continue;
             }
-            match run_trial(method, config, &path, counter.as_ref()) {
+            match run_trial(method, config, &path, &counter) {
                 Ok(t) => trials[i].push(t),
                 Err(e) => failures[i] = Some(e),
             }
@@ -385,6 +425,7 @@ pub fn run(config: &Config, progress: &dyn Progress) -> Report {
 
     let mut rows = Vec::new();
     let mut not_run = Vec::new();
+    let mut resident_note = None;
     for (i, &method) in config.methods.iter().enumerate() {
         let t = &trials[i];
         if t.is_empty() {
@@ -398,7 +439,19 @@ pub fn run(config: &Config, progress: &dyn Progress) -> Report {
             Summary::of(&t.iter().map(|x| f(x) * 1e3).collect::<Vec<_>>())
         };
         let (Some(total), Some(prefault)) = (ms(&|x| x.total_s), ms(&|x| x.prefault_s)) else {
+            not_run.push(NotRun {
+                name: method.name(),
+                reason: "a trial's time is not a number".into(),
+            });
             continue;
+        };
+        let peaks: Result<Vec<(u64, u64)>, String> = t.iter().map(|x| x.peaks.clone()).collect();
+        let (peak_resident_bytes, peak_ahead_bytes) = match peaks {
+            Ok(p) => (p.iter().map(|x| x.0).max(), p.iter().map(|x| x.1).max()),
+            Err(why) => {
+                resident_note.get_or_insert(why);
+                (None, None)
+            }
         };
         rows.push(Row {
             name: method.name(),
@@ -406,9 +459,10 @@ pub fn run(config: &Config, progress: &dyn Progress) -> Report {
             ms_range: [total.min, total.max],
             prefault_ms: prefault.median,
             vs_plain: None,
-            write_loop_faults: median_u64(t.iter().map(|x| x.faults)),
-            peak_resident_bytes: t.iter().map(|x| x.peak_resident).max().unwrap_or(0),
-            peak_ahead_bytes: t.iter().map(|x| x.peak_ahead).max().unwrap_or(0),
+            write_loop_faults: median_count(t.iter().map(|x| x.faults)),
+            peak_resident_bytes,
+            peak_ahead_bytes,
+            granted: t[0].granted.clone(),
             peak_window_bytes: t.iter().filter_map(|x| x.peak_window).max(),
             trials: t.len(),
         });
@@ -425,7 +479,10 @@ pub fn run(config: &Config, progress: &dyn Progress) -> Report {
         dir: config.dir.display().to_string(),
         fs,
         trials: config.trials,
-        faults_counted: counter.is_some(),
+        faults_counted: counter.missing().is_none(),
+        faults_note: counter.missing(),
+        resident_note,
+        text_note,
         window_bytes: config.window.window,
         max_window_bytes: config.window.max_window,
         machine,
@@ -468,22 +525,86 @@ mod tests {
         assert!(report.not_run.is_empty(), "{:?}", report.not_run);
         assert_eq!(report.rows.len(), Method::ALL.len());
         let by = |n: &str| report.rows.iter().find(|r| r.name == n).unwrap();
+        assert_eq!(report.resident_note, None);
         for r in &report.rows {
-            assert!(r.ms > 0.0 && r.peak_resident_bytes >= 8 << 20, "{r:?}");
+            assert!(
+                r.ms > 0.0 && r.peak_resident_bytes.unwrap() >= 8 << 20,
+                "{r:?}"
+            );
         }
         // The window never holds more than the written bytes plus its largest window
         // plus one piece in flight (a background piece is an eighth of the window).
         let w = by("pagewise-window");
         let piece = config.window.window / 8;
-        assert!(w.peak_ahead_bytes <= (2 << 20) + piece, "{w:?}");
-        assert!(by("fallocate").peak_ahead_bytes >= (8 << 20) - (1 << 20));
+        assert!(w.peak_ahead_bytes.unwrap() <= (2 << 20) + piece, "{w:?}");
+        assert!(by("fallocate").peak_ahead_bytes.unwrap() >= (8 << 20) - (1 << 20));
+        // After the loop all 8 MiB are mapped, on whatever pages the file got.
+        let plain = by("plain");
+        let granted = plain
+            .granted
+            .as_ref()
+            .expect("the kernel said what it granted");
+        assert_eq!(granted.total(), 8 << 20, "{plain:?}");
         if report.faults_counted {
-            assert_eq!(w.write_loop_faults, 0, "{w:?}");
-            assert!(by("plain").write_loop_faults >= 1024, "{:?}", by("plain"));
+            assert_eq!(w.write_loop_faults, Some(0), "{w:?}");
+            // At least one fault per page the file got (per the largest
+            // small folio shared memory may use here, for the pages the
+            // page tables do not show as huge).
+            use pagewise::host::thp::{self, FaultMemory};
+            let small = thp::settings(&pagewise::host::SysRoot::live()).largest_small_fault_page(
+                FaultMemory::Shmem {
+                    mount_huge: thp::tmpfs_huge_option(dir.path()),
+                },
+            );
+            let least = granted.fewest_faults(small);
+            assert!(least >= 4, "{granted:?}");
+            assert!(
+                plain.write_loop_faults.unwrap() >= least,
+                "{plain:?}: {least}"
+            );
+        } else {
+            assert!(report.rows.iter().all(|r| r.write_loop_faults.is_none()));
+            pagewise_testkit::skip_part!(
+                "fault counts",
+                pagewise_testkit::Need::PerfEvents,
+                "{}",
+                report.faults_note.as_deref().unwrap_or("no reason given")
+            );
         }
         assert!(
             std::fs::read_dir(dir.path()).unwrap().next().is_none(),
             "the file is removed"
         );
+    }
+
+    #[test]
+    fn a_failed_fault_count_is_null_not_zero() {
+        let dir = tempfile::tempdir_in("/dev/shm").unwrap_or_else(|_| tempfile::tempdir().unwrap());
+        let config = Config {
+            size: 1 << 20,
+            dir: dir.path().to_owned(),
+            trials: 2,
+            methods: vec![Method::Plain],
+            ..Config::default()
+        };
+        // The first trial is counted, the second's last read fails.
+        let counter = FaultCounter::new(Ok(crate::tests::Replay::boxed(vec![
+            Ok(7),
+            Ok(263),
+            Ok(263),
+            Err("read(perf event): Bad file descriptor".into()),
+        ])));
+        let report = run_counting(&config, &NoProgress, counter);
+        assert_eq!(report.rows[0].trials, 2);
+        // One trial's count is missing: the median is not taken over the other.
+        assert_eq!(report.rows[0].write_loop_faults, None);
+        assert!(!report.faults_counted);
+        assert!(report
+            .faults_note
+            .as_deref()
+            .unwrap()
+            .contains("Bad file descriptor"));
+        let json = serde_json::to_value(&report).unwrap();
+        assert!(json["rows"][0]["write_loop_faults"].is_null(), "{json:#}");
     }
 }

@@ -30,7 +30,6 @@ use pagewise::queue::{Options, PreTouch, Reader, ReaderOptions, Start, Wait, Wri
 use pagewise::sys::clock::monotonic_ns;
 use pagewise::sys::file::{self};
 use pagewise::sys::file_map::{FileAdvice, ReadMap, WriteMap};
-use pagewise::sys::perf::Counter;
 use serde::{Deserialize, Serialize};
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
@@ -116,8 +115,12 @@ pub struct ChildSpec {
 pub struct ChildResult {
     /// Writer: records appended.
     pub appended: u64,
-    /// Writer: page faults in the append loop (`None`: not countable).
+    /// Writer: page faults in the append loop (`None`: not counted, see
+    /// `append_faults_note`).
     pub append_faults: Option<u64>,
+    /// Writer: why `append_faults` is missing, if it is.
+    #[serde(default)]
+    pub append_faults_note: Option<String>,
     /// Writer: `CLOCK_MONOTONIC` ns just before the first append.
     pub first_send_ns: u64,
     /// Writer: ns spent in the append loop.
@@ -383,14 +386,13 @@ fn warm_up(copy: Routine, payload: &[u8]) {
 
 fn run_writer(spec: &ChildSpec, out: &mut dyn Write) -> Result<ChildResult, String> {
     let mut sink = open_sink(spec)?;
-    let counter = pagewise::observe::thread_page_fault_counter().ok();
-    let read = |c: &Option<Counter>| c.as_ref().and_then(|c| c.read().ok());
+    let counter = crate::FaultCounter::new(crate::open_thread_fault_counter());
     let mut payload = vec![0x5Au8; spec.record_bytes];
     warm_up(spec.copy, &payload);
     ready(out)?;
     // The first clock read maps the vDSO data page: keep that fault out of the loop.
     monotonic_ns();
-    let before = read(&counter);
+    let before = counter.reading();
     let first_send_ns = monotonic_ns();
     match spec.phase {
         Phase::Throughput => {
@@ -415,11 +417,12 @@ fn run_writer(spec: &ChildSpec, out: &mut dyn Write) -> Result<ChildResult, Stri
             }
         }
     }
-    let writer_ns = monotonic_ns() - first_send_ns;
-    let after = read(&counter);
+    let writer_ns = monotonic_ns().saturating_sub(first_send_ns);
+    let append_faults = counter.since(before);
     Ok(ChildResult {
         appended: spec.records,
-        append_faults: before.zip(after).map(|(b, a)| a - b),
+        append_faults,
+        append_faults_note: counter.missing(),
         first_send_ns,
         writer_ns,
         pieces_inline: sink.pieces_inline(),
@@ -448,11 +451,14 @@ fn run_reader(spec: &ChildSpec, out: &mut dyn Write) -> Result<ChildResult, Stri
             return Err(format!("record {i} carries sequence {}", word(0)));
         }
         if latency {
-            let ns = monotonic_ns().saturating_sub(word(8));
+            let scheduled = word(8);
+            let ns = monotonic_ns().checked_sub(scheduled).ok_or_else(|| {
+                format!("record {i} was read before its scheduled send time {scheduled} ns")
+            })?;
             if ns > 1_000_000 {
                 over_1ms += 1;
             }
-            hist.saturating_record(ns.max(1));
+            hist.saturating_record(ns);
         }
     }
     let last_recv_ns = monotonic_ns();
@@ -570,8 +576,9 @@ pub struct Row {
     pub records_per_s: f64,
     /// Min and max over the trials.
     pub records_per_s_range: [f64; 2],
-    /// The writer's own append rate in the throughput phase, records per second.
-    pub writer_records_per_s: f64,
+    /// The writer's own append rate in the throughput phase, records per
+    /// second; null when a trial's append loop took no measurable time.
+    pub writer_records_per_s: Option<f64>,
     /// Median latency at the offered rate, ns (`None`: no latency phase).
     pub p50_ns: Option<u64>,
     /// 90th percentile, ns.
@@ -586,7 +593,8 @@ pub struct Row {
     pub max_ns: Option<u64>,
     /// Records over 1 ms, per thousand.
     pub over_1ms_per_mille: Option<f64>,
-    /// Page faults in the writer's append loops (throughput + latency phase).
+    /// Page faults in the writer's append loops (throughput + latency
+    /// phase); null when a trial's were not counted (`faults_note` says why).
     pub append_faults: Option<u64>,
     /// Of which in the throughput phase.
     pub append_faults_throughput: Option<u64>,
@@ -598,6 +606,8 @@ pub struct Row {
     /// Why the row's remaining trials were not run, when one failed after
     /// others had succeeded (the figures are then over fewer trials).
     pub failed: Option<String>,
+    /// Why `append_faults` is missing, if it is.
+    pub faults_note: Option<String>,
 }
 
 /// A row that could not run, and why.
@@ -636,11 +646,12 @@ pub struct Report {
 
 struct Trial {
     records_per_s: f64,
-    writer_records_per_s: f64,
+    writer_records_per_s: Option<f64>,
     latency: Option<[u64; 6]>,
     over_1ms_per_mille: Option<f64>,
     faults: Option<u64>,
     faults_throughput: Option<u64>,
+    faults_note: Option<String>,
     pieces_inline: u64,
 }
 
@@ -781,19 +792,41 @@ fn run_trial(config: &Config, row: &RowSpec, spawn: Spawn<'_>) -> Result<Trial, 
     } else {
         None
     };
-    let span = tr.last_recv_ns.saturating_sub(tw.first_send_ns).max(1);
+    // Both ends read CLOCK_MONOTONIC, one clock for the whole machine: a
+    // last read that is not after the first append is a broken measurement.
+    let span = tr
+        .last_recv_ns
+        .checked_sub(tw.first_send_ns)
+        .filter(|&ns| ns > 0)
+        .ok_or_else(|| {
+            format!(
+                "the reader's last record ({} ns) is not after the writer's first append ({} ns)",
+                tr.last_recv_ns, tw.first_send_ns
+            )
+        })?;
+    let per_s = |records: u64, ns: u64| (ns > 0).then(|| records as f64 * 1e9 / ns as f64);
+    let faults_note = tw.append_faults_note.clone().or_else(|| {
+        latency_phase
+            .as_ref()
+            .and_then(|(lw, _, _)| lw.append_faults_note.clone())
+    });
     Ok(Trial {
         records_per_s: config.records as f64 * 1e9 / span as f64,
-        writer_records_per_s: config.records as f64 * 1e9 / tw.writer_ns.max(1) as f64,
+        writer_records_per_s: per_s(config.records, tw.writer_ns),
         latency: latency_phase.as_ref().map(|(_, _, l)| *l),
+        // The phase runs only with latency records, so the division is by at least 1.
         over_1ms_per_mille: latency_phase
             .as_ref()
-            .map(|(_, lr, _)| lr.over_1ms as f64 * 1000.0 / config.latency_records.max(1) as f64),
+            .map(|(_, lr, _)| lr.over_1ms as f64 * 1000.0 / config.latency_records as f64),
         faults: match &latency_phase {
-            Some((lw, _, _)) => tw.append_faults.zip(lw.append_faults).map(|(a, b)| a + b),
+            Some((lw, _, _)) => tw
+                .append_faults
+                .zip(lw.append_faults)
+                .and_then(|(a, b)| a.checked_add(b)),
             None => tw.append_faults,
         },
         faults_throughput: tw.append_faults,
+        faults_note,
         pieces_inline: tw.pieces_inline,
     })
 }
@@ -855,7 +888,14 @@ pub fn run(config: &Config, progress: &dyn Progress, spawn: Spawn<'_>) -> Report
             every(&|x| f(x).map(|n| n as f64)).map(|m| m.round() as u64)
         };
         let q = |k: usize| opt(&|x| x.latency.map(|l| l[k]));
-        let Some(rate) = median(t.iter().map(|x| x.records_per_s)) else {
+        let (Some(rate), Some(pieces_inline)) = (
+            median(t.iter().map(|x| x.records_per_s)),
+            crate::median_count(t.iter().map(|x| Some(x.pieces_inline))),
+        ) else {
+            not_run.push(NotRun {
+                name: spec.name.clone(),
+                reason: "a trial's throughput is not a number".into(),
+            });
             continue;
         };
         rows.push(Row {
@@ -867,8 +907,7 @@ pub fn run(config: &Config, progress: &dyn Progress, spawn: Spawn<'_>) -> Report
             copy: spec.copy,
             records_per_s: rate.median,
             records_per_s_range: [rate.min, rate.max],
-            writer_records_per_s: median(t.iter().map(|x| x.writer_records_per_s))
-                .map_or(0.0, |s| s.median),
+            writer_records_per_s: every(&|x| x.writer_records_per_s),
             p50_ns: q(0),
             p90_ns: q(1),
             p99_ns: q(2),
@@ -878,10 +917,10 @@ pub fn run(config: &Config, progress: &dyn Progress, spawn: Spawn<'_>) -> Report
             over_1ms_per_mille: every(&|x| x.over_1ms_per_mille),
             append_faults: opt(&|x| x.faults),
             append_faults_throughput: opt(&|x| x.faults_throughput),
-            writer_pieces_inline: median(t.iter().map(|x| x.pieces_inline as f64))
-                .map_or(0, |s| s.median.round() as u64),
+            writer_pieces_inline: pieces_inline,
             trials: t.len(),
             failed: failures[i].take(),
+            faults_note: t.iter().find_map(|x| x.faults_note.clone()),
         });
     }
     Report {
@@ -895,5 +934,86 @@ pub fn run(config: &Config, progress: &dyn Progress, spawn: Spawn<'_>) -> Report
         machine,
         rows,
         not_run,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::process::{Command, Stdio};
+
+    /// A stand-in child: says `ready`, then prints `result` as its one line.
+    fn canned(result: &ChildResult) -> std::io::Result<Child> {
+        Command::new("printf")
+            .args(["ready\\n%s\\n", &serde_json::to_string(result).unwrap()])
+            .stdout(Stdio::piped())
+            .spawn()
+    }
+
+    fn config(dir: &Path) -> Config {
+        Config {
+            records: 1000,
+            latency_records: 0,
+            trials: 1,
+            rows: vec![RowSpec {
+                name: "tmpfs".into(),
+                dir: dir.to_owned(),
+                pretouch: Pretouch::Off,
+                transport: Transport::Queue,
+                copy: Routine::default(),
+            }],
+            ..Config::default()
+        }
+    }
+
+    #[test]
+    fn an_uncounted_writer_gives_null_faults_and_a_broken_clock_no_rate() {
+        let dir = tempfile::tempdir().unwrap();
+        let writer = ChildResult {
+            appended: 1000,
+            append_faults: None,
+            append_faults_note: Some("a page-fault counter read failed: EIO".into()),
+            first_send_ns: 1_000_000,
+            writer_ns: 0,
+            ..ChildResult::default()
+        };
+        let reader = |last_recv_ns| ChildResult {
+            received: 1000,
+            last_recv_ns,
+            ..ChildResult::default()
+        };
+        let spawn = |spec: &ChildSpec| match spec.role {
+            Role::Writer => canned(&writer),
+            Role::Reader => canned(&reader(1_500_000)),
+        };
+        let report = run(&config(dir.path()), &crate::NoProgress, &spawn);
+        let row = &report.rows[0];
+        assert_eq!(row.records_per_s, 2e6);
+        assert_eq!(row.append_faults, None);
+        assert_eq!(row.append_faults_throughput, None);
+        // A writer loop of 0 ns has no rate: null, not records / 1 ns.
+        assert_eq!(row.writer_records_per_s, None);
+        assert!(row.faults_note.as_deref().unwrap().contains("EIO"));
+        let json = serde_json::to_value(&report).unwrap();
+        assert!(json["rows"][0]["append_faults"].is_null(), "{json:#}");
+        assert!(
+            json["rows"][0]["writer_records_per_s"].is_null(),
+            "{json:#}"
+        );
+
+        // The reader's last record before the writer's first append: no rate at all.
+        let spawn = |spec: &ChildSpec| match spec.role {
+            Role::Writer => canned(&writer),
+            Role::Reader => canned(&reader(999_999)),
+        };
+        let report = run(&config(dir.path()), &crate::NoProgress, &spawn);
+        assert!(report.rows.is_empty());
+        assert!(
+            report.not_run[0]
+                .reason
+                .contains("is not after the writer's first append"),
+            "{:?}",
+            report.not_run
+        );
     }
 }

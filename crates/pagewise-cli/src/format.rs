@@ -13,6 +13,12 @@ pub fn or_unread<T: std::fmt::Display>(value: Option<T>) -> String {
     value.map_or_else(|| "(not readable)".to_owned(), |v| v.to_string())
 }
 
+/// A measured value, or `n/a (why)` when it was not measured: a table never
+/// shows 0 or a guess for a number that could not be measured.
+pub fn measured<T>(value: Option<T>, why: &str, show: impl FnOnce(T) -> String) -> String {
+    value.map_or_else(|| format!("n/a ({why})"), show)
+}
+
 /// An error chain on one line: `outer: inner: innermost`.
 pub fn one_line(err: &anyhow::Error) -> String {
     err.chain()
@@ -78,6 +84,16 @@ pub fn table(header: &[&str]) -> Table {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_unmeasured_value_is_n_a_with_its_reason_never_zero() {
+        assert_eq!(measured(Some(0u64), "x", |n| n.to_string()), "0");
+        assert_eq!(
+            measured(None::<u64>, "not counted", |n| n.to_string()),
+            "n/a (not counted)"
+        );
+        assert_eq!(measured(None, "not read", bytes), "n/a (not read)");
+    }
 
     #[test]
     fn clap_errors_keep_their_continuation_lines() {

@@ -54,18 +54,51 @@ fn json_has_the_schema_and_every_strategy() {
     ];
     expected.sort();
     assert_eq!(names, expected);
+    let counted = v["faults_counted"] == true;
+    assert_eq!(
+        counted,
+        pagewise::observe::thread_page_fault_counter().is_ok()
+    );
     for row in v["rows"].as_array().unwrap() {
-        for key in [
-            "first_over_warm",
-            "total_over_warm",
-            "faults_pass1",
-            "alloc_ms",
-            "pass_ms",
-            "backing",
-        ] {
-            assert!(row.get(key).is_some(), "{key} missing in {row}");
+        // Times are measured, so positive, and the ratios are theirs.
+        let alloc = row["alloc_ms"].as_f64().unwrap();
+        let pass: Vec<f64> = (0..3)
+            .map(|i| row["pass_ms"][i].as_f64().unwrap())
+            .collect();
+        assert!(alloc > 0.0 && pass.iter().all(|&p| p > 0.0), "{row}");
+        let first_over_warm = row["first_over_warm"].as_f64().unwrap();
+        assert!(
+            (first_over_warm - pass[0] / pass[2]).abs() < 1e-9 * first_over_warm,
+            "{row}"
+        );
+        let total_over_warm = row["total_over_warm"].as_f64().unwrap();
+        let total = row["total_ms"].as_f64().unwrap();
+        assert!(
+            (total_over_warm - total / pass[2]).abs() < 1e-9 * total_over_warm,
+            "{row}"
+        );
+        // Faults: counts where the event opens here, null (not 0) where not.
+        for pass in ["faults_pass1", "faults_pass2", "faults_pass3"] {
+            assert_eq!(row[pass].is_u64(), counted, "{pass}: {row}");
         }
-        assert!(row["first_over_warm"].as_f64().unwrap() > 0.0);
+        // What the kernel gave: all 16 MiB resident after the first pass,
+        // described by page size.
+        let backing = row["backing"].as_str().unwrap();
+        assert!(!backing.starts_with("unknown"), "{row}");
+        let granted = &row["granted"];
+        let total_bytes: u64 = [
+            "hugetlb_1g_bytes",
+            "hugetlb_2m_bytes",
+            "thp_bytes",
+            "base_bytes",
+        ]
+        .iter()
+        .map(|k| granted[k].as_u64().unwrap())
+        .sum();
+        assert!(total_bytes >= 16 << 20, "{row}");
+    }
+    if !counted {
+        assert!(v["faults_note"].is_string(), "{v:#}");
     }
     for n in v["not_run"].as_array().unwrap() {
         assert!(!n["reason"].as_str().unwrap().is_empty());

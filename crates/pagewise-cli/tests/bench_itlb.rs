@@ -60,11 +60,21 @@ fn tiny_itlb_run_reports_every_variant() {
         names,
         ["baseline", "huge-text", "ordered", "ordered+huge-text"]
     );
-    for r in v["rows"].as_array().unwrap() {
-        assert!(r["median_s"].as_f64().unwrap() > 0.0);
+    let rows = v["rows"].as_array().unwrap();
+    let baseline = rows[0]["median_s"].as_f64().unwrap();
+    for r in rows {
+        let median = r["median_s"].as_f64().unwrap();
+        assert!(median > 0.0, "{r}");
         assert!(r["footprint_4k_p99"].as_u64().unwrap() >= 1);
+        // Each variant's speedup is the baseline's time over its own.
+        let speedup = r["speedup"].as_f64().unwrap();
+        assert!((speedup - baseline / median).abs() <= 1e-9 * speedup, "{r}");
     }
-    assert_eq!(v["rows"][0]["speedup"], 1.0);
+    assert!(
+        v["text_bytes"].as_u64().unwrap() >= 4 << 20,
+        "{}",
+        v["text_bytes"]
+    );
     // Ordering never spreads the hot code over more pages than the baseline.
     assert!(v["rows"][2]["footprint_4k_p99"].as_u64() <= v["rows"][0]["footprint_4k_p99"].as_u64());
 }

@@ -40,8 +40,25 @@ fn doctor_json_holds_every_field() {
         .clone();
     let v: serde_json::Value = serde_json::from_slice(&out).expect("valid JSON");
     assert_eq!(v["schema"], "pagewise.doctor/1");
+    // Every field is there; a null one is a value doctor could not read,
+    // which it then lists in `not_read` (tracefs is null when not mounted).
+    let not_read = v["not_read"].as_array().unwrap();
     let has = |pointer: &str| {
-        assert!(v.pointer(pointer).is_some(), "missing {pointer} in {v:#}");
+        let value = v
+            .pointer(pointer)
+            .unwrap_or_else(|| panic!("missing {pointer} in {v:#}"));
+        if pointer == "/perf/tracefs" {
+            assert_eq!(
+                value.is_string(),
+                pagewise_testkit::tracefs_mounted(),
+                "{value}"
+            );
+        } else if value.is_null() {
+            assert!(
+                !not_read.is_empty(),
+                "{pointer} is null and nothing is listed as not read"
+            );
+        }
     };
     for p in [
         "/kernel/release",
@@ -82,8 +99,9 @@ fn doctor_json_holds_every_field() {
     let pools = v["hugetlb"].as_array().unwrap();
     for pool in pools {
         for key in ["page_size_bytes", "total", "free", "reserved", "surplus"] {
-            assert!(pool.get(key).is_some(), "pool lacks {key}: {pool}");
+            assert!(pool[key].is_u64(), "pool lacks {key}: {pool}");
         }
+        assert!(pool["free"].as_u64() <= pool["total"].as_u64(), "{pool}");
     }
     assert_eq!(
         v["features"]["map_hugetlb"].as_array().unwrap().len(),

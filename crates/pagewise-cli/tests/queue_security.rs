@@ -169,6 +169,13 @@ impl Follower {
         }
     }
 
+    /// Waits until the follower sleeps in its long `FUTEX_WAIT` for the
+    /// next record (its main thread reads the queue).
+    fn wait_until_asleep(&self) {
+        let pid = self.child.id();
+        pagewise_testkit::wait_until_asleep_in_futex(pid, pid);
+    }
+
     fn alive(&mut self) -> bool {
         self.child.try_wait().unwrap().is_none()
     }
@@ -305,7 +312,7 @@ fn a_side_file_planted_by_another_user_is_not_adopted() {
     let mut tail = Follower::start(std::process::Command::new(bin()), &q);
     tail.expect("one", Duration::from_secs(20));
     // The follower is asleep now; nothing of it may be in nobody's file.
-    std::thread::sleep(Duration::from_millis(50));
+    tail.wait_until_asleep();
     assert!(
         std::fs::read(&wait).unwrap() == planted,
         "a root process wrote to a file another user owns"
@@ -328,7 +335,8 @@ fn a_reader_with_read_permission_only_is_woken_by_the_writer() {
     let mut tail = Follower::start(nobody, &q);
     tail.expect("one", Duration::from_secs(20));
     for line in ["two", "three"] {
-        std::thread::sleep(Duration::from_millis(30));
+        // The record comes while the reader sleeps, so it must be woken.
+        tail.wait_until_asleep();
         w.send(line);
         tail.expect(line, Duration::from_secs(20));
     }

@@ -24,7 +24,7 @@ fn first_touch_fixture() {
     for field in ["summary", "evidence", "remedy"] {
         assert!(!f[field].as_str().unwrap().is_empty());
     }
-    assert!(v["counts"]["minor_faults"].as_u64().unwrap() >= 262_144);
+    assert!(v["counts"]["minor_faults"].as_u64().unwrap() >= fewest_first_touch_faults(1 << 30));
     for key in ["user_s", "sys_s", "wall_s", "major_faults"] {
         assert!(v["counts"][key].is_number(), "counts.{key}");
     }
@@ -210,11 +210,31 @@ fn file_faults_fixture() {
     );
 }
 
-/// The number in a `perf stat -x,` line for `event`.
-fn perf_count(csv: &str, event: &str) -> Option<u64> {
-    csv.lines()
-        .find(|l| l.split(',').nth(2) == Some(event))
-        .and_then(|l| l.split(',').next()?.parse().ok())
+/// The number in a `perf stat -x,` line for `event`, and whether perf counted
+/// user mode only (it names the event `minor-faults:u` when
+/// `perf_event_paranoid` keeps it out of the kernel).
+fn perf_count(csv: &str, event: &str) -> Option<(u64, bool)> {
+    csv.lines().find_map(|l| {
+        let mut fields = l.split(',');
+        let count = fields.next()?.parse().ok()?;
+        let name = fields.nth(1)?;
+        let (base, modifiers) = name.split_once(':').unwrap_or((name, ""));
+        (base == event).then_some((count, modifiers == "u"))
+    })
+}
+
+#[test]
+fn perf_counts_are_read_with_and_without_the_user_mode_modifier() {
+    let root = "262204,,minor-faults,495014923,100.00,,\n0,,major-faults,495014923,100.00,,\n";
+    assert_eq!(perf_count(root, "minor-faults"), Some((262_204, false)));
+    assert_eq!(perf_count(root, "major-faults"), Some((0, false)));
+    let user = "262200,,minor-faults:u,496555035,100.00,,\n0,,major-faults:u,496555035,100.00,,\n";
+    assert_eq!(perf_count(user, "minor-faults"), Some((262_200, true)));
+    assert_eq!(perf_count(user, "major-faults"), Some((0, true)));
+    assert_eq!(
+        perf_count("<not counted>,,minor-faults,0,0.00,,", "minor-faults"),
+        None
+    );
 }
 
 #[test]
@@ -226,12 +246,27 @@ fn fault_counts_agree_with_perf_stat_and_getrusage() {
     let a = a.to_str().unwrap();
     let (_, v) = stat_json(&[], &[a]);
     let c = &v["counts"];
-    let minor = c["minor_faults"].as_u64().unwrap() as f64;
-    let major = c["major_faults"].as_u64().unwrap() as f64;
+    let minor = c["minor_faults"].as_u64().unwrap();
+    let major = c["major_faults"].as_u64().unwrap();
     // getrusage of the same run, from wait4: the kernel's own task counters.
-    let ru_minor = c["rusage_minor_faults"].as_u64().unwrap() as f64;
-    assert!((minor - ru_minor).abs() <= 0.01 * ru_minor, "{c:#}");
-    assert!((major - c["rusage_major_faults"].as_u64().unwrap() as f64).abs() <= 0.01 * ru_minor);
+    // They also count the child's faults between fork and exec, before perf
+    // starts counting: a few, within 1%.
+    let ru_minor = c["rusage_minor_faults"].as_u64().unwrap();
+    let ru_major = c["rusage_major_faults"].as_u64().unwrap();
+    if c["fault_source"] == "perf" {
+        assert!(minor.abs_diff(ru_minor) <= ru_minor / 100, "{c:#}");
+        assert!(major.abs_diff(ru_major) <= ru_major / 100, "{c:#}");
+    } else {
+        // pagewise's totals are getrusage's here: comparing would check
+        // them against themselves. perf stat (below) is the oracle.
+        assert_eq!((minor, major), (ru_minor, ru_major), "{c:#}");
+        pagewise_testkit::skip_part!(
+            "getrusage agreement",
+            Need::PerfEvents,
+            "the totals come from {} here, not perf",
+            c["fault_source"]
+        );
+    }
     // perf stat on another run of the same fixture.
     let out = match std::process::Command::new("perf")
         .args(["stat", "-x,", "-e", "minor-faults,major-faults", "--", a])
@@ -247,19 +282,38 @@ fn fault_counts_agree_with_perf_stat_and_getrusage() {
         }
         Err(e) => pagewise_testkit::skip!(Need::Tool, "the perf oracle needs perf(1): {e}"),
     };
-    let Some(perf_minor) = perf_count(&out, "minor-faults") else {
+    let (Some((perf_minor, user_only)), Some((perf_major, _))) = (
+        perf_count(&out, "minor-faults"),
+        perf_count(&out, "major-faults"),
+    ) else {
         pagewise_testkit::skip!(
             Need::PerfEvents,
-            "the perf oracle could not count minor-faults: {out}"
+            "the perf oracle could not count page faults: {out}"
         );
     };
-    let perf_major = perf_count(&out, "major-faults").unwrap_or(0) as f64;
-    let perf_minor = perf_minor as f64;
-    assert!(
-        (minor - perf_minor).abs() <= 0.01 * perf_minor,
-        "pagewise {minor} vs perf stat {perf_minor}"
-    );
-    assert!((major - perf_major).abs() <= 0.01 * perf_minor.max(100.0));
+    if user_only {
+        // perf counted user mode only: compare with pagewise's user-mode faults.
+        let Some(user) = c["user_mode_faults"].as_u64() else {
+            pagewise_testkit::skip!(
+                Need::PerfEvents,
+                "perf counts user mode only here and pagewise has no user-mode count: {c:#}"
+            );
+        };
+        let perf_user = perf_minor + perf_major;
+        assert!(
+            user.abs_diff(perf_user) <= perf_user / 100,
+            "pagewise {user} user-mode faults vs perf stat {perf_user}"
+        );
+    } else {
+        assert!(
+            minor.abs_diff(perf_minor) <= perf_minor / 100,
+            "pagewise {minor} vs perf stat {perf_minor}"
+        );
+        assert!(
+            major.abs_diff(perf_major) <= perf_major / 100,
+            "pagewise {major} major faults vs perf stat {perf_major}"
+        );
+    }
 }
 
 #[test]
@@ -414,14 +468,15 @@ fn unprivileged_with_paranoid_2_does_what_it_may() {
     let v: Value = serde_json::from_slice(&out.stderr).expect("the JSON report on stderr");
     let c = &v["counts"];
     let minor = c["minor_faults"].as_u64().unwrap();
-    assert!(minor >= 32_768, "{c:#}");
+    let least = fewest_first_touch_faults(128 << 20);
+    assert!(minor >= least, "{c:#}: at least {least}");
     assert!(v["fault_kinds"].is_null(), "tracepoints need privilege");
     let skipped = v["skipped"].to_string();
     if paranoid >= 2 {
         assert_eq!(c["fault_source"], "getrusage", "{c:#}");
         assert!(skipped.contains("perf_event_paranoid=2"), "{skipped}");
         // User-mode faults are still counted by perf, and sites still work.
-        assert!(c["user_mode_faults"].as_u64().unwrap() >= 32_768);
+        assert!(c["user_mode_faults"].as_u64().unwrap() >= least, "{c:#}");
         assert_eq!(top_site(&v), "touch_buffer", "{:#}", v["sites"]);
     } else {
         pagewise_testkit::skip_part!(
@@ -431,6 +486,31 @@ fn unprivileged_with_paranoid_2_does_what_it_may() {
         );
     }
     assert!(skipped.contains("fault kinds"), "{skipped}");
+}
+
+/// The fewest page faults that writing `bytes` of fresh anonymous memory once
+/// can take here: one per the largest page the kernel may give memory that
+/// did not ask for huge pages (4 KiB unless THP is `always` or a multi-size
+/// THP size is on), from the live THP settings.
+fn fewest_first_touch_faults(bytes: u64) -> u64 {
+    use pagewise::host::thp::{self, FaultMemory};
+    let page = thp::settings(&pagewise::host::SysRoot::live())
+        .largest_fault_page(FaultMemory::Anon { asked_huge: false });
+    bytes / page
+}
+
+/// Minor faults and system CPU ticks of process `pid` so far, from
+/// `/proc/PID/stat` (fields 10 and 15).
+fn proc_minflt_and_stime(pid: u32) -> (u64, u64) {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    // Fields after the command name, which is in parentheses: state is field 3.
+    let rest: Vec<&str> = stat
+        .rsplit_once(')')
+        .unwrap()
+        .1
+        .split_whitespace()
+        .collect();
+    (rest[10 - 3].parse().unwrap(), rest[15 - 3].parse().unwrap())
 }
 
 #[test]
@@ -445,7 +525,17 @@ fn attaching_to_a_running_process() {
         .stdout(std::process::Stdio::null())
         .spawn()
         .unwrap();
-    std::thread::sleep(std::time::Duration::from_millis(200));
+    // Attach once it churns: it has faulted in one 64 MiB buffer.
+    let round = fewest_first_touch_faults(64 << 20);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while proc_minflt_and_stime(child.id()).0 < round {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the fixture never churned"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    let (minflt_before, stime_before) = proc_minflt_and_stime(child.id());
     let pid = child.id().to_string();
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("report.json");
@@ -455,6 +545,7 @@ fn attaching_to_a_running_process() {
         .args(["--pid", &pid, "--seconds", "1"])
         .status()
         .unwrap();
+    let (minflt_after, stime_after) = proc_minflt_and_stime(child.id());
     let alive = child.try_wait().unwrap().is_none();
     let _ = child.kill();
     let _ = child.wait();
@@ -464,9 +555,16 @@ fn attaching_to_a_running_process() {
     assert_eq!(v["target"]["pid"].as_u64().unwrap().to_string(), pid);
     assert_eq!(v["target"]["exited_early"], false);
     assert!(v["exit"].is_null());
+    // What stat saw happened inside what the process's own counters show
+    // for the whole attachment, and it churned all along: some faults, some
+    // system time (zeroing the pages), no more than the process counted.
     let c = &v["counts"];
-    assert!(c["minor_faults"].as_u64().unwrap() >= 16_384, "{c:#}");
-    assert!(c["sys_s"].as_f64().unwrap() > 0.1, "{c:#}");
+    let minor = c["minor_faults"].as_u64().unwrap();
+    assert!(minor > 0 && minor <= minflt_after - minflt_before, "{c:#}");
+    let sys_s = c["sys_s"].as_f64().unwrap();
+    // /proc counts CPU time in USER_HZ ticks, 100 a second on x86-64.
+    let ticks = (stime_after - stime_before) as f64 / 100.0;
+    assert!(sys_s > 0.0 && sys_s <= ticks + 0.02, "{c:#} vs {ticks} s");
     assert_eq!(top_site(&v), "churn", "{:#}", v["sites"]);
     match tracing_missing() {
         Some((need, why)) => pagewise_testkit::skip_part!("mmap calls", need, "{why}"),

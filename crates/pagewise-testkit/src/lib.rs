@@ -270,6 +270,102 @@ pub fn tool_missing(name: &str) -> Option<String> {
     }
 }
 
+/// What `/proc/PID/task/TID` shows of one thread: the system call it is
+/// blocked in, its voluntary context switches and how long it has run.
+/// Reading another user's thread needs root (or the same user).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TaskState {
+    /// The number of the system call the thread is blocked in (202 is
+    /// `futex` on x86-64); `None` while it runs.
+    pub syscall: Option<u64>,
+    /// Times it gave up the CPU to wait (`voluntary_ctxt_switches`).
+    pub voluntary_switches: u64,
+    /// Nanoseconds it has run on a CPU (`schedstat`).
+    pub run_ns: u64,
+}
+
+/// `futex` on x86-64.
+pub const SYS_FUTEX: u64 = 202;
+
+/// The state of thread `tid` of process `pid`; panics when it cannot be read
+/// (the thread is gone).
+pub fn task_state(pid: u32, tid: u32) -> TaskState {
+    let task = format!("/proc/{pid}/task/{tid}");
+    let read = |file: &str| {
+        std::fs::read_to_string(format!("{task}/{file}"))
+            .unwrap_or_else(|e| panic!("cannot read {task}/{file}: {e}"))
+    };
+    let syscall = read("syscall")
+        .split_whitespace()
+        .next()
+        .and_then(|n| n.parse().ok());
+    let voluntary_switches = read("status")
+        .lines()
+        .find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no voluntary_ctxt_switches in {task}/status"));
+    let run_ns = read("schedstat")
+        .split_whitespace()
+        .next()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no run time in {task}/schedstat"));
+    TaskState {
+        syscall,
+        voluntary_switches,
+        run_ns,
+    }
+}
+
+/// The calling thread's id (its name under `/proc/self/task`).
+pub fn thread_id() -> u32 {
+    let link = std::fs::read_link("/proc/thread-self").expect("/proc/thread-self");
+    link.file_name()
+        .and_then(|n| n.to_str()?.parse().ok())
+        .expect("/proc/thread-self names a thread")
+}
+
+/// Waits until thread `tid` of process `pid` is in one `FUTEX_WAIT` that has
+/// lasted at least 2 ms: seen there twice, 2 ms apart, with no wake-up in
+/// between. A queue reader's short naps last 100 µs, so this is its long
+/// sleep, which only a writer's wake ends early. A condition, not a guess
+/// at how long a hand-off takes: polls every 2 ms, panics after 60 s.
+pub fn wait_until_asleep_in_futex(pid: u32, tid: u32) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let before = task_state(pid, tid);
+        std::thread::sleep(std::time::Duration::from_millis(2));
+        let after = task_state(pid, tid);
+        if before.syscall == Some(SYS_FUTEX)
+            && after.syscall == Some(SYS_FUTEX)
+            && before.voluntary_switches == after.voluntary_switches
+        {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "thread {tid} of process {pid} never slept in a futex for 2 ms: {after:?}"
+        );
+    }
+}
+
+/// Waits until thread `tid` of process `pid` is inside a wait that began
+/// after `since` (its state then): asleep in a futex, or having run 2 ms
+/// more (spinning). Polls every millisecond, panics after 60 s.
+pub fn wait_until_waiting(pid: u32, tid: u32, since: TaskState) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let now = task_state(pid, tid);
+        if now.syscall == Some(SYS_FUTEX) || now.run_ns >= since.run_ns + 2_000_000 {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "thread {tid} of process {pid} never waited: {now:?}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,6 +1,8 @@
 //! Crash tests: a writer process is killed with SIGKILL at random points —
 //! half the time by a hook between a record's payload and its commit, half
-//! the time by the test at a random moment — and after each kill a reader must
+//! the time by the test at a random moment while the writer is appending (the
+//! test waits for a random number of appends to return, then kills at once,
+//! long before the writer would stop) — and after each kill a reader must
 //! see exactly the records whose append returned, in order, with no partial
 //! record, and the next writer must continue the queue.
 //!
@@ -17,14 +19,19 @@ use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::atomic::Ordering;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 const CHILD_ENV: &str = "PAGEWISE_CRASH_CHILD";
 const TEST_NAME: &str = "writer_killed_at_random_points_loses_nothing";
 const RUNS: u64 = 240;
 const CHUNK: u64 = 64 << 10;
-/// Appends per run when the test kills at a random moment.
+/// When the test kills at a random moment, it does so once this many appends
+/// at most (a random number up to it) have returned.
 const CAP: u64 = 20_000;
+/// The writer stops appending after this many (and waits to be killed), so
+/// a test that is very late to kill still verifies a bounded queue. Ten
+/// times the latest kill point: a kill that comes this late is reported.
+const STOP: u64 = 10 * CAP;
 
 fn options() -> Options {
     Options {
@@ -91,9 +98,9 @@ fn child(spec: &str) {
             ack.store_u64(0, seq + 1, Ordering::Release);
         }
     } else {
-        // Append until killed; past a few thousand records just wait (keeps the
-        // queue, and the test's verification, small).
-        for seq in start..start + CAP {
+        // Append until killed; past STOP records just wait (keeps the queue,
+        // and the test's verification, bounded).
+        for seq in start..start + STOP {
             w.append(&payload(seq)).unwrap();
             ack.store_u64(0, seq + 1, Ordering::Release);
         }
@@ -149,7 +156,27 @@ fn writer_killed_at_random_points_loses_nothing() {
         }
         assert!(started, "run {run}: the writer did not start");
         if !by_hook {
-            std::thread::sleep(Duration::from_micros(rng.next() % 5_000));
+            // Kill once a random number of appends returned, a few
+            // microseconds later: somewhere inside the append loop.
+            let kill_after = total + 1 + rng.next() % CAP;
+            let deadline = Instant::now() + Duration::from_secs(60);
+            let mut ack = [0u8; 8];
+            loop {
+                ack_file.read_exact_at(&mut ack, 0).unwrap();
+                if u64::from_le_bytes(ack) >= kill_after {
+                    break;
+                }
+                assert!(
+                    Instant::now() < deadline,
+                    "run {run}: the writer never reached {kill_after} appends"
+                );
+                std::hint::spin_loop();
+            }
+            let spin = Instant::now();
+            let pause = Duration::from_nanos(rng.next() % 20_000);
+            while spin.elapsed() < pause {
+                std::hint::spin_loop();
+            }
             let _ = child.kill();
         }
         let status = child.wait().unwrap();
@@ -214,7 +241,9 @@ fn writer_killed_at_random_points_loses_nothing() {
                 hook_kills += 1;
             }
             None => {
-                if acked < total + CAP {
+                // The writer had not finished its appends: the kill came
+                // while it appended (an ack is stored after each return).
+                if acked < total + STOP {
                     mid_append_kills += 1;
                 }
                 // Killed anywhere: between a commit and its ack the record exists
@@ -229,6 +258,9 @@ fn writer_killed_at_random_points_loses_nothing() {
         total = n;
     }
     assert_eq!(hook_kills, RUNS / 2);
+    // Every kill at a random moment landed inside the append loop (the test
+    // killed at most CAP appends in, the writer goes on to STOP).
+    assert_eq!(mid_append_kills, RUNS / 2);
     // A new writer continues after the last run.
     let mut w = Writer::open(&path, options()).unwrap();
     w.append(&payload(total)).unwrap();

@@ -1,7 +1,7 @@
 //! `pagewise bench first-touch`: printing for the first-touch experiment.
 
 use crate::bench::CommonArgs;
-use crate::format::{bytes, table};
+use crate::format::{bytes, measured, table};
 use crate::output::outln;
 use pagewise_bench::first_touch::{self, Config, Strategy};
 use std::process::ExitCode;
@@ -85,17 +85,15 @@ pub fn run(args: &FirstTouchArgs) -> anyhow::Result<ExitCode> {
             range(r.pass_ms[2], r.pass_range_ms[2]),
             format!("{:.2}", r.first_over_warm),
             format!("{:.2}", r.total_over_warm),
-            if report.faults_counted {
-                format!("{}/{}/{}", r.faults_pass1, r.faults_pass2, r.faults_pass3)
-            } else {
-                "not counted".into()
-            },
+            [r.faults_pass1, r.faults_pass2, r.faults_pass3]
+                .map(|f| measured(f, "not counted", |n| n.to_string()))
+                .join("/"),
             r.backing.clone(),
         ]);
     }
     outln!("{t}")?;
-    if !report.faults_counted {
-        outln!("page faults were not counted: the page-faults software event does not open here (see `pagewise doctor`)")?;
+    if let Some(why) = &report.faults_note {
+        outln!("page faults not counted: {why}")?;
     }
     for r in report.rows.iter().filter(|r| r.note.is_some()) {
         outln!(

@@ -2,7 +2,7 @@
 
 use crate::args::size_in;
 use crate::bench::CommonArgs;
-use crate::format::{bytes, table};
+use crate::format::{bytes, measured, table};
 use crate::output::outln;
 use anyhow::{anyhow, Context};
 use pagewise_bench::heap_churn::{self, Config, WorkerMode, Workload};
@@ -107,16 +107,18 @@ pub fn run(args: &HeapChurnArgs) -> anyhow::Result<ExitCode> {
                 r.gbps, r.gbps_range[0], r.gbps_range[1]
             ),
             format!("{:.2}x", r.speedup),
-            r.faults_per_iter
-                .map_or("n/a".into(), |f| format!("{f:.2}")),
-            r.mmaps_per_iter.map_or("n/a".into(), |m| format!("{m:.2}")),
-            format!("{:.2}", r.user_s),
-            format!("{:.2}", r.sys_s),
+            measured(r.faults_per_iter, "not counted", |f| format!("{f:.2}")),
+            measured(r.mmaps_per_iter, "not counted", |m| format!("{m:.2}")),
+            measured(r.user_s, "not measured", |s| format!("{s:.2}")),
+            measured(r.sys_s, "not measured", |s| format!("{s:.2}")),
         ]);
     }
     outln!("{t}")?;
-    if report.rows.iter().any(|r| r.faults_per_iter.is_none()) {
-        outln!("page faults were not counted: the page-faults software event does not open here (see `pagewise doctor`)")?;
+    if let Some(why) = &report.faults_note {
+        outln!("page faults not counted: {why}")?;
+    }
+    if let Some(why) = &report.cpu_note {
+        outln!("CPU times not measured: {why}")?;
     }
     if let Some(note) = &report.map_calls_note {
         outln!("{note}")?;

@@ -1,7 +1,7 @@
 //! `pagewise bench mmap-prefault`: printing for the mmap-prefault experiment.
 
 use crate::bench::CommonArgs;
-use crate::format::{bytes, table};
+use crate::format::{bytes, measured, table};
 use crate::output::outln;
 use pagewise::queue::PreTouch;
 use pagewise_bench::mmap_prefault::{self, Config, Method};
@@ -95,13 +95,9 @@ pub fn run(args: &MmapPrefaultArgs) -> anyhow::Result<ExitCode> {
             format!("{:.1} ({:.1}-{:.1})", r.ms, r.ms_range[0], r.ms_range[1]),
             format!("{:.1}", r.prefault_ms),
             r.vs_plain.map_or_else(|| "-".into(), |v| format!("{v:.2}")),
-            if report.faults_counted {
-                r.write_loop_faults.to_string()
-            } else {
-                "not counted".into()
-            },
-            bytes(r.peak_resident_bytes),
-            bytes(r.peak_ahead_bytes),
+            measured(r.write_loop_faults, "not counted", |n| n.to_string()),
+            measured(r.peak_resident_bytes, "not read", bytes),
+            measured(r.peak_ahead_bytes, "not read", bytes),
         ]);
     }
     outln!("{t}")?;
@@ -116,14 +112,20 @@ pub fn run(args: &MmapPrefaultArgs) -> anyhow::Result<ExitCode> {
                 "pagewise-window: {:.2}x the best full prefault ({}), window up to {} (configured {}-{})",
                 w.ms / best.ms,
                 best.name,
-                bytes(w.peak_window_bytes.unwrap_or(0)),
+                measured(w.peak_window_bytes, "no window report", bytes),
                 bytes(report.window_bytes),
                 bytes(report.max_window_bytes)
             )?;
         }
     }
-    if !report.faults_counted {
-        outln!("page faults were not counted: the page-faults software event does not open here (see `pagewise doctor`)")?;
+    if let Some(why) = &report.faults_note {
+        outln!("page faults not counted: {why}")?;
+    }
+    if let Some(why) = &report.text_note {
+        outln!("note: {why}")?;
+    }
+    if let Some(why) = &report.resident_note {
+        outln!("resident sizes not read: {why}")?;
     }
     for n in &report.not_run {
         outln!("not run: {}: {}", n.name, n.reason)?;

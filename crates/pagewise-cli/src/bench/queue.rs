@@ -2,7 +2,7 @@
 //! child-process entry point it re-executes the binary with.
 
 use crate::bench::CommonArgs;
-use crate::format::{bytes, table};
+use crate::format::{bytes, measured, table};
 use crate::output::outln;
 use pagewise::copy::Routine;
 use pagewise_bench::queue::{self, ChildSpec, Config, RowSpec};
@@ -117,10 +117,10 @@ pub fn run(args: &QueueArgs) -> anyhow::Result<ExitCode> {
             ns(r.p999_ns),
             ns(r.p9999_ns),
             ns(r.max_ns),
-            r.over_1ms_per_mille
-                .map_or_else(|| "-".into(), |m| format!("{m:.3}")),
-            r.append_faults
-                .map_or_else(|| "not counted".into(), |f| f.to_string()),
+            measured(r.over_1ms_per_mille, "no latency phase", |m| {
+                format!("{m:.3}")
+            }),
+            measured(r.append_faults, "not counted", |f| f.to_string()),
         ]);
     }
     outln!("{t}")?;
@@ -134,6 +134,11 @@ pub fn run(args: &QueueArgs) -> anyhow::Result<ExitCode> {
             )?;
         }
     }
+    for r in &report.rows {
+        if let Some(why) = &r.faults_note {
+            outln!("{}: page faults not counted: {why}", r.name)?;
+        }
+    }
     for n in &report.not_run {
         outln!("not run: {}: {}", n.name, n.reason)?;
     }
@@ -141,7 +146,7 @@ pub fn run(args: &QueueArgs) -> anyhow::Result<ExitCode> {
 }
 
 fn ns(v: Option<u64>) -> String {
-    v.map_or_else(|| "-".into(), |n| n.to_string())
+    measured(v, "no latency phase", |n| n.to_string())
 }
 
 /// Starts the children of the queue experiment: this binary, re-executed with

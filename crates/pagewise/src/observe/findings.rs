@@ -592,7 +592,7 @@ fn thp_not_granted(e: &Evidence<'_>) -> Option<Finding> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::observe::report::{Coverage, Itlb};
+    use crate::observe::report::Coverage;
 
     fn counts(wall: f64, user: f64, sys: f64, minor: u64, major: u64) -> Counts {
         Counts {
@@ -904,12 +904,6 @@ mod tests {
             ..evidence(&c, &hw)
         };
         assert!(findings(&e).is_empty());
-        let _ = Itlb {
-            entries_4k: 1,
-            entries_2m: 1,
-            stlb_entries_4k: None,
-            source: String::new(),
-        };
     }
 
     #[test]

@@ -764,10 +764,11 @@ pub fn thread_page_fault_counter() -> crate::sys::SysResult<crate::sys::perf::Co
 }
 
 /// Page faults the calling thread takes while `work` runs, or `None` when
-/// the counter cannot be opened here.
+/// the counter cannot be opened or read here (or went backwards: never a
+/// made-up 0).
 pub fn faults_during(work: impl FnOnce()) -> Option<u64> {
     let counter = thread_page_fault_counter().ok()?;
     let before = counter.read().ok()?;
     work();
-    Some(counter.read().ok()?.saturating_sub(before))
+    counter.read().ok()?.checked_sub(before)
 }

@@ -103,11 +103,13 @@ fn reads_a_typical_tree() {
         vec![
             MthpSize {
                 size_bytes: 64 << 10,
-                enabled: Some("never".into())
+                enabled: Some("never".into()),
+                shmem_enabled: None,
             },
             MthpSize {
                 size_bytes: 2 << 20,
-                enabled: Some("inherit".into())
+                enabled: Some("inherit".into()),
+                shmem_enabled: None,
             },
         ]
     );

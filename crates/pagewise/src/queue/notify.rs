@@ -137,6 +137,8 @@ pub(crate) struct Waker {
     eager: bool,
     /// `FUTEX_WAKE` calls made.
     wakes: u64,
+    /// Readers those calls woke.
+    woken: u64,
     /// The last `FUTEX_WAKE` error, if one failed.
     error: Option<String>,
 }
@@ -153,6 +155,7 @@ impl Waker {
             last_now: coarse_now(),
             eager: true,
             wakes: 0,
+            woken: 0,
             error: None,
         };
         waker.notify(header);
@@ -186,7 +189,10 @@ impl Waker {
     fn wake(&mut self, header: &WriteMap) {
         self.wakes += 1;
         match header.futex_wake(OFF_WAKE, u32::MAX) {
-            Ok(woken) => self.eager = woken > 0,
+            Ok(woken) => {
+                self.eager = woken > 0;
+                self.woken += u64::from(woken);
+            }
             Err(e) => {
                 self.eager = false;
                 self.error = Some(e.to_string());
@@ -197,6 +203,11 @@ impl Waker {
     /// `FUTEX_WAKE` calls made so far.
     pub(crate) fn wakes(&self) -> u64 {
         self.wakes
+    }
+
+    /// Readers the `FUTEX_WAKE` calls woke so far.
+    pub(crate) fn woken(&self) -> u64 {
+        self.woken
     }
 
     /// Why the last failed `FUTEX_WAKE` failed.

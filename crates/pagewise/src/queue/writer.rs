@@ -72,6 +72,9 @@ pub struct WriterReport {
     /// kernel tick while no reader sleeps; one per append while readers
     /// sleep between records).
     pub wakes: u64,
+    /// Readers those `FUTEX_WAKE` calls woke (what the kernel returned,
+    /// summed): a reader asleep on the queue when a record came.
+    pub woken: u64,
     /// Why the last `FUTEX_WAKE` failed, if one did.
     pub wake_error: Option<String>,
 }
@@ -413,6 +416,7 @@ impl Writer {
             recovery: self.recovery.clone(),
             window: self.window.report(),
             wakes: self.waker.wakes(),
+            woken: self.waker.woken(),
             wake_error: self.waker.error().map(str::to_owned),
         }
     }

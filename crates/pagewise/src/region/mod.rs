@@ -151,6 +151,20 @@ impl Granted {
     pub fn total(&self) -> u64 {
         self.hugetlb_1g_bytes + self.hugetlb_2m_bytes + self.thp_bytes + self.base_bytes
     }
+
+    /// The fewest page faults that can have brought these bytes in, touched
+    /// once: one per huge page (hugetlb 1 GiB or 2 MiB, THP at 2 MiB) and
+    /// one per `small_page` of the rest, where `small_page` is the largest
+    /// page the rest may have been faulted in with
+    /// ([`crate::host::thp::Thp::largest_small_fault_page`]: the base page
+    /// unless multi-size THP is on). What a first-touch fault count is at
+    /// least, whatever pages the kernel granted. Pure.
+    pub fn fewest_faults(&self, small_page: u64) -> u64 {
+        self.hugetlb_1g_bytes / GIB1 as u64
+            + self.hugetlb_2m_bytes / MIB2 as u64
+            + self.thp_bytes / MIB2 as u64
+            + self.base_bytes / small_page.max(1)
+    }
 }
 
 /// What a region asked for, what it got, and why.

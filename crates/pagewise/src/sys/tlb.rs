@@ -130,8 +130,46 @@ mod tests {
         assert_eq!(info.stlb_2m, Some(1024));
     }
 
+    /// The live query is stable, never reports an empty TLB, and on AMD agrees
+    /// with the kernel's own decoding of the same leaf: `/proc/cpuinfo`'s
+    /// `TLB size` is the second-level data plus instruction TLB entries for
+    /// 4 KiB pages (leaf 0x8000_0006 EBX), which holds the instruction part.
     #[test]
-    fn live_query_does_not_panic() {
-        let _ = tlb_info();
+    fn the_live_query_is_stable_and_agrees_with_the_kernel() {
+        let info = tlb_info();
+        assert_eq!(info, tlb_info(), "cpuid answers the same twice");
+        for entries in [info.itlb_4k, info.itlb_2m, info.stlb_4k, info.stlb_2m]
+            .into_iter()
+            .flatten()
+        {
+            assert!(entries > 0, "{info:?}");
+        }
+        let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap();
+        let field = |name: &str| {
+            cpuinfo.lines().find_map(|l| {
+                let (k, v) = l.split_once(':')?;
+                (k.trim() == name).then(|| v.trim().to_owned())
+            })
+        };
+        let amd = field("vendor_id").as_deref() == Some("AuthenticAMD");
+        let kernel_total: Option<u32> =
+            field("TLB size").and_then(|v| v.strip_suffix(" 4K pages")?.trim().parse().ok());
+        match (amd, kernel_total, info.stlb_4k) {
+            (true, Some(total), Some(stlb)) => {
+                assert!(stlb <= total, "{info:?} vs TLB size {total}")
+            }
+            (true, Some(total), None) => {
+                // The kernel read a size, so the leaf is there: only an empty
+                // instruction part leaves ours unset.
+                assert!(total > 0, "{info:?}");
+            }
+            _ => pagewise_testkit::skip_part!(
+                "kernel agreement",
+                pagewise_testkit::Need::CpuFeature,
+                "no AMD TLB leaf for the kernel to decode here (vendor {:?}, TLB size {:?})",
+                field("vendor_id"),
+                field("TLB size")
+            ),
+        }
     }
 }
