@@ -23,7 +23,8 @@ mod tests {
         let me = std::process::id() as i32;
         let own = thread_ids(None).unwrap();
         assert!(own.contains(&me), "{own:?}");
-        assert_eq!(thread_ids(Some(me)).unwrap().first(), Some(&me));
+        // Thread ids are not in creation order once pids wrap around.
+        assert!(thread_ids(Some(me)).unwrap().contains(&me));
         assert!(thread_ids(Some(i32::MAX)).is_err());
     }
 }
