@@ -87,7 +87,7 @@ extern "C" fn child_main(arg: *mut libc::c_void) -> libc::c_int {
             let buf = job.buffers[i].as_mut_ptr();
             let cap = job.buffers[i].len();
             let mut len = 0usize;
-            let mut result = 0i64;
+            let result: i64;
             loop {
                 if len == cap {
                     result = -(libc::EFBIG as i64);
