@@ -35,7 +35,7 @@
 //! distributions are compiled in ([`fleet::FleetDistribution::builtin`]; their
 //! source and licence are in `data/NOTICE.md`).
 
-#![warn(missing_docs)]
+#![deny(missing_docs)]
 // Benchmarks are safe Rust on pagewise's API; `unsafe` stays in `pagewise::sys`.
 #![forbid(unsafe_code)]
 

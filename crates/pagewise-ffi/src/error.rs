@@ -50,7 +50,9 @@ fn io_errno(error: &std::io::Error, fallback: c_int) -> c_int {
 impl From<QueueError> for Failure {
     fn from(e: QueueError) -> Failure {
         let errno = match &e {
-            QueueError::Sys { error, .. } => error.errno().unwrap_or(libc::EIO),
+            QueueError::Sys { error, .. } => {
+                error.errno().map_or(libc::EIO, pagewise::sys::Errno::raw)
+            }
             QueueError::Io { error, .. } => io_errno(error, libc::EIO),
             QueueError::Exists { .. } => libc::EEXIST,
             QueueError::Refused { .. } => libc::EPERM,
@@ -64,7 +66,9 @@ impl From<QueueError> for Failure {
             QueueError::UnsupportedVersion { .. } => libc::ENOTSUP,
             QueueError::InvalidOptions(_) | QueueError::InvalidPosition { .. } => libc::EINVAL,
             QueueError::RecordTooLarge { .. } => libc::EMSGSIZE,
-            QueueError::NoSpace { error, .. } => error.errno().unwrap_or(libc::ENOSPC),
+            QueueError::NoSpace { error, .. } => error
+                .errno()
+                .map_or(libc::ENOSPC, pagewise::sys::Errno::raw),
             QueueError::Truncated { .. } => libc::EIO,
             QueueError::FellBehind { .. } => libc::ERANGE,
             QueueError::Thread(error) => io_errno(error, libc::EAGAIN),
@@ -79,11 +83,13 @@ impl From<RegionError> for Failure {
             RegionError::ZeroSize => libc::EINVAL,
             RegionError::TooLarge(_) => libc::ENOMEM,
             RegionError::HugetlbUnavailable { .. } | RegionError::ThpUnavailable(_) => libc::ENOMEM,
-            RegionError::Map { error: source, .. } => source.errno().unwrap_or(libc::ENOMEM),
+            RegionError::Map { error: source, .. } => source
+                .errno()
+                .map_or(libc::ENOMEM, pagewise::sys::Errno::raw),
             RegionError::Populate(_) => libc::ENOMEM,
             RegionError::NumaNode { .. } => libc::EINVAL,
             RegionError::Lock(source) | RegionError::Advise(source) => {
-                source.errno().unwrap_or(libc::EIO)
+                source.errno().map_or(libc::EIO, pagewise::sys::Errno::raw)
             }
             RegionError::Thread(error) => io_errno(error, libc::EAGAIN),
         };
@@ -95,10 +101,14 @@ impl From<BufferError> for Failure {
     fn from(e: BufferError) -> Failure {
         let errno = match &e {
             BufferError::CapacityOverflow { .. } => libc::EOVERFLOW,
-            BufferError::Reserve { error: source, .. } => source.errno().unwrap_or(libc::ENOMEM),
+            BufferError::Reserve { error: source, .. } => source
+                .errno()
+                .map_or(libc::ENOMEM, pagewise::sys::Errno::raw),
             BufferError::Commit(source)
             | BufferError::Move(source)
-            | BufferError::Release(source) => source.errno().unwrap_or(libc::ENOMEM),
+            | BufferError::Release(source) => source
+                .errno()
+                .map_or(libc::ENOMEM, pagewise::sys::Errno::raw),
             BufferError::Populate(_) => libc::ENOMEM,
         };
         Failure::new(errno, e.to_string())

@@ -26,7 +26,7 @@
 //! exported functions), [`handles`] (the handle table), [`convert`]
 //! (options in, reports out), [`error`] (codes and `pw_last_error`).
 
-#![warn(missing_docs)]
+#![deny(missing_docs)]
 #![deny(unsafe_code)]
 
 #[allow(unsafe_code)]

@@ -32,7 +32,7 @@
 //! The `pagewise bench` experiments that measure these claims live in their
 //! own crate, `pagewise-bench`, so that nothing here links their statistics.
 
-#![warn(missing_docs)]
+#![deny(missing_docs)]
 // `unsafe` lives only in `sys`; the compiler enforces it for every other module.
 #![deny(unsafe_code)]
 

@@ -307,3 +307,41 @@ fn the_source_scanner_sees_named_tuple_and_marked_sources() {
     );
     assert!(source_fields(")]\n    X {\n        error: SysError,\n    },\n").is_empty());
 }
+
+/// Whether `text` names the `libc` crate in code (not `glibc::`, not a comment).
+fn names_libc(text: &str) -> bool {
+    text.lines().map(code).any(|line| {
+        line.match_indices("libc::").any(|(i, _)| {
+            !line[..i]
+                .chars()
+                .next_back()
+                .is_some_and(|c| c.is_ascii_alphanumeric() || c == '_')
+        })
+    })
+}
+
+#[test]
+fn libc_is_named_only_in_sys() {
+    let mut files = Vec::new();
+    rust_files(&src(), &mut files);
+    let outside: Vec<String> = files
+        .iter()
+        .filter(|f| module_of(&src(), f).as_deref() != Some("sys"))
+        .filter(|f| names_libc(&std::fs::read_to_string(f).unwrap()))
+        .map(|f| f.strip_prefix(src()).unwrap().display().to_string())
+        .collect();
+    assert!(
+        outside.is_empty(),
+        "libc:: outside src/sys (compare errno with sys::Errno, use sys flags): {outside:?}"
+    );
+}
+
+#[test]
+fn the_libc_scanner_ignores_glibc_and_comments() {
+    assert!(names_libc("let x = libc::EINVAL;"));
+    assert!(names_libc("f(&[libc::EPERM])"));
+    assert!(!names_libc(
+        "use crate::host::glibc_info::x; // libc::EPERM"
+    ));
+    assert!(!names_libc("let g = Glibc::default();"));
+}

@@ -11,7 +11,7 @@
 //! - [`hugetlb`]: hugetlb pools and the pages a new mapping could take.
 //! - [`thp`]: transparent huge page modes.
 //! - [`cpu`]: CPU model, cache sizes, NUMA nodes.
-//! - [`glibc`]: the tunables glibc's loader reports.
+//! - [`glibc_info`]: the tunables glibc's loader reports.
 //! - [`tracefs`]: where tracefs is, tracepoint ids and record layouts (read
 //!   through a private mount when tracefs is not mounted).
 //! - [`costs`]: what a page fault and a page rewrite cost here, measured.
@@ -24,7 +24,7 @@
 
 pub mod costs;
 pub mod cpu;
-pub mod glibc;
+pub mod glibc_info;
 pub mod hugetlb;
 pub mod kallsyms;
 pub mod kernel_files;

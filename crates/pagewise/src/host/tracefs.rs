@@ -390,7 +390,7 @@ mod tests {
         assert!(bad.contains("x/id holds no number"), "{bad}");
         let missing = parse_files("x/id", Err("cannot read x/id".into()), Ok(String::new()));
         assert_eq!(missing.unwrap_err(), "cannot read x/id");
-        let denied = read_error("p", &std::io::Error::from_raw_os_error(libc::EACCES));
+        let denied = read_error("p", &crate::sys::Errno::ACCES.io_error());
         assert!(denied.contains("need root"), "{denied}");
     }
 

@@ -1,6 +1,7 @@
 //! Finding a program on PATH and telling how it is linked, from its ELF headers.
 
 use crate::host::user_files;
+use crate::sys::Errno;
 use object::elf;
 use object::elf::FileHeader64;
 use object::read::elf::{FileHeader, ProgramHeader};
@@ -139,7 +140,7 @@ pub fn resolve_program(program: &OsStr) -> Result<PathBuf, LaunchError> {
 fn not_executable(path: PathBuf) -> LaunchError {
     LaunchError::NotExecutable {
         path,
-        error: std::io::Error::from_raw_os_error(libc::EACCES),
+        error: Errno::ACCES.io_error(),
     }
 }
 

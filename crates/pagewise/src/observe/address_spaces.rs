@@ -152,7 +152,7 @@ impl AddressSpaces {
             Some(p) => (p, true),
             None => (m.filename.as_str(), false),
         };
-        let exec = m.prot & libc::PROT_EXEC as u32 != 0;
+        let exec = m.is_executable();
         let end = m.addr.saturating_add(m.len);
         let object = (exec && path.starts_with('/') && !path.starts_with("//")).then(|| {
             let i = self.intern(m.pid, m.addr, end, path, deleted);

@@ -129,6 +129,13 @@ pub struct Mmap2 {
     pub filename: String,
 }
 
+impl Mmap2 {
+    /// Whether the mapping is executable (its protection has `PROT_EXEC`).
+    pub fn is_executable(&self) -> bool {
+        crate::sys::mem::prot_is_executable(self.prot)
+    }
+}
+
 /// A decoded record.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Record<'a> {

@@ -10,7 +10,6 @@
 
 use super::report::Location;
 use std::io::Read;
-use std::os::unix::fs::OpenOptionsExt;
 
 /// A runtime that runs scripts.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -133,11 +132,7 @@ const MAX_PERF_MAP: u64 = 256 << 20;
 /// The perf map of process `pid`, if it wrote one. Reads `/tmp/perf-PID.map`.
 pub fn read_perf_map(pid: u32) -> Option<Vec<JitSymbol>> {
     let path = format!("/tmp/perf-{pid}.map");
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
-        .open(path)
-        .ok()?;
+    let file = crate::sys::create::open_read_no_follow(std::path::Path::new(&path)).ok()?;
     let meta = file.metadata().ok()?;
     if !meta.is_file() || meta.len() > MAX_PERF_MAP {
         return None;

@@ -13,6 +13,7 @@ use crate::sys::perf::{
     SAMPLE_IDENTIFIER, SAMPLE_IP, SAMPLE_PERIOD, SAMPLE_RAW, SAMPLE_STACK_USER, SAMPLE_TID,
     SAMPLE_TIME,
 };
+use crate::sys::Errno;
 use crate::sys::SysError;
 use std::collections::{BTreeSet, HashMap};
 use std::os::fd::AsFd;
@@ -55,12 +56,12 @@ impl Env {
     /// Why a perf event could not be opened, in words.
     pub fn explain(&self, err: &SysError) -> String {
         match err.errno() {
-            Some(libc::EACCES) | Some(libc::EPERM) => format!(
+            Some(Errno::ACCES) | Some(Errno::PERM) => format!(
                 "not permitted ({}, {}): run as root, or lower kernel.perf_event_paranoid",
                 err,
                 self.paranoid_text()
             ),
-            Some(libc::ENOENT) | Some(libc::EOPNOTSUPP) | Some(libc::ENODEV) => {
+            Some(Errno::NOENT) | Some(Errno::OPNOTSUPP) | Some(Errno::NODEV) => {
                 format!("not supported by this kernel or machine ({err})")
             }
             _ => err.to_string(),
@@ -248,7 +249,7 @@ pub fn open_counters(
     };
     match open_on_tasks(&sw(first.1), plan, -1) {
         Ok(evs) => c.events.extend(evs.into_iter().map(|e| (first.0, e))),
-        Err(e) if matches!(e.errno(), Some(libc::EACCES) | Some(libc::EPERM)) => {
+        Err(e) if matches!(e.errno(), Some(Errno::ACCES) | Some(Errno::PERM)) => {
             c.user_only = true;
             skipped.push(Skipped {
                 what: "faults inside system calls (perf counts)".to_owned(),
@@ -303,7 +304,7 @@ pub fn open_counters(
         Err(e) => {
             hardware.available = false;
             hardware.reason = Some(match e.errno() {
-                Some(libc::ENOENT) | Some(libc::EOPNOTSUPP) | Some(libc::ENODEV) => format!(
+                Some(Errno::NOENT) | Some(Errno::OPNOTSUPP) | Some(Errno::NODEV) => format!(
                     "no hardware PMU is exposed here (perf_event_open(cycles): {}); \
                      virtual machines often have none",
                     e.source
@@ -638,7 +639,7 @@ fn map_ring(event: &Event, pages: usize) -> Result<RingBuffer, SysError> {
     loop {
         match RingBuffer::map(event, size) {
             Ok(r) => return Ok(r),
-            Err(e) if size > 8 && e.errno() == Some(libc::EPERM) => size /= 2,
+            Err(e) if size > 8 && e.errno() == Some(Errno::PERM) => size /= 2,
             Err(e) => return Err(e),
         }
     }
@@ -662,7 +663,7 @@ fn open_leaders(
         for (n, &task) in plan.tasks.iter().enumerate() {
             let ev = match Event::open(attr, task, cpu) {
                 Ok(ev) => ev,
-                Err(e) if (attr.build_id || attr.read_lost) && e.errno() == Some(libc::EINVAL) => {
+                Err(e) if (attr.build_id || attr.read_lost) && e.errno() == Some(Errno::INVAL) => {
                     attr.build_id = false;
                     attr.read_lost = false;
                     Event::open(attr, task, cpu)?
@@ -818,7 +819,7 @@ fn snapshot(pids: &BTreeSet<u32>, out: &mut PageSamples) {
         let entries = match smaps::read(Some(pid as i32)) {
             Ok(entries) => entries,
             Err(e) => {
-                if out.samples == 0 && e.raw_os_error() != Some(libc::ENOENT) {
+                if out.samples == 0 && Errno::of(&e) != Some(Errno::NOENT) {
                     out.error.get_or_insert(format!("/proc/{pid}/smaps: {e}"));
                 }
                 continue;

@@ -7,6 +7,7 @@ use super::address_spaces::AddressSpaces;
 use crate::host::{proc_maps, proc_tasks};
 use crate::launch::{self, LaunchError};
 use crate::sys::process::{self, StoppedChild};
+use crate::sys::Errno;
 use crate::sys::SysError;
 use std::ffi::{CString, OsString};
 use std::os::unix::ffi::OsStrExt;
@@ -113,7 +114,7 @@ impl StoppedCommand {
             Ok(_) => Ok(()),
             Err(failed) => {
                 let path = self.path.display().to_string();
-                Err(if failed.errno == libc::ENOENT {
+                Err(if Errno::from_raw(failed.errno) == Errno::NOENT {
                     TargetError::NotFound(path)
                 } else {
                     TargetError::CannotExecute {

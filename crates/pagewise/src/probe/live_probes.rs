@@ -6,11 +6,12 @@ use super::{NamedProbe, ProbeResult};
 use crate::sys::mem::{Advice, AnonMapping, MapOptions};
 use crate::sys::pagemap::{Pagemap, PAGE_IS_PRESENT};
 use crate::sys::perf::{self, Counter, CounterSpec, EventType};
+use crate::sys::Errno;
 use crate::sys::{prctl, SysError};
 
 const TWO_MIB: usize = 2 << 20;
 
-fn errno_result(error: &SysError, unsupported: &[i32], why_unsupported: &str) -> ProbeResult {
+fn errno_result(error: &SysError, unsupported: &[Errno], why_unsupported: &str) -> ProbeResult {
     match error.errno() {
         Some(e) if unsupported.contains(&e) => {
             ProbeResult::unavailable(format!("{why_unsupported} ({error})"))
@@ -27,7 +28,7 @@ pub fn populate_write() -> ProbeResult {
     };
     match m.advise(0, m.len(), Advice::PopulateWrite) {
         Ok(()) => ProbeResult::works("populated a scratch mapping"),
-        Err(e) => errno_result(&e, &[libc::EINVAL], "kernel older than 5.14"),
+        Err(e) => errno_result(&e, &[Errno::INVAL], "kernel older than 5.14"),
     }
 }
 
@@ -43,10 +44,10 @@ pub fn collapse() -> ProbeResult {
     match m.advise(0, TWO_MIB, Advice::Collapse) {
         Ok(()) => ProbeResult::works("collapsed a 2 MiB scratch range"),
         Err(e) => match e.errno() {
-            Some(libc::EINVAL) => {
+            Some(Errno::INVAL) => {
                 ProbeResult::unavailable(format!("kernel older than 6.1 or THP never ({e})"))
             }
-            Some(libc::EAGAIN) | Some(libc::ENOMEM) => ProbeResult::works(format!(
+            Some(Errno::AGAIN) | Some(Errno::NOMEM) => ProbeResult::works(format!(
                 "supported, but no huge page was free just now ({e})"
             )),
             _ => ProbeResult::failed(e.to_string()),
@@ -73,7 +74,7 @@ pub fn pagemap_scan() -> ProbeResult {
     ) {
         Ok(regions) if regions.len() == 1 => ProbeResult::works("scanned a scratch mapping"),
         Ok(regions) => ProbeResult::failed(format!("unexpected answer: {regions:?}")),
-        Err(e) => errno_result(&e, &[libc::ENOTTY, libc::EINVAL], "kernel older than 6.7"),
+        Err(e) => errno_result(&e, &[Errno::NOTTY, Errno::INVAL], "kernel older than 6.7"),
     }
 }
 
@@ -86,7 +87,7 @@ pub fn vma_anon_name() -> ProbeResult {
     if let Err(e) = prctl::set_vma_anon_name(m.addr(), m.len(), "pagewise-probe") {
         return errno_result(
             &e,
-            &[libc::EINVAL],
+            &[Errno::INVAL],
             "kernel without CONFIG_ANON_VMA_NAME (5.17+)",
         );
     }
@@ -113,7 +114,7 @@ pub fn map_hugetlb(page_size: usize, free_pages: Option<u64>) -> ProbeResult {
     if let Err(e) = AnonMapping::map(page_size, probe) {
         return errno_result(
             &e,
-            &[libc::EINVAL],
+            &[Errno::INVAL],
             "the kernel does not offer this page size",
         );
     }
@@ -131,7 +132,7 @@ pub fn map_hugetlb(page_size: usize, free_pages: Option<u64>) -> ProbeResult {
             Ok(()) => ProbeResult::works("mapped and populated one page"),
             Err(e) => ProbeResult::failed(format!("mapped, but could not populate: {e}")),
         },
-        Err(e) if e.errno() == Some(libc::ENOMEM) => {
+        Err(e) if e.errno() == Some(Errno::NOMEM) => {
             ProbeResult::unavailable("the pool has no free page (ENOMEM at mmap)")
         }
         Err(e) => ProbeResult::failed(e.to_string()),
@@ -157,10 +158,10 @@ fn counter_probe(name: &str, spec: CounterSpec, needs_nonzero: bool) -> NamedPro
             }
         }
         Err(e) => match e.errno() {
-            Some(libc::ENOENT) | Some(libc::EOPNOTSUPP) | Some(libc::ENODEV) => {
+            Some(Errno::NOENT) | Some(Errno::OPNOTSUPP) | Some(Errno::NODEV) => {
                 ProbeResult::unavailable(format!("not supported here ({e})"))
             }
-            Some(libc::EACCES) | Some(libc::EPERM) => {
+            Some(Errno::ACCES) | Some(Errno::PERM) => {
                 ProbeResult::unavailable(format!("not permitted by perf_event_paranoid ({e})"))
             }
             _ => ProbeResult::failed(e.to_string()),

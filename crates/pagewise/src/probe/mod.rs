@@ -274,7 +274,7 @@ impl MachineReport {
             },
             perf,
             cpu: read_cpu(root),
-            glibc: Glibc::default(),
+            glibc: Default::default(),
             limits: Limits {
                 overcommit_memory: root.read_i64("/proc/sys/vm/overcommit_memory"),
                 ..Limits::default()
@@ -371,13 +371,13 @@ fn tracepoint_id(root: &SysRoot, tracefs: Option<&str>, name: &str) -> Result<u6
 fn read_glibc(root: &SysRoot) -> Glibc {
     let mut glibc = Glibc {
         version: sys::libc_info::glibc_version(),
-        ..Glibc::default()
+        ..Default::default()
     };
-    let Some(loader) = crate::host::glibc::dynamic_loader() else {
+    let Some(loader) = crate::host::glibc_info::dynamic_loader() else {
         root.note("ld.so", "no dynamic loader in /proc/self/maps".to_owned());
         return glibc;
     };
-    let tunables = match crate::host::glibc::list_tunables(&loader) {
+    let tunables = match crate::host::glibc_info::list_tunables(&loader) {
         Ok(tunables) => tunables,
         Err(reason) => {
             root.note(&loader, reason);

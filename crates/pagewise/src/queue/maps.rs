@@ -10,6 +10,7 @@ use super::layout::Geometry;
 use super::window::Prepare;
 use crate::sys::file::{self};
 use crate::sys::file_map::{FileAdvice, MapPopulator, WriteMap};
+use crate::sys::Errno;
 use std::collections::btree_map::{BTreeMap, Entry};
 use std::fs::File;
 use std::path::PathBuf;
@@ -183,7 +184,7 @@ impl Prepare for QueuePrepare {
     fn prepare(&self, offset: u64, len: u64) -> Result<(), QueueError> {
         let m = &self.maps;
         file::allocate(&m.file, offset, len).map_err(|e| match e.errno() {
-            Some(libc::ENOSPC) | Some(libc::EFBIG) | Some(libc::EDQUOT) => QueueError::NoSpace {
+            Some(Errno::NOSPC) | Some(Errno::FBIG) | Some(Errno::DQUOT) => QueueError::NoSpace {
                 path: m.path.clone(),
                 offset,
                 error: e,

@@ -8,6 +8,7 @@ use super::layout::{self, decode_mark, Geometry, HeaderState, Mark, CHUNK_HEADER
 use super::Position;
 use crate::sys::file;
 use crate::sys::file_map::ReadMap;
+use crate::sys::Errno;
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
@@ -178,7 +179,7 @@ fn discard_after(path: &Path, file: &File, end: u64, size: u64) -> Result<bool, 
     if page_end < size {
         match file::punch_hole(file, page_end, size - page_end) {
             Ok(()) => {}
-            Err(e) if e.errno() == Some(libc::EOPNOTSUPP) => {
+            Err(e) if e.errno() == Some(Errno::OPNOTSUPP) => {
                 // No hole punching: write zeros (bounded by the previous writer's window).
                 let block = vec![0u8; 1 << 20];
                 let mut at = page_end;

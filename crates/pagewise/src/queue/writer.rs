@@ -15,6 +15,7 @@ use crate::copy::Routine;
 use crate::sys::create::{self, NewFile};
 use crate::sys::file::{self, LockKind};
 use crate::sys::file_map::WriteMap;
+use crate::sys::Errno;
 use std::fs::File;
 use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::{Path, PathBuf};
@@ -649,7 +650,7 @@ impl Writer {
             let len = (keep_from - first) * self.geometry.chunk_size;
             match file::punch_hole(&self.file, base, len) {
                 Ok(()) => {}
-                Err(e) if e.errno() == Some(libc::EOPNOTSUPP) => space_freed = false,
+                Err(e) if e.errno() == Some(Errno::OPNOTSUPP) => space_freed = false,
                 Err(e) => return Err(QueueError::sys(&self.path, "punch out dropped chunks", e)),
             }
         }

@@ -43,6 +43,7 @@ pub fn granted_for(
 
 use crate::host::{cpu, hugetlb, thp, SysRoot};
 use crate::sys::mem::{Advice, AnonMapping, MapOptions};
+use crate::sys::Errno;
 use crate::sys::{self, SysError};
 use background::BackgroundPopulate;
 use serde::Serialize;
@@ -423,7 +424,7 @@ impl RegionBuilder {
                 bytes: self.size,
                 error: SysError {
                     call: "mmap",
-                    source: std::io::Error::from_raw_os_error(libc::ENOMEM),
+                    source: Errno::NOMEM.io_error(),
                 },
             },
         })
@@ -472,7 +473,7 @@ impl RegionBuilder {
                     populate: false,
                 };
                 AnonMapping::map(rounded, options).map_err(|e| match e.errno() {
-                    Some(libc::ENOMEM) => {
+                    Some(Errno::NOMEM) => {
                         StepError::Skip(format!("pool emptied before mapping: {e}"))
                     }
                     _ => StepError::Skip(e.to_string()),
@@ -563,7 +564,7 @@ fn populate_write_supported() -> bool {
     *SUPPORTED.get_or_init(|| {
         AnonMapping::map(KIB4, MapOptions::default())
             .and_then(|m| m.advise(0, KIB4, Advice::PopulateWrite))
-            .map_or_else(|e| e.errno() != Some(libc::EINVAL), |()| true)
+            .map_or_else(|e| e.errno() != Some(Errno::INVAL), |()| true)
     })
 }
 
@@ -578,7 +579,7 @@ fn touch_pages(mapping: &mut AnonMapping) {
 fn populate_now(mapping: &mut AnonMapping) -> Result<&'static str, RegionError> {
     match mapping.advise(0, mapping.len(), Advice::PopulateWrite) {
         Ok(()) => Ok("madv_populate_write"),
-        Err(e) if e.errno() == Some(libc::EINVAL) => {
+        Err(e) if e.errno() == Some(Errno::INVAL) => {
             touch_pages(mapping);
             Ok("touch_loop")
         }

@@ -38,7 +38,7 @@ fn open_raw(path: &Path, flags: libc::c_int, mode: u32, call: &'static str) -> S
             return Ok(unsafe { File::from_raw_fd(fd) });
         }
         let err = SysError::last(call);
-        if err.errno() != Some(libc::EINTR) {
+        if err.errno() != Some(crate::sys::Errno::INTR) {
             return Err(err);
         }
     }
@@ -114,7 +114,7 @@ pub fn open_for_writing(path: &Path) -> SysResult<File> {
 /// Whether `e` is the `ENXIO` of [`open_for_writing`]: a FIFO that no
 /// process has open for reading.
 pub fn fifo_without_reader(e: &SysError) -> bool {
-    e.errno() == Some(libc::ENXIO)
+    e.errno() == Some(crate::sys::Errno::NXIO)
 }
 
 /// What kind of file `meta` describes, for messages: "a regular file", "a
@@ -174,7 +174,9 @@ impl NewFile {
             Err(e)
                 if matches!(
                     e.errno(),
-                    Some(libc::EOPNOTSUPP) | Some(libc::EISDIR) | Some(libc::EINVAL)
+                    Some(crate::sys::Errno::OPNOTSUPP)
+                        | Some(crate::sys::Errno::ISDIR)
+                        | Some(crate::sys::Errno::INVAL)
                 ) => {}
             Err(e) => return Err(e),
         }
@@ -209,7 +211,9 @@ impl NewFile {
                     })
                 }
                 // Someone else holds that name: take the next one, a few times.
-                Err(e) if e.errno() == Some(libc::EEXIST) && attempts < 100 => attempts += 1,
+                Err(e) if e.errno() == Some(crate::sys::Errno::EXIST) && attempts < 100 => {
+                    attempts += 1
+                }
                 Err(e) => return Err(e),
             }
         }
@@ -266,7 +270,7 @@ impl NewFile {
                 };
                 if rc != 0 {
                     let err = SysError::last("linkat(/proc/self/fd)");
-                    if err.errno() != Some(libc::ENOENT) {
+                    if err.errno() != Some(crate::sys::Errno::NOENT) {
                         return Err(err);
                     }
                     // No /proc: AT_EMPTY_PATH (needs CAP_DAC_READ_SEARCH).
@@ -353,7 +357,10 @@ mod tests {
         drop(new.link_at(&path).unwrap());
         assert_eq!(std::fs::read(&path).unwrap(), b"whole");
         let new = NewFile::under_temporary_name(&path, 0o600).unwrap();
-        assert_eq!(new.link_at(&path).unwrap_err().errno(), Some(libc::EEXIST));
+        assert_eq!(
+            new.link_at(&path).unwrap_err().errno(),
+            Some(crate::sys::Errno::EXIST)
+        );
         assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1, "only f");
     }
 
@@ -372,7 +379,7 @@ mod tests {
         std::os::unix::fs::symlink(&victim, &link).unwrap();
         assert_eq!(
             open_read_no_follow(&link).unwrap_err().errno(),
-            Some(libc::ELOOP)
+            Some(crate::sys::Errno::LOOP)
         );
         drop(
             NewFile::beside(&link, 0o600)
@@ -386,7 +393,7 @@ mod tests {
         if unnamed.temp.is_none() {
             assert_eq!(
                 unnamed.replace_at(&path).unwrap_err().errno(),
-                Some(libc::EINVAL)
+                Some(crate::sys::Errno::INVAL)
             );
         }
         assert_eq!(
@@ -411,7 +418,7 @@ mod tests {
         // A second file for the same name fails and leaves nothing.
         let again = NewFile::in_dir_of(&path, 0o644).unwrap();
         let err = again.link_at(&path).unwrap_err();
-        assert_eq!(err.errno(), Some(libc::EEXIST));
+        assert_eq!(err.errno(), Some(crate::sys::Errno::EXIST));
         // A dangling link at the name is not followed.
         let link = dir.path().join("link");
         std::os::unix::fs::symlink(dir.path().join("missing"), &link).unwrap();
@@ -419,11 +426,11 @@ mod tests {
             .unwrap()
             .link_at(&link)
             .unwrap_err();
-        assert_eq!(err.errno(), Some(libc::EEXIST));
+        assert_eq!(err.errno(), Some(crate::sys::Errno::EXIST));
         assert!(!dir.path().join("missing").exists());
         assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 2);
         let err = open_no_follow(&link).unwrap_err();
-        assert_eq!(err.errno(), Some(libc::ELOOP));
+        assert_eq!(err.errno(), Some(crate::sys::Errno::LOOP));
         // A FIFO opens at once (no writer needed) and says what it is.
         let fifo = dir.path().join("fifo");
         let c = c_path(&fifo, "mkfifo").unwrap();

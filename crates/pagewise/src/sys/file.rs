@@ -42,7 +42,7 @@ fn fallocate_raw(
             return Ok(());
         }
         let err = SysError::last(call);
-        if err.errno() != Some(libc::EINTR) {
+        if err.errno() != Some(crate::sys::Errno::INTR) {
             return Err(err);
         }
     }
@@ -171,7 +171,7 @@ pub fn try_lock(file: &File, start: u64, len: u64, kind: LockKind) -> SysResult<
     }
     let err = SysError::last("fcntl(F_OFD_SETLK)");
     match err.errno() {
-        Some(libc::EAGAIN) | Some(libc::EACCES) => Ok(false),
+        Some(crate::sys::Errno::AGAIN) | Some(crate::sys::Errno::ACCES) => Ok(false),
         _ => Err(err),
     }
 }
@@ -339,7 +339,7 @@ impl Inotify {
                 break n as usize;
             }
             let err = SysError::last("read(inotify)");
-            if err.errno() != Some(libc::EINTR) {
+            if err.errno() != Some(crate::sys::Errno::INTR) {
                 return Err(err);
             }
         };
@@ -382,7 +382,7 @@ mod tests {
         assert_eq!(file.metadata().unwrap().len(), 1 << 20);
         match punch_hole(&file, 0, 1 << 19) {
             Ok(()) => assert_eq!(file.metadata().unwrap().len(), 1 << 20),
-            Err(e) => assert_eq!(e.errno(), Some(libc::EOPNOTSUPP), "{e}"),
+            Err(e) => assert_eq!(e.errno(), Some(crate::sys::Errno::OPNOTSUPP), "{e}"),
         }
     }
 

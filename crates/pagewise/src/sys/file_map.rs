@@ -245,7 +245,7 @@ impl RawMap {
             }
             let err = SysError::last(call);
             // MADV_POPULATE_* return EINTR when a signal arrives; retrying is documented.
-            if err.errno() != Some(libc::EINTR) {
+            if err.errno() != Some(crate::sys::Errno::INTR) {
                 return Err(err);
             }
         }
@@ -303,8 +303,8 @@ impl RawMap {
         }
         let err = SysError::last("futex(FUTEX_WAIT)");
         match err.errno() {
-            Some(libc::EAGAIN) | Some(libc::EINTR) => Ok(true),
-            Some(libc::ETIMEDOUT) => Ok(false),
+            Some(crate::sys::Errno::AGAIN) | Some(crate::sys::Errno::INTR) => Ok(true),
+            Some(crate::sys::Errno::TIMEDOUT) => Ok(false),
             _ => Err(err),
         }
     }
@@ -705,7 +705,7 @@ pub(crate) mod tests {
         let mut big = vec![0u8; 4097];
         assert!(!w.copy_out(0, &mut big));
         let err = w.advise(0, 8192, FileAdvice::WillNeed).unwrap_err();
-        assert_eq!(err.errno(), Some(libc::ERANGE));
+        assert_eq!(err.errno(), Some(crate::sys::Errno::RANGE));
     }
 
     #[test]

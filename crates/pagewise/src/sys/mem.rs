@@ -732,6 +732,12 @@ pub fn populate_read_range(addr: usize, len: usize) -> SysResult<()> {
     Ok(())
 }
 
+/// Whether a protection word (as `mmap` takes it and perf's MMAP2 records
+/// report it) includes `PROT_EXEC`.
+pub fn prot_is_executable(prot: u32) -> bool {
+    prot & libc::PROT_EXEC as u32 != 0
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -770,7 +776,10 @@ mod tests {
     #[test]
     fn reservation_refuses_to_commit_past_its_end() {
         let mut r = Reservation::reserve(1 << 20, 4096).unwrap();
-        assert_eq!(r.commit(2 << 20).unwrap_err().errno(), Some(libc::ERANGE));
+        assert_eq!(
+            r.commit(2 << 20).unwrap_err().errno(),
+            Some(crate::sys::Errno::RANGE)
+        );
     }
 
     #[test]
@@ -782,14 +791,14 @@ mod tests {
     #[test]
     fn zero_length_is_refused() {
         let err = AnonMapping::map(0, MapOptions::default()).unwrap_err();
-        assert_eq!(err.errno(), Some(libc::EINVAL));
+        assert_eq!(err.errno(), Some(crate::sys::Errno::INVAL));
     }
 
     #[test]
     fn advice_out_of_range_is_refused() {
         let m = AnonMapping::map(4096, MapOptions::default()).unwrap();
         let err = m.advise(0, 8192, Advice::WillNeed).unwrap_err();
-        assert_eq!(err.errno(), Some(libc::ERANGE));
+        assert_eq!(err.errno(), Some(crate::sys::Errno::RANGE));
     }
 
     #[test]
@@ -804,9 +813,15 @@ mod tests {
     #[test]
     fn trim_refuses_unaligned_windows() {
         let m = AnonMapping::map(3 * 4096, MapOptions::default()).unwrap();
-        assert_eq!(m.trim(100, 4096).unwrap_err().errno(), Some(libc::EINVAL));
+        assert_eq!(
+            m.trim(100, 4096).unwrap_err().errno(),
+            Some(crate::sys::Errno::INVAL)
+        );
         let m = AnonMapping::map(3 * 4096, MapOptions::default()).unwrap();
-        assert_eq!(m.trim(4096, 100).unwrap_err().errno(), Some(libc::EINVAL));
+        assert_eq!(
+            m.trim(4096, 100).unwrap_err().errno(),
+            Some(crate::sys::Errno::INVAL)
+        );
     }
 
     #[test]
@@ -822,7 +837,7 @@ mod tests {
         let m = AnonMapping::map(4096, MapOptions::default()).unwrap();
         let p = m.populator();
         let (m, err) = m.into_raw().unwrap_err();
-        assert_eq!(err.errno(), Some(libc::EBUSY));
+        assert_eq!(err.errno(), Some(crate::sys::Errno::BUSY));
         drop(p);
         let (addr, len) = m.into_raw().unwrap();
         assert_eq!(len, 4096);

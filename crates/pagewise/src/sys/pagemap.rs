@@ -141,8 +141,8 @@ mod tests {
             // Kernels before 6.7 do not know the ioctl (ENOTTY); from 6.7 on an EINVAL
             // would mean our struct layout is wrong, which must fail.
             Err(e)
-                if e.errno() == Some(libc::ENOTTY)
-                    || (e.errno() == Some(libc::EINVAL) && !kernel_at_least(6, 7)) =>
+                if e.errno() == Some(crate::sys::Errno::NOTTY)
+                    || (e.errno() == Some(crate::sys::Errno::INVAL) && !kernel_at_least(6, 7)) =>
             {
                 pagewise_testkit::skip!(
                     pagewise_testkit::Need::Kernel,

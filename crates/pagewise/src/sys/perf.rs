@@ -743,7 +743,7 @@ pub fn poll_readable(
     let n = unsafe { libc::poll(pollfds.as_mut_ptr(), pollfds.len() as libc::nfds_t, ms) };
     if n < 0 {
         let err = SysError::last("poll");
-        if err.errno() == Some(libc::EINTR) {
+        if err.errno() == Some(crate::sys::Errno::INTR) {
             return Ok(vec![Ready::default(); fds.len()]);
         }
         return Err(err);

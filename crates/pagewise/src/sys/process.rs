@@ -122,7 +122,7 @@ impl StoppedChild {
             };
             if n < 0 {
                 let err = SysError::last("read(exec status pipe)");
-                if err.errno() == Some(libc::EINTR) {
+                if err.errno() == Some(crate::sys::Errno::INTR) {
                     continue;
                 }
                 return Err(err);
@@ -218,7 +218,7 @@ pub fn wait(pid: libc::pid_t) -> SysResult<(ExitKind, Rusage)> {
             break;
         }
         let err = SysError::last("wait4");
-        if err.errno() != Some(libc::EINTR) {
+        if err.errno() != Some(crate::sys::Errno::INTR) {
             return Err(err);
         }
     }

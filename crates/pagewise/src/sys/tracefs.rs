@@ -166,7 +166,7 @@ pub fn read_in_private_mount(
     // SAFETY: waiting for our own child; status is a live local.
     while unsafe { libc::waitpid(pid, &mut status, 0) } < 0 {
         let err = SysError::last("waitpid");
-        if err.errno() != Some(libc::EINTR) {
+        if err.errno() != Some(crate::sys::Errno::INTR) {
             return Err(err);
         }
     }
@@ -232,7 +232,7 @@ mod tests {
     #[test]
     fn a_failed_mount_is_an_error_with_its_errno() {
         let err = collect(&job(-1, vec![0], &[b""])).unwrap_err();
-        assert_eq!(err.errno(), Some(1));
+        assert_eq!(err.errno(), Some(crate::sys::Errno::PERM));
     }
 
     #[test]

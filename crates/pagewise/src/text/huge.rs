@@ -22,6 +22,7 @@ use crate::host::proc_maps::{self, MapsEntry};
 use crate::host::{hugetlb, proc_tasks, thp};
 use crate::sys::dl::{self, LoadedObject};
 use crate::sys::text::{self, HugeKind, MoveStep};
+use crate::sys::Errno;
 use crate::sys::{self as rawsys};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
@@ -451,7 +452,7 @@ fn move_run(
 /// Why a move failed, in words; the original text stays in place.
 fn move_failure(e: &text::MoveError) -> String {
     match (e.step, e.error.errno()) {
-        (MoveStep::Protect, Some(libc::EACCES) | Some(libc::EPERM)) => format!(
+        (MoveStep::Protect, Some(Errno::ACCES) | Some(Errno::PERM)) => format!(
             "a W^X policy refused making the copy executable ({})",
             e.error
         ),
