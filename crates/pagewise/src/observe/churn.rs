@@ -234,6 +234,8 @@ pub struct RemapRecords {
     seen: HashMap<(u32, u64, u64), u64>,
     /// Heap-like records in all.
     records: u64,
+    /// Their bytes in all.
+    bytes: u64,
 }
 
 const PROT_READ_WRITE: u32 = 0x3;
@@ -249,6 +251,7 @@ impl RemapRecords {
             && m.len >= MIN_RECORDED_HEAP_MAPPING
         {
             self.records += 1;
+            self.bytes = self.bytes.saturating_add(m.len);
             *self.seen.entry((m.pid, m.addr, m.len)).or_default() += 1;
         }
     }
@@ -270,6 +273,7 @@ impl RemapRecords {
         sizes.sort_by(|a, b| b.1.cmp(&a.1).then(b.0.cmp(&a.0)));
         MappingRecords {
             heap_records: self.records,
+            heap_bytes: self.bytes,
             remapped,
             remapped_bytes,
             sizes: sizes.into_iter().take(3).map(|(len, _)| len).collect(),
@@ -490,6 +494,7 @@ mod tests {
         r.note(&record(2, 0x7f00_0000_0000, big, 3, "//anon"));
         let s = r.summary();
         assert_eq!(s.heap_records, 9);
+        assert_eq!(s.heap_bytes, 6 * big + (9 << 20));
         assert_eq!(s.remapped, 3);
         assert_eq!(s.remapped_bytes, 3 * big);
         assert_eq!(s.sizes, vec![big]);

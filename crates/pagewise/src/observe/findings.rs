@@ -279,9 +279,12 @@ fn churn_from_calls(e: &Evidence<'_>, s: &Syscalls, faults: u64) -> Churn {
     }
 }
 
-/// Heap churn inferred without tracepoints: perf `MMAP2` records of the same
-/// anonymous range made again, bounded by the memory faulted in beyond the
-/// resident peak.
+/// Heap churn inferred without tracepoints. Perf `MMAP2` records of the same
+/// anonymous range made again show that heap-like mappings churn; how much is
+/// the memory faulted in beyond the resident peak (it must have been released
+/// and faulted again), at most the bytes of all heap-like mappings recorded.
+/// Counting only the ranges recorded again at the same address would miss the
+/// mappings the kernel placed elsewhere the next time.
 fn churn_from_records(e: &Evidence<'_>, r: &MappingRecords, faults: u64) -> Option<Churn> {
     if r.remapped == 0 {
         return None;
@@ -289,7 +292,7 @@ fn churn_from_records(e: &Evidence<'_>, r: &MappingRecords, faults: u64) -> Opti
     let faulted = faults.saturating_mul(4096);
     let peak = peak_resident(e);
     let beyond_peak = faulted.saturating_sub(peak.unwrap_or(0));
-    let remapped = r.remapped_bytes.min(beyond_peak);
+    let remapped = beyond_peak.min(r.heap_bytes.max(r.remapped_bytes));
     let share = (remapped as f64 / 4096.0 / faults as f64).min(1.0);
     let sizes = format_byte_list(&r.sizes);
     let site = e.top_fault_site.map(|s| at(&s.function, &s.file, s.line));
@@ -765,6 +768,7 @@ mod tests {
         let hw = Hardware::default();
         let records = MappingRecords {
             heap_records: 21,
+            heap_bytes: 21 * (129 << 20),
             remapped: 19,
             remapped_bytes: 19 * (129 << 20),
             sizes: vec![129 << 20],
@@ -788,6 +792,25 @@ mod tests {
         assert!(f[0].remedy.contains("--keep-heap"));
         // Bounded by what was faulted beyond the resident peak, not the merged lengths.
         assert!(f[0].summary.contains("1.1 GiB"), "{}", f[0].summary);
+        // node's Buffer churn: only 5 of 17 records land on an earlier range (the
+        // rest were placed elsewhere), but 585 MiB was faulted against a 230 MiB
+        // peak, so most of the faults were memory faulted again.
+        let mut node = counts(1.0, 0.3, 0.59, 149_834, 0);
+        node.max_rss_bytes = Some(230 << 20);
+        let node_records = MappingRecords {
+            heap_records: 17,
+            heap_bytes: 17 * (48 << 20),
+            remapped: 5,
+            remapped_bytes: 5 * (48 << 20),
+            sizes: vec![48 << 20],
+        };
+        let e = Evidence {
+            mapping_records: Some(&node_records),
+            ..evidence(&node, &hw)
+        };
+        let f = findings(&e);
+        assert_eq!(f[0].kind, FindingKind::HeapChurn, "{f:#?}");
+        assert!(f[0].summary.contains("355.3 MiB"), "{}", f[0].summary);
         // A range recorded again without faulting it again (mprotect toggles): no churn.
         let idle = counts(0.9, 0.8, 0.05, 3000, 0);
         let e = Evidence {

@@ -191,6 +191,8 @@ pub struct Syscalls {
 pub struct MappingRecords {
     /// Heap-like mapping records.
     pub heap_records: u64,
+    /// Their bytes in all, first mappings included.
+    pub heap_bytes: u64,
     /// Records of a range that had been recorded before: mapped again.
     pub remapped: u64,
     /// Their bytes (a mapping merged with a neighbour is recorded as the merged range).
