@@ -174,7 +174,7 @@ fn doctor_runs_unprivileged_and_says_what_it_could_not_read() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
     let bin = dir.path().join("pagewise");
-    std::fs::copy(assert_cmd::cargo::cargo_bin("pagewise"), &bin).unwrap();
+    pagewise_testkit::copy_executable(&assert_cmd::cargo::cargo_bin("pagewise"), &bin);
     std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
     let out = std::process::Command::new("setpriv")
         .args(["--reuid=65534", "--regid=65534", "--clear-groups"])

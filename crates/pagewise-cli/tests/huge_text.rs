@@ -540,7 +540,7 @@ fn the_embedded_library_goes_to_a_private_cache_once() {
     // A copy of the binary with nothing beside it, and a home of its own.
     let dir = tempfile::tempdir().unwrap();
     let bin = dir.path().join("pagewise");
-    std::fs::copy(assert_cmd::cargo::cargo_bin("pagewise"), &bin).unwrap();
+    pagewise_testkit::copy_executable(&assert_cmd::cargo::cargo_bin("pagewise"), &bin);
     let home = dir.path().join("home");
     let run = |report: &Path| {
         let out = Command::new(&bin)

@@ -445,7 +445,7 @@ fn unprivileged_with_paranoid_2_does_what_it_may() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
     let bin = dir.path().join("pagewise");
-    std::fs::copy(assert_cmd::cargo::cargo_bin("pagewise"), &bin).unwrap();
+    pagewise_testkit::copy_executable(&assert_cmd::cargo::cargo_bin("pagewise"), &bin);
     let fix = dir.path().join("first_touch");
     std::fs::copy(&a, &fix).unwrap();
     for p in [&bin, &fix] {

@@ -257,6 +257,27 @@ pub fn compiler_supports(dir: &Path, flags: &[&str]) -> Result<(), String> {
     }
 }
 
+/// Copies the executable `from` to `to` so that it can be run at once (panics
+/// when it cannot: a test's set-up failed).
+pub fn copy_executable(from: &Path, to: &Path) {
+    // Copied by a child process: a descriptor open for writing on the new
+    // file in this (multi-threaded) test process would be inherited by a
+    // sibling test's fork, and exec of the copy would fail with ETXTBSY
+    // until that child execs in turn.
+    let status = std::process::Command::new("cp")
+        .arg("--")
+        .arg(from)
+        .arg(to)
+        .status()
+        .unwrap_or_else(|e| panic!("cannot run cp: {e}"));
+    assert!(
+        status.success(),
+        "cp {} {} failed: {status}",
+        from.display(),
+        to.display()
+    );
+}
+
 /// Whether the program `name` can be started (`name --version` or `--help` runs).
 pub fn tool_missing(name: &str) -> Option<String> {
     match std::process::Command::new(name)
