@@ -277,6 +277,20 @@ fn parse_loadavg(text: &str) -> Option<[f64; 3]> {
     Some([words.next()??, words.next()??, words.next()??])
 }
 
+/// This process's own peak resident set (`VmHWM` in `/proc/self/status`).
+/// A child started with `posix_spawn` (a `vfork`) or `fork` inherits it as
+/// the floor of its `wait4` peak RSS (the kernel charges the address space
+/// the child left at `exec`), so peaks at or below it are the harness's.
+pub fn own_peak_rss() -> Option<u64> {
+    parse_vm_hwm(&std::fs::read_to_string("/proc/self/status").ok()?)
+}
+
+fn parse_vm_hwm(status: &str) -> Option<u64> {
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
+}
+
 /// The whole experiment.
 #[derive(Debug, Clone, Serialize)]
 pub struct Report {
@@ -300,6 +314,9 @@ pub struct Report {
     pub load: Load,
     /// The exit status every run had.
     pub exit_status: i32,
+    /// The harness's own peak RSS: `wait4` cannot see a run's peak below it
+    /// (see [`own_peak_rss`]); `null` when it could not be read.
+    pub rss_floor_bytes: Option<u64>,
     /// The variants, baseline first.
     pub variants: Vec<VariantResult>,
     /// Each non-baseline variant against the baseline, then each fix against
@@ -613,6 +630,7 @@ pub fn run(
         machine,
         load,
         exit_status: expected_status.unwrap_or(0),
+        rss_floor_bytes: own_peak_rss(),
         variants,
         comparisons,
         blocks,
@@ -762,6 +780,16 @@ mod tests {
             ["node", "--use-largepages=on", "script.js"].map(OsString::from)
         );
         assert_eq!(plain_argv(&command, &VariantKind::Baseline), command);
+    }
+
+    #[test]
+    fn own_peak_rss_is_read() {
+        assert_eq!(
+            parse_vm_hwm("Name:\tx\nVmHWM:\t  8624 kB\nVmRSS:\t 100 kB\n"),
+            Some(8624 * 1024)
+        );
+        assert_eq!(parse_vm_hwm("VmRSS: 1 kB"), None);
+        assert!(own_peak_rss().unwrap() > 0);
     }
 
     #[test]

@@ -268,6 +268,18 @@ fn print_report(report: &Report) {
         ]);
     }
     println!("{t}");
+    if let Some(floor) = report.rss_floor_bytes {
+        if report
+            .variants
+            .iter()
+            .any(|v| v.metrics.max_rss_bytes.min <= floor as f64)
+        {
+            println!(
+                "peak RSS: some runs show {} or less, this harness's own peak, which wait4 reports as the floor of a child's: their real peak was lower",
+                bytes(floor)
+            );
+        }
+    }
     for v in &report.variants {
         if v.moved_bytes == Some(0) {
             println!(
