@@ -272,6 +272,21 @@ impl Load {
     }
 }
 
+impl Load {
+    /// A warning when the 1-minute load average moved by more than one CPU's
+    /// worth, or by half, between the start and the end: neighbours came or
+    /// went while the runs were taken, so a rerun at a steadier moment is wiser.
+    pub fn warning(&self) -> Option<String> {
+        let (start, end) = (self.start?[0], self.end?[0]);
+        let moved = (end - start).abs();
+        (moved > 1.0 || moved > 0.5 * start.max(end).max(0.1)).then(|| {
+            format!(
+                "the load average moved from {start:.2} to {end:.2} during the runs: other work came or went; rerun when the machine is steadier"
+            )
+        })
+    }
+}
+
 fn parse_loadavg(text: &str) -> Option<[f64; 3]> {
     let mut words = text.split_whitespace().map(|w| w.parse::<f64>().ok());
     Some([words.next()??, words.next()??, words.next()??])
@@ -780,6 +795,19 @@ mod tests {
             ["node", "--use-largepages=on", "script.js"].map(OsString::from)
         );
         assert_eq!(plain_argv(&command, &VariantKind::Baseline), command);
+    }
+
+    #[test]
+    fn a_moving_load_is_flagged() {
+        let load = |a: f64, b: f64| Load {
+            start: Some([a, 0.0, 0.0]),
+            end: Some([b, 0.0, 0.0]),
+        };
+        assert!(load(0.5, 2.0).warning().is_some());
+        assert!(load(3.0, 1.5).warning().is_some());
+        assert!(load(0.2, 0.3).warning().is_none());
+        assert!(load(2.0, 2.4).warning().is_none());
+        assert!(Load { start: None, end: Some([1.0; 3]) }.warning().is_none());
     }
 
     #[test]

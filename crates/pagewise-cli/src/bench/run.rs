@@ -234,6 +234,9 @@ fn print_report(report: &Report) {
         load_text(report.load.start),
         load_text(report.load.end)
     );
+    if let Some(warning) = report.load.warning() {
+        println!("{warning}");
+    }
     println!(
         "bench run: {}: {} pairs after {} warm-up, medians (min-max), exit status {}",
         report.command.join(" "),
