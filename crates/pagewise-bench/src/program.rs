@@ -807,7 +807,12 @@ mod tests {
         assert!(load(3.0, 1.5).warning().is_some());
         assert!(load(0.2, 0.3).warning().is_none());
         assert!(load(2.0, 2.4).warning().is_none());
-        assert!(Load { start: None, end: Some([1.0; 3]) }.warning().is_none());
+        assert!(Load {
+            start: None,
+            end: Some([1.0; 3])
+        }
+        .warning()
+        .is_none());
     }
 
     #[test]

@@ -105,7 +105,7 @@ fn merged(inputs: &ProfileInputs, binary: Option<&Path>) -> anyhow::Result<Profi
     };
     let (profile, notes) = merge_sources(&sources, inputs.normalize, &locate)?;
     for note in notes {
-        eprintln!("pagewise: {note}");
+        errln!("pagewise: {note}");
     }
     Ok(profile)
 }
@@ -120,7 +120,7 @@ fn run_merge(args: &MergeArgs) -> anyhow::Result<ExitCode> {
     let profile = merged(&args.inputs, None)?;
     std::fs::write(&args.output, profile.to_text())
         .with_context(|| format!("cannot write {}", args.output.display()))?;
-    eprintln!(
+    errln!(
         "pagewise: {} samples in {} distinct stacks from {} profiles written to {}",
         profile.total(),
         profile.stacks.len(),

@@ -2,6 +2,7 @@
 //! randomised pairs (the experiment is `pagewise_bench::program`).
 
 use crate::format::{bytes, table};
+use crate::output::{outln, OutputError};
 use anyhow::{anyhow, Context};
 use pagewise_bench::paired::Interval;
 use pagewise_bench::program::{self, Config, Fix, Report, Variant, VariantKind};
@@ -199,9 +200,9 @@ pub fn run(args: &BenchRunArgs) -> anyhow::Result<ExitCode> {
     let report = program::run(&config, &runner, &progress).map_err(|e| anyhow!(e))?;
     drop(progress);
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        outln!("{}", serde_json::to_string_pretty(&report)?)?;
     } else {
-        print_report(&report);
+        print_report(&report)?;
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -227,23 +228,23 @@ fn signed_bytes(value: f64) -> String {
     format!("{sign}{}", bytes(value.abs() as u64))
 }
 
-fn print_report(report: &Report) {
-    crate::bench::print_machine(&report.machine);
-    println!(
+fn print_report(report: &Report) -> Result<(), OutputError> {
+    crate::bench::print_machine(&report.machine)?;
+    outln!(
         "load average (1/5/15 min): {} at the start, {} at the end",
         load_text(report.load.start),
         load_text(report.load.end)
-    );
+    )?;
     if let Some(warning) = report.load.warning() {
-        println!("{warning}");
+        outln!("{warning}")?;
     }
-    println!(
+    outln!(
         "bench run: {}: {} pairs after {} warm-up, medians (min-max), exit status {}",
         report.command.join(" "),
         report.blocks_measured,
         report.warmup,
         report.exit_status
-    );
+    )?;
     let mut t = table(&[
         "variant",
         "wall s",
@@ -270,37 +271,37 @@ fn print_report(report: &Report) {
             v.moved_bytes.map_or("-".to_owned(), bytes),
         ]);
     }
-    println!("{t}");
+    outln!("{t}")?;
     if let Some(floor) = report.rss_floor_bytes {
         if report
             .variants
             .iter()
             .any(|v| v.metrics.max_rss_bytes.min <= floor as f64)
         {
-            println!(
+            outln!(
                 "peak RSS: some runs show {} or less, this harness's own peak, which wait4 reports as the floor of a child's: their real peak was lower",
                 bytes(floor)
-            );
+            )?;
         }
     }
     for v in &report.variants {
         if v.moved_bytes == Some(0) {
-            println!(
+            outln!(
                 "{}: no text was moved: {}",
                 v.variant.name,
                 v.not_moved.join("; ")
-            );
+            )?;
         }
     }
-    println!(
+    outln!(
         "per-pair ratios, median ({:.0}% interval): {}",
         report.confidence * 100.0,
         program::INTERVAL_METHOD
-    );
+    )?;
     for c in &report.comparisons {
-        println!("{}", c.summary);
+        outln!("{}", c.summary)?;
         let r = &c.ratio;
-        println!(
+        outln!(
             "  user {}, sys {}, minor faults {}, major faults {}, peak RSS {} ({})",
             ratio_text(&r.user_s),
             ratio_text(&r.sys_s),
@@ -308,9 +309,9 @@ fn print_report(report: &Report) {
             ratio_text(&r.major_faults),
             ratio_text(&r.max_rss_bytes),
             signed_bytes(c.difference.max_rss_bytes.estimate),
-        );
+        )?;
         if let Some(b) = &c.rss_bound {
-            println!(
+            outln!(
                 "  peak RSS increase {} (interval {} to {}) against the bound {} ({} moved + 2 MiB): {}",
                 signed_bytes(b.increase_bytes.estimate),
                 signed_bytes(b.increase_bytes.low),
@@ -318,9 +319,10 @@ fn print_report(report: &Report) {
                 bytes(b.bound_bytes),
                 bytes(b.moved_bytes),
                 if b.within { "within" } else { "over" }
-            );
+            )?;
         }
     }
+    Ok(())
 }
 
 #[cfg(test)]

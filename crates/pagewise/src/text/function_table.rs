@@ -179,9 +179,9 @@ impl ObjectLayout {
             },
             other => other,
         };
-        let file = std::fs::File::open(path).map_err(|source| SymbolsError::Read {
+        let file = user_files::open_input(path).map_err(|error| SymbolsError::Read {
             path: path.display().to_string(),
-            source,
+            error,
         })?;
         let cache = object::ReadCache::new(file);
         let obj = object::File::parse(&cache).map_err(|e| with_path(parse_error(e)))?;
