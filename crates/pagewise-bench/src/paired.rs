@@ -126,12 +126,18 @@ pub enum Verdict {
     Hurt,
     /// The interval holds 1: no difference this run could tell from noise.
     WithinNoise,
+    /// Too few pairs for an interval at the level asked for (the sign test
+    /// needs 6 pairs for 95%): no verdict, whatever the interval says.
+    TooFewPairs,
 }
 
 impl Verdict {
-    /// The verdict of a ratio interval.
-    pub fn of_ratio(interval: &Interval) -> Verdict {
-        if interval.high < 1.0 {
+    /// The verdict of a ratio interval made at `level` (e.g. 0.95): none
+    /// ([`Verdict::TooFewPairs`]) when the interval covers less than that.
+    pub fn of_ratio(interval: &Interval, level: f64) -> Verdict {
+        if interval.confidence < level {
+            Verdict::TooFewPairs
+        } else if interval.high < 1.0 {
             Verdict::Helped
         } else if interval.low > 1.0 {
             Verdict::Hurt
@@ -140,14 +146,25 @@ impl Verdict {
         }
     }
 
-    /// `helped`, `hurt` or `within noise`.
+    /// `helped`, `hurt`, `within noise` or `too few pairs`.
     pub fn words(self) -> &'static str {
         match self {
             Verdict::Helped => "helped",
             Verdict::Hurt => "hurt",
             Verdict::WithinNoise => "within noise",
+            Verdict::TooFewPairs => "too few pairs",
         }
     }
+}
+
+/// The fewest values whose sign-test interval of the median covers `level`
+/// (6 for 95%, 8 for 99%); `None` for a level outside (0, 1). Costs
+/// `O(n²)` in the answer.
+pub fn pairs_needed(level: f64) -> Option<usize> {
+    if !(level > 0.0 && level < 1.0) {
+        return None;
+    }
+    (1..).find(|&n| order_statistic_coverage(n, 1) >= level)
 }
 
 #[cfg(test)]
@@ -217,10 +234,24 @@ mod tests {
             high,
             confidence: 0.95,
         };
-        assert_eq!(Verdict::of_ratio(&at(0.9, 0.99)), Verdict::Helped);
-        assert_eq!(Verdict::of_ratio(&at(1.01, 1.3)), Verdict::Hurt);
-        assert_eq!(Verdict::of_ratio(&at(0.97, 1.02)), Verdict::WithinNoise);
-        assert_eq!(Verdict::of_ratio(&at(1.0, 1.02)), Verdict::WithinNoise);
+        assert_eq!(Verdict::of_ratio(&at(0.9, 0.99), 0.95), Verdict::Helped);
+        assert_eq!(Verdict::of_ratio(&at(1.01, 1.3), 0.95), Verdict::Hurt);
+        assert_eq!(
+            Verdict::of_ratio(&at(0.97, 1.02), 0.95),
+            Verdict::WithinNoise
+        );
+        assert_eq!(
+            Verdict::of_ratio(&at(1.0, 1.02), 0.95),
+            Verdict::WithinNoise
+        );
+        // A 95% interval cannot back a 99% verdict.
+        assert_eq!(
+            Verdict::of_ratio(&at(0.9, 0.99), 0.99),
+            Verdict::TooFewPairs
+        );
+        assert_eq!(pairs_needed(0.95), Some(6));
+        assert_eq!(pairs_needed(0.99), Some(8));
+        assert_eq!(pairs_needed(1.0), None);
     }
 
     /// A small deterministic generator for the coverage check.
@@ -252,7 +283,7 @@ mod tests {
                     .collect();
                 let i = median_interval(&r, 0.95).unwrap();
                 claimed = i.confidence;
-                if Verdict::of_ratio(&i) == Verdict::WithinNoise {
+                if Verdict::of_ratio(&i, 0.95) == Verdict::WithinNoise {
                     within += 1;
                 }
             }
@@ -271,7 +302,7 @@ mod tests {
             .map(|_| 1.3 * (1.0 + 0.05 * (xorshift(&mut state) - 0.5)))
             .collect();
         let i = median_interval(&r, 0.95).unwrap();
-        assert_eq!(Verdict::of_ratio(&i), Verdict::Hurt);
+        assert_eq!(Verdict::of_ratio(&i, 0.95), Verdict::Hurt);
         assert!(i.low > 1.25 && i.high < 1.35, "{i:?}");
     }
 

@@ -327,6 +327,8 @@ pub struct Report {
     pub machine: Machine,
     /// Load averages while it ran.
     pub load: Load,
+    /// [`Load::warning`]: the load moved while the runs were taken.
+    pub load_warning: Option<String>,
     /// The exit status every run had.
     pub exit_status: i32,
     /// The harness's own peak RSS: `wait4` cannot see a run's peak below it
@@ -644,6 +646,7 @@ pub fn run(
         interval_method: INTERVAL_METHOD,
         machine,
         load,
+        load_warning: load.warning(),
         exit_status: expected_status.unwrap_or(0),
         rss_floor_bytes: own_peak_rss(),
         variants,
@@ -692,9 +695,9 @@ fn compare(
         max_rss_bytes: difference.max_rss_bytes.ok_or("no peak RSS")?,
     };
     let wall = ratio.wall_s.ok_or("a run took no time")?;
-    let verdict = Verdict::of_ratio(&wall);
+    let verdict = Verdict::of_ratio(&wall, level);
     let (v, against) = (&variants[i].variant.name, &variants[j].variant.name);
-    let summary = verdict_sentence(v, against, &wall, verdict);
+    let summary = verdict_sentence(v, against, &wall, verdict, level);
     let rss_bound = match (&variants[i].variant.kind, j) {
         (VariantKind::Fixes { fixes }, 0)
             if fixes.iter().any(|f| matches!(f, Fix::HugeText { .. })) =>
@@ -723,8 +726,15 @@ fn compare(
 }
 
 /// The verdict as a sentence: `huge-text against baseline: wall 0.97x (95%
-/// interval 0.95-0.99): helped, 3.0% faster`.
-pub fn verdict_sentence(variant: &str, against: &str, wall: &Interval, verdict: Verdict) -> String {
+/// interval 0.95-0.99): helped, 3.0% faster`; `level` is the confidence
+/// asked for (the interval's own may be lower with too few pairs).
+pub fn verdict_sentence(
+    variant: &str,
+    against: &str,
+    wall: &Interval,
+    verdict: Verdict,
+    level: f64,
+) -> String {
     let head = format!(
         "{variant} against {against}: wall {:.3}x ({:.1}% interval {:.3}-{:.3})",
         wall.estimate,
@@ -736,6 +746,11 @@ pub fn verdict_sentence(variant: &str, against: &str, wall: &Interval, verdict: 
         Verdict::Helped => format!("helped, {:.1}% faster", (1.0 - wall.estimate) * 100.0),
         Verdict::Hurt => format!("hurt, {:.1}% slower", (wall.estimate - 1.0) * 100.0),
         Verdict::WithinNoise => "within noise: the interval holds 1".to_owned(),
+        Verdict::TooFewPairs => format!(
+            "too few pairs for a {:.0}% interval: no verdict (give -n {} or more)",
+            level * 100.0,
+            paired::pairs_needed(level).map_or("more".to_owned(), |n| n.to_string())
+        ),
     };
     format!("{head}: {tail}")
 }

@@ -54,6 +54,12 @@ fn a_fix_and_a_no_op_in_randomised_pairs() {
     assert_eq!(v["exit_status"], 0);
     assert_eq!(v["blocks_measured"], pairs);
     assert!(v["load"]["start"].is_array(), "{}", v["load"]);
+    // A sentence when the load moved during the runs, else null; never absent.
+    assert!(
+        v["load_warning"].is_null() || v["load_warning"].is_string(),
+        "{}",
+        v["load_warning"]
+    );
     let names: Vec<&str> = v["variants"]
         .as_array()
         .unwrap()
@@ -153,12 +159,74 @@ fn the_table_says_the_verdict_in_words() {
     assert!(text.starts_with("machine: "), "{text}");
     assert!(text.contains("load average"), "{text}");
     assert!(text.contains("same against baseline: wall"), "{text}");
+    // Three pairs cannot make a 95% interval (the sign test needs 6): the
+    // table says so instead of a verdict.
     assert!(
-        ["helped", "hurt", "within noise"]
+        text.contains("too few pairs for a 95% interval: no verdict (give -n 6 or more)"),
+        "{text}"
+    );
+    assert!(
+        !["helped", "hurt", "within noise"]
             .iter()
             .any(|w| text.contains(w)),
         "{text}"
     );
+}
+
+/// Bad input is refused with one line on stderr that says what is wrong,
+/// before anything runs.
+#[test]
+fn bad_input_is_one_line() {
+    let cases: [(&[&str], &str); 6] = [
+        (
+            &["--fix", "huge-text=hot:/nonexistent/profile", "--", "true"],
+            "/nonexistent/profile",
+        ),
+        (
+            &["--fix", "keep-heap+keep-heap", "--", "true"],
+            "the same fix twice",
+        ),
+        (&["--variant", "noequals", "--", "true"], "NAME=ARGS"),
+        (
+            &[
+                "--huge-text-lib",
+                "libc",
+                "--variant",
+                "same=",
+                "--",
+                "true",
+            ],
+            "needs a huge-text fix",
+        ),
+        (
+            &["--variant", "same=", "--confidence", "1.5", "--", "true"],
+            "--confidence",
+        ),
+        (
+            &[
+                "--variant",
+                "same=",
+                "-n",
+                "2",
+                "--",
+                "/nonexistent/program",
+            ],
+            "cannot start",
+        ),
+    ];
+    for (args, expected) in cases {
+        let out = pagewise()
+            .args(["bench", "run", "-q"])
+            .args(args)
+            .assert()
+            .failure()
+            .get_output()
+            .clone();
+        let err = String::from_utf8(out.stderr).unwrap();
+        assert!(err.contains(expected), "{args:?}: {err}");
+        assert_eq!(err.trim().lines().count(), 1, "{args:?}: {err}");
+        assert!(out.stdout.is_empty(), "{args:?}");
+    }
 }
 
 #[test]

@@ -235,7 +235,7 @@ fn print_report(report: &Report) -> Result<(), OutputError> {
         load_text(report.load.start),
         load_text(report.load.end)
     )?;
-    if let Some(warning) = report.load.warning() {
+    if let Some(warning) = &report.load_warning {
         outln!("{warning}")?;
     }
     outln!(
