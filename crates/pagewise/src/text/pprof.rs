@@ -213,7 +213,20 @@ fn string(table: &[String], index: i64) -> &str {
 /// in the same unit (CPU nanoseconds at 10 ms a sample → samples).
 fn weight_column(p: &PprofProfile) -> (usize, u64, String) {
     let s = &p.string_table;
-    let name = |v: &ValueType| format!("{}/{}", string(s, v.r#type), string(s, v.unit));
+    // The event is one line of pagewise's format: no newline or tab in it.
+    let word = |i: i64| -> String {
+        string(s, i)
+            .chars()
+            .map(|c| {
+                if c.is_whitespace() || c.is_control() {
+                    '_'
+                } else {
+                    c
+                }
+            })
+            .collect()
+    };
+    let name = |v: &ValueType| format!("{}/{}", word(v.r#type), word(v.unit));
     if let Some(i) = p
         .sample_type
         .iter()
@@ -322,12 +335,18 @@ fn convert(p: &PprofProfile, locate: Locate<'_>) -> Result<Decoded, String> {
         event: format!("pprof {event}"),
         stacks: Vec::new(),
     };
+    // Checked as pagewise's own format checks it, so that what is read here
+    // can be written out and read back.
+    let mut total = 0u64;
     for sample in &p.sample {
         let value = sample.value.get(column).copied().unwrap_or(0);
         if value <= 0 {
             continue;
         }
         let weight = (value as u64 / per_sample).max(1);
+        total = total
+            .checked_add(weight)
+            .ok_or("the sample values add up to more than 2^64 - 1 (a damaged profile?)")?;
         let stack: Vec<Location> = sample
             .location_id
             .iter()
@@ -521,6 +540,40 @@ pub(crate) mod tests {
         fn garbage_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..400)) {
             let _ = decode(&bytes, &|_| None);
             let _ = decode(&gzip(&bytes), &|_| None);
+        }
+
+        /// Function and file names with any characters (spaces, tabs,
+        /// newlines, `%`, other scripts) and any sample values: the profile
+        /// read holds one sample per positive value, weights never wrap, and
+        /// it writes to pagewise's format and reads back unchanged.
+        #[test]
+        fn any_names_and_values_survive_pagewise_format(
+            names in proptest::collection::vec("\\PC{1,12}|[ \t\n\r%0-9a-f\u{a0}\u{2028}]{1,8}", 1..5),
+            object in "/[^\u{0}]{0,16}",
+            samples in proptest::collection::vec((any::<i64>(), proptest::collection::vec((0x40_0000u64..0x40_1000, 0usize..5), 1..4)), 1..8),
+        ) {
+            let names: Vec<&str> = names.iter().map(String::as_str).collect();
+            let samples: Vec<(i64, Vec<(u64, usize)>)> = samples
+                .into_iter()
+                .map(|(v, stack)| (v, stack.into_iter().map(|(a, f)| (a, f % names.len())).collect()))
+                .collect();
+            let p = build(&object, "", &names, &samples);
+            let decoded = decode(&p.encode_to_vec(), &|_| None);
+            let positive: u128 = samples.iter().filter(|(v, _)| *v > 0).map(|(v, _)| *v as u128).sum();
+            if positive > u128::from(u64::MAX) {
+                prop_assert!(decoded.unwrap_err().contains("2^64"));
+                return Ok(());
+            }
+            let d = decoded.map_err(|e| TestCaseError::fail(format!("a valid profile was refused: {e}")))?;
+            prop_assert_eq!(u128::from(d.profile.total()), positive);
+            let text = d.profile.to_text();
+            let back = crate::text::profile::Profile::parse(&text, "again");
+            if d.profile.stacks.is_empty() {
+                prop_assert!(back.is_err());
+            } else {
+                let back = back.map_err(|e| TestCaseError::fail(format!("{e}\n{text}")))?;
+                prop_assert_eq!(back, d.profile, "lost in writing:\n{}", text);
+            }
         }
 
         /// Valid messages with ids, indices and values anywhere (dangling

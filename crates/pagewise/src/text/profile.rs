@@ -152,7 +152,7 @@ impl Profile {
             let _ = writeln!(out, "# event {}", self.event);
         }
         for (i, o) in objects.iter().enumerate() {
-            let _ = writeln!(out, "object {i} {o}");
+            let _ = writeln!(out, "object {i} {}", escape(o));
         }
         for (w, stack) in &self.stacks {
             let _ = write!(out, "stack {w}");
@@ -201,14 +201,52 @@ impl Profile {
     }
 }
 
-/// Symbol names may hold spaces (`perf script` demangles C++): keep each
-/// frame one word by writing `%` and space as `%25` and `%20`.
+/// Symbol names and paths may hold spaces (`perf script` demangles C++),
+/// tabs, newlines or `%` (pprof names are any string): keep each frame one
+/// word and each record one line by writing `%`, whitespace and control
+/// characters as `%XX` per UTF-8 byte (a space is `%20`).
 fn escape(name: &str) -> String {
-    name.replace('%', "%25").replace(' ', "%20")
+    let mut out = String::with_capacity(name.len());
+    for c in name.chars() {
+        if c == '%' || c.is_whitespace() || c.is_control() {
+            let mut utf8 = [0u8; 4];
+            for b in c.encode_utf8(&mut utf8).bytes() {
+                let _ = write!(out, "%{b:02X}");
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
 }
 
+/// Undoes [`escape`]: every `%XX` (two hex digits) is that byte; any other
+/// `%` stays as it is (a hand-written profile).
 fn unescape(name: &str) -> String {
-    name.replace("%20", " ").replace("%25", "%")
+    if !name.contains('%') {
+        return name.to_owned();
+    }
+    let bytes = name.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = bytes
+            .get(i + 1..i + 3)
+            .filter(|_| bytes[i] == b'%')
+            .and_then(|h| std::str::from_utf8(h).ok())
+            .and_then(|h| u8::from_str_radix(h, 16).ok());
+        match hex {
+            Some(b) => {
+                out.push(b);
+                i += 3;
+            }
+            None => {
+                out.push(bytes[i]);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 fn parse_own(text: &str, path: &str) -> Result<Profile, ProfileError> {
@@ -241,7 +279,7 @@ fn parse_own(text: &str, path: &str) -> Result<Profile, ProfileError> {
                 if rest.is_empty() {
                     return Err(err("object needs a path".into()));
                 }
-                objects.insert(id, rest.join(" "));
+                objects.insert(id, unescape(&rest.join(" ")));
             }
             Some("stack") => {
                 let weight: u64 = words
@@ -829,6 +867,33 @@ mod tests {
         ));
     }
 
+    /// Files that start like a perf.data file and are not one go to
+    /// `perf script`, which fails (or is missing): an error, not a panic or
+    /// an empty profile. Few cases: each starts a process.
+    #[test]
+    fn damaged_perf_data_files_are_errors() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("perf.data");
+        let mut runner = proptest::test_runner::TestRunner::new(ProptestConfig {
+            cases: 12,
+            ..ProptestConfig::default()
+        });
+        runner
+            .run(&proptest::collection::vec(any::<u8>(), 0..200), |tail| {
+                let mut bytes = PERF_DATA_MAGIC.to_vec();
+                bytes.extend(tail);
+                std::fs::write(&path, &bytes).unwrap();
+                match read_profile(&path, &|_| None) {
+                    Err(ProfileError::Decode { reason, .. }) => {
+                        prop_assert!(reason.contains("perf script"), "{reason}")
+                    }
+                    other => prop_assert!(false, "{other:?}"),
+                }
+                Ok(())
+            })
+            .unwrap();
+    }
+
     proptest! {
         #[test]
         fn format_detection_and_reading_garbage_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..300)) {
@@ -837,6 +902,35 @@ mod tests {
             std::fs::write(&path, &bytes).unwrap();
             // perf.data garbage goes to `perf script`, which must fail cleanly too.
             let _ = read_profile(&path, &|_| None);
+        }
+
+        /// `FILE:WEIGHT` arguments of any text: a source with a positive,
+        /// finite weight or a one-line error, never a panic.
+        #[test]
+        fn source_arguments_of_any_text(arg in "\\PC{0,30}|[a-z/]{1,8}:[-+0-9.eE]{0,8}|x:(inf|NaN|1e999|-0|0)") {
+            match ProfileSource::parse(&arg) {
+                Ok(source) => prop_assert!(source.weight.is_finite() && source.weight > 0.0, "{source:?}"),
+                Err(e) => prop_assert!(!e.contains('\n') && e.contains("weight"), "{e}"),
+            }
+        }
+
+        /// Weighting scales sample counts and drops those that round to 0;
+        /// a weight that would pass 2^64 stays at 2^64 − 1, and totals never wrap.
+        #[test]
+        fn weights_never_wrap(counts in proptest::collection::vec(prop_oneof![1u64..1000, u64::MAX - 3..=u64::MAX], 1..6), factor in prop_oneof![1e-30f64..1.0, 1.0f64..1e30, Just(f64::MAX)]) {
+            let mut p = Profile {
+                event: "cpu-clock".into(),
+                stacks: counts.iter().enumerate().map(|(i, &w)| (w, vec![Location::Unknown(i as u64)])).collect(),
+            };
+            p.scale(factor);
+            for (w, _) in &p.stacks {
+                prop_assert!(*w > 0);
+            }
+            let exact: u128 = p.stacks.iter().map(|(w, _)| u128::from(*w)).sum();
+            prop_assert_eq!(u128::from(p.total()), exact.min(u128::from(u64::MAX)));
+            let mut merged = p.clone();
+            merged.merge(p);
+            prop_assert!(merged.total() >= merged.stacks.first().map_or(0, |s| s.0));
         }
 
         #[test]
