@@ -38,8 +38,8 @@ pub struct BenchRunArgs {
     /// Seed of the order inside pairs [default: from the clock].
     #[arg(long)]
     seed: Option<u64>,
-    /// Confidence level of the intervals.
-    #[arg(long, default_value_t = 0.95)]
+    /// Confidence level of the intervals, between 0 and 1.
+    #[arg(long, default_value_t = 0.95, value_parser = parse_confidence)]
     confidence: f64,
     /// Let huge-text runs write /tmp/perf-PID.map files, as a plain `pagewise run` does
     /// (off by default: a benchmark would leave one per run).
@@ -70,6 +70,14 @@ For each variant against the baseline: the median of the per-pair ratios with a 
 confidence interval (order statistics, exact for any distribution of the noise), and a
 verdict from the wall time: helped (the whole interval below 1), hurt (above 1) or within
 noise. For huge-text, the peak RSS increase is checked against the bytes moved + 2 MiB.";
+
+/// A confidence level: a number strictly between 0 and 1.
+fn parse_confidence(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(level) if level > 0.0 && level < 1.0 => Ok(level),
+        _ => Err("a level between 0 and 1, e.g. 0.95".to_owned()),
+    }
+}
 
 fn parse_variant(text: &str) -> anyhow::Result<Variant> {
     let (name, args) = text
@@ -169,10 +177,6 @@ fn fix_runner(exe: PathBuf, perf_maps: bool) -> impl Fn(&[Fix], &[OsString], &Pa
 
 /// Runs the experiment and prints it.
 pub fn run(args: &BenchRunArgs) -> anyhow::Result<ExitCode> {
-    anyhow::ensure!(
-        args.confidence > 0.0 && args.confidence < 1.0,
-        "--confidence must be between 0 and 1 (e.g. 0.95)"
-    );
     let (work_dir, _temp) = match &args.work_dir {
         Some(d) => (d.clone(), None),
         None => {
