@@ -214,7 +214,15 @@ fn bad_input_is_one_line() {
             "cannot start",
         ),
     ];
-    for (args, expected) in cases {
+    let dir = tempfile::tempdir().unwrap();
+    let damaged = dir.path().join("damaged.profile");
+    std::fs::write(&damaged, [0x08u8, 0xff, 0xff, 0x1e, 0x00]).unwrap();
+    let damaged_fix = format!("huge-text=hot:{}", damaged.display());
+    let damaged_case: (&[&str], &str) = (
+        &["--fix", &damaged_fix, "--", "true"],
+        "not a pprof profile",
+    );
+    for (args, expected) in cases.into_iter().chain([damaged_case]) {
         let out = pagewise()
             .args(["bench", "run", "-q"])
             .args(args)

@@ -110,6 +110,10 @@ fn variants(args: &BenchRunArgs) -> anyhow::Result<Vec<Variant>> {
                 if let Some(p) = hot_profile {
                     *p = std::fs::canonicalize(&*p)
                         .with_context(|| format!("--fix {text}: {}", p.display()))?;
+                    // Read once here, so a damaged profile is refused before
+                    // anything runs, not reported from inside the first run.
+                    pagewise::text::profile::Profile::read(p)
+                        .map_err(|e| anyhow!("--fix {text}: {e}"))?;
                 }
             }
         }
