@@ -222,7 +222,14 @@ fn bad_input_is_one_line() {
         &["--fix", &damaged_fix, "--", "true"],
         "not a pprof profile",
     );
-    for (args, expected) in cases.into_iter().chain([damaged_case]) {
+    let work_file = dir.path().join("a-file");
+    std::fs::write(&work_file, "").unwrap();
+    let work_file = work_file.to_str().unwrap();
+    let file_as_work_dir: (&[&str], &str) = (
+        &["--work-dir", work_file, "--variant", "same=", "--", "true"],
+        "not a folder",
+    );
+    for (args, expected) in cases.into_iter().chain([damaged_case, file_as_work_dir]) {
         let out = pagewise()
             .args(["bench", "run", "-q"])
             .args(args)
