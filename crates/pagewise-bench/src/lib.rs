@@ -12,6 +12,7 @@
 //! | `heap-churn` | [`heap_churn`] | threads that malloc, fill and free: glibc, `run --keep-heap`'s tunables, `pagewise::buffer::Buffer` |
 //! | `itlb` | [`itlb`] | a generated large-text program: baseline, huge text, function order, both |
 //! | `memcpy`, `memset` | [`memcpy`] (sizes from [`fleet`]) | `pagewise::copy` against glibc: fixed sizes hot and cold, misaligned, a real size distribution |
+//! | `run` | [`program`] (statistics in [`paired`]) | a user's own command with and without a fix, in randomised pairs: wall, CPU, faults, peak RSS, paired ratios with confidence intervals |
 //!
 //! Rules every experiment follows (see docs/BENCHMARKS.md): the baseline is
 //! measured in the same run, trials are interleaved where possible, results are
@@ -20,7 +21,8 @@
 //!
 //! The experiments that need another process do not know the `pagewise`
 //! command line: the caller passes in how to start it ([`queue::Spawn`],
-//! [`heap_churn::WorkerSpawner`], [`itlb::HugeTextRunner`]), so the flag names
+//! [`heap_churn::WorkerSpawner`], [`itlb::HugeTextRunner`],
+//! [`program::FixRunner`]), so the flag names
 //! live in the CLI alone. Long experiments report progress through
 //! [`Progress`].
 //!
@@ -46,6 +48,8 @@ pub mod itlb;
 mod machine;
 pub mod memcpy;
 pub mod mmap_prefault;
+pub mod paired;
+pub mod program;
 pub mod queue;
 
 use serde::Serialize;

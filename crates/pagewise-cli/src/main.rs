@@ -98,6 +98,7 @@ mod tests {
         "disk-dir",
         "flame",
         "fleet-file",
+        "fix",
         "huge-text",
         "huge-text-lib",
         "mode",
@@ -107,6 +108,7 @@ mod tests {
         "plot",
         "spec",
         "tmpfs-dir",
+        "variant",
         "work-dir",
     ];
     /// Options that take a byte size (bounded, some above 4 GiB).

@@ -22,6 +22,9 @@ impl StderrProgress {
                     .expect("static template")
                     .progress_chars("=> "),
             );
+            // The elapsed time keeps moving during a long step (one run of a
+            // user's program may take minutes), so a stuck run is visible.
+            bar.enable_steady_tick(std::time::Duration::from_millis(500));
             bar
         });
         StderrProgress { bar, quiet }

@@ -8,7 +8,7 @@ use pagewise::observe::profile_sampler::{self, ProfileError};
 use pagewise::observe::Target;
 use pagewise::text::function_table::FunctionTable;
 use pagewise::text::order::{self, OrderOptions};
-use pagewise::text::profile::Profile;
+use pagewise::text::profile::{locate_as_named, merge_sources, Profile, ProfileSource};
 use serde::Serialize;
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -23,14 +23,39 @@ pub enum TextCommand {
     Order(OrderArgs),
     /// Pages of 4 KiB and 2 MiB that hold 50/90/99% of the samples, now and after an order.
     Footprint(FootprintArgs),
+    /// Merge profiles (any format, from many hosts, weighted) into one pagewise profile.
+    Merge(MergeArgs),
+}
+
+/// Profiles to read and merge: `FILE[:WEIGHT]` in any format pagewise reads.
+#[derive(Debug, clap::Args)]
+pub struct ProfileInputs {
+    /// Profiles: pagewise's format, `perf script` output, perf.data, or pprof
+    /// (profile.pb.gz from Parca, Pyroscope, Go); FILE:WEIGHT counts a file's samples
+    /// WEIGHT times. Several are merged.
+    #[arg(required = true, value_name = "FILE[:WEIGHT]")]
+    profiles: Vec<String>,
+    /// Scale every profile to the same total before its weight applies (hosts that
+    /// sampled longer then count no more than their weight says).
+    #[arg(long)]
+    normalize: bool,
+}
+
+/// `pagewise text merge`.
+#[derive(Debug, clap::Args)]
+pub struct MergeArgs {
+    #[command(flatten)]
+    inputs: ProfileInputs,
+    /// Where to write the merged profile (pagewise's format).
+    #[arg(short, long)]
+    output: PathBuf,
 }
 
 /// `pagewise text order`.
 #[derive(Debug, clap::Args)]
 pub struct OrderArgs {
-    /// Profiles (pagewise's format or `perf script` output); several are merged by weight.
-    #[arg(required = true)]
-    profiles: Vec<PathBuf>,
+    #[command(flatten)]
+    inputs: ProfileInputs,
     /// The binary whose functions are ordered (with its symbol table).
     #[arg(long)]
     binary: PathBuf,
@@ -52,9 +77,8 @@ pub struct OrderArgs {
 /// `pagewise text footprint`.
 #[derive(Debug, clap::Args)]
 pub struct FootprintArgs {
-    /// Profiles; several are merged by weight.
-    #[arg(required = true)]
-    profiles: Vec<PathBuf>,
+    #[command(flatten)]
+    inputs: ProfileInputs,
     /// The binary the samples are in.
     #[arg(long)]
     binary: PathBuf,
@@ -66,13 +90,44 @@ pub struct FootprintArgs {
     json: bool,
 }
 
-fn load(profiles: &[PathBuf], binary: &Path) -> anyhow::Result<(Profile, FunctionTable)> {
-    let mut merged = Profile::default();
-    for p in profiles {
-        merged.merge(Profile::read(p)?);
+/// Reads and merges the profiles; a pprof profile's files are looked for
+/// where it names them, and `binary` stands in for any of the same file name.
+/// Notes on what was read by name instead of address go to stderr.
+fn merged(inputs: &ProfileInputs, binary: Option<&Path>) -> anyhow::Result<Profile> {
+    let sources = inputs
+        .profiles
+        .iter()
+        .map(|arg| ProfileSource::parse(arg).map_err(|e| anyhow::anyhow!(e)))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let locate = |object: &str| match binary {
+        Some(b) if order::same_object(object, b) => Some(b.to_owned()),
+        _ => locate_as_named(object),
+    };
+    let (profile, notes) = merge_sources(&sources, inputs.normalize, &locate)?;
+    for note in notes {
+        errln!("pagewise: {note}");
     }
+    Ok(profile)
+}
+
+fn load(inputs: &ProfileInputs, binary: &Path) -> anyhow::Result<(Profile, FunctionTable)> {
+    let merged = merged(inputs, Some(binary))?;
     let table = FunctionTable::read(binary)?;
     Ok((merged, table))
+}
+
+fn run_merge(args: &MergeArgs) -> anyhow::Result<ExitCode> {
+    let profile = merged(&args.inputs, None)?;
+    std::fs::write(&args.output, profile.to_text())
+        .with_context(|| format!("cannot write {}", args.output.display()))?;
+    errln!(
+        "pagewise: {} samples in {} distinct stacks from {} profiles written to {}",
+        profile.total(),
+        profile.stacks.len(),
+        args.inputs.profiles.len(),
+        args.output.display()
+    );
+    Ok(ExitCode::SUCCESS)
 }
 
 #[derive(Serialize)]
@@ -101,6 +156,7 @@ pub fn run(command: &TextCommand) -> anyhow::Result<ExitCode> {
         TextCommand::Profile(args) => run_profile(args),
         TextCommand::Order(args) => run_order(args),
         TextCommand::Footprint(args) => run_footprint(args),
+        TextCommand::Merge(args) => run_merge(args),
     }
 }
 
@@ -114,7 +170,7 @@ fn no_samples_check(resolved: u64, binary: &Path) -> anyhow::Result<()> {
 }
 
 fn run_order(args: &OrderArgs) -> anyhow::Result<ExitCode> {
-    let (profile, table) = load(&args.profiles, &args.binary)?;
+    let (profile, table) = load(&args.inputs, &args.binary)?;
     let options = OrderOptions {
         max_cluster_bytes: args.max_cluster,
         ..OrderOptions::default()
@@ -187,7 +243,7 @@ fn print_footprints(
 }
 
 fn run_footprint(args: &FootprintArgs) -> anyhow::Result<ExitCode> {
-    let (profile, table) = load(&args.profiles, &args.binary)?;
+    let (profile, table) = load(&args.inputs, &args.binary)?;
     let before = order::footprint(&profile, &table, &args.binary, None);
     no_samples_check(before.resolved_samples, &args.binary)?;
     let after = match &args.order {

@@ -6,6 +6,7 @@ mod heap_churn;
 mod itlb;
 mod mmap_prefault;
 mod queue;
+mod run;
 
 use crate::output::{outln, OutputError};
 use crate::progress::StderrProgress;
@@ -65,6 +66,9 @@ pub enum Experiment {
     /// pagewise::copy::fill against glibc memset: fixed sizes hot and cold,
     /// aligned and misaligned, and a real size distribution.
     Memset(crate::bench::copy::CopyArgs),
+    /// Your own command with and without a fix (`-- CMD ARGS`), in randomised pairs:
+    /// did the fix help, hurt, or stay within noise?
+    Run(crate::bench::run::BenchRunArgs),
 }
 
 /// Runs one experiment.
@@ -80,5 +84,6 @@ pub fn run(experiment: &Experiment) -> anyhow::Result<ExitCode> {
         Experiment::HeapChurnWorker(args) => crate::bench::heap_churn::worker(args),
         Experiment::Memcpy(args) => crate::bench::copy::run(Op::Memcpy, args),
         Experiment::Memset(args) => crate::bench::copy::run(Op::Memset, args),
+        Experiment::Run(args) => crate::bench::run::run(args),
     }
 }

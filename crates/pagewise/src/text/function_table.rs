@@ -157,6 +157,54 @@ fn collect_functions(
     Ok(FunctionTable::from_functions(functions))
 }
 
+/// Where an ELF file's loadable segments sit, and its build ID: what turns
+/// a file offset (from a profile's mapping) into a link-time address.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ObjectLayout {
+    /// Each `PT_LOAD` segment: file offset, size in the file, link-time address.
+    pub segments: Vec<(u64, u64, u64)>,
+    /// The GNU build ID, when the file has one.
+    pub build_id: Option<Vec<u8>>,
+}
+
+impl ObjectLayout {
+    /// Reads the program headers and the build-ID note of `path` (a few
+    /// small reads, never the code).
+    pub fn read(path: &Path) -> Result<ObjectLayout, SymbolsError> {
+        use object::{Object, ObjectSegment};
+        let with_path = |e: SymbolsError| match e {
+            SymbolsError::Parse { reason, .. } => SymbolsError::Parse {
+                path: path.display().to_string(),
+                reason,
+            },
+            other => other,
+        };
+        let file = user_files::open_input(path).map_err(|error| SymbolsError::Read {
+            path: path.display().to_string(),
+            error,
+        })?;
+        let cache = object::ReadCache::new(file);
+        let obj = object::File::parse(&cache).map_err(|e| with_path(parse_error(e)))?;
+        let segments = obj
+            .segments()
+            .map(|s| {
+                let (offset, size) = s.file_range();
+                (offset, size, s.address())
+            })
+            .collect();
+        let build_id = obj.build_id().ok().flatten().map(<[u8]>::to_vec);
+        Ok(ObjectLayout { segments, build_id })
+    }
+
+    /// The link-time address of `file_offset`, through the segment holding it.
+    pub fn link_address(&self, file_offset: u64) -> Option<u64> {
+        self.segments
+            .iter()
+            .find(|(offset, size, _)| *offset <= file_offset && file_offset - offset < *size)
+            .map(|(offset, _, vaddr)| vaddr + (file_offset - offset))
+    }
+}
+
 impl FunctionTable {
     /// Reads the `.symtab` (and `.dynsym`) function symbols of `path`.
     /// Cost: reads the headers and the symbol and string tables (not the
@@ -240,6 +288,20 @@ mod tests {
     fn reads_this_test_binary() {
         let t = FunctionTable::read(&std::env::current_exe().unwrap()).unwrap();
         assert!(t.functions().len() > 100);
+    }
+
+    #[test]
+    fn layouts_map_file_offsets_to_link_time_addresses() {
+        let layout = ObjectLayout {
+            segments: vec![(0, 0x1000, 0x40_0000), (0x1000, 0x500, 0x40_1000)],
+            build_id: None,
+        };
+        assert_eq!(layout.link_address(0x10), Some(0x40_0010));
+        assert_eq!(layout.link_address(0x1100), Some(0x40_1100));
+        assert_eq!(layout.link_address(0x1500), None);
+        let this = ObjectLayout::read(&std::env::current_exe().unwrap()).unwrap();
+        assert!(this.segments.len() >= 2, "{this:?}");
+        assert!(ObjectLayout::read(Path::new("/nonexistent")).is_err());
     }
 
     #[test]

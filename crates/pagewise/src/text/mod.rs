@@ -6,13 +6,15 @@
 //!   profilers can still name code that now lives in anonymous memory.
 //! - [`profile`]: sampled call stacks (pagewise's format or `perf script`);
 //!   `pagewise::observe::profile_sampler` samples a program into one.
-//! - [`function_table`]: the functions of an ELF file.
+//! - [`pprof`]: pprof profiles (continuous profilers' export) read into a [`profile::Profile`].
+//! - [`function_table`]: the functions of an ELF file, and its segment layout.
 //! - [`order`]: C3 function ordering, order files, and page footprints.
 
 pub mod function_table;
 pub mod huge;
 pub mod order;
 pub mod perfmap;
+pub mod pprof;
 pub mod profile;
 
 use std::path::Path;

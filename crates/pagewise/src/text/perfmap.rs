@@ -232,8 +232,11 @@ mod tests {
             "second"
         );
         // Once the file is replaced by someone else, it is theirs: left alone.
-        std::fs::remove_file(&path).unwrap();
-        std::fs::write(&path, "theirs\n").unwrap();
+        // (Written beside it and renamed over it, so it cannot reuse the old
+        // file's inode number, which a remove-then-create here sometimes did.)
+        let theirs = dir.path().join("theirs");
+        std::fs::write(&theirs, "theirs\n").unwrap();
+        std::fs::rename(&theirs, &path).unwrap();
         assert!(writer.write(7, &one("third")).is_err());
         writer.remove(7).unwrap();
         assert_eq!(std::fs::read_to_string(&path).unwrap(), "theirs\n");

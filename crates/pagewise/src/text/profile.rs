@@ -12,8 +12,11 @@
 //!
 //! `stack COUNT FRAMES…` lists frames leaf first; a frame is `OBJECT:VADDR`
 //! (hex link-time address inside that object) or `?:ADDR` when the address
-//! was in no file-backed object. `perf script` output (with call chains) is
-//! accepted too; its frames are kept as `symbol+offset` in their DSO.
+//! was in no file-backed object. Also read ([`read_profile`], which tells
+//! them apart by their first bytes): `perf script` output (with or without
+//! call chains; frames kept as `symbol+offset` in their DSO), `perf.data`
+//! files (through `perf script`), and pprof profiles ([`super::pprof`]).
+//! Profiles from many hosts merge with weights ([`merge_sources`]).
 
 use crate::host::user_files;
 use std::collections::HashMap;
@@ -83,6 +86,14 @@ pub enum ProfileError {
         /// What is wrong.
         reason: String,
     },
+    /// A binary profile (pprof, perf.data) could not be decoded.
+    #[error("{path}: {reason}")]
+    Decode {
+        /// The file.
+        path: String,
+        /// What is wrong.
+        reason: String,
+    },
     /// Neither format recognised, or no samples.
     #[error("{path}: {reason}")]
     Empty {
@@ -141,7 +152,7 @@ impl Profile {
             let _ = writeln!(out, "# event {}", self.event);
         }
         for (i, o) in objects.iter().enumerate() {
-            let _ = writeln!(out, "object {i} {o}");
+            let _ = writeln!(out, "object {i} {}", escape(o));
         }
         for (w, stack) in &self.stacks {
             let _ = write!(out, "stack {w}");
@@ -163,14 +174,14 @@ impl Profile {
         out
     }
 
-    /// Reads a profile file in either format. Only a regular file is read:
-    /// a FIFO, a directory or a device is refused at once, never waited on.
+    /// Reads a profile file in any format pagewise knows: its own,
+    /// `perf script` output, a `perf.data` file (through `perf script`) or a
+    /// pprof profile (whose files are looked for where it names them). Only a
+    /// regular file is read: a FIFO, a directory or a device is refused at
+    /// once, never waited on. See [`read_profile`] for the notes on what was
+    /// read by name.
     pub fn read(path: &Path) -> Result<Profile, ProfileError> {
-        let text = user_files::read_input_to_string(path).map_err(|error| ProfileError::Read {
-            path: path.display().to_string(),
-            error,
-        })?;
-        Self::parse(&text, &path.display().to_string())
+        read_profile(path, &locate_as_named).map(|l| l.profile)
     }
 
     /// Parses profile text in either format; `path` is only used in errors.
@@ -190,14 +201,52 @@ impl Profile {
     }
 }
 
-/// Symbol names may hold spaces (`perf script` demangles C++): keep each
-/// frame one word by writing `%` and space as `%25` and `%20`.
+/// Symbol names and paths may hold spaces (`perf script` demangles C++),
+/// tabs, newlines or `%` (pprof names are any string): keep each frame one
+/// word and each record one line by writing `%`, whitespace and control
+/// characters as `%XX` per UTF-8 byte (a space is `%20`).
 fn escape(name: &str) -> String {
-    name.replace('%', "%25").replace(' ', "%20")
+    let mut out = String::with_capacity(name.len());
+    for c in name.chars() {
+        if c == '%' || c.is_whitespace() || c.is_control() {
+            let mut utf8 = [0u8; 4];
+            for b in c.encode_utf8(&mut utf8).bytes() {
+                let _ = write!(out, "%{b:02X}");
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
 }
 
+/// Undoes [`escape`]: every `%XX` (two hex digits) is that byte; any other
+/// `%` stays as it is (a hand-written profile).
 fn unescape(name: &str) -> String {
-    name.replace("%20", " ").replace("%25", "%")
+    if !name.contains('%') {
+        return name.to_owned();
+    }
+    let bytes = name.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = bytes
+            .get(i + 1..i + 3)
+            .filter(|_| bytes[i] == b'%')
+            .and_then(|h| std::str::from_utf8(h).ok())
+            .and_then(|h| u8::from_str_radix(h, 16).ok());
+        match hex {
+            Some(b) => {
+                out.push(b);
+                i += 3;
+            }
+            None => {
+                out.push(bytes[i]);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 fn parse_own(text: &str, path: &str) -> Result<Profile, ProfileError> {
@@ -230,7 +279,7 @@ fn parse_own(text: &str, path: &str) -> Result<Profile, ProfileError> {
                 if rest.is_empty() {
                     return Err(err("object needs a path".into()));
                 }
-                objects.insert(id, rest.join(" "));
+                objects.insert(id, unescape(&rest.join(" ")));
             }
             Some("stack") => {
                 let weight: u64 = words
@@ -291,69 +340,331 @@ fn parse_own(text: &str, path: &str) -> Result<Profile, ProfileError> {
     Ok(profile)
 }
 
-/// Parses `perf script` output: a header line per sample, then indented
-/// frames `ADDR SYMBOL+OFF (DSO)`, then a blank line. Frames without a
-/// symbol or in kernel DSOs are dropped.
-fn parse_perf_script(text: &str) -> Profile {
-    let mut profile = Profile::default();
-    let mut current: Vec<Location> = Vec::new();
-    let mut in_sample = false;
-    let flush = |current: &mut Vec<Location>, profile: &mut Profile| {
-        if !current.is_empty() {
-            profile.stacks.push((1, std::mem::take(current)));
+/// Parses `perf script` output one line at a time: a header line per
+/// sample, then (with call chains) tab-indented frames `ADDR SYMBOL+OFF (DSO)`
+/// and a blank line; without call chains the one frame ends the header line.
+/// Frames without a symbol or in kernel DSOs are dropped.
+#[derive(Default)]
+struct PerfScriptParser {
+    profile: Profile,
+    current: Vec<Location>,
+    in_sample: bool,
+}
+
+impl PerfScriptParser {
+    fn flush(&mut self) {
+        if !self.current.is_empty() {
+            self.profile
+                .stacks
+                .push((1, std::mem::take(&mut self.current)));
         }
-    };
-    for line in text.lines() {
+    }
+
+    /// The sample's frame `ADDR SYMBOL+OFF (DSO)`, if it is a user frame with a symbol.
+    fn frame(text: &str) -> Option<Location> {
+        let (_addr, rest) = text.trim().split_once(char::is_whitespace)?;
+        let open = rest.rfind(" (")?;
+        let dso = rest[open + 2..].trim_end().trim_end_matches(')');
+        let sym = rest[..open].trim();
+        if dso.starts_with('[') || sym == "[unknown]" || sym.is_empty() {
+            return None;
+        }
+        let (name, offset) = match sym.rsplit_once("+0x") {
+            Some((n, o)) => (n, u64::from_str_radix(o, 16).unwrap_or(0)),
+            None => (sym, 0),
+        };
+        Some(Location::Symbol {
+            object: dso.to_owned(),
+            name: name.to_owned(),
+            offset,
+        })
+    }
+
+    fn line(&mut self, line: &str) {
         if line.trim().is_empty() {
-            flush(&mut current, &mut profile);
-            in_sample = false;
-            continue;
+            self.flush();
+            self.in_sample = false;
+            return;
         }
-        if !line.starts_with(char::is_whitespace) {
-            flush(&mut current, &mut profile);
-            in_sample = true;
-            if profile.event.is_empty() {
-                if let Some(event) = line.split_whitespace().find(|w| {
-                    w.ends_with(':') && w.len() > 1 && !w.starts_with(|c: char| c.is_ascii_digit())
-                }) {
-                    profile.event = event
+        // Call-chain frames start with a tab; a header line starts with the
+        // command name, right-aligned with spaces when there are no chains.
+        if !line.starts_with('\t') {
+            self.flush();
+            self.in_sample = true;
+            // The event is the first word ending in ':' that is not the time.
+            let mut words = line.split_whitespace();
+            let event = words.find(|w| {
+                w.ends_with(':') && w.len() > 1 && !w.starts_with(|c: char| c.is_ascii_digit())
+            });
+            if let Some(event) = event {
+                if self.profile.event.is_empty() {
+                    self.profile.event = event
                         .trim_end_matches(':')
                         .split(':')
                         .next()
                         .unwrap_or("")
                         .to_owned();
                 }
+                // Without call chains the sample's frame follows the event.
+                let rest: Vec<&str> = words.collect();
+                if let Some(frame) = Self::frame(&rest.join(" ")) {
+                    self.current.push(frame);
+                }
             }
-            continue;
+            return;
         }
-        if !in_sample {
-            continue;
+        if self.in_sample {
+            if let Some(frame) = Self::frame(line) {
+                self.current.push(frame);
+            }
         }
-        let line = line.trim();
-        let Some((_addr, rest)) = line.split_once(char::is_whitespace) else {
-            continue;
-        };
-        let Some(open) = rest.rfind(" (") else {
-            continue;
-        };
-        let dso = rest[open + 2..].trim_end_matches(')').to_owned();
-        let sym = rest[..open].trim();
-        if dso.starts_with('[') || sym == "[unknown]" {
-            continue;
+    }
+
+    fn finish(mut self) -> Profile {
+        self.flush();
+        self.profile.normalize();
+        self.profile
+    }
+}
+
+fn parse_perf_script(text: &str) -> Profile {
+    let mut parser = PerfScriptParser::default();
+    for line in text.lines() {
+        parser.line(line);
+    }
+    parser.finish()
+}
+
+/// The first bytes of a `perf.data` file.
+const PERF_DATA_MAGIC: &[u8] = b"PERFILE2";
+
+/// Reads a `perf.data` file through `perf script` (symbol names not
+/// demangled, so they match the symbol tables), streaming its output.
+fn read_perf_data(path: &Path) -> Result<Profile, ProfileError> {
+    use std::io::BufRead;
+    let failed = |reason: String| ProfileError::Decode {
+        path: path.display().to_string(),
+        reason,
+    };
+    let mut child = std::process::Command::new("perf")
+        .arg("script")
+        .arg("-i")
+        .arg(path)
+        .args([
+            "--no-demangle",
+            "--no-inline",
+            "-F",
+            "comm,tid,time,event,ip,sym,symoff,dso",
+        ])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .map_err(|e| {
+            failed(format!(
+                "a perf.data file is read with `perf script`, which cannot run here ({e}): install perf (Debian: linux-perf), or run `perf script --no-demangle` where it works and give its output"
+            ))
+        })?;
+    // stderr is drained by a thread, so a chatty perf never blocks on a full pipe.
+    let stderr = child.stderr.take();
+    let errors = std::thread::spawn(move || {
+        let mut text = String::new();
+        if let Some(mut e) = stderr {
+            let _ = std::io::Read::read_to_string(&mut e, &mut text);
         }
-        let (name, offset) = match sym.rsplit_once("+0x") {
-            Some((n, o)) => (n, u64::from_str_radix(o, 16).unwrap_or(0)),
-            None => (sym, 0),
-        };
-        current.push(Location::Symbol {
-            object: dso,
-            name: name.to_owned(),
-            offset,
+        text
+    });
+    let mut parser = PerfScriptParser::default();
+    if let Some(out) = child.stdout.take() {
+        for line in std::io::BufReader::new(out).split(b'\n') {
+            let line = line.map_err(|e| failed(format!("reading `perf script` output: {e}")))?;
+            parser.line(&String::from_utf8_lossy(&line));
+        }
+    }
+    let status = child
+        .wait()
+        .map_err(|e| failed(format!("waiting for `perf script`: {e}")))?;
+    let errors = errors.join().unwrap_or_default();
+    let profile = parser.finish();
+    if !status.success() || (profile.stacks.is_empty() && !errors.trim().is_empty()) {
+        let last = errors.lines().rev().find(|l| !l.trim().is_empty());
+        return Err(failed(format!(
+            "`perf script` failed ({status}): {}",
+            last.unwrap_or("no message").trim()
+        )));
+    }
+    Ok(profile)
+}
+
+/// What kind of file a profile is, from its first bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProfileFormat {
+    /// pagewise's own text format.
+    Pagewise,
+    /// `perf script` text.
+    PerfScript,
+    /// A `perf.data` file (read through `perf script`).
+    PerfData,
+    /// A pprof protobuf, gzip-compressed or not.
+    Pprof,
+}
+
+impl ProfileFormat {
+    /// Recognises a profile from its bytes: gzip or other binary → pprof,
+    /// `PERFILE2` → perf.data, pagewise's header → its format, other text →
+    /// `perf script` output.
+    pub fn detect(bytes: &[u8]) -> ProfileFormat {
+        if bytes.starts_with(PERF_DATA_MAGIC) {
+            ProfileFormat::PerfData
+        } else if super::pprof::is_gzip(bytes) || std::str::from_utf8(bytes).is_err() {
+            ProfileFormat::Pprof
+        } else if bytes.starts_with(HEADER.as_bytes()) {
+            ProfileFormat::Pagewise
+        } else {
+            ProfileFormat::PerfScript
+        }
+    }
+}
+
+/// A profile read from a file, with what is worth telling the user.
+#[derive(Debug, Clone)]
+pub struct Loaded {
+    /// The stacks.
+    pub profile: Profile,
+    /// The file's format.
+    pub format: ProfileFormat,
+    /// Sentences about what was read differently than asked (e.g. pprof
+    /// frames read by name because the file is not here).
+    pub notes: Vec<String>,
+}
+
+/// Where the files a profile names are found here: the path itself when it
+/// exists (a pprof profile's addresses need the file's program headers).
+pub fn locate_as_named(object: &str) -> Option<std::path::PathBuf> {
+    let path = Path::new(object);
+    path.is_file().then(|| path.to_owned())
+}
+
+/// Reads a profile in any format pagewise knows ([`ProfileFormat`]);
+/// `locate` finds the files a pprof profile names (see
+/// [`super::pprof::Locate`]). Cost: the whole file in memory (a perf.data
+/// is streamed through `perf script`).
+pub fn read_profile(path: &Path, locate: super::pprof::Locate<'_>) -> Result<Loaded, ProfileError> {
+    let shown = path.display().to_string();
+    let bytes = user_files::read_input(path).map_err(|error| ProfileError::Read {
+        path: shown.clone(),
+        error,
+    })?;
+    let format = ProfileFormat::detect(&bytes);
+    let (profile, notes) = match format {
+        ProfileFormat::PerfData => (read_perf_data(path)?, Vec::new()),
+        ProfileFormat::Pprof => {
+            let decoded =
+                super::pprof::decode(&bytes, locate).map_err(|reason| ProfileError::Decode {
+                    path: shown.clone(),
+                    reason,
+                })?;
+            (decoded.profile, decoded.notes)
+        }
+        ProfileFormat::Pagewise | ProfileFormat::PerfScript => {
+            let text = String::from_utf8_lossy(&bytes);
+            (Profile::parse(&text, &shown)?, Vec::new())
+        }
+    };
+    if profile.stacks.is_empty() {
+        return Err(ProfileError::Empty {
+            path: shown,
+            reason: "no samples in user code".into(),
         });
     }
-    flush(&mut current, &mut profile);
-    profile.normalize();
-    profile
+    Ok(Loaded {
+        profile,
+        format,
+        notes,
+    })
+}
+
+/// A profile file and its weight in a merge: `FILE` or `FILE:WEIGHT`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ProfileSource {
+    /// The file.
+    pub path: std::path::PathBuf,
+    /// Its samples count this many times (1 by default).
+    pub weight: f64,
+}
+
+impl ProfileSource {
+    /// Parses `FILE` or `FILE:WEIGHT` (a positive number). An argument that
+    /// names an existing file is that file, even with a colon in its name.
+    pub fn parse(arg: &str) -> Result<ProfileSource, String> {
+        let whole = ProfileSource {
+            path: arg.into(),
+            weight: 1.0,
+        };
+        if Path::new(arg).exists() {
+            return Ok(whole);
+        }
+        match arg.rsplit_once(':') {
+            Some((path, weight)) if !path.is_empty() => match weight.parse::<f64>() {
+                Ok(w) if w.is_finite() && w > 0.0 => Ok(ProfileSource {
+                    path: path.into(),
+                    weight: w,
+                }),
+                _ => Err(format!(
+                    "{arg}: the weight after ':' must be a positive number"
+                )),
+            },
+            _ => Ok(whole),
+        }
+    }
+}
+
+impl Profile {
+    /// Multiplies every stack's weight by `factor`, rounding; stacks that
+    /// round to 0 are dropped.
+    pub fn scale(&mut self, factor: f64) {
+        for (w, _) in &mut self.stacks {
+            *w = (*w as f64 * factor).round() as u64;
+        }
+        self.stacks.retain(|(w, _)| *w > 0);
+    }
+}
+
+/// Reads and merges profiles, each weighted: with `normalize`, each is first
+/// scaled to the same total (the largest one's), so a host that sampled
+/// longer does not count more than its weight says. Notes name the file
+/// they are about.
+pub fn merge_sources(
+    sources: &[ProfileSource],
+    normalize: bool,
+    locate: super::pprof::Locate<'_>,
+) -> Result<(Profile, Vec<String>), ProfileError> {
+    let mut loaded = Vec::new();
+    let mut notes = Vec::new();
+    for source in sources {
+        let l = read_profile(&source.path, locate)?;
+        notes.extend(
+            l.notes
+                .iter()
+                .map(|n| format!("{}: {n}", source.path.display())),
+        );
+        loaded.push((l.profile, source.weight));
+    }
+    let largest = loaded.iter().map(|(p, _)| p.total()).max().unwrap_or(0) as f64;
+    let mut merged = Profile::default();
+    for (mut profile, weight) in loaded {
+        let total = profile.total().max(1) as f64;
+        let factor = if normalize {
+            weight * largest / total
+        } else {
+            weight
+        };
+        if factor != 1.0 {
+            profile.scale(factor);
+        }
+        merged.merge(profile);
+    }
+    Ok((merged, notes))
 }
 
 #[cfg(test)]
@@ -439,7 +750,189 @@ mod tests {
         assert_eq!(Profile::parse(&p.to_text(), "s").unwrap(), p);
     }
 
+    #[test]
+    fn perf_script_without_call_chains() {
+        let text = "             big 12643  9133.969603: cpu-clock:            40113a main+0x3a (/tmp/bw/big)\n\
+                    \x20            big 12643  9133.969804: cpu-clock:  ffffffff821e5ac9 xas_load+0x39 ([kernel.kallsyms])\n\
+                    \x20            big 12643  9133.970003: cpu-clock:            7014c0 hot_function+0x0 (/tmp/bw/big)\n";
+        let p = Profile::parse(text, "n.txt").unwrap();
+        assert_eq!(p.event, "cpu-clock");
+        assert_eq!(p.total(), 2);
+        let names: Vec<&str> = p
+            .stacks
+            .iter()
+            .map(|(_, s)| match &s[0] {
+                Location::Symbol { name, .. } => name.as_str(),
+                _ => "",
+            })
+            .collect();
+        assert!(names.contains(&"hot_function") && names.contains(&"main"));
+    }
+
+    #[test]
+    fn formats_are_told_apart_by_their_first_bytes() {
+        assert_eq!(
+            ProfileFormat::detect(b"PERFILE2\x00\x01"),
+            ProfileFormat::PerfData
+        );
+        assert_eq!(
+            ProfileFormat::detect(&[0x1f, 0x8b, 8, 0]),
+            ProfileFormat::Pprof
+        );
+        assert_eq!(
+            ProfileFormat::detect(&[0x0a, 0xff, 0xfe]),
+            ProfileFormat::Pprof
+        );
+        assert_eq!(
+            ProfileFormat::detect(OWN.as_bytes()),
+            ProfileFormat::Pagewise
+        );
+        assert_eq!(
+            ProfileFormat::detect(b"app 1 [000] 1.0: x"),
+            ProfileFormat::PerfScript
+        );
+    }
+
+    #[test]
+    fn sources_take_an_optional_weight() {
+        assert_eq!(
+            ProfileSource::parse("a.pb.gz:2").unwrap(),
+            ProfileSource {
+                path: "a.pb.gz".into(),
+                weight: 2.0
+            }
+        );
+        assert_eq!(ProfileSource::parse("b.data").unwrap().weight, 1.0);
+        assert_eq!(ProfileSource::parse("c:0.5").unwrap().weight, 0.5);
+        assert!(ProfileSource::parse("a:0").is_err());
+        assert!(ProfileSource::parse("a:-1").is_err());
+        assert!(ProfileSource::parse("a:x").is_err());
+        // An existing file with a colon in its name is that file.
+        let dir = tempfile::tempdir().unwrap();
+        let odd = dir.path().join("host:2");
+        std::fs::write(&odd, OWN).unwrap();
+        let s = ProfileSource::parse(odd.to_str().unwrap()).unwrap();
+        assert_eq!((s.path, s.weight), (odd, 1.0));
+    }
+
+    #[test]
+    fn weighted_and_normalized_merges() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = dir.path().join("a.profile");
+        let b = dir.path().join("b.profile");
+        // a: 6 samples of one stack; b: 60 samples of another.
+        std::fs::write(
+            &a,
+            "# pagewise-profile 1\nobject 0 /bin/app\nstack 6 0:10\n",
+        )
+        .unwrap();
+        std::fs::write(
+            &b,
+            "# pagewise-profile 1\nobject 0 /bin/app\nstack 60 0:20\n",
+        )
+        .unwrap();
+        let src = |p: &Path, weight| ProfileSource {
+            path: p.to_owned(),
+            weight,
+        };
+        let weight_of = |p: &Profile, vaddr| {
+            p.stacks
+                .iter()
+                .find(|(_, s)| {
+                    s[0] == Location::Address {
+                        object: "/bin/app".into(),
+                        vaddr,
+                    }
+                })
+                .map_or(0, |(w, _)| *w)
+        };
+        let (p, notes) = merge_sources(&[src(&a, 2.0), src(&b, 1.0)], false, &|_| None).unwrap();
+        assert!(notes.is_empty());
+        assert_eq!((weight_of(&p, 0x10), weight_of(&p, 0x20)), (12, 60));
+        // Normalized: both count as 60 before their weights.
+        let (p, _) = merge_sources(&[src(&a, 2.0), src(&b, 1.0)], true, &|_| None).unwrap();
+        assert_eq!((weight_of(&p, 0x10), weight_of(&p, 0x20)), (120, 60));
+        let missing = merge_sources(&[src(&dir.path().join("none"), 1.0)], false, &|_| None);
+        assert!(matches!(missing, Err(ProfileError::Read { .. })));
+    }
+
+    #[test]
+    fn binary_garbage_is_an_error_not_a_panic() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("g.pb");
+        std::fs::write(&path, [0xffu8, 0x00, 0x13, 0x99]).unwrap();
+        assert!(matches!(
+            read_profile(&path, &|_| None),
+            Err(ProfileError::Decode { .. })
+        ));
+    }
+
+    /// Files that start like a perf.data file and are not one go to
+    /// `perf script`, which fails (or is missing): an error, not a panic or
+    /// an empty profile. Few cases: each starts a process.
+    #[test]
+    fn damaged_perf_data_files_are_errors() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("perf.data");
+        let mut runner = proptest::test_runner::TestRunner::new(ProptestConfig {
+            cases: 12,
+            ..ProptestConfig::default()
+        });
+        runner
+            .run(&proptest::collection::vec(any::<u8>(), 0..200), |tail| {
+                let mut bytes = PERF_DATA_MAGIC.to_vec();
+                bytes.extend(tail);
+                std::fs::write(&path, &bytes).unwrap();
+                match read_profile(&path, &|_| None) {
+                    Err(ProfileError::Decode { reason, .. }) => {
+                        prop_assert!(reason.contains("perf script"), "{reason}")
+                    }
+                    other => prop_assert!(false, "{other:?}"),
+                }
+                Ok(())
+            })
+            .unwrap();
+    }
+
     proptest! {
+        #[test]
+        fn format_detection_and_reading_garbage_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..300)) {
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("p");
+            std::fs::write(&path, &bytes).unwrap();
+            // perf.data garbage goes to `perf script`, which must fail cleanly too.
+            let _ = read_profile(&path, &|_| None);
+        }
+
+        /// `FILE:WEIGHT` arguments of any text: a source with a positive,
+        /// finite weight or a one-line error, never a panic.
+        #[test]
+        fn source_arguments_of_any_text(arg in "\\PC{0,30}|[a-z/]{1,8}:[-+0-9.eE]{0,8}|x:(inf|NaN|1e999|-0|0)") {
+            match ProfileSource::parse(&arg) {
+                Ok(source) => prop_assert!(source.weight.is_finite() && source.weight > 0.0, "{source:?}"),
+                Err(e) => prop_assert!(!e.contains('\n') && e.contains("weight"), "{e}"),
+            }
+        }
+
+        /// Weighting scales sample counts and drops those that round to 0;
+        /// a weight that would pass 2^64 stays at 2^64 − 1, and totals never wrap.
+        #[test]
+        fn weights_never_wrap(counts in proptest::collection::vec(prop_oneof![1u64..1000, u64::MAX - 3..=u64::MAX], 1..6), factor in prop_oneof![1e-30f64..1.0, 1.0f64..1e30, Just(f64::MAX)]) {
+            let mut p = Profile {
+                event: "cpu-clock".into(),
+                stacks: counts.iter().enumerate().map(|(i, &w)| (w, vec![Location::Unknown(i as u64)])).collect(),
+            };
+            p.scale(factor);
+            for (w, _) in &p.stacks {
+                prop_assert!(*w > 0);
+            }
+            let exact: u128 = p.stacks.iter().map(|(w, _)| u128::from(*w)).sum();
+            prop_assert_eq!(u128::from(p.total()), exact.min(u128::from(u64::MAX)));
+            let mut merged = p.clone();
+            merged.merge(p);
+            prop_assert!(merged.total() >= merged.stacks.first().map_or(0, |s| s.0));
+        }
+
         #[test]
         fn parsing_garbage_never_panics(text in "\\PC{0,300}") {
             let _ = Profile::parse(&text, "g");

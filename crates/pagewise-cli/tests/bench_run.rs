@@ -1,0 +1,288 @@
+//! CLI tests for `pagewise bench run`: a small real program (the 6 MiB-text C
+//! fixture) with and without `--fix huge-text`, and the same command as a
+//! no-op variant, which must come out within noise.
+
+use assert_cmd::Command;
+use pagewise_testkit::{skip, Need};
+
+mod common;
+
+const BIG_TEXT: &str = include_str!("fixtures/big_text.c");
+
+fn pagewise() -> Command {
+    let mut c = Command::cargo_bin("pagewise").unwrap();
+    c.env_remove("PAGEWISE_PRELOAD")
+        .env_remove("PAGEWISE_REPORT")
+        .env("XDG_CACHE_HOME", common::test_cache_home());
+    c
+}
+
+#[test]
+fn a_fix_and_a_no_op_in_randomised_pairs() {
+    let dir = tempfile::tempdir().unwrap();
+    let bin = match pagewise_testkit::compile_c(
+        dir.path(),
+        "big_text",
+        BIG_TEXT,
+        &["-fno-toplevel-reorder", "-no-pie"],
+    ) {
+        Ok(b) => b,
+        Err(why) => skip!(Need::Compiler, "{why}"),
+    };
+    let pairs = 12;
+    // At 99% with 12 pairs the interval is the whole range of the ratios: a
+    // no-op falls outside it only when all 12 land on one side (2 in 4096).
+    let out = pagewise()
+        .args(["bench", "run", "--fix", "huge-text", "--variant", "same="])
+        .args([
+            "-n",
+            &pairs.to_string(),
+            "--confidence",
+            "0.99",
+            "--seed",
+            "3",
+        ])
+        .args(["--json", "-q", "--"])
+        .arg(&bin)
+        .assert()
+        .success()
+        .get_output()
+        .clone();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["schema"], "pagewise.bench.run/1");
+    common::check_machine(&v);
+    assert_eq!(v["exit_status"], 0);
+    assert_eq!(v["blocks_measured"], pairs);
+    assert!(v["load"]["start"].is_array(), "{}", v["load"]);
+    // A sentence when the load moved during the runs, else null; never absent.
+    assert!(
+        v["load_warning"].is_null() || v["load_warning"].is_string(),
+        "{}",
+        v["load_warning"]
+    );
+    let names: Vec<&str> = v["variants"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["baseline", "huge-text", "same"]);
+    assert_eq!(v["variants"][1]["kind"], "fixes");
+    assert_eq!(v["variants"][2]["argv"][0], bin.to_str().unwrap());
+    for m in [
+        "wall_s",
+        "user_s",
+        "sys_s",
+        "minor_faults",
+        "major_faults",
+        "max_rss_bytes",
+    ] {
+        let s = &v["variants"][0]["metrics"][m];
+        assert!(
+            s["min"].as_f64().unwrap() <= s["median"].as_f64().unwrap(),
+            "{m}: {s}"
+        );
+        assert!(
+            s["median"].as_f64().unwrap() <= s["max"].as_f64().unwrap(),
+            "{m}: {s}"
+        );
+    }
+
+    // Pairing: one warm-up block, then `pairs` blocks; each runs every
+    // variant once, in an order that changes from block to block.
+    let blocks = v["blocks"].as_array().unwrap();
+    assert_eq!(blocks.len(), pairs + 1);
+    assert_eq!(blocks[0]["warmup"], true);
+    let mut orders = std::collections::HashSet::new();
+    for b in &blocks[1..] {
+        assert_eq!(b["warmup"], false);
+        let mut order: Vec<&str> = b["order"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|n| n.as_str().unwrap())
+            .collect();
+        orders.insert(order.clone());
+        order.sort_unstable();
+        assert_eq!(order, ["baseline", "huge-text", "same"]);
+        assert_eq!(b["runs"].as_array().unwrap().len(), 3);
+        assert!(b["runs"][0]["wall_s"].as_f64().unwrap() > 0.0);
+    }
+    assert!(orders.len() > 1, "the order never changed: {orders:?}");
+
+    // The no-op against the baseline is within noise, and its ratios bracket 1.
+    let comparisons = v["comparisons"].as_array().unwrap();
+    let same = comparisons
+        .iter()
+        .find(|c| c["variant"] == "same" && c["against"] == "baseline")
+        .unwrap();
+    assert_eq!(same["verdict"], "within-noise", "{same}");
+    let wall = &same["ratio"]["wall_s"];
+    assert!(wall["low"].as_f64().unwrap() <= 1.0 && wall["high"].as_f64().unwrap() >= 1.0);
+    assert!(wall["confidence"].as_f64().unwrap() >= 0.99);
+    assert!(same["rss_bound"].is_null());
+    // The fix is compared with the baseline and with the argument variant.
+    let fix = comparisons
+        .iter()
+        .find(|c| c["variant"] == "huge-text" && c["against"] == "baseline")
+        .unwrap();
+    assert!(["helped", "hurt", "within-noise"].contains(&fix["verdict"].as_str().unwrap()));
+    assert!(comparisons
+        .iter()
+        .any(|c| c["variant"] == "huge-text" && c["against"] == "same"));
+
+    let moved = v["variants"][1]["moved_bytes"].as_u64().unwrap();
+    if moved == 0 {
+        eprintln!(
+            "huge-text moved nothing here ({}): the RSS bound is not checked",
+            v["variants"][1]["not_moved"]
+        );
+        return;
+    }
+    assert!(moved >= 2 << 20);
+    let bound = &fix["rss_bound"];
+    assert_eq!(bound["moved_bytes"].as_u64().unwrap(), moved);
+    assert_eq!(bound["bound_bytes"].as_u64().unwrap(), moved + (2 << 20));
+    assert!(bound["within"].is_boolean());
+}
+
+#[test]
+fn the_table_says_the_verdict_in_words() {
+    let out = pagewise()
+        .args(["bench", "run", "--variant", "same=", "-n", "3", "-q", "--"])
+        .args(["sh", "-c", "exit 0"])
+        .assert()
+        .success()
+        .get_output()
+        .clone();
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.starts_with("machine: "), "{text}");
+    assert!(text.contains("load average"), "{text}");
+    assert!(text.contains("same against baseline: wall"), "{text}");
+    // Three pairs cannot make a 95% interval (the sign test needs 6): the
+    // table says so instead of a verdict.
+    assert!(
+        text.contains("too few pairs for a 95% interval: no verdict (give -n 6 or more)"),
+        "{text}"
+    );
+    assert!(
+        !["helped", "hurt", "within noise"]
+            .iter()
+            .any(|w| text.contains(w)),
+        "{text}"
+    );
+}
+
+/// Bad input is refused with one line on stderr that says what is wrong,
+/// before anything runs.
+#[test]
+fn bad_input_is_one_line() {
+    let cases: [(&[&str], &str); 6] = [
+        (
+            &["--fix", "huge-text=hot:/nonexistent/profile", "--", "true"],
+            "/nonexistent/profile",
+        ),
+        (
+            &["--fix", "keep-heap+keep-heap", "--", "true"],
+            "the same fix twice",
+        ),
+        (&["--variant", "noequals", "--", "true"], "NAME=ARGS"),
+        (
+            &[
+                "--huge-text-lib",
+                "libc",
+                "--variant",
+                "same=",
+                "--",
+                "true",
+            ],
+            "needs a huge-text fix",
+        ),
+        (
+            &["--variant", "same=", "--confidence", "1.5", "--", "true"],
+            "--confidence",
+        ),
+        (
+            &[
+                "--variant",
+                "same=",
+                "-n",
+                "2",
+                "--",
+                "/nonexistent/program",
+            ],
+            "cannot start",
+        ),
+    ];
+    let dir = tempfile::tempdir().unwrap();
+    let damaged = dir.path().join("damaged.profile");
+    std::fs::write(&damaged, [0x08u8, 0xff, 0xff, 0x1e, 0x00]).unwrap();
+    let damaged_fix = format!("huge-text=hot:{}", damaged.display());
+    let damaged_case: (&[&str], &str) = (
+        &["--fix", &damaged_fix, "--", "true"],
+        "not a pprof profile",
+    );
+    let work_file = dir.path().join("a-file");
+    std::fs::write(&work_file, "").unwrap();
+    let work_file = work_file.to_str().unwrap();
+    let file_as_work_dir: (&[&str], &str) = (
+        &["--work-dir", work_file, "--variant", "same=", "--", "true"],
+        "not a folder",
+    );
+    for (args, expected) in cases.into_iter().chain([damaged_case, file_as_work_dir]) {
+        let out = pagewise()
+            .args(["bench", "run", "-q"])
+            .args(args)
+            .assert()
+            .failure()
+            .get_output()
+            .clone();
+        let err = String::from_utf8(out.stderr).unwrap();
+        assert!(err.contains(expected), "{args:?}: {err}");
+        assert_eq!(err.trim().lines().count(), 1, "{args:?}: {err}");
+        assert!(out.stdout.is_empty(), "{args:?}");
+    }
+}
+
+#[test]
+fn a_variant_that_changes_the_exit_status_is_an_error() {
+    let out = pagewise()
+        .args([
+            "bench",
+            "run",
+            "--variant",
+            "other=-c false",
+            "-n",
+            "2",
+            "-q",
+        ])
+        .args(["--", "sh", "-c", "exit 3"])
+        .assert()
+        .failure()
+        .get_output()
+        .clone();
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert!(err.contains("exited with status"), "{err}");
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+}
+
+#[test]
+fn nothing_to_compare_is_refused() {
+    let out = pagewise()
+        .args(["bench", "run", "-q", "--", "true"])
+        .assert()
+        .failure()
+        .get_output()
+        .clone();
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert!(err.contains("nothing to compare"), "{err}");
+    let out = pagewise()
+        .args(["bench", "run", "--fix", "huge-txt", "--", "true"])
+        .assert()
+        .failure()
+        .get_output()
+        .clone();
+    assert!(String::from_utf8(out.stderr)
+        .unwrap()
+        .contains("unknown fix"));
+}
