@@ -725,6 +725,7 @@ fn phase(
     let remove = || {
         let _ = std::fs::remove_file(path);
         let _ = std::fs::remove_file(pagewise::queue::wait_path(path));
+        let _ = std::fs::remove_file(pagewise::queue::lock_path(path));
     };
     remove();
     let spec = |role| ChildSpec {

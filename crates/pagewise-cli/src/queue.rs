@@ -134,7 +134,10 @@ fn inspect(args: &InspectArgs) -> anyhow::Result<ExitCode> {
                     info.last_writer_pid
                 )
             } else if info.read_locked {
-                "none, and none can start: another process holds a read lock on byte 0 (find it with lslocks)".to_owned()
+                format!(
+                    "none seen (a read lock on byte 0 hides a writer's sign of life, and this user cannot open the lock file; last: pid {})",
+                    info.last_writer_pid
+                )
             } else {
                 format!(
                     "none (last: pid {}, {} opens)",

@@ -415,6 +415,119 @@ fn a_new_queue_gets_the_mode_asked_for_minus_the_umask() {
     let meta = std::fs::metadata(&q).unwrap();
     assert_eq!(meta.mode() & 0o7777, 0o640);
     assert_eq!(meta.uid(), effective_uid());
-    // Exactly one file: no temporary name is left.
-    assert_eq!(std::fs::read_dir(d.path()).unwrap().count(), 1);
+    // The queue and its lock file: no temporary name is left.
+    let mut names: Vec<_> = std::fs::read_dir(d.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    names.sort();
+    assert_eq!(names, ["q", "q.lock"]);
+}
+
+/// A process of user nobody holding a POSIX read lock (`F_SETLK`,
+/// `F_RDLCK`) on byte 0 of `q` — what any user who can read the queue can
+/// take — until its stdin closes. Perl, because it is the one scripting
+/// language another user can run here.
+struct ReadLockHolder {
+    child: Child,
+}
+
+impl ReadLockHolder {
+    fn start(mut perl: std::process::Command, q: &Path) -> ReadLockHolder {
+        let script = r#"use Fcntl qw(F_SETLK F_RDLCK SEEK_SET); $| = 1;
+open(my $f, "<", $ARGV[0]) or die "open: $!";
+my $l = pack("s s x4 q q i x4", F_RDLCK, SEEK_SET, 0, 1, 0);
+fcntl($f, F_SETLK, $l) or die "lock: $!";
+print "locked\n"; <STDIN>;"#;
+        let mut child = perl
+            .arg("-e")
+            .arg(script)
+            .arg(q)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        assert_eq!(line, "locked\n", "nobody could not take the read lock");
+        ReadLockHolder { child }
+    }
+}
+
+impl Drop for ReadLockHolder {
+    fn drop(&mut self) {
+        drop(self.child.stdin.take());
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn a_read_lock_held_by_another_user_stops_no_writer() {
+    let perl = nobody_or_skip!("perl");
+    let d = shared_dir();
+    let q = d.path().join("q");
+    assert!(append_lines(&q, "one\n").0);
+    // Between two writers, nobody (who may read the queue, mode 0644) takes
+    // a read lock on byte 0: that used to keep every later writer out. (A
+    // running writer holds the byte exclusively, so the lock waits for a gap.)
+    let held = ReadLockHolder::start(perl, &q);
+    let mut w = Appender::start(&q);
+    w.send("two");
+    wait_for_records(&q, 2);
+    let out = pagewise()
+        .args(["queue", "inspect", "--json"])
+        .arg(&q)
+        .output()
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    // The sign of life on byte 0 is hidden; root can open the lock file.
+    assert_eq!(v["read_locked"], true, "{v}");
+    assert_eq!(v["writer_alive"], true, "{v}");
+    w.send("three");
+    wait_for_records(&q, 3);
+    let (status, err) = w.finish();
+    assert!(
+        status.success(),
+        "a read lock held by user nobody stopped the writer: {status}: {err}"
+    );
+    drop(held);
+}
+
+#[test]
+fn a_lock_file_planted_by_another_user_is_refused() {
+    let mut link = nobody_or_skip!("ln");
+    let d = shared_dir();
+    let q = d.path().join("q");
+    let lock = d.path().join("q.lock");
+    let elsewhere = d.path().join("roots-file");
+    std::fs::write(&elsewhere, b"root's bytes").unwrap();
+    // A symbolic link at the lock file's name: never followed.
+    assert!(link
+        .arg("-s")
+        .arg(&elsewhere)
+        .arg(&lock)
+        .status()
+        .unwrap()
+        .success());
+    let (ok, err) = append_lines(&q, "x\n");
+    assert!(!ok, "root wrote with a lock file nobody planted as a link");
+    assert!(err.contains("symbolic link"), "{err}");
+    assert_eq!(std::fs::read(&elsewhere).unwrap(), b"root's bytes");
+    assert!(!q.exists(), "a queue was created anyway");
+    std::fs::remove_file(&lock).unwrap();
+    // A regular lock file nobody owns (and could hold a lock on).
+    assert!(nobody_runs("touch", &[], &lock));
+    assert_eq!(std::fs::metadata(&lock).unwrap().uid(), 65534);
+    let (ok, err) = append_lines(&q, "x\n");
+    assert!(!ok, "root used a lock file nobody owns");
+    assert!(err.contains("owned by user 65534"), "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    // Without it, the queue is made and its lock file is private.
+    std::fs::remove_file(&lock).unwrap();
+    assert!(append_lines(&q, "x\n").0);
+    let meta = std::fs::symlink_metadata(&lock).unwrap();
+    assert!(meta.file_type().is_file());
+    assert_eq!(meta.mode() & 0o777, 0o600);
 }

@@ -56,7 +56,7 @@ impl From<QueueError> for Failure {
             QueueError::Io { error, .. } => io_errno(error, libc::EIO),
             QueueError::Exists { .. } => libc::EEXIST,
             QueueError::Refused { .. } => libc::EPERM,
-            QueueError::WriterLocked { .. } | QueueError::ReadLocked { .. } => libc::EBUSY,
+            QueueError::WriterLocked { .. } => libc::EBUSY,
             QueueError::TooShort { .. }
             | QueueError::NotAQueue { .. }
             | QueueError::HeaderChecksum { .. }

@@ -51,13 +51,6 @@ pub enum QueueError {
         /// The queue file.
         path: PathBuf,
     },
-    /// A process that is not a writer holds a read lock on the writer lock's
-    /// byte (any process that can read the file can take one).
-    #[error("{path}: a process holds a read lock on the queue file's first byte, which keeps every writer out (pagewise readers take no locks): find it with `lslocks` or in /proc/locks and stop it")]
-    ReadLocked {
-        /// The queue file.
-        path: PathBuf,
-    },
     /// The file is shorter than the header.
     #[error("{path}: {size} bytes is too short for a queue (the header alone is {needed} bytes): truncated, or not a queue")]
     TooShort {

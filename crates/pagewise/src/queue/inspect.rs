@@ -49,10 +49,15 @@ pub struct Inspection {
     pub last_position: Option<Position>,
     /// Where the next record will go.
     pub end_position: Position,
-    /// Whether a writer holds the lock now.
+    /// Whether a writer holds the lock now: its sign of life on byte 0 of
+    /// the queue file, or its lock file `<queue>.lock` (which only the
+    /// writer's user can open). False when a reader's read lock on byte 0
+    /// hid the sign of life and this user cannot open the lock file.
     pub writer_alive: bool,
-    /// Whether a process that is not a writer holds a read lock on the
-    /// writer lock's byte: no writer can open the queue until it lets go.
+    /// Whether a process that is not a writer holds a read lock on byte 0
+    /// of the queue file. It does not keep writers out (they lock
+    /// `<queue>.lock`); it only hides a writer's sign of life from users
+    /// who cannot open the lock file.
     pub read_locked: bool,
     /// Process id of the writer that last opened the queue.
     pub last_writer_pid: u32,
@@ -130,7 +135,8 @@ pub fn inspect(path: impl AsRef<Path>) -> Result<Inspection, QueueError> {
         first_position,
         last_position,
         end_position,
-        writer_alive: holder == Some(LockKind::Exclusive),
+        writer_alive: holder == Some(LockKind::Exclusive)
+            || super::lock::lock_file_held(path) == Some(true),
         read_locked: holder == Some(LockKind::Shared),
         last_writer_pid: state.writer_pid,
         writer_opens: state.writer_opens,

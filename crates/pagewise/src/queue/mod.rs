@@ -66,6 +66,7 @@
 mod error;
 mod inspect;
 pub mod layout;
+mod lock;
 mod maps;
 mod notify;
 mod reader;
@@ -76,6 +77,7 @@ mod writer;
 pub use error::QueueError;
 pub use inspect::{inspect, Inspection, SCHEMA as INSPECT_SCHEMA};
 pub use layout::Geometry;
+pub use lock::lock_path;
 pub use notify::wait_path;
 pub use reader::{Reader, ReaderOptions, Record, Start, TruncationCheck, Wait};
 pub use recovery::Recovery;

@@ -3,9 +3,10 @@
 use super::error::QueueError;
 use super::layout::{
     self, encode_header, read_header, Geometry, CHUNK_HEADER_LEN, CHUNK_MAGIC, CHUNK_OFF_CREATED,
-    CHUNK_OFF_INDEX, HEADER_LEN, LOCK_LEN, LOCK_START, MARK_LEN, OFF_FIRST_CHUNK, OFF_TAIL_CHUNK,
-    OFF_WRITER_OPENS, OFF_WRITER_PID,
+    CHUNK_OFF_INDEX, HEADER_LEN, MARK_LEN, OFF_FIRST_CHUNK, OFF_TAIL_CHUNK, OFF_WRITER_OPENS,
+    OFF_WRITER_PID,
 };
+use super::lock::{self, WriterLock};
 use super::maps::{ChunkMaps, QueuePrepare};
 use super::notify::Waker;
 use super::recovery::{self, Recovery};
@@ -13,7 +14,7 @@ use super::window::{PreTouch, Window, WindowReport};
 use super::Position;
 use crate::copy::Routine;
 use crate::sys::create::{self, NewFile};
-use crate::sys::file::{self, LockKind};
+use crate::sys::file;
 use crate::sys::file_map::WriteMap;
 use crate::sys::Errno;
 use std::fs::File;
@@ -135,6 +136,8 @@ pub struct Writer {
     copy: fn(&mut [u8], &[u8]),
     /// Pre-touch is on: `idle_work` has work to do.
     pretouch: bool,
+    /// Held until the writer is dropped.
+    _lock: WriterLock,
 }
 
 impl std::fmt::Debug for Writer {
@@ -160,22 +163,6 @@ fn check_options(options: &Options) -> Result<(), QueueError> {
         p.check().map_err(QueueError::InvalidOptions)?;
     }
     Ok(())
-}
-
-fn lock(path: &Path, file: &File) -> Result<(), QueueError> {
-    match file::try_lock(file, LOCK_START, LOCK_LEN, LockKind::Exclusive) {
-        Ok(true) => Ok(()),
-        // A read lock there is no writer's: say so rather than blame a writer.
-        Ok(false) if matches!(layout::lock_holder(file), Ok(Some(LockKind::Shared))) => {
-            Err(QueueError::ReadLocked {
-                path: path.to_owned(),
-            })
-        }
-        Ok(false) => Err(QueueError::WriterLocked {
-            path: path.to_owned(),
-        }),
-        Err(e) => Err(QueueError::sys(path, "lock the queue for writing", e)),
-    }
 }
 
 /// Opens an existing queue for writing: never through a symbolic link, and
@@ -211,42 +198,59 @@ impl Writer {
         check_options(&options)?;
         // Built unnamed and named only when whole: no other process can see a
         // file without its header, and a failure leaves nothing behind.
+        if std::fs::symlink_metadata(path).is_ok() {
+            // Said before the lock file is tried: a running writer of that
+            // queue would otherwise make this `WriterLocked`.
+            return Err(QueueError::Exists {
+                path: path.to_owned(),
+            });
+        }
         let new = NewFile::in_dir_of(path, options.mode)
             .map_err(|e| QueueError::sys(path, "create the queue", e))?;
-        lock(path, new.file())?;
-        let geometry = Geometry {
-            version: layout::VERSION,
-            chunk_size: options.chunk_size,
-            flags: if options.record_crc {
-                layout::FLAG_RECORD_CRC
-            } else {
-                0
-            },
-            created_unix_ns: now_unix_ns(),
-        };
-        // The header page is allocated like everything else: a full file system fails here.
-        file::allocate(new.file(), 0, HEADER_LEN).map_err(|e| QueueError::NoSpace {
-            path: path.to_owned(),
-            offset: 0,
-            error: e,
-        })?;
-        new.file()
-            .write_all_at(&encode_header(&geometry), 0)
-            .map_err(QueueError::io(path, "write the header"))?;
-        // On a disk, the header reaches it before the name does.
-        new.file()
-            .sync_data()
-            .map_err(QueueError::io(path, "flush the header"))?;
-        let file = new.link_at(path).map_err(|e| {
-            if e.source.kind() == std::io::ErrorKind::AlreadyExists {
-                QueueError::Exists {
-                    path: path.to_owned(),
+        let lock = lock::lock(path, new.file())?;
+        // A create that fails before the name is given leaves nothing
+        // behind, its lock file included.
+        let named = (|| {
+            let geometry = Geometry {
+                version: layout::VERSION,
+                chunk_size: options.chunk_size,
+                flags: if options.record_crc {
+                    layout::FLAG_RECORD_CRC
+                } else {
+                    0
+                },
+                created_unix_ns: now_unix_ns(),
+            };
+            // The header page is allocated like everything else: a full file system fails here.
+            file::allocate(new.file(), 0, HEADER_LEN).map_err(|e| QueueError::NoSpace {
+                path: path.to_owned(),
+                offset: 0,
+                error: e,
+            })?;
+            new.file()
+                .write_all_at(&encode_header(&geometry), 0)
+                .map_err(QueueError::io(path, "write the header"))?;
+            // On a disk, the header reaches it before the name does.
+            new.file()
+                .sync_data()
+                .map_err(QueueError::io(path, "flush the header"))?;
+            new.link_at(path).map_err(|e| {
+                if e.source.kind() == std::io::ErrorKind::AlreadyExists {
+                    QueueError::Exists {
+                        path: path.to_owned(),
+                    }
+                } else {
+                    QueueError::sys(path, "give the new queue its name", e)
                 }
-            } else {
-                QueueError::sys(path, "give the new queue its name", e)
+            })
+        })();
+        match named {
+            Ok(file) => Writer::start(path, file, lock, &options),
+            Err(e) => {
+                lock.remove();
+                Err(e)
             }
-        })?;
-        Writer::start(path, file, &options)
+        }
     }
 
     /// Opens an existing queue for writing: takes the writer lock, finds the
@@ -261,8 +265,8 @@ impl Writer {
         let path = path.as_ref();
         check_options(&options)?;
         let file = open_for_writing(path)?;
-        lock(path, &file)?;
-        Writer::start(path, file, &options)
+        let lock = lock::lock(path, &file)?;
+        Writer::start(path, file, lock, &options)
     }
 
     /// Opens the queue at `path`, creating it first if there is none.
@@ -279,7 +283,12 @@ impl Writer {
         }
     }
 
-    fn start(path: &Path, file: File, options: &Options) -> Result<Writer, QueueError> {
+    fn start(
+        path: &Path,
+        file: File,
+        lock: WriterLock,
+        options: &Options,
+    ) -> Result<Writer, QueueError> {
         let (geometry, state, size) = read_header(path, &file)?;
         let file = Arc::new(file);
         let header = WriteMap::map(&file, 0, HEADER_LEN as usize, false)
@@ -340,6 +349,7 @@ impl Writer {
             hook: None,
             copy: options.copy.prepare(),
             pretouch: populate,
+            _lock: lock,
         };
         // The next mark must be inside the allocated file before anyone reads it.
         writer.ready_end = match writer.window.wait_ready(end.0 + MARK_LEN) {

@@ -57,6 +57,20 @@ pub fn open_no_follow(path: &Path) -> SysResult<File> {
     )
 }
 
+/// Opens `path` for reading and writing, creating it with mode 0600 (minus
+/// the umask) if there is nothing at that name, without following a
+/// symbolic link in the last component (`ELOOP`) and without blocking on a
+/// FIFO (`O_NONBLOCK`). An existing file is opened as it is: check its type
+/// and owner with `fstat` before trusting it. One `open` call.
+pub fn open_or_create_private(path: &Path) -> SysResult<File> {
+    open_raw(
+        path,
+        libc::O_RDWR | libc::O_CREAT | libc::O_NOFOLLOW | libc::O_NONBLOCK,
+        0o600,
+        "open(O_RDWR|O_CREAT|O_NOFOLLOW)",
+    )
+}
+
 /// Opens an existing file read-only without following a symbolic link in
 /// the last component (`ELOOP`) and without blocking on a FIFO
 /// (`O_NONBLOCK`): check its type with `fstat` before reading. One `open` call.
