@@ -517,7 +517,7 @@ mod tests {
                 window: 1 << 20,
                 max_window: 2 << 20,
                 lead: std::time::Duration::from_millis(1),
-                background: true,
+                mode: pagewise::queue::PreTouchMode::Thread,
             },
         };
         let report = run(&config, &NoProgress);

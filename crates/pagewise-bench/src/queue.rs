@@ -26,7 +26,9 @@
 use crate::{Machine, Progress, Summary};
 use hdrhistogram::Histogram;
 use pagewise::copy::Routine;
-use pagewise::queue::{Options, PreTouch, Reader, ReaderOptions, Start, Wait, Writer};
+use pagewise::queue::{
+    Options, PreTouch, PreTouchMode, Reader, ReaderOptions, Start, Wait, Writer,
+};
 use pagewise::sys::clock::monotonic_ns;
 use pagewise::sys::file::{self};
 use pagewise::sys::file_map::{FileAdvice, ReadMap, WriteMap};
@@ -309,7 +311,11 @@ fn open_sink(spec: &ChildSpec) -> Result<Box<dyn Sink>, String> {
             let options = Options {
                 pretouch: pretouch.then(|| PreTouch {
                     window: spec.window,
-                    background: spec.pretouch == Pretouch::Background,
+                    mode: if spec.pretouch == Pretouch::Background {
+                        PreTouchMode::Thread
+                    } else {
+                        PreTouchMode::Idle
+                    },
                     ..PreTouch::default()
                 }),
                 copy: spec.copy,

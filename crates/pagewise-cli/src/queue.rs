@@ -146,6 +146,13 @@ fn inspect(args: &InspectArgs) -> anyhow::Result<ExitCode> {
             },
         ),
         (
+            "writer's pre-touch",
+            info.last_writer_pretouch.map_or_else(
+                || "not recorded (an earlier pagewise)".to_owned(),
+                |m| m.name().to_owned(),
+            ),
+        ),
+        (
             "after the end",
             if info.uncommitted_bytes_after_end {
                 "uncommitted bytes (a record being written, or a torn one the next writer discards)"

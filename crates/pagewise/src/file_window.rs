@@ -8,7 +8,7 @@
 //! without the queue's file format; `pagewise bench mmap-prefault` compares it
 //! with the other ways of prefaulting a file.
 
-use crate::queue::{PreTouch, Prepare, QueueError, Window, WindowReport};
+use crate::queue::{PreTouch, PreToucher, Prepare, QueueError, Window, WindowReport};
 use crate::sys::file;
 use crate::sys::file_map::{FileAdvice, MapPopulator, WriteMap};
 use std::fs::File;
@@ -49,8 +49,8 @@ impl Prepare for FilePrepare {
 impl FileWindow {
     /// Starts the pre-toucher thread (`pagewise-pretouch`) for `file`, mapped
     /// from offset 0 by `map`, written up to `size` bytes; the window is
-    /// sized by `pretouch` (its `background` flag is ignored: there is always
-    /// a thread). `path` only names the file in errors. Costs a thread and a
+    /// sized by `pretouch` (its `mode` is ignored: there is always a
+    /// thread). `path` only names the file in errors. Costs a thread and a
     /// duplicated file descriptor; nothing is prepared until the first
     /// [`FileWindow::wait_ready`] or the thread's first step.
     pub fn start(
@@ -70,11 +70,17 @@ impl FileWindow {
             populator: map.populator(),
             size,
         };
-        let pretouch = PreTouch {
-            background: true,
-            ..pretouch
-        };
-        let window = Window::start(0, pretouch.piece(), 0, pretouch, Box::new(prep), true)?;
+        let window = Window::start(
+            0,
+            pretouch.piece(true),
+            0,
+            pretouch,
+            Box::new(prep),
+            (
+                PreToucher::Thread,
+                "FileWindow always runs the thread".into(),
+            ),
+        )?;
         Ok(FileWindow { window })
     }
 
@@ -139,7 +145,7 @@ mod tests {
             off += 4096;
         }
         let report = window.report();
-        assert!(report.background, "{report:?}");
+        assert_eq!(report.mode, PreToucher::Thread, "{report:?}");
         assert_eq!(report.last_error, None);
         drop(window);
         // All of it, and no piece (128 KiB for this window) past the end; a disk

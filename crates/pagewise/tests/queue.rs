@@ -5,8 +5,8 @@
 
 use pagewise::observe::faults_during;
 use pagewise::queue::{
-    inspect, Options, Position, PreTouch, QueueError, Reader, ReaderOptions, Retention, Start,
-    Wait, Writer,
+    inspect, Options, Position, PreTouch, PreTouchMode, QueueError, Reader, ReaderOptions,
+    Retention, Start, Wait, Writer,
 };
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
@@ -25,7 +25,7 @@ fn small(pretouch: bool) -> Options {
             window: 256 << 10,
             max_window: 1 << 20,
             lead: Duration::from_millis(2),
-            background: true,
+            mode: PreTouchMode::Thread,
         }),
         ..Options::default()
     }
@@ -952,7 +952,7 @@ fn idle_only(window: u64) -> Options {
         pretouch: Some(PreTouch {
             window,
             max_window: window,
-            background: false,
+            mode: PreTouchMode::Idle,
             ..PreTouch::default()
         }),
         ..Options::default()
@@ -972,7 +972,7 @@ fn idle_work_prepares_the_window_so_appends_take_no_faults() {
     for burst in 0..30 {
         while w.idle_work().unwrap() {}
         let before = w.report().window;
-        assert!(!before.background);
+        assert_eq!(before.mode, pagewise::queue::PreToucher::Idle);
         let faults = faults_of(|| {
             for _ in 0..1500 {
                 w.append(&record).unwrap();
@@ -1123,5 +1123,84 @@ fn idle_pretouch_reopened_at_an_unaligned_position_crosses_small_chunks() {
     assert!(
         all.last().unwrap().0 .0 > 4096 + 5 * CHUNK,
         "crossed many chunks"
+    );
+}
+
+#[test]
+fn auto_pretouch_starts_a_thread_only_with_a_cpu_to_spare() {
+    use pagewise::queue::{PreToucher, THREAD_MIN_CPUS};
+    let cpus = pagewise::sys::process::usable_cpus().unwrap();
+    assert!(!cpus.is_empty());
+    let d = dir();
+    let path = d.path().join("q");
+    let mut w = Writer::create(
+        &path,
+        Options {
+            chunk_size: CHUNK,
+            ..Options::default()
+        },
+    )
+    .unwrap();
+    let report = w.report().window;
+    let expected = if cpus.len() >= THREAD_MIN_CPUS {
+        PreToucher::Thread
+    } else {
+        PreToucher::Idle
+    };
+    assert_eq!(report.mode, expected, "{report:?}");
+    assert!(
+        report
+            .mode_reason
+            .contains(&format!("{} usable CPU", cpus.len())),
+        "{report:?}"
+    );
+    // Idle mode still keeps appends free of page faults: the writer
+    // prepares what it needs when it catches up.
+    for i in 0..10_000u32 {
+        w.append(&i.to_le_bytes()).unwrap();
+    }
+    let report = w.report().window;
+    match expected {
+        PreToucher::Idle => assert!(
+            report.pieces_inline > 0 && report.pieces_background == 0,
+            "{report:?}"
+        ),
+        _ => assert!(report.pieces_background > 0, "{report:?}"),
+    }
+    // The choice is in the header for inspect.
+    assert_eq!(inspect(&path).unwrap().last_writer_pretouch, Some(expected));
+}
+
+#[test]
+fn an_explicit_pretouch_mode_is_kept_and_reported() {
+    use pagewise::queue::PreToucher;
+    let d = dir();
+    for (mode, expect) in [
+        (PreTouchMode::Thread, PreToucher::Thread),
+        (PreTouchMode::Idle, PreToucher::Idle),
+    ] {
+        let path = d.path().join(format!("q-{}", expect.name()));
+        let w = Writer::create(
+            &path,
+            Options {
+                chunk_size: CHUNK,
+                pretouch: Some(PreTouch {
+                    mode,
+                    ..PreTouch::default()
+                }),
+                ..Options::default()
+            },
+        )
+        .unwrap();
+        let report = w.report().window;
+        assert_eq!(report.mode, expect);
+        assert!(report.mode_reason.contains("asked for"), "{report:?}");
+        assert_eq!(inspect(&path).unwrap().last_writer_pretouch, Some(expect));
+    }
+    let path = d.path().join("q-off");
+    drop(Writer::create(&path, small(false)).unwrap());
+    assert_eq!(
+        inspect(&path).unwrap().last_writer_pretouch,
+        Some(PreToucher::Off)
     );
 }

@@ -12,7 +12,9 @@
 //! returned in a small shared "ack" file, so the test knows which records must
 //! exist.
 
-use pagewise::queue::{inspect, Options, PreTouch, Reader, ReaderOptions, Start, Writer};
+use pagewise::queue::{
+    inspect, Options, PreTouch, PreTouchMode, Reader, ReaderOptions, Start, Writer,
+};
 use pagewise::sys::file_map::WriteMap;
 use std::io::{BufRead, BufReader};
 use std::os::unix::fs::FileExt;
@@ -40,7 +42,7 @@ fn options() -> Options {
             window: 256 << 10,
             max_window: 1 << 20,
             lead: Duration::from_millis(2),
-            background: true,
+            mode: PreTouchMode::Thread,
         }),
         ..Options::default()
     }

@@ -3,6 +3,7 @@
 use super::error::QueueError;
 use super::layout::{self, lock_holder, HEADER_LEN};
 use super::reader::{Reader, ReaderOptions, Start};
+use super::window::PreToucher;
 use super::Position;
 use crate::sys::file::LockKind;
 use serde::Serialize;
@@ -63,6 +64,10 @@ pub struct Inspection {
     pub last_writer_pid: u32,
     /// How many times a writer opened the queue.
     pub writer_opens: u64,
+    /// What prepared the file ahead of the writer that last opened the
+    /// queue: `thread`, `idle` (the writer's idle time) or `off`; null when
+    /// that writer did not record it (an earlier pagewise).
+    pub last_writer_pretouch: Option<PreToucher>,
     /// Non-zero bytes right after the end: a writer is filling a record, or
     /// one died mid-record (the next writer discards them).
     pub uncommitted_bytes_after_end: bool,
@@ -140,6 +145,7 @@ pub fn inspect(path: impl AsRef<Path>) -> Result<Inspection, QueueError> {
         read_locked: holder == Some(LockKind::Shared),
         last_writer_pid: state.writer_pid,
         writer_opens: state.writer_opens,
+        last_writer_pretouch: PreToucher::from_code(state.writer_pretouch),
         uncommitted_bytes_after_end: uncommitted,
         problem,
     })

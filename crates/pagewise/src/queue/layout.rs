@@ -64,6 +64,9 @@ pub(crate) const OFF_WAKE: usize = 192;
 pub(crate) const OFF_WRITER_PID: usize = 256;
 /// How many times a writer opened the queue, u64.
 pub(crate) const OFF_WRITER_OPENS: usize = 264;
+/// What prepares the file ahead of the writer that last opened the queue,
+/// u32 (see `PreToucher::code`; 0: an earlier pagewise did not say).
+pub(crate) const OFF_WRITER_PRETOUCH: usize = 272;
 
 /// The writer lock: an exclusive open-file-description lock on this byte
 /// range (the first byte of the file), held by the one writer. The kernel
@@ -284,6 +287,8 @@ pub struct HeaderState {
     pub writer_pid: u32,
     /// Writer opens so far.
     pub writer_opens: u64,
+    /// The last writer's pre-touch mode code (0: not recorded).
+    pub writer_pretouch: u32,
 }
 
 /// Validates the header page (at least [`HEADER_LEN`] bytes) and returns the geometry.
@@ -350,6 +355,7 @@ pub fn decode_header(path: &Path, h: &[u8]) -> Result<(Geometry, HeaderState), Q
         tail_chunk: u64_at(h, OFF_TAIL_CHUNK),
         writer_pid: u32_at(h, OFF_WRITER_PID),
         writer_opens: u64_at(h, OFF_WRITER_OPENS),
+        writer_pretouch: u32_at(h, OFF_WRITER_PRETOUCH),
     };
     Ok((g, state))
 }

@@ -81,7 +81,7 @@ pub use lock::lock_path;
 pub use notify::wait_path;
 pub use reader::{Reader, ReaderOptions, Record, Start, TruncationCheck, Wait};
 pub use recovery::Recovery;
-pub use window::{PreTouch, WindowReport};
+pub use window::{PreTouch, PreTouchMode, PreToucher, WindowReport, THREAD_MIN_CPUS};
 pub(crate) use window::{Prepare, Window};
 pub use writer::{Options, Reservation, RetainReport, Retention, Writer, WriterReport};
 

@@ -31,7 +31,31 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-/// How the writer's pre-toucher sizes its window.
+/// Where the pre-touch work runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum PreTouchMode {
+    /// Chosen when the writer opens, from the CPUs this process may use
+    /// (`sched_getaffinity`): a thread when there are at least
+    /// [`THREAD_MIN_CPUS`], else idle-time work. On a machine with no core to
+    /// spare, a third runnable thread beside a spinning writer and reader
+    /// takes a CPU from one of them every time it wakes.
+    #[default]
+    Auto,
+    /// A background thread (`pagewise-pretouch`) keeps the window ready and
+    /// adapts its size to the write rate.
+    Thread,
+    /// No thread: the writer prepares the window itself, one small piece
+    /// (4 KiB) per [`Writer::idle_work`](super::Writer::idle_work) call
+    /// while it waits between records, and in runs when it catches up. The
+    /// window stays at `window` (no rate adaptation).
+    Idle,
+}
+
+/// The fewest usable CPUs for which [`PreTouchMode::Auto`] starts a thread:
+/// one for the writer, one for a spinning reader, one for the thread.
+pub const THREAD_MIN_CPUS: usize = 3;
+
+/// How the writer's pre-toucher sizes its window and where it runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PreTouch {
     /// The smallest window kept ready ahead of the writer (default 4 MiB).
@@ -41,14 +65,8 @@ pub struct PreTouch {
     /// How far ahead in time the window should reach at the measured write
     /// rate (default 4 ms): a fast writer gets a larger window.
     pub lead: Duration,
-    /// Prepare the window on a background thread (default `true`). `false`:
-    /// no thread; the writer prepares the window itself, one small piece
-    /// (4 KiB) per [`Writer::idle_work`](super::Writer::idle_work) call
-    /// while it waits between records, and inline when it catches up. For
-    /// a paced writer on a machine with no core to spare for the thread,
-    /// whose wake-ups would otherwise delay the writer or its readers.
-    /// The window stays at `window` (no rate adaptation).
-    pub background: bool,
+    /// Where the work runs (default [`PreTouchMode::Auto`]).
+    pub mode: PreTouchMode,
 }
 
 impl Default for PreTouch {
@@ -57,7 +75,51 @@ impl Default for PreTouch {
             window: 4 << 20,
             max_window: 64 << 20,
             lead: Duration::from_millis(4),
-            background: true,
+            mode: PreTouchMode::Auto,
+        }
+    }
+}
+
+/// What pre-touch a writer runs, after [`PreTouchMode::Auto`] was resolved.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum PreToucher {
+    /// No pre-touch: the writer allocates as it goes and takes page faults.
+    #[default]
+    Off,
+    /// The background thread.
+    Thread,
+    /// Idle-time work on the writer's thread.
+    Idle,
+}
+
+impl PreToucher {
+    /// `off`, `thread` or `idle`.
+    pub fn name(self) -> &'static str {
+        match self {
+            PreToucher::Off => "off",
+            PreToucher::Thread => "thread",
+            PreToucher::Idle => "idle",
+        }
+    }
+
+    /// The code stored in the queue header for `inspect` (0 means a writer
+    /// that did not say: an earlier pagewise).
+    pub(crate) fn code(self) -> u32 {
+        match self {
+            PreToucher::Off => 1,
+            PreToucher::Thread => 2,
+            PreToucher::Idle => 3,
+        }
+    }
+
+    /// The mode stored as `code`, if it is one.
+    pub(crate) fn from_code(code: u32) -> Option<PreToucher> {
+        match code {
+            1 => Some(PreToucher::Off),
+            2 => Some(PreToucher::Thread),
+            3 => Some(PreToucher::Idle),
+            _ => None,
         }
     }
 }
@@ -77,11 +139,41 @@ impl PreTouch {
         Ok(())
     }
 
+    /// Resolves the mode: what runs, and why (for reports). `Auto` asks the
+    /// kernel which CPUs this thread may use (one system call).
+    pub fn resolve(&self) -> (PreToucher, String) {
+        match self.mode {
+            PreTouchMode::Thread => (PreToucher::Thread, "asked for (PreTouchMode::Thread)".into()),
+            PreTouchMode::Idle => (PreToucher::Idle, "asked for (PreTouchMode::Idle)".into()),
+            PreTouchMode::Auto => match crate::sys::process::usable_cpus() {
+                Ok(cpus) if cpus.len() >= THREAD_MIN_CPUS => (
+                    PreToucher::Thread,
+                    format!(
+                        "auto: {} usable CPUs (sched_getaffinity), one to spare for the thread beside a writer and a reader",
+                        cpus.len()
+                    ),
+                ),
+                Ok(cpus) => (
+                    PreToucher::Idle,
+                    format!(
+                        "auto: {} usable CPU{} (sched_getaffinity), none to spare for a thread beside a spinning writer and reader",
+                        cpus.len(),
+                        if cpus.len() == 1 { "" } else { "s" }
+                    ),
+                ),
+                Err(e) => (
+                    PreToucher::Idle,
+                    format!("auto: the usable CPUs are unknown ({e}), so no thread"),
+                ),
+            },
+        }
+    }
+
     /// The piece size for this window: an eighth of it, 64 KiB to 1 MiB, on
     /// a background thread; 4 KiB (a few microseconds of work) when the
     /// writer prepares pieces in its idle time.
-    pub(crate) fn piece(&self) -> u64 {
-        if !self.background {
+    pub(crate) fn piece(&self, thread: bool) -> u64 {
+        if !thread {
             return IDLE_PIECE;
         }
         (self.window / 8)
@@ -113,9 +205,10 @@ pub(crate) trait Prepare: Send + Sync + 'static {
 /// What the pre-toucher did, for reports.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
 pub struct WindowReport {
-    /// Whether a background thread prepares the window (`false`: the writer
-    /// allocates inline and takes page faults).
-    pub background: bool,
+    /// What prepares the window: the thread, idle-time work, or nothing.
+    pub mode: PreToucher,
+    /// Why that mode (what `PreTouchMode::Auto` found, or that it was asked for).
+    pub mode_reason: String,
     /// Bytes per piece.
     pub piece_bytes: u64,
     /// Configured smallest window.
@@ -137,6 +230,13 @@ pub struct WindowReport {
     pub writer_waits: u64,
     /// The last error the background thread hit (it backs off and retries).
     pub last_error: Option<String>,
+}
+
+impl WindowReport {
+    /// The mode and why, in one line: `idle (auto: 2 usable CPUs …)`.
+    pub fn mode_description(&self) -> String {
+        format!("{} ({})", self.mode.name(), self.mode_reason)
+    }
 }
 
 #[derive(Debug, Default)]
@@ -162,6 +262,8 @@ impl State {
 }
 
 struct Shared {
+    mode: PreToucher,
+    mode_reason: String,
     origin: u64,
     piece: u64,
     config: PreTouch,
@@ -292,17 +394,21 @@ impl std::fmt::Debug for Window {
 impl Window {
     /// A window over pieces of `piece` bytes counted from `origin`, starting
     /// with the piece that holds `start` (the writer's position). With
-    /// `background`, a thread named `pagewise-pretouch` runs ahead of the writer.
+    /// `mode` [`PreToucher::Thread`], a thread named `pagewise-pretouch` runs
+    /// ahead of the writer; `reason` says why that mode, for reports.
     pub(crate) fn start(
         origin: u64,
         piece: u64,
         start: u64,
         config: PreTouch,
         prep: Box<dyn Prepare>,
-        background: bool,
+        (mode, mode_reason): (PreToucher, String),
     ) -> Result<Window, QueueError> {
+        let background = mode == PreToucher::Thread;
         let first = start.saturating_sub(origin) / piece;
         let shared = Arc::new(Shared {
+            mode,
+            mode_reason,
             origin,
             piece,
             config,
@@ -456,7 +562,8 @@ impl Window {
     pub(crate) fn report(&self) -> WindowReport {
         let s = &*self.shared;
         WindowReport {
-            background: self.thread.is_some(),
+            mode: s.mode,
+            mode_reason: s.mode_reason.clone(),
             piece_bytes: s.piece,
             window_bytes: s.config.window,
             max_window_bytes: s.config.max_window,
@@ -582,11 +689,19 @@ mod tests {
         })
     }
 
+    fn idle() -> (PreToucher, String) {
+        (PreToucher::Idle, "test".into())
+    }
+
+    fn thread() -> (PreToucher, String) {
+        (PreToucher::Thread, "test".into())
+    }
+
     const CFG: PreTouch = PreTouch {
         window: 4 << 16,
         max_window: 4 << 16,
         lead: Duration::from_millis(1),
-        background: true,
+        mode: PreTouchMode::Thread,
     };
 
     #[test]
@@ -615,7 +730,7 @@ mod tests {
     #[test]
     fn inline_window_prepares_exactly_what_is_needed() {
         let l = log(u64::MAX);
-        let w = Window::start(100, 1 << 16, 100, CFG, Box::new(Arc::clone(&l)), false).unwrap();
+        let w = Window::start(100, 1 << 16, 100, CFG, Box::new(Arc::clone(&l)), idle()).unwrap();
         assert_eq!(w.frontier(), 100);
         assert_eq!(w.wait_ready(101).unwrap(), 100 + (1 << 16));
         assert_eq!(
@@ -632,7 +747,7 @@ mod tests {
     #[test]
     fn background_thread_keeps_the_window_but_no_more() {
         let l = log(u64::MAX);
-        let w = Window::start(0, 1 << 16, 0, CFG, Box::new(Arc::clone(&l)), true).unwrap();
+        let w = Window::start(0, 1 << 16, 0, CFG, Box::new(Arc::clone(&l)), thread()).unwrap();
         let deadline = Instant::now() + Duration::from_secs(20);
         while w.frontier() < CFG.window && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(1));
@@ -657,7 +772,7 @@ mod tests {
     #[test]
     fn errors_reach_the_writer_and_the_piece_can_be_retried() {
         let l = log(2 << 16);
-        let w = Window::start(0, 1 << 16, 0, CFG, Box::new(Arc::clone(&l)), true).unwrap();
+        let w = Window::start(0, 1 << 16, 0, CFG, Box::new(Arc::clone(&l)), thread()).unwrap();
         let err = w.wait_ready(3 << 16).unwrap_err();
         assert!(err.to_string().contains("no space at 131072"), "{err}");
         // Space comes back: the same piece now succeeds.

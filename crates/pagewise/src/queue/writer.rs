@@ -4,13 +4,13 @@ use super::error::QueueError;
 use super::layout::{
     self, encode_header, read_header, Geometry, CHUNK_HEADER_LEN, CHUNK_MAGIC, CHUNK_OFF_CREATED,
     CHUNK_OFF_INDEX, HEADER_LEN, MARK_LEN, OFF_FIRST_CHUNK, OFF_TAIL_CHUNK, OFF_WRITER_OPENS,
-    OFF_WRITER_PID,
+    OFF_WRITER_PID, OFF_WRITER_PRETOUCH,
 };
 use super::lock::{self, WriterLock};
 use super::maps::{ChunkMaps, QueuePrepare};
 use super::notify::Waker;
 use super::recovery::{self, Recovery};
-use super::window::{PreTouch, Window, WindowReport};
+use super::window::{PreTouch, PreTouchMode, PreToucher, Window, WindowReport};
 use super::Position;
 use crate::copy::Routine;
 use crate::sys::create::{self, NewFile};
@@ -34,9 +34,10 @@ pub struct Options {
     /// off). Worth it on disk, where a power cut can persist a mark without
     /// its payload. An existing queue keeps its own setting.
     pub record_crc: bool,
-    /// Keep a window ahead of the writer allocated and faulted in by a
-    /// background thread (default on, 4 MiB). `None`: the writer allocates
-    /// as it goes and takes a page fault on every new page.
+    /// Keep a window ahead of the writer allocated and faulted in (default
+    /// on, 4 MiB; by a thread or in the writer's idle time, chosen from the
+    /// usable CPUs: [`PreTouchMode::Auto`]). `None`: the writer allocates as
+    /// it goes and takes a page fault on every new page.
     pub pretouch: Option<PreTouch>,
     /// Permission bits of a new queue file (default `0o644`, minus the umask).
     /// Only processes that may write the file can truncate or damage it;
@@ -298,16 +299,24 @@ impl Writer {
 
         let chunk = geometry.chunk_of(end.0);
         let populate = options.pretouch.is_some();
-        let background = options.pretouch.is_some_and(|p| p.background);
+        let (mode, reason) = match &options.pretouch {
+            Some(p) => p.resolve(),
+            None => (
+                PreToucher::Off,
+                "off (Options::pretouch is None)".to_owned(),
+            ),
+        };
         let pretouch = options.pretouch.unwrap_or(PreTouch {
             window: 1 << 20,
             max_window: 1 << 20,
             lead: Duration::ZERO,
             // Only sizes the pieces (128 KiB): without pre-touch there is no
             // thread and `idle_work` does nothing.
-            background: true,
+            mode: PreTouchMode::Thread,
         });
-        let piece = pretouch.piece().min(geometry.chunk_size);
+        let piece = pretouch
+            .piece(mode != PreToucher::Idle)
+            .min(geometry.chunk_size);
         let maps = Arc::new(ChunkMaps::new(
             path.to_owned(),
             Arc::clone(&file),
@@ -324,7 +333,7 @@ impl Writer {
             end.0,
             pretouch,
             Box::new(prep),
-            background,
+            (mode, reason),
         )?;
         let map = maps.take(chunk)?;
         let chunk_base = geometry.chunk_base(chunk).unwrap_or(u64::MAX);
@@ -366,6 +375,11 @@ impl Writer {
         writer
             .header
             .store_u32(OFF_WRITER_PID, std::process::id(), Ordering::Relaxed);
+        writer.header.store_u32(
+            OFF_WRITER_PRETOUCH,
+            writer.window.report().mode.code(),
+            Ordering::Relaxed,
+        );
         let opens = writer
             .header
             .load_u64(OFF_WRITER_OPENS, Ordering::Relaxed)
@@ -445,7 +459,7 @@ impl Writer {
     /// microseconds) when the window is short, or takes a retired chunk's
     /// mapping down by 1 MiB (tens of microseconds). Returns whether there
     /// was work. Call it while a paced writer waits for its next record;
-    /// with [`PreTouch::background`] off it is what keeps appends free of
+    /// in [`PreTouchMode::Idle`] it is what keeps appends free of
     /// page faults. Does nothing without pre-touch.
     pub fn idle_work(&mut self) -> Result<bool, QueueError> {
         if !self.pretouch {

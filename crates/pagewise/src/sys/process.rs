@@ -416,6 +416,25 @@ pub fn make_this_thread_idle() -> SysResult<()> {
     Ok(())
 }
 
+/// The CPUs the calling thread may run on (`sched_getaffinity`), in
+/// increasing order: what a process started under `taskset`, a cpuset or a
+/// container limit can actually use. One system call.
+pub fn usable_cpus() -> SysResult<Vec<usize>> {
+    // SAFETY: an all-zero cpu_set_t is the empty set, a valid value.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: pid 0 is the calling thread; `set` is writable and its size is passed.
+    let rc =
+        unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) };
+    if rc != 0 {
+        return Err(SysError::last("sched_getaffinity"));
+    }
+    let max = 8 * std::mem::size_of::<libc::cpu_set_t>();
+    // SAFETY: CPU_ISSET reads the set only, for indices below its size.
+    Ok((0..max)
+        .filter(|&c| unsafe { libc::CPU_ISSET(c, &set) })
+        .collect())
+}
+
 /// The process [`ForwardSignals`] passes signals on to (0: none).
 static FORWARD_TO: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
 
