@@ -655,13 +655,20 @@ impl Reader {
             .min(self.chunk_end)
             .saturating_sub(self.chunk_base))
         .min(from + AHEAD);
-        if limit > from {
+        // Only what is not mapped in yet: a writer whose file grows a little
+        // at a time (idle-time pre-touch) leaves less than AHEAD / 2 ahead,
+        // and asking again for the same pages cost two `madvise` calls per
+        // record in a ping-pong (`bench queue --rtt`).
+        let start = from.max(self.populated_to & !(page - 1));
+        if limit > start {
             let _ = self.map.advise(
-                from as usize,
-                (limit - from) as usize,
+                start as usize,
+                (limit - start) as usize,
                 FileAdvice::PopulateRead,
             );
             self.populated_to = limit;
+        } else if self.retired.is_some() {
+            self.drop_retired_piece();
         }
     }
 
