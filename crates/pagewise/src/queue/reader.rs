@@ -149,8 +149,13 @@ impl Watcher {
                 {
                     return;
                 }
+                // `needed` first: it is a size the reader saw earlier, so a
+                // size read after it is at least as large unless the file
+                // shrank. Read the other way round, a reader that saw the
+                // file grow in between made this look like a truncation.
+                let needed = s.needed.load(Ordering::Acquire);
                 if let Ok(meta) = file.metadata() {
-                    if meta.len() < s.needed.load(Ordering::Relaxed) {
+                    if meta.len() < needed {
                         s.truncated.store(meta.len(), Ordering::Release);
                     }
                 }
@@ -597,7 +602,7 @@ impl Reader {
         }
         self.known_size = size;
         if let Some(w) = &self.watcher {
-            w.shared.needed.store(size, Ordering::Relaxed);
+            w.shared.needed.store(size, Ordering::Release);
         }
         Ok(self.pos + MARK_LEN <= size)
     }
