@@ -38,6 +38,8 @@ use std::path::{Path, PathBuf};
 use std::process::Child;
 use std::time::Duration;
 
+pub mod rtt;
+
 /// The JSON schema of a [`Report`].
 pub const SCHEMA: &str = "pagewise.bench.queue/1";
 
@@ -172,6 +174,10 @@ trait Sink {
     /// Called while the writer waits for a record's send time.
     fn idle(&mut self) -> Result<(), String> {
         Ok(())
+    }
+    /// Whether `idle` does anything (then a waiting reader calls it).
+    fn wants_idle(&self) -> bool {
+        false
     }
 }
 
@@ -648,6 +654,10 @@ pub struct Report {
     pub rows: Vec<Row>,
     /// Rows that did not run.
     pub not_run: Vec<NotRun>,
+    /// The round-trip experiment (`bench queue --rtt`), which runs instead
+    /// of the one-way rows: then `rows` and `not_run` are empty and the
+    /// one-way settings above only echo the configuration. Null otherwise.
+    pub rtt: Option<rtt::RttReport>,
 }
 
 struct Trial {
@@ -670,9 +680,13 @@ struct Running {
 }
 
 impl Running {
-    fn start(spawn: Spawn<'_>, spec: &ChildSpec) -> Result<Running, String> {
-        let mut child =
-            spawn(spec).map_err(|e| format!("could not start the {:?} process: {e}", spec.role))?;
+    /// Starts a child with `spawn` and waits for its `ready` line; `role`
+    /// names it in errors.
+    fn start(
+        spawn: impl FnOnce() -> std::io::Result<Child>,
+        role: &str,
+    ) -> Result<Running, String> {
+        let mut child = spawn().map_err(|e| format!("could not start the {role} process: {e}"))?;
         let stdout = child
             .stdout
             .take()
@@ -683,10 +697,7 @@ impl Running {
         };
         let line = r.line()?;
         if line != READY {
-            return Err(format!(
-                "the {:?} process said {line:?} instead of ready",
-                spec.role
-            ));
+            return Err(format!("the {role} process said {line:?} instead of ready"));
         }
         Ok(r)
     }
@@ -703,7 +714,7 @@ impl Running {
         Ok(line.trim().to_owned())
     }
 
-    fn finish(mut self) -> Result<ChildResult, String> {
+    fn finish<T: serde::de::DeserializeOwned>(mut self) -> Result<T, String> {
         let line = self.line()?;
         let result =
             serde_json::from_str(&line).map_err(|e| format!("bad child result {line:?}: {e}"))?;
@@ -777,10 +788,10 @@ fn phase(
         }
     }
     let result = (|| {
-        let reader = Running::start(spawn, &spec(Role::Reader))?;
-        let writer = Running::start(spawn, &spec(Role::Writer))?;
-        let w = writer.finish()?;
-        let r = reader.finish()?;
+        let reader = Running::start(|| spawn(&spec(Role::Reader)), "reader")?;
+        let writer = Running::start(|| spawn(&spec(Role::Writer)), "writer")?;
+        let w: ChildResult = writer.finish()?;
+        let r: ChildResult = reader.finish()?;
         Ok((w, r))
     })();
     remove();
@@ -930,6 +941,17 @@ pub fn run(config: &Config, progress: &dyn Progress, spawn: Spawn<'_>) -> Report
             faults_note: t.iter().find_map(|x| x.faults_note.clone()),
         });
     }
+    report(config, machine, rows, not_run, None)
+}
+
+/// A report of `config`'s settings with these results.
+fn report(
+    config: &Config,
+    machine: Machine,
+    rows: Vec<Row>,
+    not_run: Vec<NotRun>,
+    rtt: Option<rtt::RttReport>,
+) -> Report {
     Report {
         schema: SCHEMA,
         record_bytes: config.record_bytes,
@@ -941,7 +963,22 @@ pub fn run(config: &Config, progress: &dyn Progress, spawn: Spawn<'_>) -> Report
         machine,
         rows,
         not_run,
+        rtt,
     }
+}
+
+/// Runs the round-trip experiment ([`rtt::run`]) instead of the one-way
+/// rows, and reports it in the same schema (`rtt`); `config` only supplies
+/// the one-way settings the report echoes.
+pub fn run_rtt(
+    config: &Config,
+    rtt_config: &rtt::RttConfig,
+    progress: &dyn Progress,
+    spawn: rtt::RttSpawn<'_>,
+) -> Report {
+    let machine = Machine::describe();
+    let rtt = rtt::run(rtt_config, progress, spawn);
+    report(config, machine, Vec::new(), Vec::new(), Some(rtt))
 }
 
 #[cfg(test)]

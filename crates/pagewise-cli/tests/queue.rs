@@ -592,3 +592,93 @@ fn a_damaged_first_chunk_word_is_reported_not_hidden() {
         assert_eq!(err.trim_end().lines().count(), 1, "{err}");
     }
 }
+
+#[test]
+fn bench_queue_rtt_json_has_a_floor_and_a_queue_row_per_size() {
+    let tmpfs = shm_dir();
+    let (v, names) = bench_report(
+        pagewise()
+            .args([
+                "bench",
+                "queue",
+                "--rtt",
+                "--round-trips",
+                "5000",
+                "--warmup",
+                "500",
+                "--rtt-sizes",
+                "32,4KiB",
+                "--trials",
+                "1",
+                "--only",
+                "floor,queue,queue+no-pretouch",
+                "--json",
+                "-q",
+                "--tmpfs-dir",
+            ])
+            .arg(tmpfs.path()),
+        "pagewise.bench.queue/1",
+    );
+    // The one-way rows do not run with --rtt.
+    assert!(names.is_empty(), "{names:?}");
+    let rtt = &v["rtt"];
+    assert_eq!(rtt["not_run"].as_array().unwrap().len(), 0, "{rtt}");
+    assert_eq!(rtt["fs"], "tmpfs", "{rtt}");
+    let rows = rtt["rows"].as_array().unwrap();
+    let cells: Vec<(String, u64)> = rows
+        .iter()
+        .map(|r| {
+            (
+                r["name"].as_str().unwrap().to_owned(),
+                r["record_bytes"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    let want: Vec<(String, u64)> = [32, 4096]
+        .into_iter()
+        .flat_map(|b| ["floor", "queue", "queue+no-pretouch"].map(|n| (n.to_owned(), b)))
+        .collect();
+    assert_eq!(cells, want);
+    for r in rows {
+        let p: Vec<u64> = [
+            "p50_ns", "p90_ns", "p99_ns", "p999_ns", "p9999_ns", "max_ns",
+        ]
+        .iter()
+        .map(|k| r[k].as_u64().unwrap())
+        .collect();
+        assert!(p[0] > 0 && p.windows(2).all(|w| w[0] <= w[1]), "{r}");
+        assert_eq!(r["round_trips"], 5000, "{r}");
+        assert_eq!(r["warmup"], 500, "{r}");
+        assert_eq!(r["trial_p50_ns"].as_array().unwrap().len(), 1, "{r}");
+        assert!(r["slow_round_trips"].as_u64().unwrap() <= 5000, "{r}");
+        assert_eq!(r["slow_ns"], 20_000, "{r}");
+        let queue = r["name"] != "floor";
+        assert_eq!(r["pretouch"].is_string(), queue, "{r}");
+        if r["name"] == "queue+no-pretouch" {
+            assert!(r["pretouch"].as_str().unwrap().starts_with("off"), "{r}");
+        }
+    }
+    // Every file is removed, lock files included.
+    assert!(std::fs::read_dir(tmpfs.path()).unwrap().next().is_none());
+}
+
+#[test]
+fn bench_queue_rtt_refuses_an_unknown_row_and_a_bad_pin() {
+    let out = pagewise()
+        .args(["bench", "queue", "--rtt", "--only", "aeron", "-q"])
+        .assert()
+        .failure()
+        .get_output()
+        .clone();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("unknown --rtt row \"aeron\""), "{err}");
+    assert!(err.contains("queue+idle-work"), "{err}");
+    let out = pagewise()
+        .args(["bench", "queue", "--rtt", "--pin", "0", "-q"])
+        .assert()
+        .failure()
+        .get_output()
+        .clone();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--pin takes two CPUs"), "{err}");
+}

@@ -53,6 +53,9 @@ pub enum Experiment {
     /// One side of `bench queue` (internal).
     #[command(hide = true)]
     QueueChild(crate::bench::queue::ChildArgs),
+    /// One side of `bench queue --rtt` (internal).
+    #[command(hide = true)]
+    QueueRttChild(crate::bench::queue::RttChildArgs),
     /// Threads that malloc, fill and free large buffers: glibc vs keep-heap vs Buffer.
     HeapChurn(crate::bench::heap_churn::HeapChurnArgs),
     /// A large-text program: baseline vs huge text vs function order vs both.
@@ -79,6 +82,7 @@ pub fn run(experiment: &Experiment) -> anyhow::Result<ExitCode> {
         Experiment::MmapPrefault(args) => crate::bench::mmap_prefault::run(args),
         Experiment::Queue(args) => crate::bench::queue::run(args),
         Experiment::QueueChild(args) => crate::bench::queue::child(args),
+        Experiment::QueueRttChild(args) => crate::bench::queue::rtt_child(args),
         Experiment::HeapChurn(args) => crate::bench::heap_churn::run(args),
         Experiment::Itlb(args) => crate::bench::itlb::run(args),
         Experiment::HeapChurnWorker(args) => crate::bench::heap_churn::worker(args),

@@ -5,6 +5,7 @@ use crate::bench::CommonArgs;
 use crate::format::{bytes, measured, table};
 use crate::output::outln;
 use pagewise::copy::Routine;
+use pagewise_bench::queue::rtt::{self, RttChildSpec, RttConfig, RttKind, RttReport};
 use pagewise_bench::queue::{self, ChildSpec, Config, RowSpec};
 use std::path::PathBuf;
 use std::process::{Child, Command, ExitCode, Stdio};
@@ -34,8 +35,27 @@ pub struct QueueArgs {
     #[arg(long, default_value = "/var/tmp")]
     disk_dir: PathBuf,
     /// Rows to run, comma-separated (floor, tmpfs+pretouch, tmpfs+idle-pretouch, tmpfs, disk+pretouch, disk); all by default.
+    /// With --rtt: floor, queue, queue+idle-work, queue+thread, queue+no-pretouch, queue+unguarded; floor and queue by default.
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
+    /// Round-trip latency instead of one-way: ping-pong over two queues in
+    /// --tmpfs-dir between two processes, one record in flight, timed by the
+    /// ping side on one clock; the `floor` row does the same over two
+    /// pre-faulted mapped files with no queue logic.
+    #[arg(long)]
+    rtt: bool,
+    /// With --rtt: payload sizes, comma-separated (16 B to 1 MiB each).
+    #[arg(long, value_delimiter = ',', default_value = "32,128,1024,4096", value_parser = crate::args::size_in(16, 1 << 20))]
+    rtt_sizes: Vec<u64>,
+    /// With --rtt: measured round trips per trial (fewer for large records: a queue holds at most 1 GiB).
+    #[arg(long, default_value_t = 1_000_000, value_parser = clap::value_parser!(u64).range(1..=100_000_000))]
+    round_trips: u64,
+    /// With --rtt: round trips before the measured ones, not recorded.
+    #[arg(long, default_value_t = 100_000, value_parser = clap::value_parser!(u64).range(0..=100_000_000))]
+    warmup: u64,
+    /// With --rtt: pin the ping and the pong process to these two CPUs (e.g. 0,1).
+    #[arg(long, value_delimiter = ',', num_args = 1)]
+    pin: Vec<usize>,
     /// The routine that copies payloads into and out of the file: pagewise or glibc.
     #[arg(long, default_value = "pagewise")]
     copy: Routine,
@@ -45,6 +65,9 @@ pub struct QueueArgs {
 
 /// Runs the experiment and prints it.
 pub fn run(args: &QueueArgs) -> anyhow::Result<ExitCode> {
+    if args.rtt {
+        return run_rtt(args);
+    }
     let all = Config::default_rows(&args.tmpfs_dir, &args.disk_dir, args.copy);
     let rows: Vec<RowSpec> = if args.only.is_empty() {
         all
@@ -59,15 +82,7 @@ pub fn run(args: &QueueArgs) -> anyhow::Result<ExitCode> {
         }
         rows
     };
-    let config = Config {
-        record_bytes: usize::try_from(args.record)?,
-        records: args.records,
-        latency_records: args.latency_records,
-        rate_per_s: args.rate,
-        window: args.window,
-        trials: args.common.trials as usize,
-        rows,
-    };
+    let config = one_way_config(args, rows)?;
     let spawn = child_spawner()?;
     let report = queue::run(&config, &args.common.progress(), &spawn);
     if args.common.json {
@@ -145,6 +160,159 @@ pub fn run(args: &QueueArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+fn one_way_config(args: &QueueArgs, rows: Vec<RowSpec>) -> anyhow::Result<Config> {
+    Ok(Config {
+        record_bytes: usize::try_from(args.record)?,
+        records: args.records,
+        latency_records: args.latency_records,
+        rate_per_s: args.rate,
+        window: args.window,
+        trials: args.common.trials as usize,
+        rows,
+    })
+}
+
+/// `bench queue --rtt`: the round-trip rows, printed or as JSON.
+fn run_rtt(args: &QueueArgs) -> anyhow::Result<ExitCode> {
+    let kinds = if args.only.is_empty() {
+        RttKind::DEFAULT.to_vec()
+    } else {
+        args.only
+            .iter()
+            .map(|name| {
+                RttKind::by_name(name).ok_or_else(|| {
+                    let names: Vec<_> = RttKind::ALL.iter().map(|k| k.name()).collect();
+                    anyhow::anyhow!(
+                        "unknown --rtt row {name:?}: expected one of {}",
+                        names.join(", ")
+                    )
+                })
+            })
+            .collect::<anyhow::Result<Vec<_>>>()?
+    };
+    let pin = match args.pin.as_slice() {
+        [] => None,
+        [a, b] => Some([*a, *b]),
+        other => anyhow::bail!("--pin takes two CPUs (ping,pong), not {}", other.len()),
+    };
+    let rtt_config = RttConfig {
+        sizes: args
+            .rtt_sizes
+            .iter()
+            .map(|&s| usize::try_from(s))
+            .collect::<Result<_, _>>()?,
+        warmup: args.warmup,
+        round_trips: args.round_trips,
+        pin,
+        dir: args.tmpfs_dir.clone(),
+        kinds,
+        copy: args.copy,
+        trials: args.common.trials as usize,
+    };
+    let config = one_way_config(args, Vec::new())?;
+    let spawn = rtt_child_spawner()?;
+    let report = queue::run_rtt(&config, &rtt_config, &args.common.progress(), &spawn);
+    if args.common.json {
+        outln!("{}", serde_json::to_string_pretty(&report)?)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    crate::bench::print_machine(&report.machine)?;
+    if let Some(r) = &report.rtt {
+        print_rtt(r, args.copy)?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn print_rtt(r: &RttReport, copy: Routine) -> anyhow::Result<()> {
+    outln!(
+        "queue round trip: ping → pong → ping over two files in {} ({}), one record in flight, payloads copied with {}; {} round trips after {} of warm-up, {} trials, medians; CPUs {}",
+        r.dir,
+        r.fs,
+        copy.name(),
+        r.round_trips,
+        r.warmup,
+        r.trials,
+        r.pin
+            .map_or_else(|| "not pinned".to_owned(), |[a, b]| format!("{a} (ping) and {b} (pong)"))
+    )?;
+    let mut t = table(&[
+        "row",
+        "bytes",
+        "p50",
+        "p90",
+        "p99",
+        "p99.9",
+        "p99.99",
+        "max",
+        "p50 per trial",
+        "one-way p50",
+        "faults",
+        "preempted",
+        "slept",
+        "slow",
+        "pre-touch",
+    ]);
+    for row in &r.rows {
+        let count = |v: Option<u64>| v.map_or_else(|| "n/a".to_owned(), |n| n.to_string());
+        t.add_row(vec![
+            row.name.clone(),
+            row.record_bytes.to_string(),
+            row.p50_ns.to_string(),
+            row.p90_ns.to_string(),
+            row.p99_ns.to_string(),
+            row.p999_ns.to_string(),
+            row.p9999_ns.to_string(),
+            row.max_ns.to_string(),
+            row.trial_p50_ns
+                .iter()
+                .map(u64::to_string)
+                .collect::<Vec<_>>()
+                .join("/"),
+            row.one_way_p50_ns.to_string(),
+            count(row.faults),
+            count(row.switches_involuntary),
+            count(row.switches_voluntary),
+            row.slow_round_trips.to_string(),
+            row.pretouch
+                .as_deref()
+                .and_then(|p| p.split_whitespace().next())
+                .unwrap_or("-")
+                .to_owned(),
+        ]);
+    }
+    outln!("{t}")?;
+    outln!(
+        "ns; faults, preempted (involuntary context switches) and slept (voluntary) of both measuring threads in the measured round trips; slow: round trips over {} µs",
+        rtt::SLOW_NS / 1000
+    )?;
+    for row in &r.rows {
+        if let Some(why) = &row.faults_note {
+            outln!(
+                "{} at {} B: page faults not counted: {why}",
+                row.name,
+                row.record_bytes
+            )?;
+        }
+    }
+    for n in &r.not_run {
+        outln!("not run: {} at {} B: {}", n.name, n.record_bytes, n.reason)?;
+    }
+    Ok(())
+}
+
+/// One side of the `bench queue --rtt` ping-pong (started by it).
+#[derive(Debug, clap::Args)]
+pub struct RttChildArgs {
+    /// What to do, as JSON (`pagewise_bench::queue::rtt::RttChildSpec`).
+    #[arg(long)]
+    spec: String,
+}
+
+/// The ping or pong process: runs its side and reports on stdout.
+pub fn rtt_child(args: &RttChildArgs) -> anyhow::Result<ExitCode> {
+    run_child_spec(&args.spec, rtt::run_child)
+}
+
 fn ns(v: Option<u64>) -> String {
     measured(v, "no latency phase", |n| n.to_string())
 }
@@ -152,11 +320,24 @@ fn ns(v: Option<u64>) -> String {
 /// Starts the children of the queue experiment: this binary, re-executed with
 /// the hidden `bench queue-child` subcommand and the spec as JSON.
 pub fn child_spawner() -> anyhow::Result<impl Fn(&ChildSpec) -> std::io::Result<Child>> {
+    spawner("queue-child")
+}
+
+/// Starts the ping and pong processes of `bench queue --rtt`: this binary,
+/// re-executed with the hidden `bench queue-rtt-child` subcommand.
+fn rtt_child_spawner() -> anyhow::Result<impl Fn(&RttChildSpec) -> std::io::Result<Child>> {
+    spawner("queue-rtt-child")
+}
+
+/// Starts this binary as `bench SUBCOMMAND --spec JSON`, stdout piped.
+fn spawner<S: serde::Serialize>(
+    subcommand: &'static str,
+) -> anyhow::Result<impl Fn(&S) -> std::io::Result<Child>> {
     let exe = std::env::current_exe()?;
-    Ok(move |spec: &ChildSpec| {
+    Ok(move |spec: &S| {
         let json = serde_json::to_string(spec).map_err(std::io::Error::other)?;
         Command::new(&exe)
-            .args(["bench", "queue-child", "--spec"])
+            .args(["bench", subcommand, "--spec"])
             .arg(json)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -175,9 +356,17 @@ pub struct ChildArgs {
 
 /// The child process: runs one side of one phase and reports on stdout.
 pub fn child(args: &ChildArgs) -> anyhow::Result<ExitCode> {
-    let spec: ChildSpec = serde_json::from_str(&args.spec)?;
+    run_child_spec(&args.spec, queue::run_child)
+}
+
+/// Parses a child's JSON spec and runs `body` with it, writing to stdout.
+fn run_child_spec<S: serde::de::DeserializeOwned>(
+    json: &str,
+    body: fn(&S, &mut dyn std::io::Write) -> Result<(), String>,
+) -> anyhow::Result<ExitCode> {
+    let spec: S = serde_json::from_str(json)?;
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
-    queue::run_child(&spec, &mut out).map_err(anyhow::Error::msg)?;
+    body(&spec, &mut out).map_err(anyhow::Error::msg)?;
     Ok(ExitCode::SUCCESS)
 }

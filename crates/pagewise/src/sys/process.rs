@@ -230,16 +230,35 @@ pub fn wait(pid: libc::pid_t) -> SysResult<(ExitKind, Rusage)> {
     } else {
         ExitKind::Exited(libc::WEXITSTATUS(status))
     };
-    let usage = Rusage {
-        user: timeval(ru.ru_utime),
-        sys: timeval(ru.ru_stime),
-        minor_faults: ru.ru_minflt.max(0) as u64,
-        major_faults: ru.ru_majflt.max(0) as u64,
-        voluntary_switches: ru.ru_nvcsw.max(0) as u64,
-        involuntary_switches: ru.ru_nivcsw.max(0) as u64,
-        max_rss_bytes: ru.ru_maxrss.max(0) as u64 * 1024,
-    };
-    Ok((kind, usage))
+    Ok((kind, Rusage::from_raw(&ru)))
+}
+
+impl Rusage {
+    fn from_raw(ru: &libc::rusage) -> Rusage {
+        Rusage {
+            user: timeval(ru.ru_utime),
+            sys: timeval(ru.ru_stime),
+            minor_faults: ru.ru_minflt.max(0) as u64,
+            major_faults: ru.ru_majflt.max(0) as u64,
+            voluntary_switches: ru.ru_nvcsw.max(0) as u64,
+            involuntary_switches: ru.ru_nivcsw.max(0) as u64,
+            max_rss_bytes: ru.ru_maxrss.max(0) as u64 * 1024,
+        }
+    }
+}
+
+/// Resource usage of the calling thread so far (`getrusage(RUSAGE_THREAD)`):
+/// its page faults, and its voluntary (it slept) and involuntary (it was
+/// preempted) context switches. `max_rss_bytes` is the process's. One
+/// system call.
+pub fn this_thread_usage() -> SysResult<Rusage> {
+    // SAFETY: rusage is plain old data; getrusage fills it in.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: ru is valid for writes for the duration of the call.
+    if unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut ru) } != 0 {
+        return Err(SysError::last("getrusage(RUSAGE_THREAD)"));
+    }
+    Ok(Rusage::from_raw(&ru))
 }
 
 /// Whether process `pid` exists (`kill(pid, 0)`; a process owned by someone
@@ -433,6 +452,29 @@ pub fn usable_cpus() -> SysResult<Vec<usize>> {
     Ok((0..max)
         .filter(|&c| unsafe { libc::CPU_ISSET(c, &set) })
         .collect())
+}
+
+/// Restricts the calling thread to one CPU (`sched_setaffinity`); threads it
+/// starts afterwards inherit the restriction. Fails with `EINVAL` for a CPU
+/// this process may not use. One system call.
+pub fn pin_this_thread(cpu: usize) -> SysResult<()> {
+    let max = 8 * std::mem::size_of::<libc::cpu_set_t>();
+    if cpu >= max {
+        return Err(SysError {
+            call: "sched_setaffinity",
+            source: std::io::Error::from_raw_os_error(libc::EINVAL),
+        });
+    }
+    // SAFETY: an all-zero cpu_set_t is the empty set, a valid value.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: cpu is below the set's size (checked above).
+    unsafe { libc::CPU_SET(cpu, &mut set) };
+    // SAFETY: pid 0 is the calling thread; `set` is a valid set of the size passed.
+    let rc = unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) };
+    if rc != 0 {
+        return Err(SysError::last("sched_setaffinity"));
+    }
+    Ok(())
 }
 
 /// The process [`ForwardSignals`] passes signals on to (0: none).
