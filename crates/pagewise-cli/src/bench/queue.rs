@@ -54,8 +54,8 @@ pub struct QueueArgs {
     #[arg(long, default_value_t = 100_000, value_parser = clap::value_parser!(u64).range(0..=100_000_000))]
     warmup: u64,
     /// With --rtt: pin the ping and the pong process to these two CPUs (e.g. 0,1).
-    #[arg(long, value_delimiter = ',', num_args = 1)]
-    pin: Vec<usize>,
+    #[arg(long, value_delimiter = ',', num_args = 1, value_parser = clap::value_parser!(u16).range(0..1024))]
+    pin: Vec<u16>,
     /// The routine that copies payloads into and out of the file: pagewise or glibc.
     #[arg(long, default_value = "pagewise")]
     copy: Routine,
@@ -192,7 +192,7 @@ fn run_rtt(args: &QueueArgs) -> anyhow::Result<ExitCode> {
     };
     let pin = match args.pin.as_slice() {
         [] => None,
-        [a, b] => Some([*a, *b]),
+        [a, b] => Some([usize::from(*a), usize::from(*b)]),
         other => anyhow::bail!("--pin takes two CPUs (ping,pong), not {}", other.len()),
     };
     let rtt_config = RttConfig {
