@@ -216,9 +216,9 @@ fn print_human(op: Op, r: &Report) -> Result<(), OutputError> {
     outln!(
         "\npagewise plan: {} kernels; non-temporal stores from {} (copy), {} (fill) ({:?}); huge pages on buffers: {}",
         p.isa.name(),
-        p.copy_nontemporal
+        p.copy_nontemporal()
             .map_or("never".to_owned(), |t| bytes(t as u64)),
-        p.fill_nontemporal
+        p.fill_nontemporal()
             .map_or("never".to_owned(), |t| bytes(t as u64)),
         p.nontemporal_source,
         if r.huge_pages { "asked" } else { "no" }

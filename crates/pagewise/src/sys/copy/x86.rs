@@ -22,7 +22,7 @@
 //! Where head or tail moves overlap the loop's stores they write the same bytes
 //! again, so the order of the stores never changes the result.
 
-use super::Thresholds;
+use super::{Placement, Strategy, Thresholds};
 use core::arch::asm;
 use core::arch::x86_64::*;
 
@@ -129,50 +129,9 @@ unsafe fn fill_32_64(dst: *mut u8, byte: u8, n: usize) {
     _mm256_storeu_si256(dst.add(n - 32).cast(), v);
 }
 
-/// `rep movsb` falls into a slow mode on recent Intel cores when the
-/// destination is less than this many bytes ahead of the source modulo
-/// [`REP_MOVSB_ALIAS_SPAN`] (measured on the development VM: 7.9–9.7 GB/s
-/// instead of 35–40 for 64 KiB – 1 MiB copies); the vector loop is used
-/// instead.
-const REP_MOVSB_NEAR: usize = 1024;
-
-/// The span over which `rep movsb` compares source and destination addresses
-/// for its slow mode: 1 MiB (measured: the destination 6 bytes ahead modulo
-/// 4 KiB, 16 KiB, 64 KiB, 256 KiB or 512 KiB ran at full speed; modulo 1 MiB
-/// or 2 MiB, slowly). Two buffers on transparent huge pages at about the
-/// same offsets fall into it.
-const REP_MOVSB_ALIAS_SPAN: usize = 1 << 20;
-
-/// Below this size, a copy whose destination is a little ahead of its source
-/// modulo 4 KiB (but not modulo [`REP_MOVSB_ALIAS_SPAN`]) runs the backward
-/// vector loop rather than `rep movsb`: measured 38–39 GB/s against 27–36
-/// from 32 to 256 KiB; from 384 KiB the two were level or `rep movsb` ahead
-/// (up to 34 against 30 GB/s at 1 MiB).
-const REP_NEAR_4K_MIN: usize = 512 << 10;
-
 /// Copies with source and destination at the same page offset run the loop
 /// backwards below this size (see `copy_loop`).
 const SAME_OFFSET_BACKWARD_BELOW: usize = 2048;
-
-/// Fills from this size use `rep stosb` below the plan's `rep` range when the
-/// destination is not 64-byte aligned (and the plan uses `rep stosb` at all).
-const FILL_REP_MISALIGNED_MIN: usize = 4096;
-
-/// Whether `dst` is ahead of `src` by `1..limit` bytes modulo `span` (a power
-/// of two).
-#[inline(always)]
-fn dst_shortly_ahead(dst: *mut u8, src: *const u8, span: usize, limit: usize) -> bool {
-    let ahead = (dst as usize).wrapping_sub(src as usize) & (span - 1);
-    ahead != 0 && ahead < limit
-}
-
-/// Whether `rep movsb` is the better choice for these pointers and size: not
-/// in its slow mode, and not a near-4K case the vector loop does better.
-#[inline(always)]
-fn rep_movsb_suits(dst: *mut u8, src: *const u8, n: usize) -> bool {
-    !dst_shortly_ahead(dst, src, REP_MOVSB_ALIAS_SPAN, REP_MOVSB_NEAR)
-        && (n >= REP_NEAR_4K_MIN || !dst_shortly_ahead(dst, src, 4096, REP_MOVSB_NEAR))
-}
 
 /// Copies `n` bytes with unaligned vector moves at the given offsets (`"0"`,
 /// `"64"`, `"{n} - 64"`, …), all loads before the first store, in the given
@@ -212,7 +171,7 @@ pub(super) mod avx512_small {
     /// general kernel.
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,bmi2")]
     #[inline]
-    pub(in crate::sys::copy) unsafe fn copy_any(
+    pub(in crate::sys::copy) unsafe fn copy_any<const MASKED: bool>(
         dst: *mut u8,
         src: *const u8,
         n: usize,
@@ -231,8 +190,10 @@ pub(super) mod avx512_small {
             // same low 12 bits to finish (4K aliasing), which hurts when the
             // destination sits within 64 bytes of the source modulo 4 KiB (as
             // when the same offsets of two page-aligned buffers are copied
-            // again and again): those take the scalar moves instead.
-            if ((dst as usize).wrapping_sub(src as usize).wrapping_add(64) & 4095) < 128 {
+            // again and again): those take the scalar moves instead, and
+            // so does every size when the plan chose plain moves.
+            if !MASKED || ((dst as usize).wrapping_sub(src as usize).wrapping_add(64) & 4095) < 128
+            {
                 return match n {
                     0..=16 => copy_le16(dst, src, n),
                     _ => copy_16_32(dst, src, n),
@@ -277,8 +238,20 @@ pub(super) mod avx512_small {
     /// `vzeroupper`, see `copy_any`), larger ones by the general kernel.
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,bmi2")]
     #[inline]
-    pub(in crate::sys::copy) unsafe fn fill_any(dst: *mut u8, byte: u8, n: usize, t: &Thresholds) {
+    pub(in crate::sys::copy) unsafe fn fill_any<const MASKED: bool>(
+        dst: *mut u8,
+        byte: u8,
+        n: usize,
+        t: &Thresholds,
+    ) {
         // Exactly 64 bytes take the unmasked pair below, as in `copy_any`.
+        if !MASKED && n < 64 {
+            return match n {
+                0..=16 => fill_le16(dst, byte, n),
+                17..=32 => fill_16_32(dst, byte, n),
+                _ => fill_32_64(dst, byte, n),
+            };
+        }
         if n < 64 {
             // Bytes past `n` are masked off: they are neither written nor can
             // they fault (AVX-512 masked stores suppress faults on masked lanes).
@@ -321,7 +294,7 @@ pub(super) mod avx512_small {
             );
             return;
         }
-        if n <= FILL_LEAF_MAX && dst as usize & 63 == 0 {
+        if n <= FILL_LEAF_MAX && dst as usize & 63 == 0 && n < t.special_min(Placement::Aligned) {
             // An aligned destination takes glibc's shape, four vectors at each
             // end and aligned blocks of four between them (measured: 1.00 of
             // glibc at 1 KiB, against 0.93-0.94 for the general loop, which
@@ -372,16 +345,8 @@ const FILL_LEAF_MAX: usize = 2048;
 
 /// Bytes per page-sized stream of the non-temporal copy.
 const PAGE: usize = 4096;
-/// Pages copied side by side by the non-temporal copy. Measured on the
-/// development VM (1 GiB, THP buffers, medians of 7, three runs each, ratio
-/// to glibc's memcpy): 8 pages × 128 B visits 1.06–1.07, 16 × 128 B
-/// 1.08–1.11, 16 × 256 B 1.12–1.14, 32 × 128 B 1.09–1.18, 32 × 256 B and
-/// 64 × 128 B lower again. More streams keep more line fills in flight (the
-/// hardware prefetcher follows each page separately), up to what the core's
-/// fill buffers and the TLB hold.
-pub(in crate::sys::copy) const STREAMS: usize = 32;
 /// Bytes copied from one page before moving to the next.
-pub(in crate::sys::copy) const VISIT: usize = 128;
+const VISIT: usize = 128;
 /// The span over which the non-temporal copy's streams can collide: measured
 /// on the development VM (256 MiB copies, THP buffers), a destination 4–64 KiB
 /// ahead of the source modulo 2 MiB cost 20–30% with the streams visited in
@@ -487,11 +452,13 @@ macro_rules! vector_kernels {
                 t: &Thresholds,
             ) {
                 if n > 8 * W {
-                    // One load and one compare to the loop, the common case.
-                    if n < t.special_min() {
+                    // A few ALU operations, one load and one compare to the
+                    // loop, the common case.
+                    let p = Placement::of_copy(dst as usize, src as usize);
+                    if n < t.special_min(p) {
                         return copy_loop(dst, src, n, t);
                     }
-                    return copy_large(dst, src, n, t);
+                    return copy_large(dst, src, n, t, p);
                 }
                 if n <= 2 * W {
                     if W >= 32 && n <= 32 {
@@ -543,14 +510,38 @@ macro_rules! vector_kernels {
             /// otherwise save and restore on every call, small ones included.
             #[target_feature(enable = $feat)]
             #[inline(never)]
-            unsafe fn copy_large(dst: *mut u8, src: *const u8, n: usize, t: &Thresholds) {
-                if n >= t.nontemporal_min() {
-                    copy_nontemporal(dst, src, n)
-                } else if n >= t.rep_min() && n < t.rep_max() && rep_movsb_suits(dst, src, n) {
-                    copy_rep(dst, src, n)
-                } else {
-                    copy_loop(dst, src, n, t)
+            unsafe fn copy_large(
+                dst: *mut u8,
+                src: *const u8,
+                n: usize,
+                t: &Thresholds,
+                p: Placement,
+            ) {
+                match t.strategy(n, p) {
+                    Some(Strategy::Rep) if !t.rep_guarded(dst, src, n) => copy_rep(dst, src, n),
+                    Some(Strategy::NonTemporal { streams }) => {
+                        copy_nontemporal(dst, src, n, usize::from(streams))
+                    }
+                    Some(Strategy::Glibc) => super::super::glibc_memcpy_raw(dst, src, n),
+                    // Another width's loop needs more than its own eight vectors.
+                    Some(Strategy::Loop { isa }) if isa.vector_bytes() != W && n > isa.small_max() => {
+                        super::super::copy_loop_of(isa, dst, src, n, t)
+                    }
+                    _ => copy_loop(dst, src, n, t),
                 }
+            }
+
+            /// The vector loop, out of line, for [`super::super::copy_loop_of`]
+            /// (`n > 8 W`).
+            #[target_feature(enable = $feat)]
+            #[inline(never)]
+            pub(in crate::sys::copy) unsafe fn copy_loop_entry(
+                dst: *mut u8,
+                src: *const u8,
+                n: usize,
+                t: &Thresholds,
+            ) {
+                copy_loop(dst, src, n, t)
             }
 
             /// Vector loop with aligned temporal stores (`n > 8 W`). When the
@@ -690,7 +681,7 @@ macro_rules! vector_kernels {
             /// core's copy bandwidth from memory.
             #[target_feature(enable = $feat)]
             #[inline]
-            unsafe fn copy_nontemporal(dst: *mut u8, src: *const u8, n: usize) {
+            unsafe fn copy_nontemporal(dst: *mut u8, src: *const u8, n: usize, streams: usize) {
                 // Streams must follow the source's pages: the hardware
                 // prefetcher tracks each 4 KiB page, and a stream that
                 // straddles two pages gets less help (a 64-byte skew on
@@ -701,10 +692,10 @@ macro_rules! vector_kernels {
                 let mut d = dst.add(skew);
                 let mut s = src.add(skew);
                 let stop = dst.add(n);
-                const CHUNK: usize = STREAMS * PAGE;
+                let chunk = streams * PAGE;
                 if (s as usize) & 63 == 0 {
                     let to_page = (PAGE - (s as usize & (PAGE - 1))) & (PAGE - 1);
-                    if (stop as usize) - (d as usize) >= to_page + CHUNK {
+                    if (stop as usize) - (d as usize) >= to_page + chunk {
                         let page_start = d.add(to_page);
                         while d < page_start {
                             stnt(d, ld(s));
@@ -719,13 +710,13 @@ macro_rules! vector_kernels {
                 // the loads then wait for them. Visiting the streams from the
                 // last one down reads those addresses before they are written.
                 let ahead = (d as usize).wrapping_sub(s as usize) & (NT_ALIAS_SPAN - 1);
-                let down = ahead != 0 && ahead < CHUNK;
-                while (stop as usize) - (d as usize) >= CHUNK {
+                let down = ahead != 0 && ahead < chunk;
+                while (stop as usize) - (d as usize) >= chunk {
                     let mut off = 0;
                     while off < PAGE {
                         let mut i = 0;
-                        while i < STREAMS {
-                            let k = if down { STREAMS - 1 - i } else { i };
+                        while i < streams {
+                            let k = if down { streams - 1 - i } else { i };
                             let sp = s.add(k * PAGE + off);
                             let dp = d.add(k * PAGE + off);
                             let mut v = 0;
@@ -737,8 +728,8 @@ macro_rules! vector_kernels {
                         }
                         off += VISIT;
                     }
-                    d = d.add(CHUNK);
-                    s = s.add(CHUNK);
+                    d = d.add(chunk);
+                    s = s.add(chunk);
                 }
                 let end = dst.add(n - B);
                 while d <= end {
@@ -788,20 +779,11 @@ macro_rules! vector_kernels {
                 t: &Thresholds,
             ) {
                 if n > 8 * W {
-                    let v = $splat(byte as i8);
-                    if n < t.special_min() {
-                        // With a misaligned destination, `rep stosb` beats the
-                        // loop from a few KiB (measured 0.86 vs 0.95 of glibc at
-                        // 4 KiB); aligned, the loop wins up to `rep_min`.
-                        if dst as usize & 63 != 0
-                            && n >= FILL_REP_MISALIGNED_MIN
-                            && t.rep_min() != usize::MAX
-                        {
-                            return fill_rep(dst, byte, n);
-                        }
-                        return fill_loop(dst, v, n);
+                    let p = Placement::of_fill(dst as usize);
+                    if n < t.special_min(p) {
+                        return fill_loop(dst, $splat(byte as i8), n);
                     }
-                    return fill_large(dst, byte, n, t);
+                    return fill_large(dst, byte, n, t, p);
                 }
                 if n <= 2 * W {
                     if W >= 32 && n <= 32 {
@@ -842,15 +824,27 @@ macro_rules! vector_kernels {
             /// would go through the stack.
             #[target_feature(enable = $feat)]
             #[inline(never)]
-            unsafe fn fill_large(dst: *mut u8, byte: u8, n: usize, t: &Thresholds) {
+            unsafe fn fill_large(dst: *mut u8, byte: u8, n: usize, t: &Thresholds, p: Placement) {
                 let v = $splat(byte as i8);
-                if n >= t.nontemporal_min() {
-                    fill_nontemporal(dst, v, n)
-                } else if n >= t.rep_min() && n < t.rep_max() {
-                    fill_rep(dst, byte, n)
-                } else {
-                    fill_loop(dst, v, n)
+                match t.strategy(n, p) {
+                    Some(Strategy::Rep) => fill_rep(dst, byte, n),
+                    Some(Strategy::NonTemporal { streams }) => {
+                        fill_nontemporal(dst, v, n, usize::from(streams))
+                    }
+                    Some(Strategy::Glibc) => super::super::glibc_memset_raw(dst, byte, n),
+                    Some(Strategy::Loop { isa }) if isa.vector_bytes() != W && n > isa.small_max() => {
+                        super::super::fill_loop_of(isa, dst, byte, n)
+                    }
+                    _ => fill_loop(dst, v, n),
                 }
+            }
+
+            /// The vector loop, out of line, for [`super::super::fill_loop_of`]
+            /// (`n > 8 W`).
+            #[target_feature(enable = $feat)]
+            #[inline(never)]
+            pub(in crate::sys::copy) unsafe fn fill_loop_entry(dst: *mut u8, byte: u8, n: usize) {
+                fill_loop(dst, $splat(byte as i8), n)
             }
 
             /// `rep stosb` over the whole range. Aligning the destination first
@@ -892,25 +886,26 @@ macro_rules! vector_kernels {
             /// then `sfence`.
             #[target_feature(enable = $feat)]
             #[inline]
-            unsafe fn fill_nontemporal(dst: *mut u8, v: $v, n: usize) {
+            unsafe fn fill_nontemporal(dst: *mut u8, v: $v, n: usize, streams: usize) {
                 let skew = (64 - (dst as usize & 63)) & 63;
                 let mut d = dst.add(skew);
                 let stop = dst.add(n);
                 // Pages side by side as in the copy (about 5% more bytes per
-                // second than one stream at 1 GiB here), from a page boundary.
-                const CHUNK: usize = STREAMS * PAGE;
+                // second than one stream at 1 GiB on the Intel VM), from a
+                // page boundary.
+                let chunk = streams * PAGE;
                 let to_page = (PAGE - (d as usize & (PAGE - 1))) & (PAGE - 1);
-                if (stop as usize) - (d as usize) >= to_page + CHUNK {
+                if (stop as usize) - (d as usize) >= to_page + chunk {
                     let page_start = d.add(to_page);
                     while d < page_start {
                         stnt(d, v);
                         d = d.add(W);
                     }
-                    while (stop as usize) - (d as usize) >= CHUNK {
+                    while (stop as usize) - (d as usize) >= chunk {
                         let mut off = 0;
                         while off < PAGE {
                             let mut k = 0;
-                            while k < STREAMS {
+                            while k < streams {
                                 let dp = d.add(k * PAGE + off);
                                 let mut i = 0;
                                 while i < VISIT {
@@ -921,7 +916,7 @@ macro_rules! vector_kernels {
                             }
                             off += VISIT;
                         }
-                        d = d.add(CHUNK);
+                        d = d.add(chunk);
                     }
                 }
                 let end = dst.add(n - B);
@@ -962,31 +957,4 @@ vector_kernels! {
     avx512, feature = "avx512f,avx512bw", entry = #[inline], width = 64, vector = __m512i,
     loadu = _mm512_loadu_si512, storeu = _mm512_storeu_si512,
     stream = _mm512_stream_si512, splat = _mm512_set1_epi8
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// `rep movsb` is avoided in its slow mode (destination a little ahead of
-    /// the source modulo 1 MiB) and, below `REP_NEAR_4K_MIN`, when it is a
-    /// little ahead modulo 4 KiB only.
-    #[test]
-    fn rep_movsb_is_chosen_by_the_distance_modulo_1_mib_and_4_kib() {
-        let at =
-            |src: usize, dst: usize, n: usize| rep_movsb_suits(dst as *mut u8, src as *const u8, n);
-        let base = 1usize << 30;
-        let big = REP_NEAR_4K_MIN;
-        // Far apart, behind, or at the same offset: rep movsb.
-        assert!(at(base, base + (3 << 20) + 2048, 64 << 10));
-        assert!(at(base + 7, base + 1, 64 << 10));
-        assert!(at(base, base + (4 << 20), 64 << 10));
-        // A little ahead modulo 1 MiB: the slow mode, at any size.
-        assert!(!at(base + 1, base + (2 << 20) + 7, big * 4));
-        assert!(!at(base, base + (1 << 20) + 1023, big * 4));
-        assert!(at(base, base + (1 << 20) + 1024, big * 4));
-        // A little ahead modulo 4 KiB only: the loop below REP_NEAR_4K_MIN.
-        assert!(!at(base + 1, base + (12 << 10) + 7, big - 1));
-        assert!(at(base + 1, base + (12 << 10) + 7, big));
-    }
 }

@@ -1,0 +1,841 @@
+//! Measuring a plan on this machine: what `pagewise tune` runs.
+//!
+//! For every size class and [`Placement`] of copy and fill, [`tune`] times
+//! each candidate [`Strategy`] (the vector loop of every instruction set the
+//! CPU has, `rep movsb`/`rep stosb`, non-temporal stores with 1, 2, 4, … 32
+//! streams, and glibc's `memcpy`/`memset`) through pagewise's own dispatch,
+//! on hot buffers (where the class fits in the caches) and on cold ones,
+//! and keeps the fastest. glibc is also timed directly, as the yardstick:
+//! every time is turned into a ratio to the direct glibc call of the same
+//! round, and a candidate's score is the median of its ratios, taken at its
+//! worst residency (hot or cold). A pagewise kernel is chosen only if it
+//! beats the glibc candidate by [`Options::margin`]; otherwise the class
+//! calls glibc. Candidates are interleaved round by round (the order
+//! rotating), so that a busy neighbour slows all of them alike.
+//!
+//! The cost is dominated by the largest class (copies of [`Options::max_bytes`]
+//! from memory): about a minute with the defaults, which is why a process
+//! never tunes by itself (see `docs/copy.md`).
+
+use super::cache::{MachineKey, Tuned, SCHEMA};
+use super::plan::{merge, Plan, Table, Tables};
+use super::{Copier, Isa, Placement, Small, Strategy};
+use crate::sys::copy::{glibc_memcpy, glibc_memset, Class};
+use crate::sys::mem::{Advice, AnonMapping, MapOptions};
+use serde::Serialize;
+use std::hint::black_box;
+use std::time::Instant;
+
+/// JSON schema of a `pagewise tune` report.
+pub const TUNE_SCHEMA: &str = "pagewise.tune/1";
+
+/// What to measure.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Rounds per class (each candidate once per round); at least 3.
+    pub rounds: usize,
+    /// The largest size measured (the last class's representative).
+    pub max_bytes: usize,
+    /// A pagewise kernel must beat the glibc candidate by this fraction.
+    pub margin: f64,
+    /// glibc's own non-temporal threshold, if known: the temporal tables do
+    /// not call glibc at or above it (glibc would stream there).
+    pub glibc_nontemporal: Option<usize>,
+    /// Cache sizes: L2 and last level (rows are hot where they fit).
+    pub l2_bytes: usize,
+    /// Last-level cache.
+    pub llc_bytes: usize,
+}
+
+impl Options {
+    /// Defaults for this machine's caches.
+    pub fn for_caches(l2_bytes: usize, llc_bytes: usize) -> Options {
+        Options {
+            rounds: 5,
+            max_bytes: 512 << 20,
+            margin: 0.02,
+            glibc_nontemporal: None,
+            l2_bytes,
+            llc_bytes,
+        }
+    }
+}
+
+/// Progress of a long measurement: `done` of `total` steps, and what runs.
+pub trait Progress {
+    /// Called before each step.
+    fn update(&self, done: usize, total: usize, what: &str);
+}
+
+/// Median, min and max of a candidate's ratios to glibc over the rounds.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct Ratio {
+    /// Median over the rounds.
+    pub median: f64,
+    /// Smallest.
+    pub min: f64,
+    /// Largest.
+    pub max: f64,
+}
+
+impl Ratio {
+    fn of(values: &mut [f64]) -> Ratio {
+        values.sort_by(f64::total_cmp);
+        let n = values.len();
+        Ratio {
+            median: if n == 0 {
+                f64::NAN
+            } else if n % 2 == 1 {
+                values[n / 2]
+            } else {
+                (values[n / 2 - 1] + values[n / 2]) / 2.0
+            },
+            min: values.first().copied().unwrap_or(f64::NAN),
+            max: values.last().copied().unwrap_or(f64::NAN),
+        }
+    }
+}
+
+/// One candidate in one cell (size, residency, placement).
+#[derive(Debug, Clone, Serialize)]
+pub struct Timing {
+    /// The candidate (`loop avx512`, `rep`, `nt 1`, `glibc`).
+    pub candidate: String,
+    /// Its GB/s (10^9 B/s), median over the rounds.
+    pub gbps: f64,
+    /// Its speed over direct glibc's, per round.
+    pub ratio: Ratio,
+}
+
+/// One measured cell.
+#[derive(Debug, Clone, Serialize)]
+pub struct Cell {
+    /// `copy` or `fill`.
+    pub op: &'static str,
+    /// First size of the class.
+    pub class_from: usize,
+    /// The size measured.
+    pub bytes: usize,
+    /// `hot` or `cold`.
+    pub residency: &'static str,
+    /// The placement.
+    pub placement: Placement,
+    /// Direct glibc, GB/s (median).
+    pub glibc_gbps: f64,
+    /// Every candidate.
+    pub timings: Vec<Timing>,
+}
+
+/// The choice for one class and placement, and why.
+#[derive(Debug, Clone, Serialize)]
+pub struct Choice {
+    /// Which table.
+    pub table: Table,
+    /// First size of the class.
+    pub class_from: usize,
+    /// The placement.
+    pub placement: Placement,
+    /// The strategy chosen.
+    pub chosen: String,
+    /// Its score: the median ratio to direct glibc at its worst residency.
+    pub score: f64,
+    /// The glibc candidate's score.
+    pub glibc_score: f64,
+}
+
+/// A `pagewise tune` run.
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    /// [`TUNE_SCHEMA`].
+    pub schema: &'static str,
+    /// The plan measured, as cached.
+    pub tuned: Tuned,
+    /// Every cell's timings.
+    pub cells: Vec<Cell>,
+    /// Every choice.
+    pub choices: Vec<Choice>,
+    /// How the smallest sizes were decided (AVX-512 only): ratio to glibc of
+    /// masked and plain moves, worst over the sizes tried.
+    pub small: Vec<Timing>,
+    /// Seconds the measurement took.
+    pub seconds: f64,
+    /// Where the plan was written, if it was.
+    pub cache_file: Option<String>,
+    /// Anything worth knowing, one sentence each.
+    pub notes: Vec<String>,
+}
+
+/// Why tuning failed.
+#[derive(Debug, thiserror::Error)]
+pub enum TuneError {
+    /// Buffers could not be mapped.
+    #[error("cannot map {bytes} bytes for measuring: {source} (lower --max-bytes or free memory)")]
+    Map {
+        /// How much.
+        bytes: usize,
+        /// The failed call.
+        #[source]
+        source: crate::sys::SysError,
+    },
+    /// A candidate produced wrong bytes (a bug: please report it).
+    #[error("candidate {candidate} produced wrong bytes at {bytes} B")]
+    WrongResult {
+        /// The candidate.
+        candidate: String,
+        /// The size.
+        bytes: usize,
+    },
+}
+
+/// Copy class starts above the loop-free sizes, and the size measured for each.
+fn grid(small_max: usize, max_bytes: usize) -> Vec<(usize, usize)> {
+    let starts = [
+        small_max + 1,
+        2 << 10,
+        8 << 10,
+        32 << 10,
+        128 << 10,
+        512 << 10,
+        2 << 20,
+        8 << 20,
+        32 << 20,
+        128 << 20,
+    ];
+    let reps = [
+        1 << 10,
+        4 << 10,
+        16 << 10,
+        64 << 10,
+        256 << 10,
+        1 << 20,
+        4 << 20,
+        16 << 20,
+        64 << 20,
+        512 << 20,
+    ];
+    starts
+        .into_iter()
+        .zip(reps)
+        .filter(|&(from, _)| from <= max_bytes)
+        .map(|(from, rep)| (from, rep.min(max_bytes).max(from)))
+        .collect()
+}
+
+/// Source and destination buffers (page-aligned, faulted in, on THP where
+/// the kernel gives them), the destination 12 KiB further on modulo 2 MiB
+/// than the source, as in `bench memcpy` (each call's loads would otherwise
+/// wait for the previous call's stores to the same low address bits).
+struct Buffers {
+    src: AnonMapping,
+    dst: AnonMapping,
+    dst_start: usize,
+    len: usize,
+}
+
+impl Buffers {
+    fn new(len: usize, with_source: bool) -> Result<Buffers, TuneError> {
+        const SPAN: usize = 2 << 20;
+        let map = |len: usize| -> Result<AnonMapping, TuneError> {
+            let m = AnonMapping::map(len, MapOptions::default())
+                .map_err(|source| TuneError::Map { bytes: len, source })?;
+            let _ = m.advise(0, len, Advice::HugePage);
+            Ok(m)
+        };
+        let mut dst = map(len + SPAN)?;
+        dst.as_mut_slice().fill(0);
+        let mut src = map(if with_source { len } else { 4096 })?;
+        for (i, b) in src.as_mut_slice().iter_mut().enumerate() {
+            *b = (i % 251) as u8;
+        }
+        let wanted = (src.as_slice().as_ptr() as usize + (12 << 10)) % SPAN;
+        let base = dst.as_mut_slice().as_ptr() as usize;
+        let dst_start = (wanted + SPAN - base % SPAN) % SPAN;
+        Ok(Buffers {
+            src,
+            dst,
+            dst_start,
+            len,
+        })
+    }
+
+    fn slices(&mut self) -> (&mut [u8], &[u8]) {
+        (
+            &mut self.dst.as_mut_slice()[self.dst_start..][..self.len],
+            self.src.as_slice(),
+        )
+    }
+}
+
+/// A candidate as something to time.
+#[derive(Clone, Copy)]
+enum Runner<'a> {
+    Pagewise(&'a Copier),
+    Glibc,
+}
+
+/// `(src, dst)` offsets from 4 KiB boundaries of a placement's representative.
+fn offsets(op: Op, p: Placement) -> (usize, usize) {
+    match (op, p) {
+        (_, Placement::Aligned) => (0, 0),
+        (Op::Copy, Placement::Near) => (1, 7),
+        (Op::Copy, Placement::Other) => (7, 1),
+        (Op::Fill, _) => (0, 1),
+    }
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Op {
+    Copy,
+    Fill,
+}
+
+/// Bytes a hot measurement moves, and a cold one at most.
+const HOT_BYTES: usize = 8 << 20;
+const COLD_BYTES: usize = 64 << 20;
+/// Distance between cold calls, at least: past what prefetchers follow.
+const COLD_STRIDE: usize = 64 << 10;
+
+/// Times `runner` on `n` bytes: GB/s. Hot: the same buffers `reps` times
+/// (best of two runs); cold: one call per block, blocks spread over the pool.
+fn time_one(
+    op: Op,
+    runner: Runner<'_>,
+    bufs: &mut Buffers,
+    n: usize,
+    hot: bool,
+    at: (usize, usize),
+) -> f64 {
+    let (dst, src) = bufs.slices();
+    let (dst, src) = black_box((dst, src));
+    let call = |d: &mut [u8], s: &[u8]| match (op, runner) {
+        (Op::Copy, Runner::Pagewise(c)) => {
+            let _ = c.copy(d, s);
+        }
+        (Op::Copy, Runner::Glibc) => glibc_memcpy(d, s),
+        (Op::Fill, Runner::Pagewise(c)) => c.fill(d, black_box(0x5a)),
+        (Op::Fill, Runner::Glibc) => glibc_memset(d, black_box(0x5a)),
+    };
+    let src_for = |_: &[u8], s: usize| -> usize {
+        if op == Op::Copy {
+            s
+        } else {
+            0
+        }
+    };
+    if hot {
+        let (s, d) = at;
+        let reps = (HOT_BYTES / n).clamp(4, 1 << 16);
+        let s0 = src_for(src, s);
+        let slen = if op == Op::Copy { n } else { 0 };
+        let mut best = 0.0f64;
+        for _ in 0..2 {
+            for _ in 0..reps.min(8) {
+                call(&mut dst[d..d + n], &src[s0..s0 + slen]);
+            }
+            let t = Instant::now();
+            for _ in 0..reps {
+                call(&mut dst[d..d + n], &src[s0..s0 + slen]);
+                std::sync::atomic::compiler_fence(std::sync::atomic::Ordering::SeqCst);
+            }
+            best = best.max((reps * n) as f64 / t.elapsed().as_secs_f64().max(1e-9) / 1e9);
+        }
+        best
+    } else {
+        let stride = (n + 4096).next_multiple_of(4096).max(COLD_STRIDE);
+        let fit = ((dst.len() - 4096) / stride).max(1);
+        let calls = fit.min((COLD_BYTES / n).max(1)).min(4096);
+        let t = Instant::now();
+        for k in 0..calls {
+            let (s, d) = (k * stride + at.0, k * stride + at.1);
+            let s0 = src_for(src, s);
+            let slen = if op == Op::Copy { n } else { 0 };
+            call(&mut dst[d..d + n], &src[s0..s0 + slen]);
+            std::sync::atomic::compiler_fence(std::sync::atomic::Ordering::SeqCst);
+        }
+        (calls * n) as f64 / t.elapsed().as_secs_f64().max(1e-9) / 1e9
+    }
+}
+
+/// Checks one call of `copier` for right bytes.
+fn verify(op: Op, copier: &Copier, bufs: &mut Buffers, n: usize, at: (usize, usize)) -> bool {
+    let (dst, src) = bufs.slices();
+    let d = &mut dst[at.1..at.1 + n];
+    match op {
+        Op::Copy => {
+            let s = &src[at.0..at.0 + n];
+            d.fill(0xee);
+            let _ = copier.copy(d, s);
+            d == s
+        }
+        Op::Fill => {
+            d.fill(0);
+            copier.fill(d, 0x5a);
+            d.iter().all(|&b| b == 0x5a)
+        }
+    }
+}
+
+/// The candidates of one cell and their copiers.
+fn candidates(base: &Plan, n: usize, erms: bool) -> Vec<(Strategy, Copier)> {
+    let mut out = Vec::new();
+    let mut add = |s: Strategy| {
+        if let Ok(c) = Copier::new(&base.with_only(base.isa, s)) {
+            out.push((s, c));
+        }
+    };
+    for isa in Isa::ALL.into_iter().filter(|i| i.is_supported()) {
+        add(Strategy::Loop { isa });
+    }
+    if erms {
+        add(Strategy::Rep);
+    }
+    if n >= 256 << 10 {
+        for streams in [1u8, 2, 4, 8, 16, 32] {
+            add(Strategy::NonTemporal { streams });
+        }
+    }
+    add(Strategy::Glibc);
+    out
+}
+
+/// Measures one cell: every candidate and direct glibc, `rounds` times,
+/// interleaved. Returns the timings (candidates in order) and direct glibc.
+#[allow(clippy::too_many_arguments)]
+fn measure_cell(
+    op: Op,
+    cands: &[(Strategy, Copier)],
+    bufs: &mut Buffers,
+    n: usize,
+    hot: bool,
+    p: Placement,
+    rounds: usize,
+) -> Result<(Vec<Timing>, f64), TuneError> {
+    let at = offsets(op, p);
+    for (s, c) in cands {
+        if !verify(op, c, bufs, n, at) {
+            return Err(TuneError::WrongResult {
+                candidate: s.label(),
+                bytes: n,
+            });
+        }
+    }
+    let k = cands.len() + 1;
+    let mut speeds = vec![Vec::with_capacity(rounds); k];
+    for r in 0..rounds {
+        for j in 0..k {
+            // Rotate the order every round; the last slot is direct glibc.
+            let i = (j + r) % k;
+            let runner = cands
+                .get(i)
+                .map_or(Runner::Glibc, |(_, c)| Runner::Pagewise(c));
+            speeds[i].push(time_one(op, runner, bufs, n, hot, at));
+        }
+    }
+    let glibc = speeds[k - 1].clone();
+    let mut glibc_sorted = glibc.clone();
+    let glibc_gbps = Ratio::of(&mut glibc_sorted).median;
+    let timings = cands
+        .iter()
+        .enumerate()
+        .map(|(i, (s, _))| {
+            let mut ratios: Vec<f64> = speeds[i].iter().zip(&glibc).map(|(a, b)| a / b).collect();
+            let mut gb = speeds[i].clone();
+            Timing {
+                candidate: s.label(),
+                gbps: Ratio::of(&mut gb).median,
+                ratio: Ratio::of(&mut ratios),
+            }
+        })
+        .collect();
+    Ok((timings, glibc_gbps))
+}
+
+/// Picks for one class and placement from its cells (hot and/or cold): the
+/// candidate with the best worst-residency score among those `allowed`; glibc
+/// unless a pagewise kernel beats it by `margin`.
+fn choose(
+    cells: &[&Cell],
+    strategies: &[Strategy],
+    allowed: impl Fn(Strategy) -> bool,
+    margin: f64,
+) -> (Strategy, f64, f64) {
+    let score = |s: Strategy| {
+        let label = s.label();
+        cells
+            .iter()
+            .filter_map(|c| c.timings.iter().find(|t| t.candidate == label))
+            .map(|t| t.ratio.median)
+            .fold(f64::INFINITY, f64::min)
+    };
+    let glibc = if allowed(Strategy::Glibc) {
+        score(Strategy::Glibc)
+    } else {
+        0.0
+    };
+    let best = strategies
+        .iter()
+        .copied()
+        .filter(|s| *s != Strategy::Glibc && allowed(*s))
+        .map(|s| (s, score(s)))
+        .filter(|(_, v)| v.is_finite())
+        .max_by(|a, b| a.1.total_cmp(&b.1));
+    match best {
+        Some((s, v)) if v >= glibc * (1.0 + margin) => (s, v, glibc),
+        Some((s, v)) if !allowed(Strategy::Glibc) => (s, v, glibc),
+        _ => (Strategy::Glibc, glibc, glibc),
+    }
+}
+
+/// Measures the smallest sizes with masked and with plain AVX-512 moves:
+/// the choice whose worst ratio to glibc over fixed sizes and a mix of
+/// sizes is higher.
+fn tune_small(base: &Plan, rounds: usize) -> Result<(Small, Vec<Timing>), TuneError> {
+    let mut bufs = Buffers::new(1 << 20, true)?;
+    let variants = [Small::Masked, Small::Plain];
+    let copiers: Vec<Copier> = variants
+        .iter()
+        .filter_map(|&small| {
+            let mut plan = base.clone();
+            plan.tables.small = small;
+            Copier::new(&plan).ok()
+        })
+        .collect();
+    if copiers.len() != 2 {
+        return Ok((Small::Plain, Vec::new()));
+    }
+    // A fixed mix of sizes 1-63 (calls of varying sizes mispredict branches).
+    let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+    let mix: Vec<usize> = (0..4096)
+        .map(|_| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            1 + (seed % 63) as usize
+        })
+        .collect();
+    let mut worst = [f64::INFINITY; 2];
+    for op in [Op::Copy, Op::Fill] {
+        for case in [Some(8usize), Some(13), Some(32), Some(48), None] {
+            let mut ratios = [Vec::new(), Vec::new()];
+            for _ in 0..rounds {
+                let mut speeds = [0.0f64; 3];
+                for (slot, runner) in [
+                    Runner::Glibc,
+                    Runner::Pagewise(&copiers[0]),
+                    Runner::Pagewise(&copiers[1]),
+                ]
+                .into_iter()
+                .enumerate()
+                {
+                    speeds[slot] = match case {
+                        Some(n) => time_one(op, runner, &mut bufs, n, true, (64, 64 + 4096 * 3)),
+                        None => time_mix(op, runner, &mut bufs, &mix),
+                    };
+                }
+                ratios[0].push(speeds[1] / speeds[0]);
+                ratios[1].push(speeds[2] / speeds[0]);
+            }
+            for v in 0..2 {
+                worst[v] = worst[v].min(Ratio::of(&mut ratios[v]).median);
+            }
+        }
+    }
+    let timings = variants
+        .iter()
+        .zip(worst)
+        .map(|(v, w)| Timing {
+            candidate: format!("{v:?}").to_lowercase(),
+            gbps: f64::NAN,
+            ratio: Ratio {
+                median: w,
+                min: w,
+                max: w,
+            },
+        })
+        .collect();
+    let small = if worst[0] > worst[1] {
+        Small::Masked
+    } else {
+        Small::Plain
+    };
+    Ok((small, timings))
+}
+
+/// Times a mix of small calls (sizes from `mix`, placed apart in L1): bytes/ns.
+fn time_mix(op: Op, runner: Runner<'_>, bufs: &mut Buffers, mix: &[usize]) -> f64 {
+    let (dst, src) = bufs.slices();
+    let (dst, src) = black_box((dst, src));
+    let mut best = 0.0f64;
+    for _ in 0..3 {
+        let t = Instant::now();
+        let mut bytes = 0;
+        for (i, &n) in mix.iter().enumerate() {
+            let at = (i % 64) * 64 + (i % 7);
+            let d = &mut dst[8192 + at..8192 + at + n];
+            match (op, runner) {
+                (Op::Copy, Runner::Pagewise(c)) => {
+                    let _ = c.copy(d, &src[at + 3..at + 3 + n]);
+                }
+                (Op::Copy, Runner::Glibc) => glibc_memcpy(d, &src[at + 3..at + 3 + n]),
+                (Op::Fill, Runner::Pagewise(c)) => c.fill(d, 7),
+                (Op::Fill, Runner::Glibc) => glibc_memset(d, 7),
+            }
+            bytes += n;
+        }
+        best = best.max(bytes as f64 / t.elapsed().as_secs_f64().max(1e-9) / 1e9);
+    }
+    best
+}
+
+/// Measures every class and placement and returns the report (not yet
+/// saved: see [`super::cache::save`]).
+pub fn tune(options: &Options, progress: &dyn Progress) -> Result<Report, TuneError> {
+    let started = Instant::now();
+    let base = Plan::detect();
+    let isa = base.isa;
+    let mut notes = Vec::new();
+    if base.isa_source == super::Source::Environment {
+        notes.push(format!(
+            "instruction set pinned to {} by the environment",
+            isa.name()
+        ));
+    }
+    let rounds = options.rounds.max(3);
+    let grid = grid(isa.small_max(), options.max_bytes);
+    let pool = (4 * options.llc_bytes).next_power_of_two().max(64 << 20);
+    let largest = grid.last().map_or(0, |g| g.1);
+    let mut cells = Vec::new();
+    let total = grid.len() * 2 + 1;
+    let mut step = 0;
+
+    progress.update(step, total, "small sizes: masked or plain moves");
+    let (small, small_timings) = if isa == Isa::Avx512 {
+        tune_small(&base, rounds)?
+    } else {
+        (Small::Plain, Vec::new())
+    };
+    step += 1;
+
+    let mut choices = Vec::new();
+    for op in [Op::Copy, Op::Fill] {
+        let name = if op == Op::Copy { "copy" } else { "fill" };
+        let mut bufs = Buffers::new(pool.max(largest + (4 << 20)), op == Op::Copy)?;
+        let placements: &[Placement] = if op == Op::Copy {
+            &Placement::ALL
+        } else {
+            &[Placement::Aligned, Placement::Other]
+        };
+        let footprint = |n: usize| if op == Op::Copy { 2 * n } else { n };
+        for &(from, n) in &grid {
+            progress.update(step, total, &format!("{name} {} B", n));
+            step += 1;
+            let cands = candidates(&base, n, base.erms);
+            let strategies: Vec<Strategy> = cands.iter().map(|(s, _)| *s).collect();
+            let hot = footprint(n) <= options.llc_bytes / 3;
+            let mut class_cells = Vec::new();
+            for &p in placements {
+                for residency in [true, false] {
+                    if residency && !hot {
+                        continue;
+                    }
+                    let (timings, glibc_gbps) =
+                        measure_cell(op, &cands, &mut bufs, n, residency, p, rounds)?;
+                    class_cells.push(Cell {
+                        op: name,
+                        class_from: from,
+                        bytes: n,
+                        residency: if residency { "hot" } else { "cold" },
+                        placement: p,
+                        glibc_gbps,
+                        timings,
+                    });
+                }
+            }
+            let (nt_table, temporal_table) = if op == Op::Copy {
+                (Table::Copy, Table::CopyTemporal)
+            } else {
+                (Table::Fill, Table::FillTemporal)
+            };
+            let next_from = grid.iter().map(|g| g.0).find(|&f| f > from);
+            let glibc_streams = options.glibc_nontemporal.unwrap_or(options.l2_bytes)
+                <= next_from.unwrap_or(usize::MAX).saturating_sub(1);
+            for table in [nt_table, temporal_table] {
+                for p in Placement::ALL {
+                    // Fills have no near placement: it follows the other one.
+                    let measured = if op == Op::Fill && p == Placement::Near {
+                        Placement::Other
+                    } else {
+                        p
+                    };
+                    let of_p: Vec<&Cell> = class_cells
+                        .iter()
+                        .filter(|c| c.placement == measured)
+                        .collect();
+                    let allowed = |s: Strategy| match s {
+                        Strategy::NonTemporal { .. } => table.allows_nontemporal(),
+                        Strategy::Glibc => table.allows_nontemporal() || !glibc_streams,
+                        _ => true,
+                    };
+                    let (s, score, glibc_score) =
+                        choose(&of_p, &strategies, allowed, options.margin);
+                    choices.push(Choice {
+                        table,
+                        class_from: from,
+                        placement: p,
+                        chosen: s.label(),
+                        score,
+                        glibc_score,
+                    });
+                }
+            }
+            cells.extend(class_cells);
+        }
+    }
+    // The tables: the loop from 0 (the loop-free sizes and the inline
+    // path), then the measured classes, equal neighbours merged.
+    let mut rebuilt = Tables::only(isa, small, Strategy::Loop { isa });
+    rebuilt.rep_guards = base.tables.rep_guards.clone();
+    for t in Table::ALL {
+        let measured: Vec<Class> = choices
+            .iter()
+            .filter(|c| c.table == t)
+            .map(|c| c.class_from)
+            .collect::<std::collections::BTreeSet<_>>()
+            .into_iter()
+            .map(|from| {
+                let mut by = [Strategy::Loop { isa }; 3];
+                for c in choices
+                    .iter()
+                    .filter(|c| c.table == t && c.class_from == from)
+                {
+                    by[c.placement as usize] = strategy_of_label(&c.chosen, isa);
+                }
+                Class {
+                    from,
+                    by_placement: by,
+                }
+            })
+            .collect();
+        let table = rebuilt.get_mut(t);
+        table.truncate(1);
+        table.extend(measured);
+        merge(table);
+    }
+    progress.update(total, total, "done");
+    let measured_at = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    Ok(Report {
+        schema: TUNE_SCHEMA,
+        tuned: Tuned {
+            schema: SCHEMA.into(),
+            key: MachineKey::current(),
+            measured_at,
+            isa,
+            tables: rebuilt,
+        },
+        cells,
+        choices,
+        small: small_timings,
+        seconds: started.elapsed().as_secs_f64(),
+        cache_file: None,
+        notes,
+    })
+}
+
+/// The strategy a [`Strategy::label`] names.
+fn strategy_of_label(label: &str, isa: Isa) -> Strategy {
+    let mut all: Vec<Strategy> = Isa::ALL.iter().map(|&isa| Strategy::Loop { isa }).collect();
+    all.extend([Strategy::Rep, Strategy::Glibc]);
+    all.extend(Strategy::STREAMS.map(|streams| Strategy::NonTemporal { streams }));
+    all.into_iter()
+        .find(|s| s.label() == label)
+        .unwrap_or(Strategy::Loop { isa })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_grid_starts_above_the_loop_free_sizes_and_stops_at_the_largest() {
+        let g = grid(512, 512 << 20);
+        assert_eq!(g[0], (513, 1024));
+        assert_eq!(g.last(), Some(&(128 << 20, 512 << 20)));
+        assert!(g.windows(2).all(|w| w[0].0 < w[1].0 && w[0].1 >= w[0].0));
+        let g = grid(256, 100 << 10);
+        assert_eq!(g.last(), Some(&(32 << 10, 64 << 10)));
+    }
+
+    fn cell(residency: &'static str, timings: &[(&str, f64)]) -> Cell {
+        Cell {
+            op: "copy",
+            class_from: 4096,
+            bytes: 8192,
+            residency,
+            placement: Placement::Aligned,
+            glibc_gbps: 10.0,
+            timings: timings
+                .iter()
+                .map(|&(c, r)| Timing {
+                    candidate: c.into(),
+                    gbps: r * 10.0,
+                    ratio: Ratio {
+                        median: r,
+                        min: r,
+                        max: r,
+                    },
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn the_worst_residency_decides_and_glibc_wins_ties() {
+        let all = [
+            Strategy::Loop { isa: Isa::Sse2 },
+            Strategy::Rep,
+            Strategy::NonTemporal { streams: 1 },
+            Strategy::Glibc,
+        ];
+        let hot = cell(
+            "hot",
+            &[
+                ("loop sse2", 1.2),
+                ("rep", 1.0),
+                ("nt 1", 0.3),
+                ("glibc", 0.97),
+            ],
+        );
+        let cold = cell(
+            "cold",
+            &[
+                ("loop sse2", 0.9),
+                ("rep", 1.1),
+                ("nt 1", 1.5),
+                ("glibc", 0.98),
+            ],
+        );
+        let (s, score, _) = choose(&[&hot, &cold], &all, |_| true, 0.02);
+        assert_eq!((s, score), (Strategy::Rep, 1.0));
+        // No kernel 2% better than the glibc candidate: glibc.
+        let hot = cell("hot", &[("loop sse2", 1.0), ("glibc", 0.99)]);
+        let (s, _, _) = choose(&[&hot], &all, |_| true, 0.02);
+        assert_eq!(s, Strategy::Glibc);
+        // Unless glibc is not allowed there.
+        let (s, _, _) = choose(&[&hot], &all, |s| s != Strategy::Glibc, 0.02);
+        assert_eq!(s, Strategy::Loop { isa: Isa::Sse2 });
+    }
+
+    #[test]
+    fn labels_name_their_strategies() {
+        for s in [
+            Strategy::Loop { isa: Isa::Avx2 },
+            Strategy::Rep,
+            Strategy::NonTemporal { streams: 8 },
+            Strategy::Glibc,
+        ] {
+            assert_eq!(strategy_of_label(&s.label(), Isa::Sse2), s);
+        }
+    }
+}
