@@ -380,9 +380,31 @@ pub struct Report {
     pub fleet: Option<FleetRow>,
     /// `bench memcpy` only: the queue end to end with each routine.
     pub end_to_end: Option<EndToEndRow>,
+    /// The limit row: the best one core reaches here on the 1 GiB cold case,
+    /// the fastest of every candidate strategy and glibc (run when the sizes
+    /// include 1 GiB and cold rows are on).
+    pub limit: Option<LimitRow>,
     /// Fallbacks and skipped parts, one sentence each.
     pub notes: Vec<String>,
 }
+
+/// The limit row: the fastest of all candidates on one size from memory.
+#[derive(Debug, Clone, Serialize)]
+pub struct LimitRow {
+    /// `1 GiB cold limit`.
+    pub name: String,
+    /// Bytes per call.
+    pub bytes: usize,
+    /// The fastest candidate.
+    pub best: String,
+    /// Its GB/s (median over the trials): the limit.
+    pub gbps: f64,
+    /// Every candidate, fastest first.
+    pub candidates: Vec<crate::copy::tune::LimitTiming>,
+}
+
+/// Size of the limit row.
+pub const LIMIT_BYTES: usize = 1 << 30;
 
 /// Why a run failed.
 #[derive(Debug, thiserror::Error)]
@@ -908,8 +930,27 @@ pub fn run(op: Op, options: &Options, progress: &dyn Progress) -> Result<Report,
         }
         None => None,
     };
+    let limit = if options.cold && options.sizes.contains(&LIMIT_BYTES) {
+        progress.update(total, total, &format!("{} 1 GiB limit", op.name()));
+        match crate::copy::tune::limit(op == Op::Memcpy, LIMIT_BYTES, trials as usize) {
+            Ok(c) => c.first().map(|best| LimitRow {
+                name: "1 GiB cold limit".into(),
+                bytes: LIMIT_BYTES,
+                best: best.candidate.clone(),
+                gbps: best.gbps.median,
+                candidates: c.clone(),
+            }),
+            Err(e) => {
+                notes.push(format!("limit row not run: {e}"));
+                None
+            }
+        }
+    } else {
+        None
+    };
     progress.update(total, total, "done");
     Ok(Report {
+        limit,
         schema: op.schema(),
         machine,
         plan,

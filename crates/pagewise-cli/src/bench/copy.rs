@@ -193,6 +193,29 @@ fn print_human(op: Op, r: &Report) -> Result<(), OutputError> {
             )?;
         }
     }
+    if let Some(l) = &r.limit {
+        let pagewise = r
+            .rows
+            .iter()
+            .find(|row| row.bytes == l.bytes && row.src_offset == 0 && row.dst_offset == 0);
+        println!(
+            "\nLimit: {} {:.1} GB/s, fastest of every candidate ({}){}",
+            l.name,
+            l.gbps,
+            l.best,
+            pagewise.map_or(String::new(), |row| format!(
+                "; pagewise {:.2} and glibc {:.2} of it",
+                row.gbps / l.gbps,
+                row.glibc_gbps / l.gbps
+            ))
+        );
+        let all: Vec<String> = l
+            .candidates
+            .iter()
+            .map(|c| format!("{} {:.1}", c.candidate, c.gbps.median))
+            .collect();
+        println!("  candidates (GB/s): {}", all.join(", "));
+    }
     if let Some(e) = &r.end_to_end {
         let mut t = table(&["row", "bytes", "pagewise GB/s", "glibc GB/s", "ratio"]);
         let rate = |r: &[f64; 3], bytes: usize| {

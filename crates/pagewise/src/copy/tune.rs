@@ -839,3 +839,46 @@ mod tests {
         }
     }
 }
+
+/// One candidate's speed on the limit measurement.
+#[derive(Debug, Clone, Serialize)]
+pub struct LimitTiming {
+    /// The candidate (`loop avx512`, `rep`, `nt 4`, `glibc`).
+    pub candidate: String,
+    /// GB/s: median, min, max over the rounds.
+    pub gbps: Ratio,
+}
+
+/// The best one core reaches on `n` bytes from memory (aligned, one call per
+/// round): every candidate strategy and direct glibc, `rounds` times,
+/// interleaved; returns each one's GB/s, fastest first. Maps `2 n` (copy) or
+/// `n` (fill) bytes plus a few MiB.
+pub fn limit(copy: bool, n: usize, rounds: usize) -> Result<Vec<LimitTiming>, TuneError> {
+    let op = if copy { Op::Copy } else { Op::Fill };
+    let base = Plan::detect();
+    let cands = candidates(&base, n.max(256 << 10), base.erms);
+    let mut bufs = Buffers::new(n + (4 << 20), copy)?;
+    let k = cands.len() + 1;
+    let mut speeds = vec![Vec::new(); k];
+    for r in 0..rounds.max(1) {
+        for j in 0..k {
+            let i = (j + r) % k;
+            let runner = cands
+                .get(i)
+                .map_or(Runner::Glibc, |(_, c)| Runner::Pagewise(c));
+            speeds[i].push(time_one(op, runner, &mut bufs, n, false, (0, 0)));
+        }
+    }
+    let mut out: Vec<LimitTiming> = speeds
+        .iter_mut()
+        .enumerate()
+        .map(|(i, v)| LimitTiming {
+            candidate: cands
+                .get(i)
+                .map_or("glibc (direct)".to_owned(), |(s, _)| s.label()),
+            gbps: Ratio::of(v),
+        })
+        .collect();
+    out.sort_by(|a, b| b.gbps.median.total_cmp(&a.gbps.median));
+    Ok(out)
+}
