@@ -400,7 +400,7 @@ pub struct LimitRow {
     /// Its GB/s (median over the trials): the limit.
     pub gbps: f64,
     /// Every candidate, fastest first.
-    pub candidates: Vec<crate::copy::tune::LimitTiming>,
+    pub candidates: Vec<pagewise::copy::tune::LimitTiming>,
 }
 
 /// Size of the limit row.
@@ -932,7 +932,7 @@ pub fn run(op: Op, options: &Options, progress: &dyn Progress) -> Result<Report,
     };
     let limit = if options.cold && options.sizes.contains(&LIMIT_BYTES) {
         progress.update(total, total, &format!("{} 1 GiB limit", op.name()));
-        match crate::copy::tune::limit(op == Op::Memcpy, LIMIT_BYTES, trials as usize) {
+        match pagewise::copy::tune::limit(op == Op::Memcpy, LIMIT_BYTES, trials as usize) {
             Ok(c) => c.first().map(|best| LimitRow {
                 name: "1 GiB cold limit".into(),
                 bytes: LIMIT_BYTES,

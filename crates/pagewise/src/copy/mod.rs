@@ -40,8 +40,8 @@ pub use crate::sys::copy::{Class, Isa, Placement, RepGuard, Small, Strategy};
 pub use cache::{MachineKey, Tuned};
 pub use plan::{
     default_tables, merge, overlay, set_nontemporal, Choices, Inputs, Plan, PlanError, SizeClass,
-    SizeRange, Source, Table, Tables, Vendor, COPY_LLC_DIVISOR, ENV_ISA, ENV_NT_THRESHOLD, ENV_PLAN,
-    ENV_REP_MOVSB, ENV_REP_STOSB, FILL_LLC_DIVISOR,
+    SizeRange, Source, Table, Tables, Vendor, COPY_LLC_DIVISOR, ENV_ISA, ENV_NT_THRESHOLD,
+    ENV_PLAN, ENV_REP_MOVSB, ENV_REP_STOSB, FILL_LLC_DIVISOR,
 };
 
 use crate::sys::copy::{Kernel, Thresholds};
