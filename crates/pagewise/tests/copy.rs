@@ -26,7 +26,9 @@ struct Config {
 /// Every kernel path on every instruction set this CPU supports: each
 /// strategy at every size above the loop-free ones (the loop of each width,
 /// `rep`, non-temporal stores with one, four and 32 streams, glibc), with
-/// masked and plain small moves for AVX-512, and the plan detected here.
+/// every way of doing the smallest AVX-512 copies (inline masked moves,
+/// guarded masked moves in the leaf, plain moves), and the plan detected
+/// here.
 fn configs() -> Vec<Config> {
     let base = Plan::detect();
     let mut out = Vec::new();
@@ -53,7 +55,7 @@ fn configs() -> Vec<Config> {
             Strategy::Glibc,
         ]);
         let smalls: &[Small] = if isa == Isa::Avx512 {
-            &[Small::Masked, Small::Plain]
+            &Small::ALL
         } else {
             &[Small::Plain]
         };

@@ -21,7 +21,7 @@ use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 /// JSON schema of a cached plan file.
-pub const SCHEMA: &str = "pagewise.copy-plan/1";
+pub const SCHEMA: &str = "pagewise.copy-plan/2";
 
 /// Largest plan file read (a plan is a few KiB).
 const MAX_FILE_BYTES: u64 = 1 << 20;
@@ -329,7 +329,7 @@ pub fn save_to(dir: &Path, tuned: &Tuned) -> Result<PathBuf, CacheError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::copy::plan::{default_tables, Vendor};
+    use crate::copy::plan::{default_tables, CpuKind};
 
     fn tuned(key: MachineKey) -> Tuned {
         Tuned {
@@ -337,7 +337,7 @@ mod tests {
             key,
             measured_at: 1_700_000_000,
             isa: Isa::Avx2,
-            tables: default_tables(Vendor::Amd, Isa::Avx2, true, Some(32 << 20)),
+            tables: default_tables(CpuKind::AmdZen1To4, Isa::Avx2, true, Some(32 << 20)),
         }
     }
 

@@ -39,9 +39,9 @@ pub mod tune;
 pub use crate::sys::copy::{Class, Isa, Placement, RepGuard, Small, Strategy};
 pub use cache::{MachineKey, Tuned};
 pub use plan::{
-    default_tables, merge, overlay, set_nontemporal, Choices, Inputs, Plan, PlanError, SizeClass,
-    SizeRange, Source, Table, Tables, Vendor, COPY_LLC_DIVISOR, ENV_ISA, ENV_NT_THRESHOLD,
-    ENV_PLAN, ENV_REP_MOVSB, ENV_REP_STOSB, FILL_LLC_DIVISOR,
+    default_tables, merge, overlay, set_nontemporal, Choices, CpuKind, Inputs, Plan, PlanError,
+    SizeClass, SizeRange, Source, Table, Tables, Vendor, COPY_LLC_DIVISOR, ENV_ISA,
+    ENV_NT_THRESHOLD, ENV_PLAN, ENV_REP_MOVSB, ENV_REP_STOSB, FILL_LLC_DIVISOR,
 };
 
 use crate::sys::copy::{Kernel, Thresholds};
@@ -104,6 +104,8 @@ impl ThresholdSet {
         let guards = &tables.rep_guards;
         self.copy.assign(&tables.copy, guards);
         self.copy_temporal.assign(&tables.copy_temporal, guards);
+        self.copy.set_small(tables.small);
+        self.copy_temporal.set_small(tables.small);
         self.fill.assign(&tables.fill, &[]);
         self.fill_temporal.assign(&tables.fill_temporal, &[]);
     }
@@ -147,7 +149,7 @@ impl Copier {
     /// A copier that follows `plan`; fails when the plan's instruction set is
     /// not available here.
     pub fn new(plan: &Plan) -> Result<Copier, Unsupported> {
-        let kernel = Kernel::new(plan.isa, plan.tables.small).ok_or(Unsupported(plan.isa))?;
+        let kernel = Kernel::new(plan.isa).ok_or(Unsupported(plan.isa))?;
         let unsupported = Table::ALL
             .iter()
             .flat_map(|t| plan.tables.get(*t))
@@ -272,8 +274,8 @@ fn init_global() -> &'static Global {
         let plan = Plan::detect();
         // The detected plan only names instruction sets that this CPU has;
         // SSE2 is part of x86-64.
-        let kernel = Kernel::new(plan.isa, plan.tables.small)
-            .or_else(|| Kernel::new(Isa::Sse2, Small::Plain))
+        let kernel = Kernel::new(plan.isa)
+            .or_else(|| Kernel::new(Isa::Sse2))
             .expect("SSE2 is part of x86-64");
         PROCESS.assign(&plan.tables);
         // After the thresholds: the fast path reads them once it is on.

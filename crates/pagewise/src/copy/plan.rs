@@ -101,6 +101,42 @@ impl Vendor {
     }
 }
 
+/// Which defaults a machine gets without a measured plan: the facts behind
+/// them differ by microarchitecture, not only by vendor.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CpuKind {
+    /// Intel, and vendors nothing was measured on: the shape measured on
+    /// the Intel VM (Emerald Rapids).
+    Intel,
+    /// AMD (or Hygon) before Zen 5, families 0x17-0x19 (Zen 1-4): glibc's
+    /// and AOCL-LibMem's Zen 3 rules, confirmed on the Zen 3 guest.
+    AmdZen1To4,
+    /// AMD from Zen 5 on, family 0x1A and later: `rep movsb` up to the L3
+    /// (AOCL-LibMem's Zen 5 rule), confirmed on the Zen 5 guest.
+    AmdZen5,
+}
+
+impl CpuKind {
+    /// The kind of a CPU by its `cpuid` vendor string and family.
+    pub fn of(vendor: &str, family: u32) -> CpuKind {
+        match Vendor::from_cpuid(vendor) {
+            Vendor::Amd if family >= 0x1a => CpuKind::AmdZen5,
+            Vendor::Amd => CpuKind::AmdZen1To4,
+            Vendor::Intel | Vendor::Other => CpuKind::Intel,
+        }
+    }
+
+    /// A few words for reports.
+    pub fn describe(self) -> &'static str {
+        match self {
+            CpuKind::Intel => "Intel (and unknown vendors)",
+            CpuKind::AmdZen1To4 => "AMD Zen 1-4 (family 0x17-0x19)",
+            CpuKind::AmdZen5 => "AMD Zen 5 (family 0x1A on)",
+        }
+    }
+}
+
 /// A rejected setting: bad text in an environment variable.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum PlanError {
@@ -212,6 +248,8 @@ pub struct Plan {
     pub cache_file: Option<String>,
     /// The CPU's maker.
     pub vendor: Vendor,
+    /// Which defaults apply here (they are in force unless a measured plan is).
+    pub cpu_kind: CpuKind,
     /// This machine's key.
     pub key: MachineKey,
     /// The last-level cache size the defaults are derived from.
@@ -234,6 +272,7 @@ impl Serialize for Plan {
             measured_at: Option<u64>,
             cache_file: &'a Option<String>,
             vendor: Vendor,
+            cpu_kind: CpuKind,
             key: &'a MachineKey,
             rep_source: Source,
             #[serde(serialize_with = "serialize_range")]
@@ -256,6 +295,7 @@ impl Serialize for Plan {
             measured_at: self.measured_at,
             cache_file: &self.cache_file,
             vendor: self.vendor,
+            cpu_kind: self.cpu_kind,
             key: &self.key,
             rep_source: self.rep_source,
             copy_rep: self.copy_rep(),
@@ -430,7 +470,7 @@ fn streams_of(table: &[Class]) -> Option<u8> {
     })
 }
 
-/// Vendor-aware defaults for a machine nothing was measured on.
+/// Defaults for a machine nothing was measured on, by [`CpuKind`].
 ///
 /// - **Intel** (and unknown vendors), measured on the Intel VM (Emerald
 ///   Rapids): the vector loop below 24 KiB, `rep movsb` from there (ERMS),
@@ -438,15 +478,22 @@ fn streams_of(table: &[Class]) -> Option<u8> {
 ///   1 MiB (its slow mode) or modulo 4 KiB below 512 KiB; non-temporal stores
 ///   from a quarter of the LLC, 32 pages side by side. Fills: the loop, `rep
 ///   stosb` from 4 KiB for misaligned destinations and from 16 KiB for all,
-///   non-temporal from half the LLC. Masked AVX-512 moves for the smallest sizes.
-/// - **AMD** (glibc's and AOCL-LibMem's choices for Zen, confirmed on a Zen 3
-///   and a Zen 5 guest): no `rep movsb`/`rep stosb` (slow at some distances,
-///   glibc BZ #30994; the guard avoids 1–63 B ahead modulo 4 KiB if a user
-///   turns it on), the vector loop up to 3/4 of the L3 of one CCX, then
-///   non-temporal stores in one stream (interleaving pages lost up to 4× on
-///   the Zen 3 guest); plain moves for the smallest sizes (masked ones were
-///   0.60 of glibc at 8–32 B on the Zen 5 guest).
-pub fn default_tables(vendor: Vendor, isa: Isa, erms: bool, llc: Option<u64>) -> Tables {
+///   non-temporal from half the LLC. Masked AVX-512 moves for the smallest
+///   sizes, guarded against 4K aliasing.
+/// - **AMD Zen 1–4** (glibc's and AOCL-LibMem's choices for Zen 3, confirmed
+///   on the Zen 3 guest): no `rep movsb`/`rep stosb` (it collapses to 2 GB/s
+///   at distances 1–31 mod 4 KiB there, glibc BZ #30994; the guard avoids
+///   1–63 B ahead modulo 4 KiB if a user turns it on), the vector loop up to
+///   3/4 of the L3 of one CCX, then non-temporal stores in one stream
+///   (interleaving pages lost up to 4× on the Zen 3 guest).
+/// - **AMD Zen 5** (AOCL-LibMem's Zen 5 rule, `rep movsb` up to the L3,
+///   confirmed on the Zen 5 guest): Intel's sizes for the loop, `rep
+///   movsb`/`rep stosb` and the non-temporal thresholds, without the `rep
+///   movsb` guards (no slow mode at any distance measured there: the loop
+///   the guards chose ran at 0.70 of glibc on 64 KiB copies 6 B ahead), one
+///   non-temporal stream (2–32 streams lost 10–40% at 1 GiB), and one
+///   unguarded masked move for copies up to 64 bytes.
+pub fn default_tables(kind: CpuKind, isa: Isa, erms: bool, llc: Option<u64>) -> Tables {
     let inline = Strategy::Loop { isa };
     let base = || {
         vec![Class {
@@ -456,40 +503,45 @@ pub fn default_tables(vendor: Vendor, isa: Isa, erms: bool, llc: Option<u64>) ->
     };
     let llc = llc.map(|b| usize::try_from(b).unwrap_or(usize::MAX));
     let (mut copy, mut fill) = (base(), base());
-    let small;
     let mut rep_guards = Vec::new();
-    let (copy_nt, fill_nt, streams);
-    match vendor {
-        Vendor::Amd => {
-            small = Small::Plain;
+    // Intel's thresholds: a quarter of the LLC for copies, half for fills.
+    let (copy_nt, fill_nt) = match llc {
+        Some(l) => (l / COPY_LLC_DIVISOR as usize, l / FILL_LLC_DIVISOR as usize),
+        None => (FALLBACK_NT_THRESHOLD, FALLBACK_NT_THRESHOLD),
+    };
+    let rep_tables = |copy: &mut Vec<Class>, fill: &mut Vec<Class>| {
+        overlay(copy, COPY_REP_MIN, usize::MAX, |_| Strategy::Rep);
+        overlay(fill, FILL_REP_MIN, usize::MAX, |_| Strategy::Rep);
+        // With a misaligned destination, `rep stosb` beats the loop
+        // from a few KiB (measured 0.86 vs 0.95 of glibc at 4 KiB).
+        split_at(fill, FILL_REP_MISALIGNED_MIN);
+        for c in fill
+            .iter_mut()
+            .filter(|c| c.from >= FILL_REP_MISALIGNED_MIN)
+        {
+            c.by_placement[Placement::Other as usize] = Strategy::Rep;
+        }
+        merge(fill);
+    };
+    let (small, copy_nt, fill_nt, streams) = match kind {
+        CpuKind::AmdZen1To4 => {
             let nt = llc.map_or(FALLBACK_NT_THRESHOLD, |l| l / 4 * 3);
-            (copy_nt, fill_nt, streams) = (nt, nt, 1);
             rep_guards.push(RepGuard {
                 span: 4096,
                 below: 64,
                 up_to: usize::MAX,
             });
+            (Small::MaskedGuarded, nt, nt, 1)
         }
-        Vendor::Intel | Vendor::Other => {
-            small = Small::Masked;
-            (copy_nt, fill_nt) = match llc {
-                Some(l) => (l / COPY_LLC_DIVISOR as usize, l / FILL_LLC_DIVISOR as usize),
-                None => (FALLBACK_NT_THRESHOLD, FALLBACK_NT_THRESHOLD),
-            };
-            streams = 32;
+        CpuKind::AmdZen5 => {
             if erms {
-                overlay(&mut copy, COPY_REP_MIN, usize::MAX, |_| Strategy::Rep);
-                overlay(&mut fill, FILL_REP_MIN, usize::MAX, |_| Strategy::Rep);
-                // With a misaligned destination, `rep stosb` beats the loop
-                // from a few KiB (measured 0.86 vs 0.95 of glibc at 4 KiB).
-                split_at(&mut fill, FILL_REP_MISALIGNED_MIN);
-                for c in fill
-                    .iter_mut()
-                    .filter(|c| c.from >= FILL_REP_MISALIGNED_MIN)
-                {
-                    c.by_placement[Placement::Other as usize] = Strategy::Rep;
-                }
-                merge(&mut fill);
+                rep_tables(&mut copy, &mut fill);
+            }
+            (Small::Masked, copy_nt, fill_nt, 1)
+        }
+        CpuKind::Intel => {
+            if erms {
+                rep_tables(&mut copy, &mut fill);
                 rep_guards.push(RepGuard {
                     span: 1 << 20,
                     below: 1024,
@@ -501,8 +553,9 @@ pub fn default_tables(vendor: Vendor, isa: Isa, erms: bool, llc: Option<u64>) ->
                     up_to: 512 << 10,
                 });
             }
+            (Small::MaskedGuarded, copy_nt, fill_nt, 32)
         }
-    }
+    };
     let (copy_temporal, fill_temporal) = (copy.clone(), fill.clone());
     let nt = Strategy::NonTemporal { streams };
     overlay(&mut copy, copy_nt, usize::MAX, |_| nt);
@@ -581,6 +634,7 @@ impl Plan {
             }
         };
         let vendor = Vendor::from_cpuid(&inputs.key.vendor);
+        let kind = CpuKind::of(&inputs.key.vendor, inputs.key.family);
         if inputs.llc_bytes.is_none() {
             notes.push(format!(
                 "cache sizes not readable: non-temporal stores from the default {} MiB",
@@ -607,7 +661,7 @@ impl Plan {
                     );
                 }
                 (
-                    default_tables(vendor, isa, inputs.erms, inputs.llc_bytes),
+                    default_tables(kind, isa, inputs.erms, inputs.llc_bytes),
                     Source::Default,
                     None,
                     None,
@@ -676,6 +730,7 @@ impl Plan {
             measured_at,
             cache_file,
             vendor,
+            cpu_kind: kind,
             key: inputs.key.clone(),
             llc_bytes: inputs.llc_bytes,
             erms: inputs.erms,
@@ -723,21 +778,25 @@ impl Plan {
         let small = self.isa.small_max();
         for (op, table) in [("copy", &self.tables.copy), ("fill", &self.tables.fill)] {
             let w = self.isa.vector_bytes();
-            let loop_free = if self.isa == Isa::Avx512 && self.tables.small == Small::Masked {
-                format!(
-                    "{} one masked 64-byte move, no branch on the size; then overlapping head \
-                     and tail moves, no loop (up to eight {w}-byte vectors)",
-                    if op == "copy" {
-                        "up to 32 B"
-                    } else {
-                        "up to 63 B"
-                    }
-                )
-            } else {
-                format!(
-                    "overlapping scalar, 16-, 32- and {w}-byte moves from both ends, no loop \
-                     (up to eight {w}-byte vectors)"
-                )
+            let eight = format!("no loop (up to eight {w}-byte vectors)");
+            let loop_free = match (self.isa, op, self.tables.small) {
+                (Isa::Avx512, "fill", _) => format!(
+                    "below 64 B one masked 64-byte store, no branch on the size; then \
+                     overlapping stores from both ends, {eight}"
+                ),
+                (Isa::Avx512, _, Small::Masked) => format!(
+                    "inline in the caller: up to 32 B one masked 32-byte move, 33-63 B two \
+                     32-byte moves, 64-128 B two 64-byte moves; then overlapping head and tail \
+                     moves, {eight}"
+                ),
+                (Isa::Avx512, _, Small::MaskedGuarded) => format!(
+                    "up to 32 B one masked 64-byte move (scalar moves when the destination \
+                     is within 64 B of the source modulo 4 KiB); then overlapping head and \
+                     tail moves, {eight}"
+                ),
+                _ => format!(
+                    "overlapping scalar, 16-, 32- and {w}-byte moves from both ends, {eight}"
+                ),
             };
             out.push(SizeClass {
                 op,
@@ -758,7 +817,7 @@ impl Plan {
                         from: c.from.max(small + 1),
                         to,
                     },
-                    kernel: describe_class(c, op == "copy"),
+                    kernel: describe_class(c, op == "copy", !self.tables.rep_guards.is_empty()),
                 });
             }
         }
@@ -768,7 +827,7 @@ impl Plan {
 
 /// One class in words: the aligned placement's strategy, and the others'
 /// where they differ.
-fn describe_class(c: &Class, copy: bool) -> String {
+fn describe_class(c: &Class, copy: bool, guarded: bool) -> String {
     let word = |s: Strategy| match s {
         Strategy::Loop { isa } => format!(
             "{}-byte vector loop, aligned stores{}",
@@ -779,7 +838,8 @@ fn describe_class(c: &Class, copy: bool) -> String {
                 ""
             }
         ),
-        Strategy::Rep if copy => "rep movsb (guarded)".into(),
+        Strategy::Rep if copy && guarded => "rep movsb (guarded)".into(),
+        Strategy::Rep if copy => "rep movsb".into(),
         Strategy::Rep => "rep stosb".into(),
         Strategy::NonTemporal { streams } => {
             format!("non-temporal stores, {streams} page(s) side by side, sfence")
@@ -990,7 +1050,8 @@ mod tests {
         assert_eq!(p.fill_nontemporal(), Some(50 << 20));
         assert_eq!(p.copy_rep(), Some((COPY_REP_MIN, usize::MAX)));
         assert_eq!(p.fill_rep(), Some((FILL_REP_MIN, usize::MAX)));
-        assert_eq!(p.tables.small, Small::Masked);
+        assert_eq!(p.tables.small, Small::MaskedGuarded);
+        assert_eq!(p.cpu_kind, CpuKind::Intel);
         assert_eq!(streams_of(&p.tables.copy), Some(32));
         // Misaligned fills use rep stosb from 4 KiB, aligned ones from 16 KiB.
         let c = p.tables.fill.iter().find(|c| c.from == 4096).unwrap();
@@ -1005,16 +1066,20 @@ mod tests {
     }
 
     #[test]
-    fn amd_defaults_avoid_rep_and_interleaved_streams() {
+    fn amd_zen_1_to_4_defaults_avoid_rep_and_interleaved_streams() {
         let p = Plan::decide(&Inputs {
             llc_bytes: Some(32 << 20),
+            key: MachineKey {
+                family: 0x19,
+                ..key("AuthenticAMD")
+            },
             ..inputs("AuthenticAMD")
         });
-        assert_eq!(p.vendor, Vendor::Amd);
+        assert_eq!((p.vendor, p.cpu_kind), (Vendor::Amd, CpuKind::AmdZen1To4));
         assert_eq!((p.copy_rep(), p.fill_rep()), (None, None));
         assert_eq!(p.copy_nontemporal(), Some(24 << 20));
         assert_eq!(streams_of(&p.tables.copy), Some(1));
-        assert_eq!(p.tables.small, Small::Plain);
+        assert_eq!(p.tables.small, Small::MaskedGuarded);
         assert!(p.tables.copy_temporal.iter().all(|c| c
             .by_placement
             .iter()
@@ -1022,8 +1087,51 @@ mod tests {
     }
 
     #[test]
+    fn amd_zen_5_defaults_use_rep_movsb_unguarded_and_one_stream() {
+        let p = Plan::decide(&Inputs {
+            llc_bytes: Some(32 << 20),
+            key: MachineKey {
+                family: 0x1a,
+                ..key("AuthenticAMD")
+            },
+            ..inputs("AuthenticAMD")
+        });
+        assert_eq!(p.cpu_kind, CpuKind::AmdZen5);
+        // (The temporal tables, which these summarise, keep rep to the end.)
+        assert_eq!(p.copy_rep(), Some((COPY_REP_MIN, usize::MAX)));
+        assert_eq!(p.fill_rep(), Some((FILL_REP_MIN, usize::MAX)));
+        assert_eq!(p.copy_nontemporal(), Some(8 << 20));
+        assert_eq!(p.fill_nontemporal(), Some(16 << 20));
+        assert_eq!(streams_of(&p.tables.copy), Some(1));
+        assert!(p.tables.rep_guards.is_empty());
+        assert_eq!(p.tables.small, Small::Masked);
+        // The same CPU without ERMS gets no rep at all.
+        let p = Plan::decide(&Inputs {
+            erms: false,
+            llc_bytes: Some(32 << 20),
+            key: MachineKey {
+                family: 0x1a,
+                ..key("AuthenticAMD")
+            },
+            ..inputs("AuthenticAMD")
+        });
+        assert_eq!((p.copy_rep(), p.fill_rep()), (None, None));
+    }
+
+    #[test]
+    fn cpu_kinds_follow_vendor_and_family() {
+        assert_eq!(CpuKind::of("GenuineIntel", 6), CpuKind::Intel);
+        assert_eq!(CpuKind::of("AuthenticAMD", 0x17), CpuKind::AmdZen1To4);
+        assert_eq!(CpuKind::of("HygonGenuine", 0x18), CpuKind::AmdZen1To4);
+        assert_eq!(CpuKind::of("AuthenticAMD", 0x19), CpuKind::AmdZen1To4);
+        assert_eq!(CpuKind::of("AuthenticAMD", 0x1a), CpuKind::AmdZen5);
+        assert_eq!(CpuKind::of("AuthenticAMD", 0x1b), CpuKind::AmdZen5);
+        assert_eq!(CpuKind::of("SomethingElse", 0x1a), CpuKind::Intel);
+    }
+
+    #[test]
     fn a_cached_plan_is_used_only_on_its_machine() {
-        let mut tables = default_tables(Vendor::Amd, Isa::Avx512, true, Some(1 << 30));
+        let mut tables = default_tables(CpuKind::AmdZen5, Isa::Avx512, true, Some(1 << 30));
         tables.copy.push(Class {
             from: 1 << 20,
             by_placement: [Strategy::Glibc; 3],

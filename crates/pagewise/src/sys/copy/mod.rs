@@ -14,7 +14,7 @@
 mod x86;
 
 use serde::Serialize;
-use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicPtr, AtomicU8, AtomicUsize, Ordering};
 
 /// An instruction set with its own copy and fill kernels.
 #[derive(
@@ -64,11 +64,16 @@ impl Isa {
     /// The instruction set of a [`Isa::code`]; `None` for 0 or an unknown code.
     #[inline(always)]
     pub fn from_code(code: u8) -> Option<Isa> {
-        match code {
-            1 => Some(Isa::Sse2),
-            2 => Some(Isa::Avx2),
-            3 => Some(Isa::Avx512),
-            _ => None,
+        // Compares, widest first: the fast path of every copy runs this, and
+        // a `match` may become a jump table (an indirect branch per call).
+        if code == 3 {
+            Some(Isa::Avx512)
+        } else if code == 2 {
+            Some(Isa::Avx2)
+        } else if code == 1 {
+            Some(Isa::Sse2)
+        } else {
+            None
         }
     }
 
@@ -257,13 +262,20 @@ pub const MAX_GUARDS: usize = 2;
 /// other threads copy (each call reads what it needs with relaxed loads: plain
 /// moves on x86-64; a call racing with a change may see a mix of old and new
 /// entries, each of which copies correctly), and so that kernels take them by
-/// reference. Sizes above the loop-free range and below
-/// `special_min[placement]` take the kernel's own vector loop inline; larger
-/// ones walk the table out of line.
+/// reference. Sizes above the loop-free range and below `inline_below` take
+/// the kernel's own vector loop inline, after one load and one compare (no
+/// placement check, no table walk); larger ones walk the table out of line.
 #[derive(Debug)]
+#[repr(C)]
 pub struct Thresholds {
-    /// Per placement: the first size whose strategy is not the inline loop.
-    special_min: [AtomicUsize; 3],
+    /// AVX-512 copies of at most 32 bytes take scalar moves instead of one
+    /// masked move when `(dst - src + 64) mod 4096` is below this (see
+    /// [`Small`]): 0 never, 128 when the destination is within 64 bytes of
+    /// the source modulo 4 KiB, `usize::MAX` always. First, so that the
+    /// assembly of the AVX-512 leaf reads it at a fixed offset.
+    small_scalar_below: AtomicUsize,
+    /// The first size whose strategy is not the inline loop, at any placement.
+    inline_below: AtomicUsize,
     /// Class `i` covers `[from[i], from[i + 1])`; unused entries hold `usize::MAX`.
     from: [AtomicUsize; MAX_CLASSES],
     codes: [[AtomicU8; 3]; MAX_CLASSES],
@@ -272,11 +284,53 @@ pub struct Thresholds {
     /// The loop runs backwards when `(dst - src) mod 4096` is below this.
     backward_below: AtomicUsize,
     /// The kernel [`fast_copy`] and [`fast_fill`] may run with these
-    /// thresholds ([`Kernel::code`]; 0: none): set only by
+    /// thresholds ([`Isa::code`]; 0: none): set only by
     /// [`enable_fast_path`], which needs a [`Kernel`] (the proof that the CPU
     /// has its instructions). Kept here, beside the values the kernels read,
     /// so the fast path needs one address.
     fast_isa: AtomicU8,
+    /// How the AVX-512 kernel enters a copy for the [`Small`] choice: a
+    /// [`CopyLeaf`], with [`INLINE_MASKED`] set when copies of up to 128
+    /// bytes are done inline instead (never null on x86-64).
+    avx512_copy: AtomicPtr<()>,
+    /// `avx512_copy` once [`enable_fast_path`] allowed the AVX-512 kernel,
+    /// null before: the fast path's first and, with AVX-512, only test (a
+    /// compare chain on `fast_isa` put the AVX-512 case third, two
+    /// branches more on every call).
+    fast_avx512: AtomicPtr<()>,
+}
+
+/// The bit of `Thresholds::avx512_copy` that has copies of up to 128 bytes
+/// done inline, in the caller, with no call at all ([`Small::Masked`];
+/// function addresses are aligned, so the bit is free).
+const INLINE_MASKED: usize = 1;
+
+/// The signature of the AVX-512 copy leaves (see `x86::avx512_leaf`).
+type CopyLeaf = unsafe extern "sysv64" fn(*mut u8, *const u8, usize, &Thresholds);
+
+/// How the AVX-512 kernel enters a copy for `small`, as a pointer for
+/// [`Thresholds`]: with [`Small::Masked`], sizes up to 128 bytes never reach
+/// a leaf (they are done inline) and the others go straight to the part for
+/// larger sizes; otherwise the leaf that does every size.
+const fn avx512_copy_entry(small: Small) -> *mut () {
+    #[cfg(target_arch = "x86_64")]
+    {
+        let leaf: CopyLeaf = match small {
+            Small::Masked => x86::avx512_leaf::copy_129_512,
+            Small::MaskedGuarded | Small::Plain => x86::avx512_leaf::copy_guarded,
+        };
+        let leaf = leaf as *mut ();
+        if matches!(small, Small::Masked) {
+            leaf.wrapping_byte_add(INLINE_MASKED)
+        } else {
+            leaf
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = small;
+        std::ptr::null_mut()
+    }
 }
 
 #[allow(clippy::declare_interior_mutable_const)]
@@ -293,12 +347,15 @@ impl Thresholds {
     /// [`Thresholds::assign`].
     pub const fn unset() -> Thresholds {
         Thresholds {
-            special_min: [UNSET, UNSET, UNSET],
+            small_scalar_below: AtomicUsize::new(Small::MaskedGuarded.scalar_below()),
+            inline_below: UNSET,
             from: [UNSET; MAX_CLASSES],
             codes: [NO_CODE; MAX_CLASSES],
             guards: [NO_GUARD; MAX_GUARDS],
             backward_below: AtomicUsize::new(DEFAULT_BACKWARD_BELOW),
             fast_isa: AtomicU8::new(0),
+            avx512_copy: AtomicPtr::new(avx512_copy_entry(Small::MaskedGuarded)),
+            fast_avx512: AtomicPtr::new(std::ptr::null_mut()),
         }
     }
 
@@ -313,13 +370,13 @@ impl Thresholds {
     /// [`MAX_CLASSES`]; further ones are dropped), and the `rep movsb` guards
     /// (at most [`MAX_GUARDS`]). A strategy this CPU cannot run is replaced by
     /// the SSE2 loop (callers check first; this keeps the kernels sound). The
-    /// inline loop serves, per placement, the sizes before the first class
-    /// whose strategy differs from the first class's loop. The backward-loop
-    /// tuning is kept.
+    /// inline loop serves the sizes before the first class whose strategy, at
+    /// any placement, differs from the first class's loop. The backward-loop
+    /// tuning and the small-size choice are kept.
     pub fn assign(&self, classes: &[Class], guards: &[RepGuard]) {
         let classes = &classes[..classes.len().min(MAX_CLASSES)];
         let inline = classes.first().map(|c| c.by_placement);
-        let mut special = [usize::MAX; 3];
+        let mut special = usize::MAX;
         for (i, slot) in self.from.iter().enumerate() {
             let Some(c) = classes.get(i) else {
                 slot.store(usize::MAX, Ordering::Relaxed);
@@ -333,8 +390,8 @@ impl Thresholds {
                 self.codes[i][p].store(s.code(), Ordering::Relaxed);
                 let is_inline =
                     matches!(s, Strategy::Loop { .. }) && inline.is_some_and(|first| first[p] == s);
-                if !is_inline && special[p] == usize::MAX {
-                    special[p] = if i == 0 { 0 } else { c.from };
+                if !is_inline && special == usize::MAX {
+                    special = if i == 0 { 0 } else { c.from };
                 }
             }
             slot.store(if i == 0 { 0 } else { c.from }, Ordering::Relaxed);
@@ -348,9 +405,27 @@ impl Thresholds {
                 slot[k].store(v[k], Ordering::Relaxed);
             }
         }
-        for (slot, value) in self.special_min.iter().zip(special) {
-            slot.store(value, Ordering::Relaxed);
-        }
+        self.inline_below.store(special, Ordering::Relaxed);
+    }
+
+    /// How AVX-512 copies of at most 32 bytes are done (other instruction
+    /// sets ignore it). Default [`Small::MaskedGuarded`].
+    pub fn set_small(&self, small: Small) {
+        self.small_scalar_below
+            .store(small.scalar_below(), Ordering::Relaxed);
+        let entry = avx512_copy_entry(small);
+        self.avx512_copy.store(entry, Ordering::Relaxed);
+        // Only a fast path already allowed the AVX-512 kernel follows.
+        let _ = self
+            .fast_avx512
+            .fetch_update(Ordering::Release, Ordering::Relaxed, |p| {
+                (!p.is_null()).then_some(entry)
+            });
+    }
+
+    /// See [`Thresholds::set_small`].
+    pub fn small(&self) -> Small {
+        Small::of_scalar_below(self.small_scalar_below.load(Ordering::Relaxed))
     }
 
     /// The table as assigned (unsupported strategies as replaced).
@@ -393,9 +468,11 @@ impl Thresholds {
         self.backward_below.load(Ordering::Relaxed)
     }
 
+    /// Sizes below this take the kernel's own loop inline (one load: no
+    /// placement check and no table walk below the first special class).
     #[inline(always)]
-    fn special_min(&self, p: Placement) -> usize {
-        self.special_min[p as usize].load(Ordering::Relaxed)
+    fn inline_below(&self) -> usize {
+        self.inline_below.load(Ordering::Relaxed)
     }
 
     /// The strategy for `n` bytes at placement `p` (a table walk; `None` when
@@ -446,6 +523,7 @@ impl Clone for Thresholds {
     fn clone(&self) -> Thresholds {
         let t = Thresholds::new(&self.classes(), &self.guards());
         t.set_backward_below(self.backward_below());
+        t.set_small(self.small());
         t
     }
 }
@@ -457,20 +535,67 @@ impl Clone for Thresholds {
 /// aliasing).
 pub const DEFAULT_BACKWARD_BELOW: usize = 2048;
 
-/// How the AVX-512 kernels copy up to 32 bytes and fill up to 63.
+/// How the AVX-512 kernel copies its smallest sizes (fills below 64 bytes
+/// always take one masked store: they load nothing, so nothing can alias).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Small {
-    /// One masked 64-byte load and store: no branch on the size.
+    /// Inline in the caller, with no call: up to 32 bytes one masked 32-byte
+    /// load and store at any distance between the pointers, 33-63 two
+    /// 32-byte moves, 64-128 two 64-byte moves. Measured on the Zen 5 guest:
+    /// a masked load is no slower there when the destination is a few bytes
+    /// from the source modulo 4 KiB.
     Masked,
-    /// Overlapping scalar and 16-byte moves, a branch per size range.
+    /// In the kernel's leaf: up to 32 bytes one masked 64-byte move, except
+    /// when the destination is within 64 bytes of the source modulo 4 KiB,
+    /// where scalar and 16-byte moves run (on Intel a masked load waits for
+    /// an earlier store to the same low 12 address bits to complete); 33-63
+    /// two 32-byte moves.
+    MaskedGuarded,
+    /// As [`Small::MaskedGuarded`], with scalar and 16-byte moves (a branch
+    /// per size range) at every distance.
     Plain,
+}
+
+impl Small {
+    /// Every choice.
+    pub const ALL: [Small; 3] = [Small::Masked, Small::MaskedGuarded, Small::Plain];
+
+    /// The value of [`Thresholds`]' `small_scalar_below` for this choice.
+    const fn scalar_below(self) -> usize {
+        match self {
+            Small::Masked => 0,
+            Small::MaskedGuarded => 128,
+            Small::Plain => usize::MAX,
+        }
+    }
+
+    fn of_scalar_below(v: usize) -> Small {
+        match v {
+            0 => Small::Masked,
+            usize::MAX => Small::Plain,
+            _ => Small::MaskedGuarded,
+        }
+    }
+
+    /// Lower-case name: `masked`, `masked_guarded`, `plain`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Small::Masked => "masked",
+            Small::MaskedGuarded => "masked_guarded",
+            Small::Plain => "plain",
+        }
+    }
 }
 
 /// Lets [`fast_copy`] and [`fast_fill`] run `kernel` with `t`. Call it after
 /// `t` holds its values.
 pub fn enable_fast_path(kernel: Kernel, t: &Thresholds) {
-    t.fast_isa.store(kernel.code(), Ordering::Release);
+    t.fast_isa.store(kernel.isa.code(), Ordering::Release);
+    if kernel.isa == Isa::Avx512 {
+        t.fast_avx512
+            .store(t.avx512_copy.load(Ordering::Relaxed), Ordering::Release);
+    }
 }
 
 /// Copies `src` into `dst` (`min` of the lengths) with the kernel allowed for
@@ -479,10 +604,21 @@ pub fn enable_fast_path(kernel: Kernel, t: &Thresholds) {
 /// what [`Kernel::copy`] does.
 #[inline(always)]
 pub fn fast_copy(dst: &mut [u8], src: &[u8], t: &Thresholds) -> bool {
-    match Kernel::from_code(t.fast_isa.load(Ordering::Acquire)) {
+    let leaf = t.fast_avx512.load(Ordering::Acquire);
+    if !leaf.is_null() {
+        #[cfg(target_arch = "x86_64")]
+        {
+            // SAFETY: only `enable_fast_path` and `set_small` store a
+            // non-null pointer here, an `avx512_copy_entry`, and only after a
+            // `Kernel` proved the CPU has AVX-512.
+            unsafe { avx512_copy(dst, src, t, leaf) };
+            return true;
+        }
+    }
+    match Isa::from_code(t.fast_isa.load(Ordering::Acquire)) {
         // SAFETY: only `enable_fast_path` stores a code, and only the code of a
         // `Kernel`, which proves the CPU has that instruction set.
-        Some(k) => unsafe { copy_with(k, dst, src, t) },
+        Some(isa) => unsafe { copy_with(isa, dst, src, t) },
         None => return false,
     }
     true
@@ -491,146 +627,153 @@ pub fn fast_copy(dst: &mut [u8], src: &[u8], t: &Thresholds) -> bool {
 /// Fills `dst` as [`fast_copy`] copies.
 #[inline(always)]
 pub fn fast_fill(dst: &mut [u8], byte: u8, t: &Thresholds) -> bool {
-    match Kernel::from_code(t.fast_isa.load(Ordering::Acquire)) {
+    let leaf = t.fast_avx512.load(Ordering::Acquire);
+    if !leaf.is_null() {
+        #[cfg(target_arch = "x86_64")]
+        {
+            // Not inline, unlike copies: measured on the Zen 5 guest, a fill
+            // of up to 128 bytes inline in the caller ran at 0.87-0.90 of
+            // glibc's, through the leaf at 1.00.
+            // SAFETY: as in `fast_copy` (AVX-512 is allowed); dst holds its
+            // length.
+            unsafe { x86::avx512_leaf::fill(dst.as_mut_ptr(), byte, dst.len(), t) };
+            return true;
+        }
+    }
+    match Isa::from_code(t.fast_isa.load(Ordering::Acquire)) {
         // SAFETY: as in `fast_copy`.
-        Some(k) => unsafe { fill_with(k, dst, byte, t) },
+        Some(isa) => unsafe { fill_with(isa, dst, byte, t) },
         None => return false,
     }
     true
 }
 
-/// Copies `min(dst.len(), src.len())` bytes with `k`'s kernels: with
-/// AVX-512 a direct call of its kernel (sizes up to 512 bytes are a leaf
-/// there); with AVX2 or SSE2, sizes up to 32 bytes in place and a direct call
-/// for larger ones.
+/// Copies with the AVX-512 kernel entered at `entry` (an
+/// `avx512_copy_entry`): up to 128 bytes inline with [`INLINE_MASKED`],
+/// otherwise a direct call of the leaf. The fast path and [`Kernel::copy`]
+/// both come here, so the tests of copiers cover the fast path's code.
 ///
 /// # Safety
-/// The CPU must support `k.isa` (as a [`Kernel`] proves).
+/// The CPU has AVX-512 F, BW, VL and BMI2; `entry` came from
+/// `avx512_copy_entry`.
+#[cfg(target_arch = "x86_64")]
 #[inline(always)]
-unsafe fn copy_with(k: Kernel, dst: &mut [u8], src: &[u8], t: &Thresholds) {
+unsafe fn avx512_copy(dst: &mut [u8], src: &[u8], t: &Thresholds, entry: *mut ()) {
+    let n = dst.len().min(src.len());
+    let (d, s) = (dst.as_mut_ptr(), src.as_ptr());
+    // One branch per test (`&`, not `&&`); the first case of each `if` is
+    // the one LLVM lets fall through: the smallest sizes then take no
+    // branch at all.
+    let inline = entry.addr() & INLINE_MASKED != 0;
+    // SAFETY (all four calls): AVX-512 as the caller guarantees; both slices
+    // hold n bytes and cannot overlap (one is borrowed mutably); each inline
+    // copy gets the sizes it needs; with INLINE_MASKED the entry is
+    // `copy_129_512`, called only for n > 128 as it needs, otherwise a leaf
+    // that takes any size.
+    unsafe {
+        if inline & (n <= 128) {
+            if n <= 32 {
+                x86::copy_masked_le32(d, s, n);
+            } else if n < 64 {
+                x86::copy_32_64_inline(d, s, n);
+            } else {
+                x86::copy_64_128_inline(d, s, n);
+            }
+        } else {
+            let leaf = entry.map_addr(|a| a & !INLINE_MASKED);
+            std::mem::transmute::<*mut (), CopyLeaf>(leaf)(d, s, n, t);
+        }
+    }
+}
+
+/// Copies `min(dst.len(), src.len())` bytes with `isa`'s kernels: with
+/// AVX-512 a direct call of its kernel (sizes up to 512 bytes are a leaf
+/// there, laid out by hand); with AVX2 or SSE2, sizes up to 32 bytes in
+/// place and a direct call for larger ones.
+///
+/// # Safety
+/// The CPU must support `isa` (as a [`Kernel`] for it proves).
+#[inline(always)]
+unsafe fn copy_with(isa: Isa, dst: &mut [u8], src: &[u8], t: &Thresholds) {
     #[cfg(target_arch = "x86_64")]
     {
         let n = dst.len().min(src.len());
         let (d, s) = (dst.as_mut_ptr(), src.as_ptr());
-        // SAFETY (all calls): the caller guarantees `isa`; both slices
+        // SAFETY (all three calls): the caller guarantees `isa`; both slices
         // hold at least n bytes and cannot overlap (one is borrowed mutably);
-        // the `copy_gt16` kernels get n > 32.
-        if k.isa == Isa::Avx512 {
-            return match k.small {
-                Small::Masked => unsafe { x86::avx512_small::copy_any::<true>(d, s, n, t) },
-                Small::Plain => unsafe { x86::avx512_small::copy_any::<false>(d, s, n, t) },
-            };
+        // the `copy_gt16` kernels get n > 32; `avx512_copy` only ever holds
+        // an AVX-512 copy entry (see `avx512_copy_entry`).
+        if isa == Isa::Avx512 {
+            return unsafe { avx512_copy(dst, src, t, t.avx512_copy.load(Ordering::Relaxed)) };
         }
         if copy_small(dst, src) {
             return;
         }
-        match k.isa {
+        match isa {
             Isa::Avx512 | Isa::Avx2 => unsafe { x86::avx2::copy_gt16(d, s, n, t) },
             Isa::Sse2 => unsafe { x86::sse2::copy_gt16(d, s, n, t) },
         }
     }
     #[cfg(not(target_arch = "x86_64"))]
     {
-        let _ = (k, t);
+        let _ = (isa, t);
         let n = dst.len().min(src.len());
         dst[..n].copy_from_slice(&src[..n]);
     }
 }
 
-/// Fills `dst` with `k`'s kernels, as [`copy_with`] copies (in place up to
+/// Fills `dst` with `isa`'s kernels, as [`copy_with`] copies (in place up to
 /// 128 bytes for AVX2 and SSE2).
 ///
 /// # Safety
-/// The CPU must support `k.isa`.
+/// The CPU must support `isa`.
 #[inline(always)]
-unsafe fn fill_with(k: Kernel, dst: &mut [u8], byte: u8, t: &Thresholds) {
+unsafe fn fill_with(isa: Isa, dst: &mut [u8], byte: u8, t: &Thresholds) {
     #[cfg(target_arch = "x86_64")]
     {
         let (d, n) = (dst.as_mut_ptr(), dst.len());
         // SAFETY: as in `copy_with`; dst holds n bytes, n > 128 for `fill_gt16`.
-        if k.isa == Isa::Avx512 {
-            return match k.small {
-                Small::Masked => unsafe { x86::avx512_small::fill_any::<true>(d, byte, n, t) },
-                Small::Plain => unsafe { x86::avx512_small::fill_any::<false>(d, byte, n, t) },
-            };
+        if isa == Isa::Avx512 {
+            return unsafe { x86::avx512_leaf::fill(d, byte, n, t) };
         }
         if fill_small(dst, byte) {
             return;
         }
-        match k.isa {
+        match isa {
             Isa::Avx512 | Isa::Avx2 => unsafe { x86::avx2::fill_gt16(d, byte, n, t) },
             Isa::Sse2 => unsafe { x86::sse2::fill_gt16(d, byte, n, t) },
         }
     }
     #[cfg(not(target_arch = "x86_64"))]
     {
-        let _ = (k, t);
+        let _ = (isa, t);
         dst.fill(byte);
     }
 }
 
-/// The copy and fill kernels of one instruction set that this CPU supports,
-/// and how its smallest sizes are done.
+/// The copy and fill kernels of one instruction set that this CPU supports.
 ///
 /// Only [`Kernel::new`] makes one, after checking the CPU, so holding a
 /// `Kernel` proves its instructions can run. Calls dispatch with a `match` on
 /// the instruction set (a well-predicted branch and a direct call, cheaper than
-/// a call through a function pointer).
+/// a call through a function pointer). How the AVX-512 kernel does its
+/// smallest copies is part of the [`Thresholds`] ([`Thresholds::set_small`]),
+/// so that every choice runs the same code.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Kernel {
     isa: Isa,
-    small: Small,
 }
 
 impl Kernel {
-    /// The kernels for `isa` (with the AVX-512 small sizes done as `small`
-    /// says; other instruction sets have only [`Small::Plain`]), or `None`
-    /// when this CPU lacks it. Costs a cached feature lookup.
-    pub fn new(isa: Isa, small: Small) -> Option<Kernel> {
-        let small = if isa == Isa::Avx512 {
-            small
-        } else {
-            Small::Plain
-        };
-        isa.is_supported().then_some(Kernel { isa, small })
+    /// The kernels for `isa`, or `None` when this CPU lacks it. Costs a cached
+    /// feature lookup.
+    pub fn new(isa: Isa) -> Option<Kernel> {
+        isa.is_supported().then_some(Kernel { isa })
     }
 
     /// The instruction set.
     pub fn isa(&self) -> Isa {
         self.isa
-    }
-
-    /// How the smallest sizes are done.
-    pub fn small(&self) -> Small {
-        self.small
-    }
-
-    /// A non-zero code for the fast path.
-    fn code(self) -> u8 {
-        match (self.isa, self.small) {
-            (Isa::Avx512, Small::Plain) => 4,
-            (isa, _) => isa.code(),
-        }
-    }
-
-    /// The kernel of a [`Kernel::code`] (trusted: only codes of built kernels
-    /// are stored).
-    #[inline(always)]
-    fn from_code(code: u8) -> Option<Kernel> {
-        // Compares, not a `match`: LLVM makes a jump table of that, an
-        // indirect branch on every call.
-        let (isa, small) = if code == 3 {
-            (Isa::Avx512, Small::Masked)
-        } else if code == 4 {
-            (Isa::Avx512, Small::Plain)
-        } else if code == 2 {
-            (Isa::Avx2, Small::Plain)
-        } else if code == 1 {
-            (Isa::Sse2, Small::Plain)
-        } else {
-            return None;
-        };
-        Some(Kernel { isa, small })
     }
 
     /// Copies `src` into `dst`; copies `min(dst.len(), src.len())` bytes (callers
@@ -640,14 +783,16 @@ impl Kernel {
     #[inline]
     pub fn copy(&self, dst: &mut [u8], src: &[u8], t: &Thresholds) {
         // SAFETY: a `Kernel` exists only for an instruction set the CPU has.
-        unsafe { copy_with(*self, dst, src, t) }
+        unsafe { copy_with(self.isa, dst, src, t) }
     }
 
-    /// Sets every byte of `dst` to `byte`, as [`Kernel::copy`] copies.
+    /// Sets every byte of `dst` to `byte`, as [`Kernel::copy`] copies (with
+    /// AVX-512, sizes below 64 bytes take one masked store and no
+    /// size-dependent branch; otherwise sizes up to 128 bytes in place).
     #[inline]
     pub fn fill(&self, dst: &mut [u8], byte: u8, t: &Thresholds) {
         // SAFETY: as in `copy`.
-        unsafe { fill_with(*self, dst, byte, t) }
+        unsafe { fill_with(self.isa, dst, byte, t) }
     }
 }
 

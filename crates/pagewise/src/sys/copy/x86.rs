@@ -133,214 +133,516 @@ unsafe fn fill_32_64(dst: *mut u8, byte: u8, n: usize) {
 /// backwards below this size (see `copy_loop`).
 const SAME_OFFSET_BACKWARD_BELOW: usize = 2048;
 
-/// Copies `n` bytes with unaligned vector moves at the given offsets (`"0"`,
-/// `"64"`, `"{n} - 64"`, …), all loads before the first store, in the given
-/// registers (zmm16 and up have no legacy-SSE form, so using them needs no
-/// `vzeroupper`). The offsets must cover `[0, n)` and stay inside it.
-macro_rules! moves_from_both_ends {
-    ($dst:expr, $src:expr, $n:expr, $width:tt; $($reg:tt @ $off:tt),+ $(,)?) => {
-        asm!(
-            $(concat!("vmovdqu64 ", $reg, ", ", $width, " ptr [{src} + ", $off, "]"),)+
-            $(concat!("vmovdqu64 ", $width, " ptr [{dst} + ", $off, "], ", $reg),)+
-            src = in(reg) $src,
-            dst = in(reg) $dst,
-            n = in(reg) $n,
-            $(out($reg) _,)+
-            options(nostack, preserves_flags)
-        )
-    };
+/// Copies `n <= 32` bytes with one masked 32-byte load and store, inline in
+/// the caller (the fast path with [`super::Small::Masked`]): lanes past `n`
+/// are neither read nor written and cannot fault. Needs AVX-512 BW and VL
+/// and BMI2 at run time; the assembler needs no target feature, and the
+/// registers it uses are declared clobbered.
+///
+/// 32 bytes rather than 64: a masked access still touches every cache line
+/// its whole width spans. Measured on the Zen 5 guest, copies of 8-33 bytes
+/// from memory with a 64-byte window (which crosses into the next line from
+/// 7 bytes in) took 20-29 ns against glibc's 15.
+#[inline(always)]
+pub(super) unsafe fn copy_masked_le32(dst: *mut u8, src: *const u8, n: usize) {
+    asm!(
+        "mov {mask:e}, -1",
+        "bzhi {mask:e}, {mask:e}, {n:e}",
+        "kmovd k1, {mask:e}",
+        "vmovdqu8 ymm16 {{k1}} {{z}}, ymmword ptr [{src}]",
+        "vmovdqu8 ymmword ptr [{dst}] {{k1}}, ymm16",
+        mask = out(reg) _,
+        n = in(reg) n,
+        src = in(reg) src,
+        dst = in(reg) dst,
+        out("k1") _,
+        out("zmm16") _,
+        options(nostack, preserves_flags)
+    );
 }
 
-/// AVX-512 copy and fill of any size: below 64 bytes with one masked load and
-/// store (no size-dependent branch, so calls of varying sizes do not
-/// mispredict), up to 512 with two, four or eight overlapping moves, larger
-/// ones by the general kernel.
-pub(super) mod avx512_small {
+/// Copies `32 <= n <= 64` bytes with two overlapping 32-byte moves, both
+/// loads first, inline in the caller (as [`copy_masked_le32`]).
+#[inline(always)]
+pub(super) unsafe fn copy_32_64_inline(dst: *mut u8, src: *const u8, n: usize) {
+    asm!(
+        "vmovdqu64 ymm16, ymmword ptr [{src}]",
+        "vmovdqu64 ymm17, ymmword ptr [{src} + {n} - 32]",
+        "vmovdqu64 ymmword ptr [{dst}], ymm16",
+        "vmovdqu64 ymmword ptr [{dst} + {n} - 32], ymm17",
+        n = in(reg) n,
+        src = in(reg) src,
+        dst = in(reg) dst,
+        out("zmm16") _,
+        out("zmm17") _,
+        options(nostack, preserves_flags)
+    );
+}
+
+/// Copies `64 <= n <= 128` bytes with two overlapping 64-byte moves, both
+/// loads first, inline in the caller (as [`copy_masked_le64`]).
+#[inline(always)]
+pub(super) unsafe fn copy_64_128_inline(dst: *mut u8, src: *const u8, n: usize) {
+    asm!(
+        "vmovdqu64 zmm16, zmmword ptr [{src}]",
+        "vmovdqu64 zmm17, zmmword ptr [{src} + {n} - 64]",
+        "vmovdqu64 zmmword ptr [{dst}], zmm16",
+        "vmovdqu64 zmmword ptr [{dst} + {n} - 64], zmm17",
+        n = in(reg) n,
+        src = in(reg) src,
+        dst = in(reg) dst,
+        out("zmm16") _,
+        out("zmm17") _,
+        options(nostack, preserves_flags)
+    );
+}
+
+/// The AVX-512 kernel's entry points for copies and fills of any size.
+///
+/// Copies and fills of up to 512 bytes are **leaves** written in assembly:
+/// no stack, no saved registers, vectors in zmm16 and up (which have no
+/// legacy-SSE form, so they need no `vzeroupper`; glibc does the same), and
+/// a layout fixed by hand rather than left to the compiler. At these sizes a
+/// call costs a handful of cycles, and what decides it is the branches on
+/// its way: measured on the Zen 5 guest (`bench memcpy`, hot rows and the
+/// fleet row), the same masked move ran at 1.50 ns per call behind two
+/// compares and at 1.25 behind one; a compare chain that put the AVX-512
+/// case third in the caller cost as much again; and splitting a mix of
+/// sizes at 32 bytes before 64 cost 0.3 ns per fleet call in
+/// mispredictions. Hence: the rarest sizes leave first, the common case
+/// falls through, and every entry sits on a 64-byte boundary.
+///
+/// With [`super::Small::Masked`] the fast path copies up to 128 bytes inline
+/// in the caller (see `super::avx512_copy`) and enters at [`copy_129_512`];
+/// otherwise [`copy_guarded`] takes every size: the shape measured on the
+/// Intel VM, up to 32 bytes one masked 64-byte move except when the
+/// destination is within 64 bytes of the source modulo 4 KiB (Intel's 4K
+/// aliasing makes a masked load wait for an earlier store to the same low
+/// 12 address bits), where scalar and 16-byte moves run; 33-63 bytes two
+/// overlapping 32-byte moves. Both continue into [`copy_64_512`], vectors
+/// from each end, and from 513 bytes into a vector loop in the same assembly
+/// or, from the table's first special class, the general kernel.
+pub(super) mod avx512_leaf {
     use super::*;
+    use core::arch::naked_asm;
+    use core::mem::offset_of;
 
-    /// The low `n` bits set (`n <= 64`).
-    #[target_feature(enable = "bmi2")]
-    #[inline]
-    fn low_bits(n: usize) -> u64 {
-        // `bzhi` keeps every bit for an index of 64 or more.
-        _bzhi_u64(u64::MAX, n as u32)
-    }
-
-    /// Copies `n` bytes (any `n`). Sizes up to 512 bytes are a leaf that saves
-    /// no registers and uses only zmm16 and up; larger ones continue in the
-    /// general kernel.
-    #[target_feature(enable = "avx512f,avx512bw,avx512vl,bmi2")]
-    #[inline]
-    pub(in crate::sys::copy) unsafe fn copy_any<const MASKED: bool>(
+    /// Copies `n` bytes (any `n`): up to 32 bytes one masked move unless the
+    /// pointers alias (see the module), 33-63 two 32-byte moves.
+    ///
+    /// # Safety
+    /// As [`copy_masked`].
+    #[unsafe(naked)]
+    pub(in crate::sys::copy) unsafe extern "sysv64" fn copy_guarded(
         dst: *mut u8,
         src: *const u8,
         n: usize,
         t: &Thresholds,
     ) {
-        // Exactly 64 bytes take the unmasked pair below (one vector twice):
-        // measured faster than a masked move with all lanes on.
-        if n < 64 {
-            if n > 32 {
-                // Two overlapping 32-byte moves: measured a cycle faster than
-                // a masked move at a fixed size (0.91 against 1.0 of glibc).
-                return moves_from_both_ends!(dst, src, n, "ymmword";
-                    "ymm16" @ "0", "ymm17" @ "{n} - 32");
-            }
-            // A masked load waits for any earlier store to an address with the
-            // same low 12 bits to finish (4K aliasing), which hurts when the
-            // destination sits within 64 bytes of the source modulo 4 KiB (as
-            // when the same offsets of two page-aligned buffers are copied
-            // again and again): those take the scalar moves instead, and
-            // so does every size when the plan chose plain moves.
-            if !MASKED || ((dst as usize).wrapping_sub(src as usize).wrapping_add(64) & 4095) < 128
-            {
-                return match n {
-                    0..=16 => copy_le16(dst, src, n),
-                    _ => copy_16_32(dst, src, n),
-                };
-            }
-            // Lanes past `n` are masked off: neither read nor written, and they
-            // cannot fault (masked lanes suppress faults). zmm16 and up have
-            // no legacy-SSE form, so using them needs no `vzeroupper` on return
-            // (glibc does the same).
-            asm!(
-                "kmovq k1, {mask}",
-                "vmovdqu8 zmm16 {{k1}} {{z}}, zmmword ptr [{src}]",
-                "vmovdqu8 zmmword ptr [{dst}] {{k1}}, zmm16",
-                mask = in(reg) low_bits(n),
-                src = in(reg) src,
-                dst = in(reg) dst,
-                out("k1") _,
-                out("zmm16") _,
-                options(nostack, preserves_flags)
-            );
-            return;
-        }
-        // Vectors from each end, every load before the first store.
-        if n <= 128 {
-            return moves_from_both_ends!(dst, src, n, "zmmword";
-                "zmm16" @ "0", "zmm17" @ "{n} - 64");
-        }
-        if n <= 256 {
-            return moves_from_both_ends!(dst, src, n, "zmmword";
-                "zmm16" @ "0", "zmm17" @ "64", "zmm18" @ "{n} - 128", "zmm19" @ "{n} - 64");
-        }
-        if n <= 512 {
-            return moves_from_both_ends!(dst, src, n, "zmmword";
-                "zmm16" @ "0", "zmm17" @ "64", "zmm18" @ "128", "zmm19" @ "192",
-                "zmm20" @ "{n} - 256", "zmm21" @ "{n} - 192", "zmm22" @ "{n} - 128",
-                "zmm23" @ "{n} - 64");
-        }
-        super::avx512::copy_gt16(dst, src, n, t)
+        // As `copy_masked`; also clobbers r8, r9 and ymm17.
+        naked_asm!(
+            ".p2align 6",
+            // Sizes from 64 up first: the rarest, so that a mix of sizes
+            // mispredicts the fewest branches.
+            "cmp rdx, 64",
+            "jae {big}",
+            "cmp rdx, 32",
+            "ja 3f",
+            // Scalar moves when (dst - src + 64) mod 4096 < small_scalar_below.
+            "mov eax, edi",
+            "sub eax, esi",
+            "add eax, 64",
+            "and eax, 4095",
+            "cmp rax, qword ptr [rcx + {scalar_below}]",
+            "jb 20f",
+            "mov rax, -1",
+            "bzhi rax, rax, rdx",
+            "kmovq k1, rax",
+            "vmovdqu8 zmm16 {{k1}} {{z}}, zmmword ptr [rsi]",
+            "vmovdqu8 zmmword ptr [rdi] {{k1}}, zmm16",
+            "ret",
+            ".p2align 4",
+            "3:",
+            "vmovdqu64 ymm16, ymmword ptr [rsi]",
+            "vmovdqu64 ymm17, ymmword ptr [rsi + rdx - 32]",
+            "vmovdqu64 ymmword ptr [rdi], ymm16",
+            "vmovdqu64 ymmword ptr [rdi + rdx - 32], ymm17",
+            "ret",
+            // At most 32 bytes without a mask: two overlapping moves of 16,
+            // 8 or 4 bytes, or the first, middle and last of 1-3.
+            ".p2align 4",
+            "20:",
+            "cmp rdx, 16",
+            "ja 23f",
+            "cmp rdx, 8",
+            "jb 21f",
+            "mov rax, qword ptr [rsi]",
+            "mov r8, qword ptr [rsi + rdx - 8]",
+            "mov qword ptr [rdi], rax",
+            "mov qword ptr [rdi + rdx - 8], r8",
+            "ret",
+            "21:",
+            "cmp rdx, 4",
+            "jb 22f",
+            "mov eax, dword ptr [rsi]",
+            "mov r8d, dword ptr [rsi + rdx - 4]",
+            "mov dword ptr [rdi], eax",
+            "mov dword ptr [rdi + rdx - 4], r8d",
+            "ret",
+            "22:",
+            "test rdx, rdx",
+            "je 24f",
+            "mov r9, rdx",
+            "shr r9, 1",
+            "movzx eax, byte ptr [rsi]",
+            "movzx r8d, byte ptr [rsi + rdx - 1]",
+            "movzx r9d, byte ptr [rsi + r9]",
+            "mov byte ptr [rdi], al",
+            "mov byte ptr [rdi + rdx - 1], r8b",
+            "mov rax, rdx",
+            "shr rax, 1",
+            "mov byte ptr [rdi + rax], r9b",
+            "24:",
+            "ret",
+            "23:",
+            "vmovdqu64 xmm16, xmmword ptr [rsi]",
+            "vmovdqu64 xmm17, xmmword ptr [rsi + rdx - 16]",
+            "vmovdqu64 xmmword ptr [rdi], xmm16",
+            "vmovdqu64 xmmword ptr [rdi + rdx - 16], xmm17",
+            "ret",
+            big = sym copy_64_512,
+            scalar_below = const offset_of!(Thresholds, small_scalar_below),
+        )
     }
 
-    /// Fills `n` bytes (any `n`): up to 512 bytes as a leaf in zmm16 (no
-    /// `vzeroupper`, see `copy_any`), larger ones by the general kernel.
-    #[target_feature(enable = "avx512f,avx512bw,avx512vl,bmi2")]
-    #[inline]
-    pub(in crate::sys::copy) unsafe fn fill_any<const MASKED: bool>(
+    /// Copies `n >= 64` bytes: up to 128 with two vectors, one from each
+    /// end, larger sizes in [`copy_129_512`].
+    ///
+    /// # Safety
+    /// As [`copy_masked`], with `n >= 64`.
+    #[unsafe(naked)]
+    unsafe extern "sysv64" fn copy_64_512(dst: *mut u8, src: *const u8, n: usize, t: &Thresholds) {
+        // Clobbers zmm16, zmm17.
+        naked_asm!(
+            ".p2align 6",
+            "cmp rdx, 128",
+            "ja {big}",
+            "vmovdqu64 zmm16, zmmword ptr [rsi]",
+            "vmovdqu64 zmm17, zmmword ptr [rsi + rdx - 64]",
+            "vmovdqu64 zmmword ptr [rdi], zmm16",
+            "vmovdqu64 zmmword ptr [rdi + rdx - 64], zmm17",
+            "ret",
+            big = sym copy_129_512,
+        )
+    }
+
+    /// Copies `n > 128` bytes: up to 512 with four or eight vectors from
+    /// both ends, every load before the first store; larger sizes in the
+    /// general kernel. The fast path with [`super::super::Small::Masked`]
+    /// calls it directly (it does smaller sizes inline).
+    ///
+    /// # Safety
+    /// As [`copy_masked`], with `n > 128`.
+    #[unsafe(naked)]
+    pub(in crate::sys::copy) unsafe extern "sysv64" fn copy_129_512(
+        dst: *mut u8,
+        src: *const u8,
+        n: usize,
+        t: &Thresholds,
+    ) {
+        // Clobbers zmm16-zmm23.
+        naked_asm!(
+            ".p2align 6",
+            "cmp rdx, 256",
+            "ja 6f",
+            "vmovdqu64 zmm16, zmmword ptr [rsi]",
+            "vmovdqu64 zmm17, zmmword ptr [rsi + 64]",
+            "vmovdqu64 zmm18, zmmword ptr [rsi + rdx - 128]",
+            "vmovdqu64 zmm19, zmmword ptr [rsi + rdx - 64]",
+            "vmovdqu64 zmmword ptr [rdi], zmm16",
+            "vmovdqu64 zmmword ptr [rdi + 64], zmm17",
+            "vmovdqu64 zmmword ptr [rdi + rdx - 128], zmm18",
+            "vmovdqu64 zmmword ptr [rdi + rdx - 64], zmm19",
+            "ret",
+            ".p2align 4",
+            "6:",
+            "cmp rdx, 512",
+            "ja 7f",
+            "vmovdqu64 zmm16, zmmword ptr [rsi]",
+            "vmovdqu64 zmm17, zmmword ptr [rsi + 64]",
+            "vmovdqu64 zmm18, zmmword ptr [rsi + 128]",
+            "vmovdqu64 zmm19, zmmword ptr [rsi + 192]",
+            "vmovdqu64 zmm20, zmmword ptr [rsi + rdx - 256]",
+            "vmovdqu64 zmm21, zmmword ptr [rsi + rdx - 192]",
+            "vmovdqu64 zmm22, zmmword ptr [rsi + rdx - 128]",
+            "vmovdqu64 zmm23, zmmword ptr [rsi + rdx - 64]",
+            "vmovdqu64 zmmword ptr [rdi], zmm16",
+            "vmovdqu64 zmmword ptr [rdi + 64], zmm17",
+            "vmovdqu64 zmmword ptr [rdi + 128], zmm18",
+            "vmovdqu64 zmmword ptr [rdi + 192], zmm19",
+            "vmovdqu64 zmmword ptr [rdi + rdx - 256], zmm20",
+            "vmovdqu64 zmmword ptr [rdi + rdx - 192], zmm21",
+            "vmovdqu64 zmmword ptr [rdi + rdx - 128], zmm22",
+            "vmovdqu64 zmmword ptr [rdi + rdx - 64], zmm23",
+            "ret",
+            // From 513 bytes: the vector loop up to the table's first
+            // special class, the table from there.
+            "7:",
+            "cmp rdx, qword ptr [rcx + {inline_below}]",
+            "jae {large}",
+            // Backwards when the destination is less than backward_below
+            // bytes ahead of the source modulo 4 KiB (at the same offset
+            // only below 2 KiB), as `copy_loop`.
+            "mov eax, edi",
+            "sub eax, esi",
+            "and eax, 4095",
+            "cmp rax, qword ptr [rcx + {backward_below}]",
+            "jae 8f",
+            "test eax, eax",
+            "jnz 9f",
+            "cmp rdx, {same_offset_backward_below}",
+            "jb 9f",
+            // Forwards: the first vector and the last four are loaded first;
+            // blocks of four from the first 64-byte boundary past dst, aligned
+            // stores; then those five.
+            "8:",
+            "vmovdqu64 zmm16, zmmword ptr [rsi]",
+            "vmovdqu64 zmm17, zmmword ptr [rsi + rdx - 64]",
+            "vmovdqu64 zmm18, zmmword ptr [rsi + rdx - 128]",
+            "vmovdqu64 zmm19, zmmword ptr [rsi + rdx - 192]",
+            "vmovdqu64 zmm20, zmmword ptr [rsi + rdx - 256]",
+            "lea r8, [rdi + rdx - 256]",
+            "mov r9, rdi",
+            "sub rsi, rdi",
+            "or rdi, 63",
+            "inc rdi",
+            "add rsi, rdi",
+            ".p2align 4",
+            "10:",
+            "vmovdqu64 zmm21, zmmword ptr [rsi]",
+            "vmovdqu64 zmm22, zmmword ptr [rsi + 64]",
+            "vmovdqu64 zmm23, zmmword ptr [rsi + 128]",
+            "vmovdqu64 zmm24, zmmword ptr [rsi + 192]",
+            "add rsi, 256",
+            "vmovdqa64 zmmword ptr [rdi], zmm21",
+            "vmovdqa64 zmmword ptr [rdi + 64], zmm22",
+            "vmovdqa64 zmmword ptr [rdi + 128], zmm23",
+            "vmovdqa64 zmmword ptr [rdi + 192], zmm24",
+            "add rdi, 256",
+            "cmp rdi, r8",
+            "jb 10b",
+            "vmovdqu64 zmmword ptr [r8 + 192], zmm17",
+            "vmovdqu64 zmmword ptr [r8 + 128], zmm18",
+            "vmovdqu64 zmmword ptr [r8 + 64], zmm19",
+            "vmovdqu64 zmmword ptr [r8], zmm20",
+            "vmovdqu64 zmmword ptr [r9], zmm16",
+            "ret",
+            // Backwards: the first four vectors and the last one are loaded
+            // first; aligned blocks of four from the end down while a block
+            // starts above the first four; then those five.
+            "9:",
+            "vmovdqu64 zmm16, zmmword ptr [rsi]",
+            "vmovdqu64 zmm17, zmmword ptr [rsi + 64]",
+            "vmovdqu64 zmm18, zmmword ptr [rsi + 128]",
+            "vmovdqu64 zmm19, zmmword ptr [rsi + 192]",
+            "vmovdqu64 zmm20, zmmword ptr [rsi + rdx - 64]",
+            "lea r8, [rdi + rdx - 257]",
+            "and r8, -64",
+            "sub rsi, rdi",
+            "add rsi, r8",
+            ".p2align 4",
+            "11:",
+            "vmovdqu64 zmm21, zmmword ptr [rsi + 192]",
+            "vmovdqu64 zmm22, zmmword ptr [rsi + 128]",
+            "vmovdqu64 zmm23, zmmword ptr [rsi + 64]",
+            "vmovdqu64 zmm24, zmmword ptr [rsi]",
+            "sub rsi, 256",
+            "vmovdqa64 zmmword ptr [r8 + 192], zmm21",
+            "vmovdqa64 zmmword ptr [r8 + 128], zmm22",
+            "vmovdqa64 zmmword ptr [r8 + 64], zmm23",
+            "vmovdqa64 zmmword ptr [r8], zmm24",
+            "sub r8, 256",
+            "cmp r8, rdi",
+            "ja 11b",
+            "vmovdqu64 zmmword ptr [rdi], zmm16",
+            "vmovdqu64 zmmword ptr [rdi + 64], zmm17",
+            "vmovdqu64 zmmword ptr [rdi + 128], zmm18",
+            "vmovdqu64 zmmword ptr [rdi + 192], zmm19",
+            "vmovdqu64 zmmword ptr [rdi + rdx - 64], zmm20",
+            "ret",
+            inline_below = const offset_of!(Thresholds, inline_below),
+            backward_below = const offset_of!(Thresholds, backward_below),
+            same_offset_backward_below = const SAME_OFFSET_BACKWARD_BELOW,
+            large = sym copy_large,
+        )
+    }
+
+    /// Copies `n > 512` bytes from the table's first special class up.
+    #[target_feature(enable = "avx512f,avx512bw")]
+    unsafe extern "sysv64" fn copy_large(dst: *mut u8, src: *const u8, n: usize, t: &Thresholds) {
+        // SAFETY: passed on from the leaf, with n > 512 = 8 vectors.
+        unsafe { super::avx512::copy_large(dst, src, n, t) }
+    }
+
+    /// Fills `n` bytes (any `n`): below 64 bytes one masked store (it loads
+    /// nothing, so nothing can alias), larger sizes in [`fill_64_512`].
+    ///
+    /// # Safety
+    /// As [`copy_masked`].
+    #[unsafe(naked)]
+    pub(in crate::sys::copy) unsafe extern "sysv64" fn fill(
         dst: *mut u8,
         byte: u8,
         n: usize,
         t: &Thresholds,
     ) {
-        // Exactly 64 bytes take the unmasked pair below, as in `copy_any`.
-        if !MASKED && n < 64 {
-            return match n {
-                0..=16 => fill_le16(dst, byte, n),
-                17..=32 => fill_16_32(dst, byte, n),
-                _ => fill_32_64(dst, byte, n),
-            };
-        }
-        if n < 64 {
-            // Bytes past `n` are masked off: they are neither written nor can
-            // they fault (AVX-512 masked stores suppress faults on masked lanes).
-            asm!(
-                "vpbroadcastb zmm16, {byte:e}",
-                "kmovq k1, {mask}",
-                "vmovdqu8 zmmword ptr [{dst}] {{k1}}, zmm16",
-                byte = in(reg) u32::from(byte),
-                mask = in(reg) low_bits(n),
-                dst = in(reg) dst,
-                out("k1") _,
-                out("zmm16") _,
-                options(nostack, preserves_flags)
-            );
-            return;
-        }
-        if n <= 512 {
-            // One vector at each end, then two more and four more as the size
-            // needs (overlapping where it is not a multiple of 64).
-            asm!(
-                "vpbroadcastb zmm16, {byte:e}",
-                "vmovdqu64 zmmword ptr [{dst}], zmm16",
-                "vmovdqu64 zmmword ptr [{dst} + {n} - 64], zmm16",
-                "cmp {n}, 128",
-                "jbe 2f",
-                "vmovdqu64 zmmword ptr [{dst} + 64], zmm16",
-                "vmovdqu64 zmmword ptr [{dst} + {n} - 128], zmm16",
-                "cmp {n}, 256",
-                "jbe 2f",
-                "vmovdqu64 zmmword ptr [{dst} + 128], zmm16",
-                "vmovdqu64 zmmword ptr [{dst} + 192], zmm16",
-                "vmovdqu64 zmmword ptr [{dst} + {n} - 256], zmm16",
-                "vmovdqu64 zmmword ptr [{dst} + {n} - 192], zmm16",
-                "2:",
-                byte = in(reg) u32::from(byte),
-                dst = in(reg) dst,
-                n = in(reg) n,
-                out("zmm16") _,
-                options(nostack)
-            );
-            return;
-        }
-        if n <= FILL_LEAF_MAX && dst as usize & 63 == 0 && n < t.special_min(Placement::Aligned) {
+        // rdi = dst, sil = byte, rdx = n, rcx = t. Clobbers rax, k1, zmm16.
+        naked_asm!(
+            ".p2align 6",
+            "cmp rdx, 64",
+            "jae {big}",
+            "vpbroadcastb zmm16, esi",
+            // Bytes past `n` are masked off: neither written, nor can they fault.
+            "mov rax, -1",
+            "bzhi rax, rax, rdx",
+            "kmovq k1, rax",
+            "vmovdqu8 zmmword ptr [rdi] {{k1}}, zmm16",
+            "ret",
+            big = sym fill_64_512,
+        )
+    }
+
+    /// Fills `n >= 64` bytes: up to 128 with two stores, one from each end,
+    /// larger sizes in [`fill_129_512`].
+    ///
+    /// # Safety
+    /// As [`copy_masked`], with `n >= 64`.
+    #[unsafe(naked)]
+    unsafe extern "sysv64" fn fill_64_512(dst: *mut u8, byte: u8, n: usize, t: &Thresholds) {
+        // Clobbers zmm16.
+        naked_asm!(
+            ".p2align 6",
+            "cmp rdx, 128",
+            "ja {big}",
+            "vpbroadcastb zmm16, esi",
+            "vmovdqu64 zmmword ptr [rdi], zmm16",
+            "vmovdqu64 zmmword ptr [rdi + rdx - 64], zmm16",
+            "ret",
+            big = sym fill_129_512,
+        )
+    }
+
+    /// Fills `n > 128` bytes: up to 512 with four or eight overlapping
+    /// stores from both ends, larger sizes in the general kernel (called
+    /// directly by the fast path with [`super::super::Small::Masked`]).
+    ///
+    /// # Safety
+    /// As [`copy_masked`], with `n > 128`.
+    #[unsafe(naked)]
+    pub(in crate::sys::copy) unsafe extern "sysv64" fn fill_129_512(
+        dst: *mut u8,
+        byte: u8,
+        n: usize,
+        t: &Thresholds,
+    ) {
+        // Clobbers zmm16.
+        naked_asm!(
+            ".p2align 6",
+            "vpbroadcastb zmm16, esi",
+            "cmp rdx, 256",
+            "ja 5f",
+            "vmovdqu64 zmmword ptr [rdi], zmm16",
+            "vmovdqu64 zmmword ptr [rdi + 64], zmm16",
+            "vmovdqu64 zmmword ptr [rdi + rdx - 128], zmm16",
+            "vmovdqu64 zmmword ptr [rdi + rdx - 64], zmm16",
+            "ret",
+            ".p2align 4",
+            "5:",
+            "cmp rdx, 512",
+            "ja 6f",
+            "vmovdqu64 zmmword ptr [rdi], zmm16",
+            "vmovdqu64 zmmword ptr [rdi + 64], zmm16",
+            "vmovdqu64 zmmword ptr [rdi + 128], zmm16",
+            "vmovdqu64 zmmword ptr [rdi + 192], zmm16",
+            "vmovdqu64 zmmword ptr [rdi + rdx - 256], zmm16",
+            "vmovdqu64 zmmword ptr [rdi + rdx - 192], zmm16",
+            "vmovdqu64 zmmword ptr [rdi + rdx - 128], zmm16",
+            "vmovdqu64 zmmword ptr [rdi + rdx - 64], zmm16",
+            "ret",
+            "6:",
+            "cmp rdx, qword ptr [rcx + {inline_below}]",
+            "jae {large}",
+            "jmp {vector_loop}",
+            inline_below = const offset_of!(Thresholds, inline_below),
+            large = sym fill_large,
+            vector_loop = sym fill_loop,
+        )
+    }
+
+    /// Fills `n > 512` bytes below the table's first special class (as
+    /// [`copy_loop`]).
+    #[target_feature(enable = "avx512f,avx512bw")]
+    unsafe extern "sysv64" fn fill_loop(dst: *mut u8, byte: u8, n: usize, _t: &Thresholds) {
+        if n <= FILL_LEAF_MAX && dst as usize & 63 == 0 {
             // An aligned destination takes glibc's shape, four vectors at each
             // end and aligned blocks of four between them (measured: 1.00 of
             // glibc at 1 KiB, against 0.93-0.94 for the general loop, which
             // starts its blocks at the first byte and has no head). A
             // misaligned one is faster in the general loop (1.09-1.27 of
             // glibc at 1000 B - 2 KiB, against 1.00 in this shape).
-            asm!(
-                "vpbroadcastb zmm16, {byte:e}",
-                "lea {end}, [{dst} + {n} - 256]",
-                "vmovdqu64 zmmword ptr [{dst}], zmm16",
-                "vmovdqu64 zmmword ptr [{dst} + 64], zmm16",
-                "vmovdqu64 zmmword ptr [{dst} + 128], zmm16",
-                "vmovdqu64 zmmword ptr [{dst} + 192], zmm16",
-                "vmovdqu64 zmmword ptr [{end}], zmm16",
-                "vmovdqu64 zmmword ptr [{end} + 64], zmm16",
-                "vmovdqu64 zmmword ptr [{end} + 128], zmm16",
-                "vmovdqu64 zmmword ptr [{end} + 192], zmm16",
-                "lea {p}, [{dst} + 256]",
-                "and {p}, -64",
-                "cmp {p}, {end}",
-                "jae 3f",
-                "2:",
-                "vmovdqa64 zmmword ptr [{p}], zmm16",
-                "vmovdqa64 zmmword ptr [{p} + 64], zmm16",
-                "vmovdqa64 zmmword ptr [{p} + 128], zmm16",
-                "vmovdqa64 zmmword ptr [{p} + 192], zmm16",
-                "add {p}, 256",
-                "cmp {p}, {end}",
-                "jb 2b",
-                "3:",
-                byte = in(reg) u32::from(byte),
-                dst = in(reg) dst,
-                n = in(reg) n,
-                end = out(reg) _,
-                p = out(reg) _,
-                out("zmm16") _,
-                options(nostack)
-            );
+            // SAFETY: dst holds n > 512 bytes; AVX-512 F and BW as the caller
+            // guarantees.
+            unsafe {
+                asm!(
+                    "vpbroadcastb zmm16, {byte:e}",
+                    "lea {end}, [{dst} + {n} - 256]",
+                    "vmovdqu64 zmmword ptr [{dst}], zmm16",
+                    "vmovdqu64 zmmword ptr [{dst} + 64], zmm16",
+                    "vmovdqu64 zmmword ptr [{dst} + 128], zmm16",
+                    "vmovdqu64 zmmword ptr [{dst} + 192], zmm16",
+                    "vmovdqu64 zmmword ptr [{end}], zmm16",
+                    "vmovdqu64 zmmword ptr [{end} + 64], zmm16",
+                    "vmovdqu64 zmmword ptr [{end} + 128], zmm16",
+                    "vmovdqu64 zmmword ptr [{end} + 192], zmm16",
+                    "lea {p}, [{dst} + 256]",
+                    "and {p}, -64",
+                    "cmp {p}, {end}",
+                    "jae 3f",
+                    "2:",
+                    "vmovdqa64 zmmword ptr [{p}], zmm16",
+                    "vmovdqa64 zmmword ptr [{p} + 64], zmm16",
+                    "vmovdqa64 zmmword ptr [{p} + 128], zmm16",
+                    "vmovdqa64 zmmword ptr [{p} + 192], zmm16",
+                    "add {p}, 256",
+                    "cmp {p}, {end}",
+                    "jb 2b",
+                    "3:",
+                    byte = in(reg) u32::from(byte),
+                    dst = in(reg) dst,
+                    n = in(reg) n,
+                    end = out(reg) _,
+                    p = out(reg) _,
+                    out("zmm16") _,
+                    options(nostack)
+                );
+            }
             return;
         }
-        super::avx512::fill_gt16(dst, byte, n, t)
+        // SAFETY: passed on from the leaf, with n > 512 = 8 vectors.
+        unsafe { super::avx512::fill_loop(dst, _mm512_set1_epi8(byte as i8), n) }
+    }
+
+    /// Fills `n > 512` bytes from the table's first special class up.
+    #[target_feature(enable = "avx512f,avx512bw")]
+    unsafe extern "sysv64" fn fill_large(dst: *mut u8, byte: u8, n: usize, t: &Thresholds) {
+        // SAFETY: passed on from the leaf, with n > 512 = 8 vectors.
+        unsafe { super::avx512::fill_large(dst, byte, n, t) }
     }
 }
 
-/// Aligned fills up to this size are a leaf in `fill_any`; above it the
-/// general kernel (loop, `rep stosb` or non-temporal stores) takes over.
+/// Aligned fills up to this size take glibc's shape in the AVX-512 kernel;
+/// above it the general kernel (loop, `rep stosb` or non-temporal stores)
+/// takes over.
 const FILL_LEAF_MAX: usize = 2048;
 
 /// Bytes per page-sized stream of the non-temporal copy.
@@ -452,13 +754,7 @@ macro_rules! vector_kernels {
                 t: &Thresholds,
             ) {
                 if n > 8 * W {
-                    // A few ALU operations, one load and one compare to the
-                    // loop, the common case.
-                    let p = Placement::of_copy(dst as usize, src as usize);
-                    if n < t.special_min(p) {
-                        return copy_loop(dst, src, n, t);
-                    }
-                    return copy_large(dst, src, n, t, p);
+                    return copy_above_small(dst, src, n, t);
                 }
                 if n <= 2 * W {
                     if W >= 32 && n <= 32 {
@@ -505,18 +801,35 @@ macro_rules! vector_kernels {
                 }
             }
 
-            /// Sizes from the first threshold up (`n > 8 W`). Out of line: the
-            /// non-temporal copy needs registers that the caller would
-            /// otherwise save and restore on every call, small ones included.
+            /// Copies `n > 8 W` bytes: one load and one compare to the inline
+            /// loop (the common case: no placement check, no table walk),
+            /// the table out of line from its first special class.
             #[target_feature(enable = $feat)]
-            #[inline(never)]
-            unsafe fn copy_large(
+            #[inline]
+            pub(in crate::sys::copy) unsafe fn copy_above_small(
                 dst: *mut u8,
                 src: *const u8,
                 n: usize,
                 t: &Thresholds,
-                p: Placement,
             ) {
+                if n < t.inline_below() {
+                    return copy_loop(dst, src, n, t);
+                }
+                copy_large(dst, src, n, t)
+            }
+
+            /// Sizes from the first special class up (`n > 8 W`). Out of
+            /// line: the non-temporal copy needs registers that the caller
+            /// would otherwise save and restore on every call, small ones
+            /// included. `#[cold]` keeps it there: rustc does not pass
+            /// `#[inline(never)]` on to LLVM for `#[target_feature]`
+            /// functions (seen with 1.95: inlined, it made the loop's
+            /// caller save six registers, +1 ns on a 1000-byte copy).
+            #[target_feature(enable = $feat)]
+            #[inline(never)]
+            #[cold]
+            pub(in crate::sys::copy) unsafe fn copy_large(dst: *mut u8, src: *const u8, n: usize, t: &Thresholds) {
+                let p = Placement::of_copy(dst as usize, src as usize);
                 match t.strategy(n, p) {
                     Some(Strategy::Rep) if !t.rep_guarded(dst, src, n) => copy_rep(dst, src, n),
                     Some(Strategy::NonTemporal { streams }) => {
@@ -550,7 +863,7 @@ macro_rules! vector_kernels {
             /// made (4K aliasing): the loop then runs backwards.
             #[target_feature(enable = $feat)]
             #[inline]
-            unsafe fn copy_loop(dst: *mut u8, src: *const u8, n: usize, t: &Thresholds) {
+            pub(in crate::sys::copy) unsafe fn copy_loop(dst: *mut u8, src: *const u8, n: usize, t: &Thresholds) {
                 let ahead = (dst as usize).wrapping_sub(src as usize) & 4095;
                 // The same page offset goes backwards only while the copy is
                 // small enough to be in L1 anyway: backwards, the hardware
@@ -779,11 +1092,7 @@ macro_rules! vector_kernels {
                 t: &Thresholds,
             ) {
                 if n > 8 * W {
-                    let p = Placement::of_fill(dst as usize);
-                    if n < t.special_min(p) {
-                        return fill_loop(dst, $splat(byte as i8), n);
-                    }
-                    return fill_large(dst, byte, n, t, p);
+                    return fill_above_small(dst, byte, n, t);
                 }
                 if n <= 2 * W {
                     if W >= 32 && n <= 32 {
@@ -819,13 +1128,30 @@ macro_rules! vector_kernels {
                 }
             }
 
-            /// Sizes from the first threshold up (`n > 8 W`). Out of line, as
-            /// `copy_large`; it broadcasts the byte itself, as a vector argument
-            /// would go through the stack.
+            /// Fills `n > 8 W` bytes, as [`copy_above_small`] copies.
+            #[target_feature(enable = $feat)]
+            #[inline]
+            pub(in crate::sys::copy) unsafe fn fill_above_small(
+                dst: *mut u8,
+                byte: u8,
+                n: usize,
+                t: &Thresholds,
+            ) {
+                if n < t.inline_below() {
+                    return fill_loop(dst, $splat(byte as i8), n);
+                }
+                fill_large(dst, byte, n, t)
+            }
+
+            /// Sizes from the first special class up (`n > 8 W`). Out of
+            /// line (and `#[cold]`), as `copy_large`; it broadcasts the byte
+            /// itself, as a vector argument would go through the stack.
             #[target_feature(enable = $feat)]
             #[inline(never)]
-            unsafe fn fill_large(dst: *mut u8, byte: u8, n: usize, t: &Thresholds, p: Placement) {
+            #[cold]
+            pub(in crate::sys::copy) unsafe fn fill_large(dst: *mut u8, byte: u8, n: usize, t: &Thresholds) {
                 let v = $splat(byte as i8);
+                let p = Placement::of_fill(dst as usize);
                 match t.strategy(n, p) {
                     Some(Strategy::Rep) => fill_rep(dst, byte, n),
                     Some(Strategy::NonTemporal { streams }) => {
@@ -860,7 +1186,7 @@ macro_rules! vector_kernels {
             /// Vector loop with aligned temporal stores (`n > 8 W`).
             #[target_feature(enable = $feat)]
             #[inline]
-            unsafe fn fill_loop(dst: *mut u8, v: $v, n: usize) {
+            pub(in crate::sys::copy) unsafe fn fill_loop(dst: *mut u8, v: $v, n: usize) {
                 // An aligned destination starts the loop at its first byte and
                 // needs no separate head store.
                 let misalign = dst as usize & (W - 1);
@@ -953,8 +1279,9 @@ vector_kernels! {
 }
 
 vector_kernels! {
-    /// 64-byte AVX-512 kernels.
-    avx512, feature = "avx512f,avx512bw", entry = #[inline], width = 64, vector = __m512i,
+    /// 64-byte AVX-512 kernels (entered through `avx512_leaf`, which does
+    /// the sizes up to eight vectors itself: the `_gt16` entries go unused).
+    avx512, feature = "avx512f,avx512bw", entry = #[allow(dead_code)], width = 64, vector = __m512i,
     loadu = _mm512_loadu_si512, storeu = _mm512_storeu_si512,
     stream = _mm512_stream_si512, splat = _mm512_set1_epi8
 }
