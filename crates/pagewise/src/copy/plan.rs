@@ -420,6 +420,31 @@ pub fn overlay(table: &mut Vec<Class>, from: usize, to: usize, f: impl Fn(Strate
     merge(table);
 }
 
+/// Sets `strategy` for placement `p` on sizes `[from, to)` of `table`
+/// (`to == usize::MAX`: no end), splitting classes at the ends, and merges
+/// equal neighbours.
+pub fn overlay_placement(
+    table: &mut Vec<Class>,
+    from: usize,
+    to: usize,
+    p: Placement,
+    strategy: Strategy,
+) {
+    if from >= to {
+        return;
+    }
+    split_at(table, from);
+    if to != usize::MAX {
+        split_at(table, to);
+    }
+    for c in table.iter_mut() {
+        if c.from >= from && c.from < to {
+            c.by_placement[p as usize] = strategy;
+        }
+    }
+    merge(table);
+}
+
 /// Splits the class holding `at` so that a class starts there.
 fn split_at(table: &mut Vec<Class>, at: usize) {
     if table.iter().any(|c| c.from == at) {

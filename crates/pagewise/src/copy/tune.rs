@@ -4,21 +4,31 @@
 //! each candidate [`Strategy`] (the vector loop of every instruction set the
 //! CPU has, `rep movsb`/`rep stosb`, non-temporal stores with 1, 2, 4, … 32
 //! streams, and glibc's `memcpy`/`memset`) through pagewise's own dispatch,
-//! on hot buffers (where the class fits in the caches) and on cold ones,
-//! and keeps the fastest. glibc is also timed directly, as the yardstick:
-//! every time is turned into a ratio to the direct glibc call of the same
-//! round, and a candidate's score is the median of its ratios, taken at its
-//! worst residency (hot or cold). A pagewise kernel is chosen only if it
-//! beats the glibc candidate by [`Options::margin`]; otherwise the class
-//! calls glibc. Candidates are interleaved round by round (the order
-//! rotating), so that a busy neighbour slows all of them alike.
+//! on hot buffers (where the class fits in the caches) and on cold ones.
+//! glibc is also timed directly, as the yardstick: every time is turned into
+//! a ratio to the direct glibc call of the same round, and a candidate's
+//! score in a cell is the median of its ratios. Candidates are interleaved
+//! round by round (the order rotating), so that a busy neighbour slows all
+//! of them alike.
+//!
+//! **The defaults stay unless something is clearly better.** The incumbent
+//! of every class and placement is what the defaults for this CPU
+//! ([`super::default_tables`]) run there. A challenger replaces it only if
+//! its worst score over the residencies measured beats the incumbent's worst
+//! by [`Options::margin`] and it is not slower than the incumbent by more
+//! than the margin in any cell; the tuned tables are the default tables with
+//! only those classes changed. Candidates within the noise of each other
+//! (on a shared machine, a few percent) thus leave the defaults in place,
+//! and the plan does not flip from one run to the next; a tuned plan is
+//! never worse than the defaults by more than the margin where it measured.
+//! The smallest sizes ([`Small`]) are decided the same way.
 //!
 //! The cost is dominated by the largest class (copies of [`Options::max_bytes`]
 //! from memory): about a minute with the defaults, which is why a process
 //! never tunes by itself (see `docs/copy.md`).
 
 use super::cache::{MachineKey, Tuned, SCHEMA};
-use super::plan::{merge, Plan, Table, Tables};
+use super::plan::{default_tables, overlay_placement, Plan, Table};
 use super::{Copier, Isa, Placement, Small, Strategy};
 use crate::sys::copy::{glibc_memcpy, glibc_memset, Class};
 use crate::sys::mem::{Advice, AnonMapping, MapOptions};
@@ -36,7 +46,8 @@ pub struct Options {
     pub rounds: usize,
     /// The largest size measured (the last class's representative).
     pub max_bytes: usize,
-    /// A pagewise kernel must beat the glibc candidate by this fraction.
+    /// A challenger must beat the default strategy of a class by this
+    /// fraction (and not lose by more than it anywhere) to replace it.
     pub margin: f64,
     /// glibc's own non-temporal threshold, if known: the temporal tables do
     /// not call glibc at or above it (glibc would stream there).
@@ -53,7 +64,7 @@ impl Options {
         Options {
             rounds: 5,
             max_bytes: 512 << 20,
-            margin: 0.02,
+            margin: 0.05,
             glibc_nontemporal: None,
             l2_bytes,
             llc_bytes,
@@ -139,6 +150,10 @@ pub struct Choice {
     pub chosen: String,
     /// Its score: the median ratio to direct glibc at its worst residency.
     pub score: f64,
+    /// What the defaults run here (the incumbent).
+    pub default: String,
+    /// The default's score.
+    pub default_score: f64,
     /// The glibc candidate's score.
     pub glibc_score: f64,
 }
@@ -450,114 +465,178 @@ fn measure_cell(
     Ok((timings, glibc_gbps))
 }
 
-/// Picks for one class and placement from its cells (hot and/or cold): the
-/// candidate with the best worst-residency score among those `allowed`; glibc
-/// unless a pagewise kernel beats it by `margin`.
+/// Scores of a candidate in each of `cells` (the median ratio to direct
+/// glibc); empty when it was not measured there.
+fn scores(cells: &[&Cell], s: Strategy) -> Vec<f64> {
+    let label = s.label();
+    cells
+        .iter()
+        .filter_map(|c| c.timings.iter().find(|t| t.candidate == label))
+        .map(|t| t.ratio.median)
+        .collect()
+}
+
+/// Whether a challenger with per-cell scores `challenger` replaces an
+/// incumbent with `incumbent` (the same cells, in order): its worst score
+/// beats the incumbent's worst by `margin`, and no cell is worse by more
+/// than `margin`.
+fn clearly_better(challenger: &[f64], incumbent: &[f64], margin: f64) -> bool {
+    let worst = |v: &[f64]| v.iter().copied().fold(f64::INFINITY, f64::min);
+    challenger.len() == incumbent.len()
+        && !challenger.is_empty()
+        && worst(challenger) >= worst(incumbent) * (1.0 + margin)
+        && challenger
+            .iter()
+            .zip(incumbent)
+            .all(|(c, i)| *c >= i * (1.0 - margin))
+}
+
+/// What one class and placement gets: `(chosen, its worst score, the
+/// incumbent's worst score, the glibc candidate's worst score)`. The
+/// incumbent is `default` (or glibc, when the default is not `allowed` or
+/// was not measured); the best allowed challenger by worst score replaces it
+/// only if [`clearly_better`].
 fn choose(
     cells: &[&Cell],
     strategies: &[Strategy],
+    default: Strategy,
     allowed: impl Fn(Strategy) -> bool,
     margin: f64,
-) -> (Strategy, f64, f64) {
-    let score = |s: Strategy| {
-        let label = s.label();
-        cells
-            .iter()
-            .filter_map(|c| c.timings.iter().find(|t| t.candidate == label))
-            .map(|t| t.ratio.median)
-            .fold(f64::INFINITY, f64::min)
+) -> (Strategy, f64, f64, f64) {
+    let worst = |v: &[f64]| v.iter().copied().fold(f64::INFINITY, f64::min);
+    let measured = |s: Strategy| {
+        let v = scores(cells, s);
+        (v.len() == cells.len() && !v.is_empty()).then_some(v)
     };
-    let glibc = if allowed(Strategy::Glibc) {
-        score(Strategy::Glibc)
-    } else {
-        0.0
+    let glibc = measured(Strategy::Glibc).map_or(f64::NAN, |v| worst(&v));
+    let (incumbent, inc_scores) = match measured(default).filter(|_| allowed(default)) {
+        Some(v) => (default, v),
+        None => match measured(Strategy::Glibc).filter(|_| allowed(Strategy::Glibc)) {
+            Some(v) => (Strategy::Glibc, v),
+            // Nothing to defend: the best allowed candidate.
+            None => (default, vec![0.0; cells.len()]),
+        },
     };
     let best = strategies
         .iter()
         .copied()
-        .filter(|s| *s != Strategy::Glibc && allowed(*s))
-        .map(|s| (s, score(s)))
-        .filter(|(_, v)| v.is_finite())
-        .max_by(|a, b| a.1.total_cmp(&b.1));
+        .filter(|s| *s != incumbent && allowed(*s))
+        .filter_map(|s| measured(s).map(|v| (s, v)))
+        .max_by(|a, b| worst(&a.1).total_cmp(&worst(&b.1)));
     match best {
-        Some((s, v)) if v >= glibc * (1.0 + margin) => (s, v, glibc),
-        Some((s, v)) if !allowed(Strategy::Glibc) => (s, v, glibc),
-        _ => (Strategy::Glibc, glibc, glibc),
+        Some((s, v)) if clearly_better(&v, &inc_scores, margin) => {
+            (s, worst(&v), worst(&inc_scores), glibc)
+        }
+        _ => (incumbent, worst(&inc_scores), worst(&inc_scores), glibc),
     }
 }
 
-/// Measures the smallest sizes with masked and with plain AVX-512 moves:
-/// the choice whose worst ratio to glibc over fixed sizes and a mix of
-/// sizes is higher.
-fn tune_small(base: &Plan, rounds: usize) -> Result<(Small, Vec<Timing>), TuneError> {
-    let mut bufs = Buffers::new(1 << 20, true)?;
-    let variants = [Small::Masked, Small::Plain];
-    let copiers: Vec<Copier> = variants
+/// The strategy `table` gives `n` bytes at placement `p`.
+fn strategy_at(table: &[Class], n: usize, p: Placement) -> Option<Strategy> {
+    table
+        .iter()
+        .rev()
+        .find(|c| c.from <= n)
+        .map(|c| c.by_placement[p as usize])
+}
+
+/// Measures the AVX-512 copy of the smallest sizes with every [`Small`]
+/// choice, against glibc, over fixed sizes hot (at a distance between the
+/// pointers where Intel's 4K aliasing would strike and at one where it would
+/// not) and from memory, and over a mix of sizes; keeps `default` unless
+/// another choice is [`clearly_better`]. Returns the choice and each
+/// choice's worst ratio to glibc.
+fn tune_small(
+    base: &Plan,
+    default: Small,
+    rounds: usize,
+    margin: f64,
+) -> Result<(Small, Vec<Timing>), TuneError> {
+    let mut bufs = Buffers::new(64 << 20, true)?;
+    let copiers: Vec<(Small, Copier)> = Small::ALL
         .iter()
         .filter_map(|&small| {
             let mut plan = base.clone();
             plan.tables.small = small;
-            Copier::new(&plan).ok()
+            Copier::new(&plan).ok().map(|c| (small, c))
         })
         .collect();
-    if copiers.len() != 2 {
-        return Ok((Small::Plain, Vec::new()));
+    if copiers.len() != Small::ALL.len() {
+        return Ok((default, Vec::new()));
     }
-    // A fixed mix of sizes 1-63 (calls of varying sizes mispredict branches).
+    // A fixed mix of sizes 1-128 (calls of varying sizes mispredict branches).
     let mut seed = 0x9e37_79b9_7f4a_7c15u64;
     let mix: Vec<usize> = (0..4096)
         .map(|_| {
             seed ^= seed << 13;
             seed ^= seed >> 7;
             seed ^= seed << 17;
-            1 + (seed % 63) as usize
+            1 + (seed % 128) as usize
         })
         .collect();
-    let mut worst = [f64::INFINITY; 2];
-    for op in [Op::Copy, Op::Fill] {
-        for case in [Some(8usize), Some(13), Some(32), Some(48), None] {
-            let mut ratios = [Vec::new(), Vec::new()];
-            for _ in 0..rounds {
-                let mut speeds = [0.0f64; 3];
-                for (slot, runner) in [
-                    Runner::Glibc,
-                    Runner::Pagewise(&copiers[0]),
-                    Runner::Pagewise(&copiers[1]),
-                ]
-                .into_iter()
-                .enumerate()
-                {
-                    speeds[slot] = match case {
-                        Some(n) => time_one(op, runner, &mut bufs, n, true, (64, 64 + 4096 * 3)),
-                        None => time_mix(op, runner, &mut bufs, &mix),
-                    };
-                }
-                ratios[0].push(speeds[1] / speeds[0]);
-                ratios[1].push(speeds[2] / speeds[0]);
-            }
-            for v in 0..2 {
-                worst[v] = worst[v].min(Ratio::of(&mut ratios[v]).median);
+    const ALIASED: (usize, usize) = (64, 64 + 4096 * 3);
+    const APART: (usize, usize) = (64, 64 + 4096 * 3 + 1000);
+    let mut cases: Vec<(usize, bool, (usize, usize))> = Vec::new();
+    for n in [8usize, 13, 32, 48, 100] {
+        cases.push((n, true, ALIASED));
+        cases.push((n, true, APART));
+    }
+    cases.push((8, false, (7, 1)));
+    cases.push((32, false, (7, 1)));
+    // Scores per choice per case (the mix last).
+    let mut scores = vec![Vec::new(); copiers.len()];
+    for case in cases.iter().map(Some).chain([None]) {
+        let mut ratios = vec![Vec::new(); copiers.len()];
+        for _ in 0..rounds {
+            let glibc = match case {
+                Some(&(n, hot, at)) => time_one(Op::Copy, Runner::Glibc, &mut bufs, n, hot, at),
+                None => time_mix(Op::Copy, Runner::Glibc, &mut bufs, &mix),
+            };
+            for (slot, (_, c)) in copiers.iter().enumerate() {
+                let speed = match case {
+                    Some(&(n, hot, at)) => {
+                        time_one(Op::Copy, Runner::Pagewise(c), &mut bufs, n, hot, at)
+                    }
+                    None => time_mix(Op::Copy, Runner::Pagewise(c), &mut bufs, &mix),
+                };
+                ratios[slot].push(speed / glibc);
             }
         }
+        for (slot, r) in ratios.iter_mut().enumerate() {
+            scores[slot].push(Ratio::of(r).median);
+        }
     }
-    let timings = variants
+    let worst = |v: &[f64]| v.iter().copied().fold(f64::INFINITY, f64::min);
+    let of = |small: Small| {
+        copiers
+            .iter()
+            .position(|(s, _)| *s == small)
+            .map_or(&[][..], |i| &scores[i][..])
+    };
+    let best = copiers
         .iter()
-        .zip(worst)
-        .map(|(v, w)| Timing {
-            candidate: format!("{v:?}").to_lowercase(),
-            gbps: f64::NAN,
-            ratio: Ratio {
-                median: w,
-                min: w,
-                max: w,
-            },
+        .map(|(s, _)| *s)
+        .filter(|s| *s != default)
+        .max_by(|a, b| worst(of(*a)).total_cmp(&worst(of(*b))));
+    let small = match best {
+        Some(s) if clearly_better(of(s), of(default), margin) => s,
+        _ => default,
+    };
+    let timings = copiers
+        .iter()
+        .map(|(v, _)| {
+            let w = worst(of(*v));
+            Timing {
+                candidate: v.name().to_owned(),
+                gbps: f64::NAN,
+                ratio: Ratio {
+                    median: w,
+                    min: w,
+                    max: w,
+                },
+            }
         })
         .collect();
-    let small = if worst[0] > worst[1] {
-        Small::Masked
-    } else {
-        Small::Plain
-    };
     Ok((small, timings))
 }
 
@@ -591,8 +670,12 @@ fn time_mix(op: Op, runner: Runner<'_>, bufs: &mut Buffers, mix: &[usize]) -> f6
 /// saved: see [`super::cache::save`]).
 pub fn tune(options: &Options, progress: &dyn Progress) -> Result<Report, TuneError> {
     let started = Instant::now();
-    let base = Plan::detect();
+    let mut base = Plan::detect();
     let isa = base.isa;
+    // The incumbents: what this CPU runs without a measured plan (never a
+    // cached plan: tuning again starts from the defaults).
+    let defaults = default_tables(base.cpu_kind, isa, base.erms, base.llc_bytes);
+    base.tables = defaults.clone();
     let mut notes = Vec::new();
     if base.isa_source == super::Source::Environment {
         notes.push(format!(
@@ -610,10 +693,11 @@ pub fn tune(options: &Options, progress: &dyn Progress) -> Result<Report, TuneEr
 
     progress.update(step, total, "small sizes: masked or plain moves");
     let (small, small_timings) = if isa == Isa::Avx512 {
-        tune_small(&base, rounds)?
+        tune_small(&base, defaults.small, rounds, options.margin)?
     } else {
-        (Small::Plain, Vec::new())
+        (defaults.small, Vec::new())
     };
+    base.tables.small = small;
     step += 1;
 
     let mut choices = Vec::new();
@@ -676,14 +760,18 @@ pub fn tune(options: &Options, progress: &dyn Progress) -> Result<Report, TuneEr
                         Strategy::Glibc => table.allows_nontemporal() || !glibc_streams,
                         _ => true,
                     };
-                    let (s, score, glibc_score) =
-                        choose(&of_p, &strategies, allowed, options.margin);
+                    let default =
+                        strategy_at(defaults.get(table), n, p).unwrap_or(Strategy::Loop { isa });
+                    let (s, score, default_score, glibc_score) =
+                        choose(&of_p, &strategies, default, allowed, options.margin);
                     choices.push(Choice {
                         table,
                         class_from: from,
                         placement: p,
                         chosen: s.label(),
                         score,
+                        default: default.label(),
+                        default_score,
                         glibc_score,
                     });
                 }
@@ -691,35 +779,22 @@ pub fn tune(options: &Options, progress: &dyn Progress) -> Result<Report, TuneEr
             cells.extend(class_cells);
         }
     }
-    // The tables: the loop from 0 (the loop-free sizes and the inline
-    // path), then the measured classes, equal neighbours merged.
-    let mut rebuilt = Tables::only(isa, small, Strategy::Loop { isa });
-    rebuilt.rep_guards = base.tables.rep_guards.clone();
-    for t in Table::ALL {
-        let measured: Vec<Class> = choices
+    // The tables: the defaults, with the classes where a challenger won
+    // changed (for that placement only).
+    let mut rebuilt = defaults.clone();
+    rebuilt.small = small;
+    let starts: Vec<usize> = grid.iter().map(|g| g.0).collect();
+    for c in &choices {
+        if c.chosen == c.default {
+            continue;
+        }
+        let to = starts
             .iter()
-            .filter(|c| c.table == t)
-            .map(|c| c.class_from)
-            .collect::<std::collections::BTreeSet<_>>()
-            .into_iter()
-            .map(|from| {
-                let mut by = [Strategy::Loop { isa }; 3];
-                for c in choices
-                    .iter()
-                    .filter(|c| c.table == t && c.class_from == from)
-                {
-                    by[c.placement as usize] = strategy_of_label(&c.chosen, isa);
-                }
-                Class {
-                    from,
-                    by_placement: by,
-                }
-            })
-            .collect();
-        let table = rebuilt.get_mut(t);
-        table.truncate(1);
-        table.extend(measured);
-        merge(table);
+            .copied()
+            .find(|&f| f > c.class_from)
+            .unwrap_or(usize::MAX);
+        let s = strategy_of_label(&c.chosen, isa);
+        overlay_placement(rebuilt.get_mut(c.table), c.class_from, to, c.placement, s);
     }
     progress.update(total, total, "done");
     let measured_at = std::time::SystemTime::now()
@@ -791,17 +866,20 @@ mod tests {
     }
 
     #[test]
-    fn the_worst_residency_decides_and_glibc_wins_ties() {
+    fn the_default_stays_unless_a_challenger_is_clearly_better() {
         let all = [
             Strategy::Loop { isa: Isa::Sse2 },
             Strategy::Rep,
             Strategy::NonTemporal { streams: 1 },
             Strategy::Glibc,
         ];
+        let loop_ = Strategy::Loop { isa: Isa::Sse2 };
+        // The worst residency decides: rep's worst (1.0 hot) beats the
+        // loop's (0.9 cold) by more than the margin, and it loses nowhere.
         let hot = cell(
             "hot",
             &[
-                ("loop sse2", 1.2),
+                ("loop sse2", 0.9),
                 ("rep", 1.0),
                 ("nt 1", 0.3),
                 ("glibc", 0.97),
@@ -810,21 +888,59 @@ mod tests {
         let cold = cell(
             "cold",
             &[
-                ("loop sse2", 0.9),
+                ("loop sse2", 1.0),
                 ("rep", 1.1),
                 ("nt 1", 1.5),
                 ("glibc", 0.98),
             ],
         );
-        let (s, score, _) = choose(&[&hot, &cold], &all, |_| true, 0.02);
-        assert_eq!((s, score), (Strategy::Rep, 1.0));
-        // No kernel 2% better than the glibc candidate: glibc.
-        let hot = cell("hot", &[("loop sse2", 1.0), ("glibc", 0.99)]);
-        let (s, _, _) = choose(&[&hot], &all, |_| true, 0.02);
+        let (s, score, default_score, _) = choose(&[&hot, &cold], &all, loop_, |_| true, 0.05);
+        assert_eq!((s, score, default_score), (Strategy::Rep, 1.0, 0.9));
+        // Within the margin: the default stays, even if another is ahead.
+        let hot = cell("hot", &[("loop sse2", 1.0), ("rep", 1.04), ("glibc", 0.99)]);
+        let (s, _, _, _) = choose(&[&hot], &all, loop_, |_| true, 0.05);
+        assert_eq!(s, loop_);
+        // Better at its worst but slower than the default in one cell by
+        // more than the margin: the default stays.
+        let hot = cell("hot", &[("loop sse2", 1.3), ("rep", 1.2)]);
+        let cold = cell("cold", &[("loop sse2", 0.8), ("rep", 1.0)]);
+        let (s, _, _, _) = choose(&[&hot, &cold], &all, loop_, |_| true, 0.05);
+        assert_eq!(s, loop_);
+        // A default that is not allowed in this table (non-temporal stores
+        // in a temporal one) gives way to glibc as the incumbent.
+        let nt = Strategy::NonTemporal { streams: 1 };
+        let hot = cell("hot", &[("nt 1", 1.5), ("glibc", 1.0), ("loop sse2", 1.02)]);
+        let (s, _, _, _) = choose(&[&hot], &all, nt, |s| !s.is_nontemporal(), 0.05);
         assert_eq!(s, Strategy::Glibc);
-        // Unless glibc is not allowed there.
-        let (s, _, _) = choose(&[&hot], &all, |s| s != Strategy::Glibc, 0.02);
-        assert_eq!(s, Strategy::Loop { isa: Isa::Sse2 });
+    }
+
+    #[test]
+    fn clearly_better_needs_the_margin_at_the_worst_and_no_loss_anywhere() {
+        assert!(clearly_better(&[1.2, 1.1], &[1.0, 1.0], 0.05));
+        assert!(!clearly_better(&[1.04, 1.1], &[1.0, 1.0], 0.05));
+        assert!(!clearly_better(&[1.2, 1.0], &[1.0, 1.3], 0.05));
+        assert!(!clearly_better(&[], &[], 0.05));
+    }
+
+    #[test]
+    fn the_strategy_at_a_size_is_its_class_s() {
+        let l = Strategy::Loop { isa: Isa::Avx2 };
+        let t = vec![
+            Class {
+                from: 0,
+                by_placement: [l; 3],
+            },
+            Class {
+                from: 24 << 10,
+                by_placement: [Strategy::Rep, l, Strategy::Rep],
+            },
+        ];
+        assert_eq!(strategy_at(&t, 16 << 10, Placement::Aligned), Some(l));
+        assert_eq!(
+            strategy_at(&t, 64 << 10, Placement::Aligned),
+            Some(Strategy::Rep)
+        );
+        assert_eq!(strategy_at(&t, 64 << 10, Placement::Near), Some(l));
     }
 
     #[test]
