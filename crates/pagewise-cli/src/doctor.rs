@@ -84,9 +84,10 @@ fn copy_rows(rows: &mut Vec<[String; 3]>, copy: Option<&Choices>) {
     row(
         "plan".into(),
         format!(
-            "{}{when}{file}; machine key {}",
+            "{}{when}{file}; machine key {}; defaults for {}",
             p.tables_source.describe(),
-            p.key.cpu()
+            p.key.cpu(),
+            p.cpu_kind.describe()
         ),
     );
     row(

@@ -143,9 +143,18 @@ const SAME_OFFSET_BACKWARD_BELOW: usize = 2048;
 /// its whole width spans. Measured on the Zen 5 guest, copies of 8-33 bytes
 /// from memory with a 64-byte window (which crosses into the next line from
 /// 7 bytes in) took 20-29 ns against glibc's 15.
+///
+/// Both lines are prefetched first: a masked access that misses the TLB
+/// is slow to start its page walk (on the Zen 5 guest, 8-byte copies spread
+/// over 4 GiB of 2 MiB pages took 44-52 ns with masked moves alone, 33 with
+/// the prefetches, glibc 28-39), and a prefetch starts it at once. A
+/// prefetch never faults, so the dangling pointers of empty slices are
+/// harmless; on data in L1 it costs two instructions.
 #[inline(always)]
 pub(super) unsafe fn copy_masked_le32(dst: *mut u8, src: *const u8, n: usize) {
     asm!(
+        "prefetcht0 byte ptr [{src}]",
+        "prefetcht0 byte ptr [{dst}]",
         "mov {mask:e}, -1",
         "bzhi {mask:e}, {mask:e}, {n:e}",
         "kmovd k1, {mask:e}",
