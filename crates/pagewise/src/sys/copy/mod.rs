@@ -276,6 +276,11 @@ pub struct Thresholds {
     small_scalar_below: AtomicUsize,
     /// The first size whose strategy is not the inline loop, at any placement.
     inline_below: AtomicUsize,
+    /// Per placement, the first size whose strategy is not the inline loop:
+    /// the AVX-512 kernel looks here, from `inline_below` up only, before it
+    /// walks the table (so a class that differs at one placement does not
+    /// send the others out of line).
+    special_min: [AtomicUsize; 3],
     /// Class `i` covers `[from[i], from[i + 1])`; unused entries hold `usize::MAX`.
     from: [AtomicUsize; MAX_CLASSES],
     codes: [[AtomicU8; 3]; MAX_CLASSES],
@@ -349,6 +354,7 @@ impl Thresholds {
         Thresholds {
             small_scalar_below: AtomicUsize::new(Small::MaskedGuarded.scalar_below()),
             inline_below: UNSET,
+            special_min: [UNSET; 3],
             from: [UNSET; MAX_CLASSES],
             codes: [NO_CODE; MAX_CLASSES],
             guards: [NO_GUARD; MAX_GUARDS],
@@ -376,7 +382,7 @@ impl Thresholds {
     pub fn assign(&self, classes: &[Class], guards: &[RepGuard]) {
         let classes = &classes[..classes.len().min(MAX_CLASSES)];
         let inline = classes.first().map(|c| c.by_placement);
-        let mut special = usize::MAX;
+        let mut special = [usize::MAX; 3];
         for (i, slot) in self.from.iter().enumerate() {
             let Some(c) = classes.get(i) else {
                 slot.store(usize::MAX, Ordering::Relaxed);
@@ -390,8 +396,8 @@ impl Thresholds {
                 self.codes[i][p].store(s.code(), Ordering::Relaxed);
                 let is_inline =
                     matches!(s, Strategy::Loop { .. }) && inline.is_some_and(|first| first[p] == s);
-                if !is_inline && special == usize::MAX {
-                    special = if i == 0 { 0 } else { c.from };
+                if !is_inline && special[p] == usize::MAX {
+                    special[p] = if i == 0 { 0 } else { c.from };
                 }
             }
             slot.store(if i == 0 { 0 } else { c.from }, Ordering::Relaxed);
@@ -405,7 +411,11 @@ impl Thresholds {
                 slot[k].store(v[k], Ordering::Relaxed);
             }
         }
-        self.inline_below.store(special, Ordering::Relaxed);
+        for (slot, value) in self.special_min.iter().zip(special) {
+            slot.store(value, Ordering::Relaxed);
+        }
+        let first = special.into_iter().min().unwrap_or(usize::MAX);
+        self.inline_below.store(first, Ordering::Relaxed);
     }
 
     /// How AVX-512 copies of at most 32 bytes are done (other instruction

@@ -398,10 +398,11 @@ pub(super) mod avx512_leaf {
             // special class, the table from there.
             "7:",
             "cmp rdx, qword ptr [rcx + {inline_below}]",
-            "jae {large}",
+            "jae 13f",
             // Backwards when the destination is less than backward_below
             // bytes ahead of the source modulo 4 KiB (at the same offset
             // only below 2 KiB), as `copy_loop`.
+            "14:",
             "mov eax, edi",
             "sub eax, esi",
             "and eax, 4095",
@@ -479,7 +480,27 @@ pub(super) mod avx512_leaf {
             "vmovdqu64 zmmword ptr [rdi + 192], zmm19",
             "vmovdqu64 zmmword ptr [rdi + rdx - 64], zmm20",
             "ret",
+            // From the first special class at any placement: this
+            // placement's own first special class decides (placement 0 when
+            // the distance is a multiple of 64, 1 when it is below 64, 2
+            // otherwise; see `Placement::of_copy`).
+            "13:",
+            "mov eax, edi",
+            "sub eax, esi",
+            "and eax, 4095",
+            "xor r8d, r8d",
+            "test eax, 63",
+            "jz 15f",
+            "mov r8d, 1",
+            "cmp eax, 64",
+            "jb 15f",
+            "mov r8d, 2",
+            "15:",
+            "cmp rdx, qword ptr [rcx + {special_min} + r8 * 8]",
+            "jb 14b",
+            "jmp {large}",
             inline_below = const offset_of!(Thresholds, inline_below),
+            special_min = const offset_of!(Thresholds, special_min),
             backward_below = const offset_of!(Thresholds, backward_below),
             same_offset_backward_below = const SAME_OFFSET_BACKWARD_BELOW,
             large = sym copy_large,
@@ -580,9 +601,22 @@ pub(super) mod avx512_leaf {
             "ret",
             "6:",
             "cmp rdx, qword ptr [rcx + {inline_below}]",
-            "jae {large}",
+            "jae 7f",
+            "8:",
             "jmp {vector_loop}",
+            // From the first special class at any placement: this
+            // placement's own (0 for a 64-byte aligned destination, 2
+            // otherwise; see `Placement::of_fill`).
+            "7:",
+            "xor eax, eax",
+            "test dil, 63",
+            "setnz al",
+            "add eax, eax",
+            "cmp rdx, qword ptr [rcx + {special_min} + rax * 8]",
+            "jb 8b",
+            "jmp {large}",
             inline_below = const offset_of!(Thresholds, inline_below),
+            special_min = const offset_of!(Thresholds, special_min),
             large = sym fill_large,
             vector_loop = sym fill_loop,
         )
