@@ -2,7 +2,7 @@
 
 use crate::format::{bytes, or_unread, table};
 use crate::output::{outln, OutputError};
-use pagewise::copy::{Choices, SizeRange, Source, COPY_LLC_DIVISOR, FILL_LLC_DIVISOR};
+use pagewise::copy::{Choices, SizeRange, Source};
 use pagewise::host::hugetlb::HugetlbPool;
 use pagewise::host::thp::Thp;
 use pagewise::probe::{

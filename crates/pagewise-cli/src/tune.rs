@@ -1,6 +1,7 @@
 //! `pagewise tune`: measures the copy plan on this machine and caches it.
 
 use crate::format::{bytes, table};
+use crate::output::{outln, OutputError};
 use crate::progress::StderrProgress;
 use pagewise::copy::cache;
 use pagewise::copy::tune::{self, Options, Report};
@@ -21,19 +22,12 @@ pub struct TuneArgs {
     rounds: u64,
     /// Largest size measured (its class covers every larger size), with an
     /// optional K/M/G suffix. Needs about three times this much memory.
-    #[arg(long, default_value = "512M", value_parser = parse_size_arg)]
-    max_bytes: usize,
+    #[arg(long, default_value = "512M",
+          value_parser = crate::args::size_in(1 << 20, crate::args::MAX_BENCH_BYTES))]
+    max_bytes: u64,
     /// Measure and print, but do not write the plan to the cache.
     #[arg(long)]
     no_save: bool,
-}
-
-fn parse_size_arg(text: &str) -> Result<usize, String> {
-    pagewise::units::parse_size(text)
-        .ok()
-        .and_then(|n| usize::try_from(n).ok())
-        .filter(|&n| n >= 1 << 20)
-        .ok_or_else(|| format!("{text:?} is not a size of at least 1M (e.g. 512M, 1G)"))
 }
 
 struct Adapter(StderrProgress);
@@ -64,7 +58,7 @@ pub fn run(args: &TuneArgs) -> anyhow::Result<ExitCode> {
         .max();
     let mut options = Options::for_caches(level(2).unwrap_or(1 << 20), llc.unwrap_or(32 << 20));
     options.rounds = args.rounds as usize;
-    options.max_bytes = args.max_bytes;
+    options.max_bytes = usize::try_from(args.max_bytes)?;
     options.glibc_nontemporal = machine
         .glibc
         .non_temporal_threshold_bytes
@@ -89,14 +83,14 @@ pub fn run(args: &TuneArgs) -> anyhow::Result<ExitCode> {
         report.cache_file = Some(path.display().to_string());
     }
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        outln!("{}", serde_json::to_string_pretty(&report)?)?;
     } else {
-        print_human(&report);
+        print_human(&report)?;
     }
     Ok(ExitCode::SUCCESS)
 }
 
-fn print_human(r: &Report) {
+fn print_human(r: &Report) -> Result<(), OutputError> {
     let mut t = table(&[
         "table",
         "sizes from",
@@ -119,18 +113,19 @@ fn print_human(r: &Report) {
             format!("{:.2}", c.glibc_score),
         ]);
     }
-    println!("{t}");
-    println!(
+    outln!("{t}")?;
+    outln!(
         "score: median ratio to a direct glibc call at the worst of hot and cold; a \
          choice other than the default beat it by the margin; the smallest sizes: {}",
         r.tuned.tables.small.name()
-    );
-    println!("measured in {:.1} s", r.seconds);
+    )?;
+    outln!("measured in {:.1} s", r.seconds)?;
     match &r.cache_file {
-        Some(p) => println!("plan written to {p}: later processes on this machine use it"),
-        None => println!("plan not saved (--no-save)"),
+        Some(p) => outln!("plan written to {p}: later processes on this machine use it")?,
+        None => outln!("plan not saved (--no-save)")?,
     }
     for n in &r.notes {
-        println!("note: {n}");
+        outln!("note: {n}")?;
     }
+    Ok(())
 }

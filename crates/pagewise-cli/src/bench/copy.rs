@@ -198,7 +198,7 @@ fn print_human(op: Op, r: &Report) -> Result<(), OutputError> {
             .rows
             .iter()
             .find(|row| row.bytes == l.bytes && row.src_offset == 0 && row.dst_offset == 0);
-        println!(
+        outln!(
             "\nLimit: {} {:.1} GB/s, fastest of every candidate ({}){}",
             l.name,
             l.gbps,
@@ -208,13 +208,13 @@ fn print_human(op: Op, r: &Report) -> Result<(), OutputError> {
                 row.gbps / l.gbps,
                 row.glibc_gbps / l.gbps
             ))
-        );
+        )?;
         let all: Vec<String> = l
             .candidates
             .iter()
             .map(|c| format!("{} {:.1}", c.candidate, c.gbps.median))
             .collect();
-        println!("  candidates (GB/s): {}", all.join(", "));
+        outln!("  candidates (GB/s): {}", all.join(", "))?;
     }
     if let Some(e) = &r.end_to_end {
         let mut t = table(&["row", "bytes", "pagewise GB/s", "glibc GB/s", "ratio"]);
