@@ -11,7 +11,7 @@
 //! destination, so the write checks cover their reads as well; the guard
 //! pages catch reads past the ends directly.)
 
-use pagewise::copy::{self, Copier, Isa, Plan, Small, Strategy};
+use pagewise::copy::{self, Class, Copier, Isa, Plan, Small, Strategy};
 use pagewise::sys::guard::GuardedBuffer;
 use proptest::prelude::*;
 
@@ -69,6 +69,41 @@ fn configs() -> Vec<Config> {
                         .expect("supported instruction set"),
                 });
             }
+        }
+        // One class that differs at a single placement: the AVX-512 kernel
+        // keeps the other placements on its inline loop past that class's
+        // start, and sends this one to the table from there.
+        for (p, other) in [(1, Strategy::Rep), (2, Strategy::Glibc)] {
+            let mut split = base.clone();
+            split.isa = isa;
+            split.tables.small = smalls[0];
+            let loop_ = Strategy::Loop { isa };
+            let mut by_placement = [loop_; 3];
+            by_placement[p] = other;
+            for table in [&mut split.tables.copy, &mut split.tables.copy_temporal] {
+                *table = vec![
+                    Class {
+                        from: 0,
+                        by_placement: [loop_; 3],
+                    },
+                    Class {
+                        from: 1000,
+                        by_placement,
+                    },
+                    Class {
+                        from: 3000,
+                        by_placement: [Strategy::Rep; 3],
+                    },
+                ];
+            }
+            out.push(Config {
+                name: format!(
+                    "{}/placement {p} from 1000 B: {}",
+                    isa.name(),
+                    other.label()
+                ),
+                copier: Copier::new(&split).expect("supported instruction set"),
+            });
         }
         let detected = Plan {
             isa,

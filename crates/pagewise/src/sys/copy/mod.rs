@@ -943,3 +943,41 @@ pub fn glibc_memset(dst: &mut [u8], byte: u8) {
         libc::memset(dst.as_mut_ptr().cast(), i32::from(byte), dst.len());
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn class(from: usize, by_placement: [Strategy; 3]) -> Class {
+        Class { from, by_placement }
+    }
+
+    #[test]
+    fn each_placement_leaves_the_inline_loop_at_its_own_first_special_class() {
+        let l = Strategy::Loop { isa: Isa::Avx512 };
+        let t = Thresholds::new(
+            &[
+                class(0, [l; 3]),
+                class(2048, [l, l, Strategy::Rep]),
+                class(8192, [Strategy::Glibc, l, Strategy::Rep]),
+                class(1 << 20, [Strategy::NonTemporal { streams: 1 }; 3]),
+            ],
+            &[],
+        );
+        assert_eq!(t.inline_below(), 2048, "the first special class anywhere");
+        let special: Vec<usize> = t
+            .special_min
+            .iter()
+            .map(|s| s.load(Ordering::Relaxed))
+            .collect();
+        assert_eq!(special, [8192, 1 << 20, 2048]);
+        // A table that never leaves the loop has no special class at all.
+        let t = Thresholds::new(&[class(0, [l; 3])], &[]);
+        assert_eq!(t.inline_below(), usize::MAX);
+        // A first class that is not the loop is special from size 0.
+        let t = Thresholds::new(&[class(0, [Strategy::Glibc, l, l])], &[]);
+        assert_eq!(t.special_min[0].load(Ordering::Relaxed), 0);
+        assert_eq!(t.special_min[1].load(Ordering::Relaxed), usize::MAX);
+        assert_eq!(t.inline_below(), 0);
+    }
+}
