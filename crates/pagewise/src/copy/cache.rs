@@ -130,15 +130,14 @@ pub enum CacheError {
         why: String,
     },
     /// A file operation failed.
-    #[error("copy plan cache {path}: {action} failed: {source}")]
+    #[error("copy plan cache {path}: {action} failed: {error}")]
     Io {
         /// The path.
         path: PathBuf,
         /// What was being done.
         action: &'static str,
-        /// The error.
-        #[source]
-        source: std::io::Error,
+        /// The error (in the message, not as `source()`: said once).
+        error: std::io::Error,
     },
     /// The file is not a plan of this version.
     #[error("copy plan cache {path}: not a {SCHEMA} file ({why}); run `pagewise tune` again")]
@@ -217,7 +216,7 @@ pub fn load_from(dir: &Path, key: &MachineKey) -> Result<Option<(Tuned, PathBuf)
             return Err(CacheError::Io {
                 path: dir.to_owned(),
                 action: "stat",
-                source,
+                error: source,
             })
         }
     }
@@ -228,14 +227,14 @@ pub fn load_from(dir: &Path, key: &MachineKey) -> Result<Option<(Tuned, PathBuf)
             return Err(CacheError::Io {
                 path,
                 action: "open (a symbolic link is refused)",
-                source,
+                error: source,
             })
         }
     };
     let meta = file.metadata().map_err(|source| CacheError::Io {
         path: path.clone(),
         action: "fstat",
-        source,
+        error: source,
     })?;
     if !meta.is_file() {
         return Err(CacheError::Untrusted {
@@ -250,7 +249,7 @@ pub fn load_from(dir: &Path, key: &MachineKey) -> Result<Option<(Tuned, PathBuf)
         .map_err(|source| CacheError::Io {
             path: path.clone(),
             action: "read",
-            source,
+            error: source,
         })?;
     let tuned: Tuned = serde_json::from_str(&text).map_err(|e| CacheError::Malformed {
         path: path.clone(),
@@ -278,7 +277,7 @@ pub fn save_to(dir: &Path, tuned: &Tuned) -> Result<PathBuf, CacheError> {
         move |source| CacheError::Io {
             path,
             action,
-            source,
+            error: source,
         }
     };
     if let Some(parent) = dir.parent() {

@@ -189,13 +189,12 @@ pub struct Report {
 #[derive(Debug, thiserror::Error)]
 pub enum TuneError {
     /// Buffers could not be mapped.
-    #[error("cannot map {bytes} bytes for measuring: {source} (lower --max-bytes or free memory)")]
+    #[error("cannot map {bytes} bytes for measuring: {error} (lower --max-bytes or free memory)")]
     Map {
         /// How much.
         bytes: usize,
-        /// The failed call.
-        #[source]
-        source: crate::sys::SysError,
+        /// The failed call (in the message, not as `source()`: said once).
+        error: crate::sys::SysError,
     },
     /// A candidate produced wrong bytes (a bug: please report it).
     #[error("candidate {candidate} produced wrong bytes at {bytes} B")]
@@ -256,8 +255,11 @@ impl Buffers {
     fn new(len: usize, with_source: bool) -> Result<Buffers, TuneError> {
         const SPAN: usize = 2 << 20;
         let map = |len: usize| -> Result<AnonMapping, TuneError> {
-            let m = AnonMapping::map(len, MapOptions::default())
-                .map_err(|source| TuneError::Map { bytes: len, source })?;
+            let m =
+                AnonMapping::map(len, MapOptions::default()).map_err(|source| TuneError::Map {
+                    bytes: len,
+                    error: source,
+                })?;
             let _ = m.advise(0, len, Advice::HugePage);
             Ok(m)
         };
