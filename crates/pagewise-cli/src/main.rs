@@ -120,6 +120,7 @@ mod tests {
     const SIZE_OPTIONS: &[&str] = &[
         "chunk-size",
         "keep-heap-pad",
+        "max-bytes",
         "max-cluster",
         "max-size",
         "max-window",
