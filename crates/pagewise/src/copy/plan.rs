@@ -513,7 +513,8 @@ fn streams_of(table: &[Class]) -> Option<u8> {
 ///   (interleaving pages lost up to 4× on the Zen 3 guest).
 /// - **AMD Zen 5** (AOCL-LibMem's Zen 5 rule, `rep movsb` up to the L3,
 ///   confirmed on the Zen 5 guest): Intel's sizes for the loop, `rep
-///   movsb`/`rep stosb` and the non-temporal thresholds, without the `rep
+///   movsb` and the non-temporal thresholds, `rep stosb` from 8 KiB (the
+///   loop's cold fills of 9–14 KiB ran at 0.5–0.7 of it), without the `rep
 ///   movsb` guards (no slow mode at any distance measured there: the loop
 ///   the guards chose ran at 0.70 of glibc on 64 KiB copies 6 B ahead), one
 ///   non-temporal stream (2–32 streams lost 10–40% at 1 GiB), and one
@@ -534,9 +535,9 @@ pub fn default_tables(kind: CpuKind, isa: Isa, erms: bool, llc: Option<u64>) -> 
         Some(l) => (l / COPY_LLC_DIVISOR as usize, l / FILL_LLC_DIVISOR as usize),
         None => (FALLBACK_NT_THRESHOLD, FALLBACK_NT_THRESHOLD),
     };
-    let rep_tables = |copy: &mut Vec<Class>, fill: &mut Vec<Class>| {
+    let rep_tables = |copy: &mut Vec<Class>, fill: &mut Vec<Class>, fill_rep_min: usize| {
         overlay(copy, COPY_REP_MIN, usize::MAX, |_| Strategy::Rep);
-        overlay(fill, FILL_REP_MIN, usize::MAX, |_| Strategy::Rep);
+        overlay(fill, fill_rep_min, usize::MAX, |_| Strategy::Rep);
         // With a misaligned destination, `rep stosb` beats the loop
         // from a few KiB (measured 0.86 vs 0.95 of glibc at 4 KiB).
         split_at(fill, FILL_REP_MISALIGNED_MIN);
@@ -560,13 +561,13 @@ pub fn default_tables(kind: CpuKind, isa: Isa, erms: bool, llc: Option<u64>) -> 
         }
         CpuKind::AmdZen5 => {
             if erms {
-                rep_tables(&mut copy, &mut fill);
+                rep_tables(&mut copy, &mut fill, ZEN5_FILL_REP_MIN);
             }
             (Small::Masked, copy_nt, fill_nt, 1)
         }
         CpuKind::Intel => {
             if erms {
-                rep_tables(&mut copy, &mut fill);
+                rep_tables(&mut copy, &mut fill, FILL_REP_MIN);
                 rep_guards.push(RepGuard {
                     span: 1 << 20,
                     below: 1024,
@@ -962,7 +963,14 @@ fn set_rep(table: &mut Vec<Class>, range: Option<(usize, usize)>, isa: Isa) {
 const COPY_REP_MIN: usize = 24 << 10;
 /// Smallest fill that uses `rep stosb` on Intel with ERMS.
 const FILL_REP_MIN: usize = 16 << 10;
-/// Smallest fill with a misaligned destination that uses `rep stosb` on Intel.
+/// Smallest fill that uses `rep stosb` on AMD Zen 5 with ERMS. Measured on
+/// the Zen 5 guest (`bench memset`, aligned rows, 2026-11-24, a busy
+/// machine): with the loop up to 16 KiB, cold fills of 9000 B to 14 KiB ran at
+/// 0.50–0.72 of glibc's `rep stosb` (hot ones at 1.6), 8 KiB at 0.98; with `rep
+/// stosb` from 8 KiB, 1.00–1.07 cold and 0.99–1.01 hot from 8 KiB.
+const ZEN5_FILL_REP_MIN: usize = 8 << 10;
+/// Smallest fill with a misaligned destination that uses `rep stosb` on Intel
+/// (and on Zen 5).
 const FILL_REP_MISALIGNED_MIN: usize = 4096;
 
 fn parse_isa(text: &str) -> Result<Isa, PlanError> {
@@ -1124,7 +1132,7 @@ mod tests {
         assert_eq!(p.cpu_kind, CpuKind::AmdZen5);
         // (The temporal tables, which these summarise, keep rep to the end.)
         assert_eq!(p.copy_rep(), Some((COPY_REP_MIN, usize::MAX)));
-        assert_eq!(p.fill_rep(), Some((FILL_REP_MIN, usize::MAX)));
+        assert_eq!(p.fill_rep(), Some((ZEN5_FILL_REP_MIN, usize::MAX)));
         assert_eq!(p.copy_nontemporal(), Some(8 << 20));
         assert_eq!(p.fill_nontemporal(), Some(16 << 20));
         assert_eq!(streams_of(&p.tables.copy), Some(1));
