@@ -626,13 +626,15 @@ pub(super) mod avx512_leaf {
     /// [`copy_loop`]).
     #[target_feature(enable = "avx512f,avx512bw")]
     unsafe extern "sysv64" fn fill_loop(dst: *mut u8, byte: u8, n: usize, _t: &Thresholds) {
-        if n <= FILL_LEAF_MAX && dst as usize & 63 == 0 {
-            // An aligned destination takes glibc's shape, four vectors at each
-            // end and aligned blocks of four between them (measured: 1.00 of
-            // glibc at 1 KiB, against 0.93-0.94 for the general loop, which
-            // starts its blocks at the first byte and has no head). A
-            // misaligned one is faster in the general loop (1.09-1.27 of
-            // glibc at 1000 B - 2 KiB, against 1.00 in this shape).
+        if n <= FILL_LEAF_MAX {
+            // glibc's shape, four vectors at each end and aligned blocks of
+            // four between them. Aligned destinations: 1.00 of glibc at 1 KiB,
+            // against 0.93-0.94 for the general loop, which starts its blocks
+            // at the first byte and has no head. Misaligned ones (Zen 5 guest,
+            // `bench memset` with its shared timed loop, two runs): 1.00 of
+            // glibc at 600-2048 B one byte past a boundary, where the general
+            // loop ran 0.93-0.96 at 600, 1000 and 1500 B (and 1.09-1.17 at
+            // 1 and 2 KiB).
             // SAFETY: dst holds n > 512 bytes; AVX-512 F and BW as the caller
             // guarantees.
             unsafe {
