@@ -2,7 +2,7 @@
 
 use crate::format::{bytes, or_unread, table};
 use crate::output::{outln, OutputError};
-use pagewise::copy::{Choices, SizeRange, Source, COPY_LLC_DIVISOR, FILL_LLC_DIVISOR};
+use pagewise::copy::{Choices, SizeRange, Source};
 use pagewise::host::hugetlb::HugetlbPool;
 use pagewise::host::thp::Thp;
 use pagewise::probe::{
@@ -61,16 +61,8 @@ fn size_range(range: &SizeRange) -> String {
     }
 }
 
-fn source(s: Source) -> &'static str {
-    match s {
-        Source::Detected => "detected",
-        Source::Environment => "from the environment",
-        Source::Api => "set by the program",
-        Source::Default => "default: not detectable",
-    }
-}
-
-/// The `copy` rows: instruction set, thresholds, kernel per size class.
+/// The `copy` rows: where the plan came from (measured, cached or default,
+/// and when), instruction set, thresholds, and the kernel per size class.
 fn copy_rows(rows: &mut Vec<[String; 3]>, copy: Option<&Choices>) {
     let Some(c) = copy else {
         rows.push(["copy".into(), "plan".into(), "not probed".into()]);
@@ -78,23 +70,41 @@ fn copy_rows(rows: &mut Vec<[String; 3]>, copy: Option<&Choices>) {
     };
     let p = &c.plan;
     let mut row = |item: String, value: String| rows.push(["copy".into(), item, value]);
+    let when = p.measured_at.map_or(String::new(), |t| {
+        let age = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs())
+            .saturating_sub(t);
+        format!(" at Unix time {t} ({} h ago)", age / 3600)
+    });
+    let file = p
+        .cache_file
+        .as_deref()
+        .map_or(String::new(), |f| format!(", {f}"));
+    row(
+        "plan".into(),
+        format!(
+            "{}{when}{file}; machine key {}; defaults for {}",
+            p.tables_source.describe(),
+            p.key.cpu(),
+            p.cpu_kind.describe()
+        ),
+    );
     row(
         "instruction set".into(),
-        format!("{} ({})", p.isa.name(), source(p.isa_source)),
+        format!("{} ({})", p.isa.name(), p.isa_source.describe()),
     );
     let nt = |t: Option<usize>| t.map_or("never".to_owned(), |t| bytes(t as u64));
     row(
         "non-temporal from".into(),
         format!(
             "copy {}, fill {} ({}{})",
-            nt(p.copy_nontemporal),
-            nt(p.fill_nontemporal),
-            source(p.nontemporal_source),
+            nt(p.copy_nontemporal()),
+            nt(p.fill_nontemporal()),
+            p.nontemporal_source.describe(),
             match (p.nontemporal_source, p.llc_bytes) {
-                (Source::Detected, Some(llc)) => format!(
-                    ": last-level cache {} / {COPY_LLC_DIVISOR} and / {FILL_LLC_DIVISOR}",
-                    bytes(llc)
-                ),
+                (Source::Default, Some(llc)) =>
+                    format!(", from the last-level cache {}", bytes(llc)),
                 _ => String::new(),
             }
         ),

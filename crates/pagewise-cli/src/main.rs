@@ -17,6 +17,7 @@ mod queue;
 mod run;
 mod stat;
 mod text;
+mod tune;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -48,6 +49,9 @@ enum Command {
         #[command(subcommand)]
         experiment: bench::Experiment,
     },
+    /// Measure which copy and fill kernels are fastest on this machine and
+    /// cache the plan (later processes load it).
+    Tune(tune::TuneArgs),
     /// A persistent single-writer, many-reader queue file: inspect, tail, append.
     Queue {
         #[command(subcommand)]
@@ -67,6 +71,7 @@ fn main() -> ExitCode {
         Command::Queue { command } => queue::run(&command),
         Command::Run(args) => run::run(&args),
         Command::Text { command } => text::run(&command),
+        Command::Tune(args) => tune::run(&args),
     };
     let flushed = output::flush_out();
     match (result, flushed) {
@@ -115,6 +120,7 @@ mod tests {
     const SIZE_OPTIONS: &[&str] = &[
         "chunk-size",
         "keep-heap-pad",
+        "max-bytes",
         "max-cluster",
         "max-size",
         "max-window",

@@ -11,7 +11,7 @@
 //! destination, so the write checks cover their reads as well; the guard
 //! pages catch reads past the ends directly.)
 
-use pagewise::copy::{self, Copier, Isa, Plan};
+use pagewise::copy::{self, Class, Copier, Isa, Plan, Small, Strategy};
 use pagewise::sys::guard::GuardedBuffer;
 use proptest::prelude::*;
 
@@ -23,10 +23,12 @@ struct Config {
     copier: Copier,
 }
 
-/// Sizes copied with `rep movsb`, if any.
-type RepRange = Option<(usize, usize)>;
-
-/// Every kernel path on every instruction set this CPU supports.
+/// Every kernel path on every instruction set this CPU supports: each
+/// strategy at every size above the loop-free ones (the loop of each width,
+/// `rep`, non-temporal stores with one, four and 32 streams, glibc), with
+/// every way of doing the smallest AVX-512 copies (inline masked moves,
+/// guarded masked moves in the leaf, plain moves), and the plan detected
+/// here.
 fn configs() -> Vec<Config> {
     let base = Plan::detect();
     let mut out = Vec::new();
@@ -40,28 +42,79 @@ fn configs() -> Vec<Config> {
         );
     }
     for isa in Isa::ALL.into_iter().filter(|i| i.is_supported()) {
-        let modes: [(&str, RepRange, Option<usize>); 4] = [
-            ("loop", None, None),
-            ("rep", Some((0, usize::MAX)), None),
-            ("nontemporal", None, Some(0)),
-            ("detected", base.copy_rep, base.copy_nontemporal),
-        ];
-        for (mode, rep, nt) in modes {
-            let plan = Plan {
-                isa,
-                copy_rep: rep,
-                fill_rep: rep,
-                copy_nontemporal: nt,
-                fill_nontemporal: nt,
-                ..base.clone()
-            };
+        let mut strategies: Vec<Strategy> = Isa::ALL
+            .into_iter()
+            .filter(|w| w.is_supported())
+            .map(|isa| Strategy::Loop { isa })
+            .collect();
+        strategies.extend([
+            Strategy::Rep,
+            Strategy::NonTemporal { streams: 1 },
+            Strategy::NonTemporal { streams: 4 },
+            Strategy::NonTemporal { streams: 32 },
+            Strategy::Glibc,
+        ]);
+        let smalls: &[Small] = if isa == Isa::Avx512 {
+            &Small::ALL
+        } else {
+            &[Small::Plain]
+        };
+        for &small in smalls {
+            let mut with_small = base.clone();
+            with_small.tables.small = small;
+            for &s in &strategies {
+                out.push(Config {
+                    name: format!("{}/{small:?}/{}", isa.name(), s.label()),
+                    copier: Copier::new(&with_small.with_only(isa, s))
+                        .expect("supported instruction set"),
+                });
+            }
+        }
+        // One class that differs at a single placement: the AVX-512 kernel
+        // keeps the other placements on its inline loop past that class's
+        // start, and sends this one to the table from there.
+        for (p, other) in [(1, Strategy::Rep), (2, Strategy::Glibc)] {
+            let mut split = base.clone();
+            split.isa = isa;
+            split.tables.small = smalls[0];
+            let loop_ = Strategy::Loop { isa };
+            let mut by_placement = [loop_; 3];
+            by_placement[p] = other;
+            for table in [&mut split.tables.copy, &mut split.tables.copy_temporal] {
+                *table = vec![
+                    Class {
+                        from: 0,
+                        by_placement: [loop_; 3],
+                    },
+                    Class {
+                        from: 1000,
+                        by_placement,
+                    },
+                    Class {
+                        from: 3000,
+                        by_placement: [Strategy::Rep; 3],
+                    },
+                ];
+            }
             out.push(Config {
-                name: format!("{}/{mode}", isa.name()),
-                copier: Copier::new(&plan).expect("supported instruction set"),
+                name: format!(
+                    "{}/placement {p} from 1000 B: {}",
+                    isa.name(),
+                    other.label()
+                ),
+                copier: Copier::new(&split).expect("supported instruction set"),
             });
         }
+        let detected = Plan {
+            isa,
+            ..base.clone()
+        };
+        out.push(Config {
+            name: format!("{}/detected", isa.name()),
+            copier: Copier::new(&detected).expect("supported instruction set"),
+        });
     }
-    assert!(out.len() >= 4, "SSE2 kernels always exist");
+    assert!(out.len() >= 8, "SSE2 kernels always exist");
     out
 }
 
@@ -313,7 +366,7 @@ fn large_copies_and_fills_use_nontemporal_stores_correctly() {
     // functions, then the temporal variant at the same size.
     let plan = Plan::current();
     let n = plan
-        .copy_nontemporal
+        .copy_nontemporal()
         .unwrap_or(32 << 20)
         .saturating_mul(2)
         .min(96 << 20)
@@ -370,8 +423,8 @@ fn threshold_changes_show_in_the_plan() {
     let snapshot = copy::global_copier().clone();
     copy::set_nontemporal_threshold(Some(1 << 20));
     let now = Plan::current();
-    assert_eq!(now.copy_nontemporal, Some(1 << 20));
-    assert_eq!(now.fill_nontemporal, Some(1 << 20));
+    assert_eq!(now.copy_nontemporal(), Some(1 << 20));
+    assert_eq!(now.fill_nontemporal(), Some(1 << 20));
     assert_eq!(now.nontemporal_source, copy::Source::Api);
     assert_eq!(
         copy::global_copier().nontemporal_thresholds(),
@@ -380,10 +433,13 @@ fn threshold_changes_show_in_the_plan() {
     // A clone of the process copier is a snapshot: it keeps the old values.
     assert_eq!(
         snapshot.nontemporal_thresholds(),
-        (before.copy_nontemporal, before.fill_nontemporal)
+        (before.copy_nontemporal(), before.fill_nontemporal())
     );
-    copy::set_nontemporal_threshold(before.copy_nontemporal);
-    assert_eq!(Plan::current().copy_nontemporal, before.copy_nontemporal);
+    copy::set_nontemporal_threshold(before.copy_nontemporal());
+    assert_eq!(
+        Plan::current().copy_nontemporal(),
+        before.copy_nontemporal()
+    );
 }
 
 #[test]
@@ -560,4 +616,58 @@ fn the_pinned_instruction_set_is_the_one_that_runs() {
             assert_eq!(running, widest);
         }
     }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+
+    /// Differential test against glibc: the same random bytes copied (or
+    /// filled) at random sizes, offsets and source-to-destination distances
+    /// (both in one buffer, the destination just before, just after or far
+    /// from the source, never overlapping: safe slices cannot, and no
+    /// pagewise API promises memmove semantics) give the same buffer with
+    /// every copier configuration as with glibc's `memcpy`/`memset`.
+    #[test]
+    fn same_result_as_glibc(
+        size_log in 0u32..21,
+        size_frac in 0usize..1 << 20,
+        src_at in 0usize..4096,
+        gap in prop_oneof![0usize..256, 0usize..70_000],
+        dst_first in any::<bool>(),
+        config in 0usize..64,
+        byte in any::<u8>(),
+    ) {
+        let n = size_frac % (1usize << size_log).max(1);
+        let configs = configs_cached();
+        let c = &configs[config % configs.len()];
+        let len = src_at + 2 * n + gap + 64;
+        let mut ours = vec![0u8; len];
+        pattern(&mut ours, (n % 251) as u8);
+        let mut theirs = ours.clone();
+        let (s, d) = if dst_first { (src_at + n + gap, src_at) } else { (src_at, src_at + n + gap) };
+        for (buf, glibc) in [(&mut ours, false), (&mut theirs, true)] {
+            let (lo, hi) = buf.split_at_mut(s.max(d));
+            let (src, dst): (&[u8], &mut [u8]) = if s < d {
+                (&lo[s..s + n], &mut hi[..n])
+            } else {
+                (&hi[..n], &mut lo[d..d + n])
+            };
+            if glibc {
+                pagewise::sys::copy::glibc_memcpy(dst, src);
+            } else {
+                c.copier.copy(dst, src).unwrap();
+            }
+        }
+        prop_assert!(ours == theirs, "copy {} bytes, src {} dst {}: {}", n, s, d, c.name);
+        let mut ours2 = ours.clone();
+        c.copier.fill(&mut ours2[d..d + n], byte);
+        pagewise::sys::copy::glibc_memset(&mut theirs[d..d + n], byte);
+        prop_assert!(ours2 == theirs, "fill {} bytes at {}: {}", n, d, c.name);
+    }
+}
+
+/// [`configs`] built once for the property test's many cases.
+fn configs_cached() -> &'static [Config] {
+    static CONFIGS: std::sync::OnceLock<Vec<Config>> = std::sync::OnceLock::new();
+    CONFIGS.get_or_init(configs)
 }

@@ -193,6 +193,29 @@ fn print_human(op: Op, r: &Report) -> Result<(), OutputError> {
             )?;
         }
     }
+    if let Some(l) = &r.limit {
+        let pagewise = r
+            .rows
+            .iter()
+            .find(|row| row.bytes == l.bytes && row.src_offset == 0 && row.dst_offset == 0);
+        outln!(
+            "\nLimit: {} {:.1} GB/s, fastest of every candidate ({}){}",
+            l.name,
+            l.gbps,
+            l.best,
+            pagewise.map_or(String::new(), |row| format!(
+                "; pagewise {:.2} and glibc {:.2} of it",
+                row.gbps / l.gbps,
+                row.glibc_gbps / l.gbps
+            ))
+        )?;
+        let all: Vec<String> = l
+            .candidates
+            .iter()
+            .map(|c| format!("{} {:.1}", c.candidate, c.gbps.median))
+            .collect();
+        outln!("  candidates (GB/s): {}", all.join(", "))?;
+    }
     if let Some(e) = &r.end_to_end {
         let mut t = table(&["row", "bytes", "pagewise GB/s", "glibc GB/s", "ratio"]);
         let rate = |r: &[f64; 3], bytes: usize| {
@@ -216,9 +239,9 @@ fn print_human(op: Op, r: &Report) -> Result<(), OutputError> {
     outln!(
         "\npagewise plan: {} kernels; non-temporal stores from {} (copy), {} (fill) ({:?}); huge pages on buffers: {}",
         p.isa.name(),
-        p.copy_nontemporal
+        p.copy_nontemporal()
             .map_or("never".to_owned(), |t| bytes(t as u64)),
-        p.fill_nontemporal
+        p.fill_nontemporal()
             .map_or("never".to_owned(), |t| bytes(t as u64)),
         p.nontemporal_source,
         if r.huge_pages { "asked" } else { "no" }

@@ -32,12 +32,16 @@
 //! assert_eq!(&dst[..11], &[0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 7]);
 //! ```
 
+pub mod cache;
 mod plan;
+pub mod tune;
 
-pub use crate::sys::copy::Isa;
+pub use crate::sys::copy::{Class, Isa, Placement, RepGuard, Small, Strategy};
+pub use cache::{MachineKey, Tuned};
 pub use plan::{
-    Choices, Inputs, Plan, PlanError, SizeClass, SizeRange, Source, COPY_LLC_DIVISOR, ENV_ISA,
-    ENV_NT_THRESHOLD, ENV_REP_MOVSB, ENV_REP_STOSB, FILL_LLC_DIVISOR,
+    default_tables, merge, overlay, set_nontemporal, Choices, CpuKind, Inputs, Plan, PlanError,
+    SizeClass, SizeRange, Source, Table, Tables, Vendor, COPY_LLC_DIVISOR, ENV_ISA,
+    ENV_NT_THRESHOLD, ENV_PLAN, ENV_REP_MOVSB, ENV_REP_STOSB, FILL_LLC_DIVISOR,
 };
 
 use crate::sys::copy::{Kernel, Thresholds};
@@ -70,6 +74,9 @@ pub struct Unsupported(pub Isa);
 pub struct Copier {
     kernel: Kernel,
     sets: Sets,
+    /// The plan's tables, from which [`Copier::set_nontemporal_threshold`]
+    /// rebuilds the non-temporal ones.
+    tables: Tables,
 }
 
 /// The thresholds of the four kinds of call.
@@ -82,22 +89,25 @@ struct ThresholdSet {
 }
 
 impl ThresholdSet {
-    /// No `rep` range, no non-temporal stores: replaced by [`ThresholdSet::assign`].
+    /// Empty tables (the loop at every size): replaced by [`ThresholdSet::assign`].
     const fn unset() -> ThresholdSet {
         ThresholdSet {
-            copy: Thresholds::new(None, None),
-            copy_temporal: Thresholds::new(None, None),
-            fill: Thresholds::new(None, None),
-            fill_temporal: Thresholds::new(None, None),
+            copy: Thresholds::unset(),
+            copy_temporal: Thresholds::unset(),
+            fill: Thresholds::unset(),
+            fill_temporal: Thresholds::unset(),
         }
     }
 
-    /// Sets every threshold from `plan`.
-    fn assign(&self, plan: &Plan) {
-        self.copy.assign(plan.copy_rep, plan.copy_nontemporal);
-        self.copy_temporal.assign(plan.copy_rep, None);
-        self.fill.assign(plan.fill_rep, plan.fill_nontemporal);
-        self.fill_temporal.assign(plan.fill_rep, None);
+    /// Sets every table from `tables`.
+    fn assign(&self, tables: &Tables) {
+        let guards = &tables.rep_guards;
+        self.copy.assign(&tables.copy, guards);
+        self.copy_temporal.assign(&tables.copy_temporal, guards);
+        self.copy.set_small(tables.small);
+        self.copy_temporal.set_small(tables.small);
+        self.fill.assign(&tables.fill, &[]);
+        self.fill_temporal.assign(&tables.fill_temporal, &[]);
     }
 
     fn pick(&self, op: Op, stores: Stores) -> &Thresholds {
@@ -114,7 +124,7 @@ impl ThresholdSet {
 #[derive(Debug)]
 enum Sets {
     /// Its own.
-    Own(ThresholdSet),
+    Own(Box<ThresholdSet>),
     /// [`PROCESS`]: the process-wide copier's, which the free functions read
     /// from a static (no indirection on their fast path).
     Process,
@@ -129,7 +139,8 @@ impl Clone for Copier {
     fn clone(&self) -> Copier {
         Copier {
             kernel: self.kernel,
-            sets: Sets::Own(self.sets().clone()),
+            sets: Sets::Own(Box::new(self.sets().clone())),
+            tables: self.tables.clone(),
         }
     }
 }
@@ -139,11 +150,23 @@ impl Copier {
     /// not available here.
     pub fn new(plan: &Plan) -> Result<Copier, Unsupported> {
         let kernel = Kernel::new(plan.isa).ok_or(Unsupported(plan.isa))?;
+        let unsupported = Table::ALL
+            .iter()
+            .flat_map(|t| plan.tables.get(*t))
+            .flat_map(|c| c.by_placement)
+            .find_map(|s| match s {
+                Strategy::Loop { isa } if !isa.is_supported() => Some(isa),
+                _ => None,
+            });
+        if let Some(isa) = unsupported {
+            return Err(Unsupported(isa));
+        }
         let set = ThresholdSet::unset();
-        set.assign(plan);
+        set.assign(&plan.tables);
         Ok(Copier {
             kernel,
-            sets: Sets::Own(set),
+            sets: Sets::Own(Box::new(set)),
+            tables: plan.tables.clone(),
         })
     }
 
@@ -182,16 +205,24 @@ impl Copier {
     /// Changes the size from which [`Copier::copy`] and [`Copier::fill`] use
     /// non-temporal stores (`None`: never), also while other threads use it.
     pub fn set_nontemporal_threshold(&self, bytes: Option<usize>) {
-        self.sets().copy.set_nontemporal(bytes);
-        self.sets().fill.set_nontemporal(bytes);
+        let mut tables = self.tables.clone();
+        plan::set_nontemporal(&mut tables, bytes);
+        self.sets()
+            .copy
+            .assign(&tables.copy, &self.tables.rep_guards);
+        self.sets().fill.assign(&tables.fill, &[]);
     }
 
-    /// The non-temporal thresholds in force for copy and fill (`None`: never).
+    /// The non-temporal thresholds in force for copy and fill (`None`: never):
+    /// the first size whose aligned placement uses non-temporal stores.
     pub fn nontemporal_thresholds(&self) -> (Option<usize>, Option<usize>) {
-        (
-            self.sets().copy.nontemporal(),
-            self.sets().fill.nontemporal(),
-        )
+        let first = |t: &Thresholds| {
+            t.classes()
+                .iter()
+                .find(|c| c.by_placement[Placement::Aligned as usize].is_nontemporal())
+                .map(|c| c.from)
+        };
+        (first(&self.sets().copy), first(&self.sets().fill))
     }
 
     /// Tuning: the copy loop runs backwards when the destination is less than
@@ -246,7 +277,7 @@ fn init_global() -> &'static Global {
         let kernel = Kernel::new(plan.isa)
             .or_else(|| Kernel::new(Isa::Sse2))
             .expect("SSE2 is part of x86-64");
-        PROCESS.assign(&plan);
+        PROCESS.assign(&plan.tables);
         // After the thresholds: the fast path reads them once it is on.
         for t in [
             &PROCESS.copy,
@@ -257,11 +288,12 @@ fn init_global() -> &'static Global {
             crate::sys::copy::enable_fast_path(kernel, t);
         }
         Global {
-            plan,
             copier: Copier {
                 kernel,
                 sets: Sets::Process,
+                tables: plan.tables.clone(),
             },
+            plan,
         }
     })
 }
@@ -551,10 +583,10 @@ impl Plan {
     pub fn current() -> Plan {
         let g = global();
         let mut plan = g.plan.clone();
-        let (copy, fill) = g.copier.nontemporal_thresholds();
-        if (copy, fill) != (plan.copy_nontemporal, plan.fill_nontemporal) {
-            plan.copy_nontemporal = copy;
-            plan.fill_nontemporal = fill;
+        let (copy, fill) = (PROCESS.copy.classes(), PROCESS.fill.classes());
+        if (&copy, &fill) != (&plan.tables.copy, &plan.tables.fill) {
+            plan.tables.copy = copy;
+            plan.tables.fill = fill;
             plan.nontemporal_source = Source::Api;
         }
         plan
@@ -571,9 +603,10 @@ mod tests {
         let plan = Plan::current();
         let global = global_copier();
         assert_eq!(
-            (PROCESS.copy.nontemporal(), PROCESS.fill.nontemporal()),
-            (plan.copy_nontemporal, plan.fill_nontemporal)
+            global.nontemporal_thresholds(),
+            (plan.copy_nontemporal(), plan.fill_nontemporal())
         );
+        assert_eq!(PROCESS.copy.classes(), plan.tables.copy);
         // Once the plan is detected the fast path is on, whatever the
         // instruction set, and copies.
         let mut dst = [0u8; 40];
@@ -585,10 +618,6 @@ mod tests {
         // The process copier reads the statics (changing them is tested in
         // tests/copy.rs, outside this binary's other tests); a clone is a
         // snapshot with its own.
-        assert_eq!(
-            global.nontemporal_thresholds(),
-            (PROCESS.copy.nontemporal(), PROCESS.fill.nontemporal())
-        );
         let snapshot = global.clone();
         assert!(matches!(snapshot.sets, super::Sets::Own(_)));
         assert_eq!(

@@ -1,11 +1,18 @@
 //! Which kernel runs at which size, and why: the copy plan.
 //!
-//! [`Plan::decide`] is a pure function of what the machine offers and of the
-//! environment, so every rule is tested; [`Plan::detect`] gathers those inputs
-//! from the CPU, sysfs and the environment.
+//! A plan is four strategy tables (copy, copy with temporal stores only,
+//! fill, fill with temporal stores only), each a list of size classes with a
+//! [`Strategy`] per [`Placement`], plus the instruction set, how the AVX-512
+//! kernels do the smallest sizes, and the `rep movsb` guards. The tables come
+//! from a measurement on this machine (`pagewise tune`, cached per machine
+//! key: see [`super::cache`]) or, without one, from vendor-aware defaults
+//! ([`default_tables`]). [`Plan::decide`] is a pure function of its
+//! [`Inputs`], so every rule is tested; [`Plan::detect`] gathers them.
 
+use super::cache::{MachineKey, Tuned};
 use super::Isa;
-use serde::Serialize;
+use crate::sys::copy::{Class, Placement, RepGuard, Small, Strategy};
+use serde::{Deserialize, Serialize};
 
 /// Environment variable that sets the non-temporal threshold: a size in bytes
 /// (`K`, `M`, `G` suffixes are powers of 1024) or `never`.
@@ -23,18 +30,24 @@ pub const ENV_REP_MOVSB: &str = "PAGEWISE_REP_MOVSB";
 /// [`ENV_REP_MOVSB`]).
 pub const ENV_REP_STOSB: &str = "PAGEWISE_REP_STOSB";
 
-/// Copies use non-temporal stores from the last-level cache size divided by
-/// this: source and destination together then fill half of it.
+/// Environment variable that chooses where the plan comes from: `default`
+/// ignores any measured plan in the cache (the vendor defaults run);
+/// anything else, or unset, uses a cached plan for this machine when there is one.
+pub const ENV_PLAN: &str = "PAGEWISE_PLAN";
+
+/// On Intel (and unknown vendors), copies use non-temporal stores from the
+/// last-level cache size divided by this: source and destination together
+/// then fill half of it.
 pub const COPY_LLC_DIVISOR: u64 = 4;
-/// Fills use non-temporal stores from the last-level cache size divided by
-/// this (the same footprint as a copy: a fill has no source).
+/// On Intel, fills use non-temporal stores from the last-level cache size
+/// divided by this (the same footprint as a copy: a fill has no source).
 pub const FILL_LLC_DIVISOR: u64 = 2;
 
 /// Threshold used when the cache size cannot be read.
 const FALLBACK_NT_THRESHOLD: usize = 16 << 20;
 
 /// Where a setting came from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Source {
     /// Derived from what the CPU and caches offer.
@@ -43,8 +56,85 @@ pub enum Source {
     Environment,
     /// Set by [`super::set_nontemporal_threshold`].
     Api,
-    /// A built-in default, because what it is derived from could not be read.
+    /// Built-in vendor defaults: nothing was measured on this machine.
     Default,
+    /// Measured in this process (`pagewise tune`).
+    Measured,
+    /// Measured earlier on this machine and read from the per-user cache.
+    Cached,
+}
+
+impl Source {
+    /// A few words for reports.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Source::Detected => "detected",
+            Source::Environment => "from the environment",
+            Source::Api => "set by the program",
+            Source::Default => "default (not measured here)",
+            Source::Measured => "measured",
+            Source::Cached => "measured, from the cache",
+        }
+    }
+}
+
+/// The CPU's maker, which decides the defaults.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Vendor {
+    /// `GenuineIntel`.
+    Intel,
+    /// `AuthenticAMD` or `HygonGenuine`.
+    Amd,
+    /// Anything else: Intel's defaults.
+    Other,
+}
+
+impl Vendor {
+    /// From a `cpuid` vendor string.
+    pub fn from_cpuid(vendor: &str) -> Vendor {
+        match vendor {
+            "GenuineIntel" => Vendor::Intel,
+            "AuthenticAMD" | "HygonGenuine" => Vendor::Amd,
+            _ => Vendor::Other,
+        }
+    }
+}
+
+/// Which defaults a machine gets without a measured plan: the facts behind
+/// them differ by microarchitecture, not only by vendor.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CpuKind {
+    /// Intel, and vendors nothing was measured on: the shape measured on
+    /// the Intel VM (Emerald Rapids).
+    Intel,
+    /// AMD (or Hygon) before Zen 5, families 0x17-0x19 (Zen 1-4): glibc's
+    /// and AOCL-LibMem's Zen 3 rules, confirmed on the Zen 3 guest.
+    AmdZen1To4,
+    /// AMD from Zen 5 on, family 0x1A and later: `rep movsb` up to the L3
+    /// (AOCL-LibMem's Zen 5 rule), confirmed on the Zen 5 guest.
+    AmdZen5,
+}
+
+impl CpuKind {
+    /// The kind of a CPU by its `cpuid` vendor string and family.
+    pub fn of(vendor: &str, family: u32) -> CpuKind {
+        match Vendor::from_cpuid(vendor) {
+            Vendor::Amd if family >= 0x1a => CpuKind::AmdZen5,
+            Vendor::Amd => CpuKind::AmdZen1To4,
+            Vendor::Intel | Vendor::Other => CpuKind::Intel,
+        }
+    }
+
+    /// A few words for reports.
+    pub fn describe(self) -> &'static str {
+        match self {
+            CpuKind::Intel => "Intel (and unknown vendors)",
+            CpuKind::AmdZen1To4 => "AMD Zen 1-4 (family 0x17-0x19)",
+            CpuKind::AmdZen5 => "AMD Zen 5 (family 0x1A on)",
+        }
+    }
 }
 
 /// A rejected setting: bad text in an environment variable.
@@ -70,6 +160,23 @@ pub enum PlanError {
     },
 }
 
+/// The strategy tables of a plan: what `pagewise tune` measures and caches.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Tables {
+    /// How the AVX-512 kernels copy up to 32 bytes and fill up to 63.
+    pub small: Small,
+    /// Copies (non-temporal stores allowed).
+    pub copy: Vec<Class>,
+    /// Copies with temporal stores only.
+    pub copy_temporal: Vec<Class>,
+    /// Fills (non-temporal stores allowed).
+    pub fill: Vec<Class>,
+    /// Fills with temporal stores only.
+    pub fill_temporal: Vec<Class>,
+    /// When `rep movsb` is avoided although a table chose it.
+    pub rep_guards: Vec<RepGuard>,
+}
+
 /// What the plan is decided from.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Inputs {
@@ -79,8 +186,16 @@ pub struct Inputs {
     pub erms: bool,
     /// Fast short `rep movsb`.
     pub fsrm: bool,
-    /// Size of the largest cache, in bytes.
+    /// Size of the largest cache, in bytes (on AMD, the L3 of one CCX).
     pub llc_bytes: Option<u64>,
+    /// This machine's key (vendor, model, microcode, kernel, glibc).
+    pub key: MachineKey,
+    /// A measured plan read from the cache; used only when its key is `key`.
+    pub cached: Option<Tuned>,
+    /// Where the cached plan was read from (for reports).
+    pub cache_file: Option<String>,
+    /// Value of [`ENV_PLAN`].
+    pub env_plan: Option<String>,
     /// Value of [`ENV_ISA`].
     pub env_isa: Option<String>,
     /// Value of [`ENV_NT_THRESHOLD`].
@@ -112,44 +227,395 @@ pub struct SizeClass {
 }
 
 /// The choices [`super::copy`] and [`super::fill`] make on this machine.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Plan {
     /// The instruction set of the vector kernels.
     pub isa: Isa,
     /// Whether it was detected or pinned by [`ENV_ISA`].
     pub isa_source: Source,
-    /// Whether the `rep` ranges were detected or set by [`ENV_REP_MOVSB`] /
-    /// [`ENV_REP_STOSB`].
+    /// The strategy tables.
+    pub tables: Tables,
+    /// Where the tables came from: [`Source::Measured`], [`Source::Cached`]
+    /// or [`Source::Default`].
+    pub tables_source: Source,
+    /// Whether [`ENV_REP_MOVSB`] / [`ENV_REP_STOSB`] changed the tables.
     pub rep_source: Source,
-    /// Copy sizes `[from, to)` that use `rep movsb` (`to == usize::MAX`: no
-    /// upper end); `None`: never. In JSON: `{"from": …, "to": … | null}`.
-    #[serde(serialize_with = "serialize_range")]
-    pub copy_rep: Option<(usize, usize)>,
-    /// Fill sizes `[from, to)` that use `rep stosb`; as `copy_rep`.
-    #[serde(serialize_with = "serialize_range")]
-    pub fill_rep: Option<(usize, usize)>,
-    /// Copies from this size up use non-temporal stores; `None`: never.
-    pub copy_nontemporal: Option<usize>,
-    /// Fills from this size up use non-temporal stores; `None`: never.
-    pub fill_nontemporal: Option<usize>,
-    /// Where the thresholds came from.
+    /// Whether [`ENV_NT_THRESHOLD`] or the API changed the non-temporal sizes.
     pub nontemporal_source: Source,
-    /// The last-level cache size the threshold is derived from.
+    /// When the tables were measured (Unix seconds), if they were.
+    pub measured_at: Option<u64>,
+    /// The cache file the tables were read from or written to, if any.
+    pub cache_file: Option<String>,
+    /// The CPU's maker.
+    pub vendor: Vendor,
+    /// Which defaults apply here (they are in force unless a measured plan is).
+    pub cpu_kind: CpuKind,
+    /// This machine's key.
+    pub key: MachineKey,
+    /// The last-level cache size the defaults are derived from.
     pub llc_bytes: Option<u64>,
     /// Enhanced `rep movsb` on this CPU.
     pub erms: bool,
     /// Fast short `rep movsb` on this CPU.
     pub fsrm: bool,
-    /// Fallbacks and ignored settings, one sentence each.
+    /// Fallbacks, hints and ignored settings, one sentence each.
     pub notes: Vec<String>,
 }
 
+impl Serialize for Plan {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        #[derive(Serialize)]
+        struct View<'a> {
+            isa: Isa,
+            isa_source: Source,
+            tables_source: Source,
+            measured_at: Option<u64>,
+            cache_file: &'a Option<String>,
+            vendor: Vendor,
+            cpu_kind: CpuKind,
+            key: &'a MachineKey,
+            rep_source: Source,
+            #[serde(serialize_with = "serialize_range")]
+            copy_rep: Option<(usize, usize)>,
+            #[serde(serialize_with = "serialize_range")]
+            fill_rep: Option<(usize, usize)>,
+            copy_nontemporal: Option<usize>,
+            fill_nontemporal: Option<usize>,
+            nontemporal_source: Source,
+            tables: &'a Tables,
+            llc_bytes: Option<u64>,
+            erms: bool,
+            fsrm: bool,
+            notes: &'a [String],
+        }
+        View {
+            isa: self.isa,
+            isa_source: self.isa_source,
+            tables_source: self.tables_source,
+            measured_at: self.measured_at,
+            cache_file: &self.cache_file,
+            vendor: self.vendor,
+            cpu_kind: self.cpu_kind,
+            key: &self.key,
+            rep_source: self.rep_source,
+            copy_rep: self.copy_rep(),
+            fill_rep: self.fill_rep(),
+            copy_nontemporal: self.copy_nontemporal(),
+            fill_nontemporal: self.fill_nontemporal(),
+            nontemporal_source: self.nontemporal_source,
+            tables: &self.tables,
+            llc_bytes: self.llc_bytes,
+            erms: self.erms,
+            fsrm: self.fsrm,
+            notes: &self.notes,
+        }
+        .serialize(s)
+    }
+}
+
+/// Which table of a plan.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Table {
+    /// [`Tables::copy`].
+    Copy,
+    /// [`Tables::copy_temporal`].
+    CopyTemporal,
+    /// [`Tables::fill`].
+    Fill,
+    /// [`Tables::fill_temporal`].
+    FillTemporal,
+}
+
+impl Table {
+    /// All four.
+    pub const ALL: [Table; 4] = [
+        Table::Copy,
+        Table::CopyTemporal,
+        Table::Fill,
+        Table::FillTemporal,
+    ];
+
+    /// Whether it is a copy table.
+    pub fn is_copy(self) -> bool {
+        matches!(self, Table::Copy | Table::CopyTemporal)
+    }
+
+    /// Whether non-temporal stores are allowed in it.
+    pub fn allows_nontemporal(self) -> bool {
+        matches!(self, Table::Copy | Table::Fill)
+    }
+}
+
+impl Tables {
+    /// One table.
+    pub fn get(&self, t: Table) -> &Vec<Class> {
+        match t {
+            Table::Copy => &self.copy,
+            Table::CopyTemporal => &self.copy_temporal,
+            Table::Fill => &self.fill,
+            Table::FillTemporal => &self.fill_temporal,
+        }
+    }
+
+    /// One table, to change.
+    pub fn get_mut(&mut self, t: Table) -> &mut Vec<Class> {
+        match t {
+            Table::Copy => &mut self.copy,
+            Table::CopyTemporal => &mut self.copy_temporal,
+            Table::Fill => &mut self.fill,
+            Table::FillTemporal => &mut self.fill_temporal,
+        }
+    }
+
+    /// Tables where every size above the loop-free ones uses `strategy`
+    /// (the temporal tables keep the loop where `strategy` is non-temporal),
+    /// with no `rep` guards: for tests and for measuring one strategy.
+    pub fn only(isa: Isa, small: Small, strategy: Strategy) -> Tables {
+        let inline = Strategy::Loop { isa };
+        let table = |s: Strategy| {
+            let mut t = vec![Class {
+                from: 0,
+                by_placement: [inline; 3],
+            }];
+            if s != inline {
+                t.push(Class {
+                    from: isa.small_max() + 1,
+                    by_placement: [s; 3],
+                });
+            }
+            t
+        };
+        let temporal = if strategy.is_nontemporal() {
+            inline
+        } else {
+            strategy
+        };
+        Tables {
+            small,
+            copy: table(strategy),
+            copy_temporal: table(temporal),
+            fill: table(strategy),
+            fill_temporal: table(temporal),
+            rep_guards: Vec::new(),
+        }
+    }
+}
+
+/// Sets `f(old)` as the strategy of every placement for sizes in `[from, to)`
+/// of `table`, splitting classes at the ends, and merges equal neighbours.
+pub fn overlay(table: &mut Vec<Class>, from: usize, to: usize, f: impl Fn(Strategy) -> Strategy) {
+    if from >= to {
+        return;
+    }
+    split_at(table, from);
+    if to != usize::MAX {
+        split_at(table, to);
+    }
+    for c in table.iter_mut() {
+        if c.from >= from && c.from < to {
+            c.by_placement = c.by_placement.map(&f);
+        }
+    }
+    merge(table);
+}
+
+/// Sets `strategy` for placement `p` on sizes `[from, to)` of `table`
+/// (`to == usize::MAX`: no end), splitting classes at the ends, and merges
+/// equal neighbours.
+pub fn overlay_placement(
+    table: &mut Vec<Class>,
+    from: usize,
+    to: usize,
+    p: Placement,
+    strategy: Strategy,
+) {
+    if from >= to {
+        return;
+    }
+    split_at(table, from);
+    if to != usize::MAX {
+        split_at(table, to);
+    }
+    for c in table.iter_mut() {
+        if c.from >= from && c.from < to {
+            c.by_placement[p as usize] = strategy;
+        }
+    }
+    merge(table);
+}
+
+/// Splits the class holding `at` so that a class starts there.
+fn split_at(table: &mut Vec<Class>, at: usize) {
+    if table.iter().any(|c| c.from == at) {
+        return;
+    }
+    if let Some(i) = table.iter().rposition(|c| c.from < at) {
+        let c = Class {
+            from: at,
+            by_placement: table[i].by_placement,
+        };
+        table.insert(i + 1, c);
+    }
+}
+
+/// Merges neighbouring classes with the same strategies.
+pub fn merge(table: &mut Vec<Class>) {
+    table.dedup_by(|later, earlier| later.by_placement == earlier.by_placement);
+}
+
+/// Sizes `[from, to)` of the first run of classes whose aligned placement is
+/// `rep` (`to == usize::MAX`: no end).
+fn rep_range(table: &[Class]) -> Option<(usize, usize)> {
+    let i = table
+        .iter()
+        .position(|c| c.by_placement[Placement::Aligned as usize] == Strategy::Rep)?;
+    let to = table[i + 1..]
+        .iter()
+        .find(|c| c.by_placement[Placement::Aligned as usize] != Strategy::Rep)
+        .map_or(usize::MAX, |c| c.from);
+    Some((table[i].from, to))
+}
+
+/// The first size whose aligned placement uses non-temporal stores.
+fn nontemporal_from(table: &[Class]) -> Option<usize> {
+    table
+        .iter()
+        .find(|c| c.by_placement[Placement::Aligned as usize].is_nontemporal())
+        .map(|c| c.from)
+}
+
+/// The stream count of the first non-temporal class, if any.
+fn streams_of(table: &[Class]) -> Option<u8> {
+    table.iter().find_map(|c| {
+        c.by_placement.iter().find_map(|s| match s {
+            Strategy::NonTemporal { streams } => Some(*streams),
+            _ => None,
+        })
+    })
+}
+
+/// Defaults for a machine nothing was measured on, by [`CpuKind`].
+///
+/// - **Intel** (and unknown vendors), measured on the Intel VM (Emerald
+///   Rapids): the vector loop below 24 KiB, `rep movsb` from there (ERMS),
+///   avoided when the destination is 1–1023 B ahead of the source modulo
+///   1 MiB (its slow mode) or modulo 4 KiB below 512 KiB; non-temporal stores
+///   from a quarter of the LLC, 32 pages side by side. Fills: the loop, `rep
+///   stosb` from 4 KiB for misaligned destinations and from 16 KiB for all,
+///   non-temporal from half the LLC. Masked AVX-512 moves for the smallest
+///   sizes, guarded against 4K aliasing.
+/// - **AMD Zen 1–4** (glibc's and AOCL-LibMem's choices for Zen 3, confirmed
+///   on the Zen 3 guest): no `rep movsb`/`rep stosb` (it collapses to 2 GB/s
+///   at distances 1–31 mod 4 KiB there, glibc BZ #30994; the guard avoids
+///   1–63 B ahead modulo 4 KiB if a user turns it on), the vector loop up to
+///   3/4 of the L3 of one CCX, then non-temporal stores in one stream
+///   (interleaving pages lost up to 4× on the Zen 3 guest).
+/// - **AMD Zen 5** (AOCL-LibMem's Zen 5 rule, `rep movsb` up to the L3,
+///   confirmed on the Zen 5 guest): Intel's sizes for the loop, `rep
+///   movsb` and the non-temporal thresholds, `rep stosb` from 8 KiB (the
+///   loop's cold fills of 9–14 KiB ran at 0.5–0.7 of it), without the `rep
+///   movsb` guards (no slow mode at any distance measured there: the loop
+///   the guards chose ran at 0.70 of glibc on 64 KiB copies 6 B ahead), one
+///   non-temporal stream (2–32 streams lost 10–40% at 1 GiB), and one
+///   unguarded masked move for copies up to 64 bytes.
+pub fn default_tables(kind: CpuKind, isa: Isa, erms: bool, llc: Option<u64>) -> Tables {
+    let inline = Strategy::Loop { isa };
+    let base = || {
+        vec![Class {
+            from: 0,
+            by_placement: [inline; 3],
+        }]
+    };
+    let llc = llc.map(|b| usize::try_from(b).unwrap_or(usize::MAX));
+    let (mut copy, mut fill) = (base(), base());
+    let mut rep_guards = Vec::new();
+    // Intel's thresholds: a quarter of the LLC for copies, half for fills.
+    let (copy_nt, fill_nt) = match llc {
+        Some(l) => (l / COPY_LLC_DIVISOR as usize, l / FILL_LLC_DIVISOR as usize),
+        None => (FALLBACK_NT_THRESHOLD, FALLBACK_NT_THRESHOLD),
+    };
+    let rep_tables = |copy: &mut Vec<Class>, fill: &mut Vec<Class>, fill_rep_min: usize| {
+        overlay(copy, COPY_REP_MIN, usize::MAX, |_| Strategy::Rep);
+        overlay(fill, fill_rep_min, usize::MAX, |_| Strategy::Rep);
+        // With a misaligned destination, `rep stosb` beats the loop
+        // from a few KiB (measured 0.86 vs 0.95 of glibc at 4 KiB).
+        split_at(fill, FILL_REP_MISALIGNED_MIN);
+        for c in fill
+            .iter_mut()
+            .filter(|c| c.from >= FILL_REP_MISALIGNED_MIN)
+        {
+            c.by_placement[Placement::Other as usize] = Strategy::Rep;
+        }
+        merge(fill);
+    };
+    let (small, copy_nt, fill_nt, streams) = match kind {
+        CpuKind::AmdZen1To4 => {
+            let nt = llc.map_or(FALLBACK_NT_THRESHOLD, |l| l / 4 * 3);
+            rep_guards.push(RepGuard {
+                span: 4096,
+                below: 64,
+                up_to: usize::MAX,
+            });
+            (Small::MaskedGuarded, nt, nt, 1)
+        }
+        CpuKind::AmdZen5 => {
+            if erms {
+                rep_tables(&mut copy, &mut fill, ZEN5_FILL_REP_MIN);
+            }
+            (Small::Masked, copy_nt, fill_nt, 1)
+        }
+        CpuKind::Intel => {
+            if erms {
+                rep_tables(&mut copy, &mut fill, FILL_REP_MIN);
+                rep_guards.push(RepGuard {
+                    span: 1 << 20,
+                    below: 1024,
+                    up_to: usize::MAX,
+                });
+                rep_guards.push(RepGuard {
+                    span: 4096,
+                    below: 1024,
+                    up_to: 512 << 10,
+                });
+            }
+            (Small::MaskedGuarded, copy_nt, fill_nt, 32)
+        }
+    };
+    let (copy_temporal, fill_temporal) = (copy.clone(), fill.clone());
+    let nt = Strategy::NonTemporal { streams };
+    overlay(&mut copy, copy_nt, usize::MAX, |_| nt);
+    overlay(&mut fill, fill_nt, usize::MAX, |_| nt);
+    Tables {
+        small,
+        copy,
+        copy_temporal,
+        fill,
+        fill_temporal,
+        rep_guards,
+    }
+}
+
 impl Plan {
-    /// Reads the CPU features, the cache sizes from sysfs and the environment,
-    /// and decides. Costs a few `cpuid` instructions and a dozen small file reads.
+    /// Reads the CPU features and identity, the cache sizes from sysfs, the
+    /// cached measured plan for this machine (if any) and the environment,
+    /// and decides. Costs a few `cpuid` instructions, a dozen small file reads
+    /// and, with a cached plan, reading and parsing one small JSON file (tens
+    /// of microseconds).
     pub fn detect() -> Plan {
         let f = crate::sys::cpu::cpu_features();
-        Plan::decide(&Inputs {
+        let key = MachineKey::current();
+        let env_plan = std::env::var(ENV_PLAN).ok();
+        let (cached, cache_file, cache_note) = if env_plan.as_deref() == Some("default") {
+            (None, None, None)
+        } else {
+            match super::cache::load(&key) {
+                Ok(Some((tuned, path))) => (Some(tuned), Some(path.display().to_string()), None),
+                Ok(None) => (None, None, None),
+                Err(e) => (None, None, Some(e.to_string())),
+            }
+        };
+        let mut plan = Plan::decide(&Inputs {
             supported: Isa::ALL
                 .iter()
                 .copied()
@@ -158,11 +624,19 @@ impl Plan {
             erms: f.erms,
             fsrm: f.fsrm,
             llc_bytes: crate::host::cpu::largest_cache_bytes(),
+            key,
+            cached,
+            cache_file,
+            env_plan,
             env_isa: std::env::var(ENV_ISA).ok(),
             env_nt_threshold: std::env::var(ENV_NT_THRESHOLD).ok(),
             env_rep_movsb: std::env::var(ENV_REP_MOVSB).ok(),
             env_rep_stosb: std::env::var(ENV_REP_STOSB).ok(),
-        })
+        });
+        if let Some(note) = cache_note {
+            plan.notes.push(note);
+        }
+        plan
     }
 
     /// The plan for `inputs`. Bad environment values are ignored and noted.
@@ -185,59 +659,78 @@ impl Plan {
                 (widest, Source::Detected)
             }
         };
-
-        let derived = inputs.llc_bytes.map(|llc| {
-            let part = |divisor: u64| usize::try_from(llc / divisor).unwrap_or(usize::MAX);
-            (part(COPY_LLC_DIVISOR), part(FILL_LLC_DIVISOR))
-        });
-        let (detected, detected_source) = match derived {
-            Some((copy, fill)) => ((Some(copy), Some(fill)), Source::Detected),
+        let vendor = Vendor::from_cpuid(&inputs.key.vendor);
+        let kind = CpuKind::of(&inputs.key.vendor, inputs.key.family);
+        if inputs.llc_bytes.is_none() {
+            notes.push(format!(
+                "cache sizes not readable: non-temporal stores from the default {} MiB",
+                FALLBACK_NT_THRESHOLD >> 20
+            ));
+        }
+        let cached = inputs
+            .cached
+            .as_ref()
+            .filter(|t| t.key == inputs.key && inputs.env_plan.as_deref() != Some("default"));
+        let (mut tables, tables_source, measured_at, cache_file) = match cached {
+            Some(t) => (
+                t.tables.clone(),
+                Source::Cached,
+                Some(t.measured_at),
+                inputs.cache_file.clone(),
+            ),
             None => {
-                notes.push(format!(
-                    "cache sizes not readable: non-temporal stores from the default {} MiB",
-                    FALLBACK_NT_THRESHOLD >> 20
-                ));
+                if inputs.env_plan.as_deref() != Some("default") {
+                    notes.push(
+                        "no measured plan for this machine: vendor defaults in force; run \
+                         `pagewise tune` to measure one (about a minute)"
+                            .into(),
+                    );
+                }
                 (
-                    (Some(FALLBACK_NT_THRESHOLD), Some(FALLBACK_NT_THRESHOLD)),
+                    default_tables(kind, isa, inputs.erms, inputs.llc_bytes),
                     Source::Default,
+                    None,
+                    None,
                 )
             }
         };
-        let ((copy_nontemporal, fill_nontemporal), nontemporal_source) =
-            match inputs.env_nt_threshold.as_deref().map(parse_threshold) {
-                None => (detected, detected_source),
-                Some(Ok(t)) => ((t, t), Source::Environment),
-                Some(Err(())) => {
-                    notes.push(format!(
-                        "{}; using the detected thresholds",
-                        PlanError::BadSize {
-                            var: ENV_NT_THRESHOLD,
-                            value: inputs.env_nt_threshold.clone().unwrap_or_default(),
-                        }
-                    ));
-                    (detected, detected_source)
-                }
-            };
+        fit_to_isa(&mut tables, isa);
 
-        // `rep movsb` beats the vector loop only for larger copies, and only where
-        // the CPU has enhanced (ERMS) string moves.
-        let (mut copy_rep, mut fill_rep) = if inputs.erms {
+        let mut nontemporal_source = tables_source;
+        if let Some(text) = inputs.env_nt_threshold.as_deref() {
+            match parse_threshold(text) {
+                Ok(t) => {
+                    set_nontemporal(&mut tables, t);
+                    nontemporal_source = Source::Environment;
+                }
+                Err(()) => notes.push(format!(
+                    "{}; using the plan's thresholds",
+                    PlanError::BadSize {
+                        var: ENV_NT_THRESHOLD,
+                        value: text.to_owned(),
+                    }
+                )),
+            }
+        }
+        let mut rep_source = tables_source;
+        for (var, value, tables_of) in [
             (
-                Some((COPY_REP_MIN, usize::MAX)),
-                Some((FILL_REP_MIN, usize::MAX)),
-            )
-        } else {
-            (None, None)
-        };
-        let mut rep_source = Source::Detected;
-        for (var, value, slot) in [
-            (ENV_REP_MOVSB, &inputs.env_rep_movsb, &mut copy_rep),
-            (ENV_REP_STOSB, &inputs.env_rep_stosb, &mut fill_rep),
+                ENV_REP_MOVSB,
+                &inputs.env_rep_movsb,
+                [Table::Copy, Table::CopyTemporal],
+            ),
+            (
+                ENV_REP_STOSB,
+                &inputs.env_rep_stosb,
+                [Table::Fill, Table::FillTemporal],
+            ),
         ] {
             let Some(text) = value else { continue };
             match parse_range(text) {
                 Some(range) => {
-                    *slot = range;
+                    for t in tables_of {
+                        set_rep(tables.get_mut(t), range, isa);
+                    }
                     rep_source = Source::Environment;
                 }
                 None => notes.push(format!(
@@ -245,16 +738,26 @@ impl Plan {
                 )),
             }
         }
+        if !inputs.erms
+            && [Table::Copy, Table::Fill]
+                .iter()
+                .any(|t| rep_range(tables.get(*t)).is_some())
+        {
+            notes.push("this CPU has no ERMS: `rep movsb`/`rep stosb` may be slow".into());
+        }
 
         Plan {
             isa,
             isa_source,
+            tables,
+            tables_source,
             rep_source,
-            copy_rep,
-            fill_rep,
-            copy_nontemporal,
-            fill_nontemporal,
             nontemporal_source,
+            measured_at,
+            cache_file,
+            vendor,
+            cpu_kind: kind,
+            key: inputs.key.clone(),
             llc_bytes: inputs.llc_bytes,
             erms: inputs.erms,
             fsrm: inputs.fsrm,
@@ -262,120 +765,85 @@ impl Plan {
         }
     }
 
-    /// The size classes of copy and fill and the kernel of each, smallest first.
+    /// This plan with every size above the loop-free ones served by
+    /// `strategy` (see [`Tables::only`]): for tests and measurements.
+    pub fn with_only(&self, isa: Isa, strategy: Strategy) -> Plan {
+        Plan {
+            isa,
+            tables: Tables::only(isa, self.tables.small, strategy),
+            ..self.clone()
+        }
+    }
+
+    /// Copy sizes `[from, to)` that use `rep movsb` with co-aligned pointers
+    /// (the first such run; `to == usize::MAX`: no end).
+    pub fn copy_rep(&self) -> Option<(usize, usize)> {
+        rep_range(&self.tables.copy_temporal)
+    }
+
+    /// Fill sizes that use `rep stosb` with an aligned destination, as [`Plan::copy_rep`].
+    pub fn fill_rep(&self) -> Option<(usize, usize)> {
+        rep_range(&self.tables.fill_temporal)
+    }
+
+    /// Copies from this size up use non-temporal stores (co-aligned pointers);
+    /// `None`: never.
+    pub fn copy_nontemporal(&self) -> Option<usize> {
+        nontemporal_from(&self.tables.copy)
+    }
+
+    /// Fills from this size up use non-temporal stores (aligned destination).
+    pub fn fill_nontemporal(&self) -> Option<usize> {
+        nontemporal_from(&self.tables.fill)
+    }
+
+    /// The size classes of copy and fill and the kernel of each, smallest
+    /// first (one line per class, placements that differ spelled out).
     pub fn size_classes(&self) -> Vec<SizeClass> {
         let mut out = Vec::new();
-        for (op, rep, string_op, nt) in [
-            ("copy", self.copy_rep, "rep movsb", self.copy_nontemporal),
-            ("fill", self.fill_rep, "rep stosb", self.fill_nontemporal),
-        ] {
+        let small = self.isa.small_max();
+        for (op, table) in [("copy", &self.tables.copy), ("fill", &self.tables.fill)] {
             let w = self.isa.vector_bytes();
-            let small = self.isa.small_max();
-            let nt = nt.unwrap_or(usize::MAX);
-            let loop_free =
-                format!("overlapping head and tail moves, no loop (up to eight {w}-byte vectors)");
-            if self.isa == Isa::Avx512 {
-                out.push(SizeClass {
-                    op,
-                    sizes: SizeRange {
-                        from: 0,
-                        to: Some(64),
-                    },
-                    kernel: if op == "copy" {
-                        "up to 32 B one masked 64-byte load and store, no branch on the size \
-                         (scalar or 16-byte moves when the destination is within 64 B of the \
-                         source modulo 4 KiB); from 33 B two overlapping 32-byte moves"
-                            .to_owned()
-                    } else {
-                        "one masked 64-byte store, no size-dependent branch".to_owned()
-                    },
-                });
-                out.push(SizeClass {
-                    op,
-                    sizes: SizeRange {
-                        from: 64,
-                        to: Some(small + 1),
-                    },
-                    kernel: loop_free,
-                });
-            } else {
-                out.push(SizeClass {
-                    op,
-                    sizes: SizeRange {
-                        from: 0,
-                        to: Some(small + 1),
-                    },
-                    kernel: format!(
-                        "{loop_free}; scalar and 16-byte moves up to {} B",
-                        if op == "copy" { 32 } else { 128 }
-                    ),
-                });
-            }
-            // Medium: between `small` and the non-temporal threshold, split by the
-            // rep range.
-            let mut edges = vec![small + 1];
-            if let Some((lo, hi)) = rep {
-                edges.push(lo.max(small + 1));
-                edges.push(hi);
-            }
-            edges.push(nt);
-            edges.retain(|&e| e > small);
-            edges.sort_unstable();
-            edges.dedup();
-            for pair in edges.windows(2) {
-                let (from, to) = (pair[0], pair[1]);
-                if from >= nt || from >= to {
+            let eight = format!("no loop (up to eight {w}-byte vectors)");
+            let loop_free = match (self.isa, op, self.tables.small) {
+                (Isa::Avx512, "fill", _) => format!(
+                    "below 64 B one masked 64-byte store, no branch on the size; then \
+                     overlapping stores from both ends, {eight}"
+                ),
+                (Isa::Avx512, _, Small::Masked) => format!(
+                    "inline in the caller: up to 32 B one masked 32-byte move, 33-63 B two \
+                     32-byte moves, 64-128 B two 64-byte moves; then overlapping head and tail \
+                     moves, {eight}"
+                ),
+                (Isa::Avx512, _, Small::MaskedGuarded) => format!(
+                    "up to 32 B one masked 64-byte move (scalar moves when the destination \
+                     is within 64 B of the source modulo 4 KiB); then overlapping head and \
+                     tail moves, {eight}"
+                ),
+                _ => format!(
+                    "overlapping scalar, 16-, 32- and {w}-byte moves from both ends, {eight}"
+                ),
+            };
+            out.push(SizeClass {
+                op,
+                sizes: SizeRange {
+                    from: 0,
+                    to: Some(small + 1),
+                },
+                kernel: loop_free,
+            });
+            for (i, c) in table.iter().enumerate() {
+                let to = table.get(i + 1).map(|n| n.from);
+                if to.is_some_and(|t| t <= small + 1) {
                     continue;
                 }
-                let in_rep = rep.is_some_and(|(lo, hi)| from >= lo && from < hi);
-                let kernel = match (in_rep, op) {
-                    (true, "copy") => format!(
-                        "{string_op}, destination aligned to 64 B (the vector loop instead when \
-                         the destination is less than 1 KiB ahead of the source modulo 1 MiB, or \
-                         modulo 4 KiB below 512 KiB)"
-                    ),
-                    (true, _) => string_op.to_string(),
-                    (false, "copy") => format!(
-                        "{w}-byte vector loop, 4 vectors per iteration, aligned stores (backwards \
-                         when the destination is 1-2047 B ahead of the source modulo 4 KiB, or \
-                         at the same offset below 2 KiB)"
-                    ),
-                    (false, _) => format!(
-                        "{w}-byte vector loop, 4 vectors per iteration, aligned stores \
-                         (rep stosb from 4 KiB when the destination is not 64-byte aligned{})",
-                        if w == 64 {
-                            "; up to 2 KiB with an aligned destination, four vectors at each \
-                             end and aligned blocks between"
-                        } else {
-                            ""
-                        }
-                    ),
-                };
                 out.push(SizeClass {
                     op,
                     sizes: SizeRange {
-                        from,
-                        to: (to != usize::MAX).then_some(to),
+                        from: c.from.max(small + 1),
+                        to,
                     },
-                    kernel,
-                });
-            }
-            if nt != usize::MAX {
-                out.push(SizeClass {
-                    op,
-                    sizes: SizeRange {
-                        from: nt.max(small + 1),
-                        to: None,
-                    },
-                    kernel: {
-                        let (pages, visit) = crate::sys::copy::NONTEMPORAL_STREAMS;
-                        let from_or_to = if op == "copy" { "from" } else { "to" };
-                        format!(
-                            "{w}-byte non-temporal stores, {pages} pages side by side \
-                             ({visit} B {from_or_to} each in turn), destination aligned to 64 B, \
-                             sfence"
-                        )
-                    },
+                    kernel: describe_class(c, op == "copy", !self.tables.rep_guards.is_empty()),
                 });
             }
         }
@@ -383,34 +851,127 @@ impl Plan {
     }
 }
 
-/// What `pagewise doctor` shows about copying: the plan in force and the
-/// kernel of every size class.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Choices {
-    /// The plan (with any threshold set through the API).
-    pub plan: Plan,
-    /// Copy and fill size classes, smallest first.
-    pub size_classes: Vec<SizeClass>,
+/// One class in words: the aligned placement's strategy, and the others'
+/// where they differ.
+fn describe_class(c: &Class, copy: bool, guarded: bool) -> String {
+    let word = |s: Strategy| match s {
+        Strategy::Loop { isa } => format!(
+            "{}-byte vector loop, aligned stores{}",
+            isa.vector_bytes(),
+            if copy {
+                " (backwards when the destination is a little ahead)"
+            } else {
+                ""
+            }
+        ),
+        Strategy::Rep if copy && guarded => "rep movsb (guarded)".into(),
+        Strategy::Rep if copy => "rep movsb".into(),
+        Strategy::Rep => "rep stosb".into(),
+        Strategy::NonTemporal { streams } => {
+            format!("non-temporal stores, {streams} page(s) side by side, sfence")
+        }
+        Strategy::Glibc if copy => "glibc memcpy".into(),
+        Strategy::Glibc => "glibc memset".into(),
+    };
+    let [a, near, other] = c.by_placement;
+    let mut text = word(a);
+    let names = if copy {
+        ["", "destination 1-63 B ahead", "other distances"]
+    } else {
+        ["", "", "misaligned destination"]
+    };
+    for (p, s) in [(1, near), (2, other)] {
+        if s != a && (copy || p == 2) {
+            text.push_str(&format!("; {}: {}", names[p], word(s)));
+        }
+    }
+    text
 }
 
-impl Choices {
-    /// The choices of the process-wide copier.
-    pub fn current() -> Choices {
-        let plan = Plan::current();
-        Choices {
-            size_classes: plan.size_classes(),
-            plan,
+/// Loops wider than `isa` become `isa`'s, and the first class is its loop
+/// (the inline path), so the tables fit a pinned instruction set.
+fn fit_to_isa(tables: &mut Tables, isa: Isa) {
+    for t in Table::ALL {
+        let table = tables.get_mut(t);
+        for c in table.iter_mut() {
+            for s in c.by_placement.iter_mut() {
+                if let Strategy::Loop { isa: w } = s {
+                    *s = Strategy::Loop { isa: (*w).min(isa) };
+                }
+            }
         }
+        if table.first().map(|c| c.from) != Some(0) {
+            table.insert(
+                0,
+                Class {
+                    from: 0,
+                    by_placement: [Strategy::Loop { isa }; 3],
+                },
+            );
+        }
+        split_at(table, isa.small_max() + 1);
+        table[0].by_placement = [Strategy::Loop { isa }; 3];
+        merge(table);
     }
 }
 
-/// Smallest copy that uses `rep movsb` when the CPU has ERMS. Measured on the
-/// development VM (hot rows of `bench memcpy`, three runs): the vector loop
+/// Non-temporal stores from `threshold` up in the copy and fill tables
+/// (with the stream count they had, or one), the temporal tables' choices
+/// below it; `None`: never.
+pub fn set_nontemporal(tables: &mut Tables, threshold: Option<usize>) {
+    for (nt_table, temporal) in [
+        (Table::Copy, Table::CopyTemporal),
+        (Table::Fill, Table::FillTemporal),
+    ] {
+        let streams = streams_of(tables.get(nt_table)).unwrap_or(1);
+        let mut fresh = tables.get(temporal).clone();
+        if let Some(t) = threshold {
+            overlay(&mut fresh, t, usize::MAX, |_| Strategy::NonTemporal {
+                streams,
+            });
+        }
+        *tables.get_mut(nt_table) = fresh;
+    }
+}
+
+/// `rep` for sizes in `range` (`None`: nowhere; the loop replaces it),
+/// non-temporal classes left alone.
+fn set_rep(table: &mut Vec<Class>, range: Option<(usize, usize)>, isa: Isa) {
+    let inline = Strategy::Loop { isa };
+    overlay(table, 0, usize::MAX, |s| {
+        if s == Strategy::Rep {
+            inline
+        } else {
+            s
+        }
+    });
+    if let Some((from, to)) = range {
+        overlay(table, from, to, |s| {
+            if s.is_nontemporal() {
+                s
+            } else {
+                Strategy::Rep
+            }
+        });
+    }
+}
+
+/// Smallest copy that uses `rep movsb` on Intel with ERMS. Measured on the
+/// Intel VM (hot rows of `bench memcpy`, three runs): the vector loop
 /// ran at 1.02–1.04 of glibc's `rep movsb` at 16 KiB and 20,000 B, 0.93–0.95
 /// at 32 KiB.
 const COPY_REP_MIN: usize = 24 << 10;
-/// Smallest fill that uses `rep stosb` when the CPU has ERMS.
+/// Smallest fill that uses `rep stosb` on Intel with ERMS.
 const FILL_REP_MIN: usize = 16 << 10;
+/// Smallest fill that uses `rep stosb` on AMD Zen 5 with ERMS. Measured on
+/// the Zen 5 guest (`bench memset`, aligned rows, 2026-11-24, a busy
+/// machine): with the loop up to 16 KiB, cold fills of 9000 B to 14 KiB ran at
+/// 0.50–0.72 of glibc's `rep stosb` (hot ones at 1.6), 8 KiB at 0.98; with `rep
+/// stosb` from 8 KiB, 1.00–1.07 cold and 0.99–1.01 hot from 8 KiB.
+const ZEN5_FILL_REP_MIN: usize = 8 << 10;
+/// Smallest fill with a misaligned destination that uses `rep stosb` on Intel
+/// (and on Zen 5).
+const FILL_REP_MISALIGNED_MIN: usize = 4096;
 
 fn parse_isa(text: &str) -> Result<Isa, PlanError> {
     match text.trim().to_ascii_lowercase().as_str() {
@@ -465,44 +1026,178 @@ fn parse_size(text: &str) -> Option<usize> {
     usize::try_from(crate::units::parse_size(text).ok()?).ok()
 }
 
+/// What `pagewise doctor` shows about copying: the plan in force and the
+/// kernel of every size class.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Choices {
+    /// The plan (with any threshold set through the API).
+    pub plan: Plan,
+    /// Copy and fill size classes, smallest first.
+    pub size_classes: Vec<SizeClass>,
+}
+
+impl Choices {
+    /// The choices of the process-wide copier.
+    pub fn current() -> Choices {
+        let plan = Plan::current();
+        Choices {
+            size_classes: plan.size_classes(),
+            plan,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn inputs() -> Inputs {
+    fn key(vendor: &str) -> MachineKey {
+        MachineKey {
+            vendor: vendor.into(),
+            family: 6,
+            model: 207,
+            stepping: 2,
+            microcode: Some("0x21000290".into()),
+            kernel: Some("6.18.0".into()),
+            glibc: Some("2.36".into()),
+        }
+    }
+
+    fn inputs(vendor: &str) -> Inputs {
         Inputs {
             supported: vec![Isa::Sse2, Isa::Avx2, Isa::Avx512],
             erms: true,
             fsrm: true,
             llc_bytes: Some(100 << 20),
+            key: key(vendor),
             ..Inputs::default()
         }
     }
 
     #[test]
-    fn detected_plan_uses_the_widest_isa_and_the_cache_size() {
-        let p = Plan::decide(&inputs());
+    fn intel_defaults_keep_the_measured_intel_shape() {
+        let p = Plan::decide(&inputs("GenuineIntel"));
         assert_eq!((p.isa, p.isa_source), (Isa::Avx512, Source::Detected));
-        assert_eq!(p.copy_nontemporal, Some(25 << 20));
-        assert_eq!(p.fill_nontemporal, Some(50 << 20));
-        assert_eq!(p.nontemporal_source, Source::Detected);
-        assert_eq!(p.copy_rep, Some((COPY_REP_MIN, usize::MAX)));
-        assert!(p.notes.is_empty(), "{:?}", p.notes);
+        assert_eq!(p.tables_source, Source::Default);
+        assert_eq!(p.copy_nontemporal(), Some(25 << 20));
+        assert_eq!(p.fill_nontemporal(), Some(50 << 20));
+        assert_eq!(p.copy_rep(), Some((COPY_REP_MIN, usize::MAX)));
+        assert_eq!(p.fill_rep(), Some((FILL_REP_MIN, usize::MAX)));
+        assert_eq!(p.tables.small, Small::MaskedGuarded);
+        assert_eq!(p.cpu_kind, CpuKind::Intel);
+        assert_eq!(streams_of(&p.tables.copy), Some(32));
+        // Misaligned fills use rep stosb from 4 KiB, aligned ones from 16 KiB.
+        let c = p.tables.fill.iter().find(|c| c.from == 4096).unwrap();
+        assert_eq!(c.by_placement[Placement::Other as usize], Strategy::Rep);
+        assert!(matches!(c.by_placement[0], Strategy::Loop { .. }));
+        assert_eq!(p.tables.rep_guards.len(), 2);
+        assert!(
+            p.notes.iter().any(|n| n.contains("pagewise tune")),
+            "{:?}",
+            p.notes
+        );
     }
 
     #[test]
-    fn no_erms_means_no_rep_and_no_cache_means_a_noted_default() {
+    fn amd_zen_1_to_4_defaults_avoid_rep_and_interleaved_streams() {
+        let p = Plan::decide(&Inputs {
+            llc_bytes: Some(32 << 20),
+            key: MachineKey {
+                family: 0x19,
+                ..key("AuthenticAMD")
+            },
+            ..inputs("AuthenticAMD")
+        });
+        assert_eq!((p.vendor, p.cpu_kind), (Vendor::Amd, CpuKind::AmdZen1To4));
+        assert_eq!((p.copy_rep(), p.fill_rep()), (None, None));
+        assert_eq!(p.copy_nontemporal(), Some(24 << 20));
+        assert_eq!(streams_of(&p.tables.copy), Some(1));
+        assert_eq!(p.tables.small, Small::MaskedGuarded);
+        assert!(p.tables.copy_temporal.iter().all(|c| c
+            .by_placement
+            .iter()
+            .all(|s| matches!(s, Strategy::Loop { .. }))));
+    }
+
+    #[test]
+    fn amd_zen_5_defaults_use_rep_movsb_unguarded_and_one_stream() {
+        let p = Plan::decide(&Inputs {
+            llc_bytes: Some(32 << 20),
+            key: MachineKey {
+                family: 0x1a,
+                ..key("AuthenticAMD")
+            },
+            ..inputs("AuthenticAMD")
+        });
+        assert_eq!(p.cpu_kind, CpuKind::AmdZen5);
+        // (The temporal tables, which these summarise, keep rep to the end.)
+        assert_eq!(p.copy_rep(), Some((COPY_REP_MIN, usize::MAX)));
+        assert_eq!(p.fill_rep(), Some((ZEN5_FILL_REP_MIN, usize::MAX)));
+        assert_eq!(p.copy_nontemporal(), Some(8 << 20));
+        assert_eq!(p.fill_nontemporal(), Some(16 << 20));
+        assert_eq!(streams_of(&p.tables.copy), Some(1));
+        assert!(p.tables.rep_guards.is_empty());
+        assert_eq!(p.tables.small, Small::Masked);
+        // The same CPU without ERMS gets no rep at all.
         let p = Plan::decide(&Inputs {
             erms: false,
-            llc_bytes: None,
-            supported: vec![Isa::Sse2],
-            ..inputs()
+            llc_bytes: Some(32 << 20),
+            key: MachineKey {
+                family: 0x1a,
+                ..key("AuthenticAMD")
+            },
+            ..inputs("AuthenticAMD")
         });
-        assert_eq!(p.isa, Isa::Sse2);
-        assert_eq!((p.copy_rep, p.fill_rep), (None, None));
-        assert_eq!(p.copy_nontemporal, Some(FALLBACK_NT_THRESHOLD));
-        assert_eq!(p.nontemporal_source, Source::Default);
-        assert_eq!(p.notes.len(), 1);
+        assert_eq!((p.copy_rep(), p.fill_rep()), (None, None));
+    }
+
+    #[test]
+    fn cpu_kinds_follow_vendor_and_family() {
+        assert_eq!(CpuKind::of("GenuineIntel", 6), CpuKind::Intel);
+        assert_eq!(CpuKind::of("AuthenticAMD", 0x17), CpuKind::AmdZen1To4);
+        assert_eq!(CpuKind::of("HygonGenuine", 0x18), CpuKind::AmdZen1To4);
+        assert_eq!(CpuKind::of("AuthenticAMD", 0x19), CpuKind::AmdZen1To4);
+        assert_eq!(CpuKind::of("AuthenticAMD", 0x1a), CpuKind::AmdZen5);
+        assert_eq!(CpuKind::of("AuthenticAMD", 0x1b), CpuKind::AmdZen5);
+        assert_eq!(CpuKind::of("SomethingElse", 0x1a), CpuKind::Intel);
+    }
+
+    #[test]
+    fn a_cached_plan_is_used_only_on_its_machine() {
+        let mut tables = default_tables(CpuKind::AmdZen5, Isa::Avx512, true, Some(1 << 30));
+        tables.copy.push(Class {
+            from: 1 << 20,
+            by_placement: [Strategy::Glibc; 3],
+        });
+        let tuned = Tuned {
+            schema: super::super::cache::SCHEMA.into(),
+            key: key("GenuineIntel"),
+            measured_at: 42,
+            isa: Isa::Avx512,
+            tables: tables.clone(),
+        };
+        let p = Plan::decide(&Inputs {
+            cached: Some(tuned.clone()),
+            ..inputs("GenuineIntel")
+        });
+        assert_eq!((p.tables_source, p.measured_at), (Source::Cached, Some(42)));
+        assert_eq!(p.tables, tables);
+        let other = MachineKey {
+            microcode: Some("0x21000291".into()),
+            ..key("GenuineIntel")
+        };
+        let p = Plan::decide(&Inputs {
+            cached: Some(tuned.clone()),
+            key: other,
+            ..inputs("GenuineIntel")
+        });
+        assert_eq!(p.tables_source, Source::Default);
+        let p = Plan::decide(&Inputs {
+            cached: Some(tuned),
+            env_plan: Some("default".into()),
+            ..inputs("GenuineIntel")
+        });
+        assert_eq!(p.tables_source, Source::Default);
     }
 
     #[test]
@@ -512,41 +1207,55 @@ mod tests {
             env_nt_threshold: Some("8M".into()),
             env_rep_movsb: Some("4K-1M".into()),
             env_rep_stosb: Some("never".into()),
-            ..inputs()
+            ..inputs("GenuineIntel")
         });
         assert_eq!((p.isa, p.isa_source), (Isa::Avx2, Source::Environment));
-        assert_eq!(p.copy_nontemporal, Some(8 << 20));
-        assert_eq!(p.fill_nontemporal, Some(8 << 20));
-        assert_eq!(p.copy_rep, Some((4096, 1 << 20)));
-        assert_eq!(p.fill_rep, None);
+        assert_eq!(p.copy_nontemporal(), Some(8 << 20));
+        assert_eq!(p.fill_nontemporal(), Some(8 << 20));
+        assert_eq!(p.copy_rep(), Some((4096, 1 << 20)));
+        assert_eq!(p.fill_rep(), None);
         assert_eq!(p.rep_source, Source::Environment);
+        // A pinned narrower instruction set narrows every loop.
+        assert!(p.tables.copy.iter().all(|c| c
+            .by_placement
+            .iter()
+            .all(|s| *s != Strategy::Loop { isa: Isa::Avx512 })));
 
         let p = Plan::decide(&Inputs {
             env_nt_threshold: Some("never".into()),
-            ..inputs()
+            ..inputs("GenuineIntel")
         });
-        assert_eq!((p.copy_nontemporal, p.fill_nontemporal), (None, None));
+        assert_eq!((p.copy_nontemporal(), p.fill_nontemporal()), (None, None));
 
         let p = Plan::decide(&Inputs {
             supported: vec![Isa::Sse2, Isa::Avx2],
             env_isa: Some("avx512".into()),
             env_nt_threshold: Some("lots".into()),
             env_rep_movsb: Some("9-3".into()),
-            ..inputs()
+            ..inputs("GenuineIntel")
         });
         assert_eq!((p.isa, p.isa_source), (Isa::Avx2, Source::Detected));
-        assert_eq!(p.copy_nontemporal, Some(25 << 20));
-        assert_eq!(p.copy_rep, Some((COPY_REP_MIN, usize::MAX)));
-        assert_eq!(p.notes.len(), 3, "{:?}", p.notes);
-        assert!(p.notes[0].contains("does not support"));
-        assert!(p.notes[1].contains("PAGEWISE_NT_THRESHOLD"));
-        assert!(p.notes[2].contains("PAGEWISE_REP_MOVSB"));
+        assert_eq!(p.copy_nontemporal(), Some(25 << 20));
+        let text = p.notes.join("\n");
+        assert!(text.contains("does not support"), "{text}");
+        assert!(text.contains("PAGEWISE_NT_THRESHOLD"), "{text}");
+        assert!(text.contains("PAGEWISE_REP_MOVSB"), "{text}");
+    }
 
-        let p = Plan::decide(&Inputs {
-            env_isa: Some("mmx".into()),
-            ..inputs()
-        });
-        assert!(p.notes[0].contains("not an instruction set"));
+    #[test]
+    fn overlay_splits_and_merges_classes() {
+        let l = Strategy::Loop { isa: Isa::Avx2 };
+        let mut t = vec![Class {
+            from: 0,
+            by_placement: [l; 3],
+        }];
+        overlay(&mut t, 1000, 2000, |_| Strategy::Rep);
+        assert_eq!(
+            t.iter().map(|c| c.from).collect::<Vec<_>>(),
+            [0, 1000, 2000]
+        );
+        overlay(&mut t, 0, usize::MAX, |_| l);
+        assert_eq!(t.len(), 1);
     }
 
     #[test]
@@ -561,45 +1270,29 @@ mod tests {
     }
 
     #[test]
-    fn json_shows_rep_ranges_as_from_to() {
-        let p = Plan::decide(&inputs());
+    fn json_has_the_summary_fields_and_the_tables() {
+        let p = Plan::decide(&inputs("GenuineIntel"));
         let json = serde_json::to_value(&p).unwrap();
         assert_eq!(json["copy_rep"]["from"], COPY_REP_MIN);
         assert!(json["copy_rep"]["to"].is_null());
-        let p = Plan::decide(&Inputs {
-            erms: false,
-            ..inputs()
-        });
-        assert!(serde_json::to_value(&p).unwrap()["copy_rep"].is_null());
+        assert_eq!(json["copy_nontemporal"], 25 << 20);
+        assert_eq!(json["tables_source"], "default");
+        assert_eq!(json["tables"]["copy"][0]["by_placement"][0]["kind"], "loop");
     }
 
     #[test]
-    fn size_classes_follow_the_plan() {
-        let p = Plan::decide(&inputs());
+    fn size_classes_follow_the_tables() {
+        let p = Plan::decide(&inputs("GenuineIntel"));
         let copy: Vec<_> = p
             .size_classes()
             .into_iter()
             .filter(|c| c.op == "copy")
             .collect();
-        assert_eq!(copy.len(), 5, "{copy:?}");
+        assert_eq!(copy.len(), 4, "{copy:?}");
         assert!(copy[0].kernel.contains("masked"));
-        assert_eq!(copy[1].sizes.to, Some(513));
-        assert!(copy[2].kernel.contains("vector loop"));
-        assert!(copy[3].kernel.contains("rep movsb"));
-        assert!(copy[4].kernel.contains("non-temporal"));
-        let p = Plan {
-            isa: Isa::Avx2,
-            copy_rep: None,
-            copy_nontemporal: None,
-            ..p
-        };
-        let copy: Vec<_> = p
-            .size_classes()
-            .into_iter()
-            .filter(|c| c.op == "copy")
-            .collect();
-        assert_eq!(copy.len(), 2, "{copy:?}");
-        assert_eq!(copy[0].sizes.to, Some(257));
-        assert_eq!(copy[1].sizes.to, None);
+        assert_eq!(copy[0].sizes.to, Some(513));
+        assert!(copy[1].kernel.contains("vector loop"));
+        assert!(copy[2].kernel.contains("rep movsb"));
+        assert!(copy[3].kernel.contains("non-temporal"));
     }
 }

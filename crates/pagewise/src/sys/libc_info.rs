@@ -49,3 +49,9 @@ pub fn is_root() -> bool {
     // SAFETY: geteuid cannot fail and has no preconditions.
     unsafe { libc::geteuid() == 0 }
 }
+
+/// The effective user id of this process. One libc call.
+pub fn effective_uid() -> u32 {
+    // SAFETY: geteuid cannot fail and has no preconditions.
+    unsafe { libc::geteuid() }
+}

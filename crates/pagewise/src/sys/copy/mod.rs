@@ -14,10 +14,12 @@
 mod x86;
 
 use serde::Serialize;
-use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicPtr, AtomicU8, AtomicUsize, Ordering};
 
 /// An instruction set with its own copy and fill kernels.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, serde::Deserialize,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum Isa {
     /// 16-byte SSE2 vectors (every x86-64 CPU).
@@ -62,11 +64,16 @@ impl Isa {
     /// The instruction set of a [`Isa::code`]; `None` for 0 or an unknown code.
     #[inline(always)]
     pub fn from_code(code: u8) -> Option<Isa> {
-        match code {
-            1 => Some(Isa::Sse2),
-            2 => Some(Isa::Avx2),
-            3 => Some(Isa::Avx512),
-            _ => None,
+        // Compares, widest first: the fast path of every copy runs this, and
+        // a `match` may become a jump table (an indirect branch per call).
+        if code == 3 {
+            Some(Isa::Avx512)
+        } else if code == 2 {
+            Some(Isa::Avx2)
+        } else if code == 1 {
+            Some(Isa::Sse2)
+        } else {
+            None
         }
     }
 
@@ -101,91 +108,361 @@ impl Isa {
     }
 }
 
-/// Where a kernel switches strategy for sizes above its loop-free range
-/// ([`Isa::small_max`]); sizes at or below it ignore these.
-///
-/// Non-temporal stores win over `rep movsb`, which wins over the vector loop.
-/// The fields are atomics so that a shared `Thresholds` can be changed while
-/// other threads copy (each call reads them once, with relaxed loads: plain
-/// moves on x86-64), and so that kernels take them by reference.
-#[derive(Debug)]
-pub struct Thresholds {
-    /// `min(rep_min, nontemporal_min)`: below it, the plain loop.
-    special_min: AtomicUsize,
-    rep_min: AtomicUsize,
-    rep_max: AtomicUsize,
-    nontemporal_min: AtomicUsize,
-    /// The loop runs backwards when `(dst - src) mod 4096` is below this.
-    backward_below: AtomicUsize,
-    /// The instruction set whose kernels [`fast_copy`] and [`fast_fill`] may
-    /// run with these thresholds ([`Isa::code`]; 0: none): set only by
-    /// [`enable_fast_path`], which needs a [`Kernel`] (the proof that the CPU
-    /// has them). Kept here, beside the values the kernels read, so the fast
-    /// path needs one address.
-    fast_isa: AtomicU8,
+/// How one size class of copies or fills is served above the loop-free sizes
+/// ([`Isa::small_max`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, serde::Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Strategy {
+    /// A vector loop of this instruction set with ordinary (temporal) stores.
+    Loop {
+        /// Its instruction set.
+        isa: Isa,
+    },
+    /// `rep movsb` (copy) or `rep stosb` (fill).
+    Rep,
+    /// Non-temporal stores, `streams` 4 KiB pages side by side (a power of
+    /// two from 1 to 64), then `sfence`.
+    NonTemporal {
+        /// Pages copied or filled side by side.
+        streams: u8,
+    },
+    /// glibc's `memcpy` / `memset`.
+    Glibc,
 }
 
+impl Strategy {
+    /// Stream counts the non-temporal kernels take.
+    pub const STREAMS: [u8; 7] = [1, 2, 4, 8, 16, 32, 64];
+
+    /// Whether its stores bypass the cache.
+    pub fn is_nontemporal(self) -> bool {
+        matches!(self, Strategy::NonTemporal { .. })
+    }
+
+    /// Short name: `loop avx512`, `rep`, `nt 2`, `glibc`.
+    pub fn label(self) -> String {
+        match self {
+            Strategy::Loop { isa } => format!("loop {}", isa.name()),
+            Strategy::Rep => "rep".into(),
+            Strategy::NonTemporal { streams } => format!("nt {streams}"),
+            Strategy::Glibc => "glibc".into(),
+        }
+    }
+
+    /// Whether this CPU can run it (the instruction set of a loop; `rep`
+    /// runs everywhere, if slowly without ERMS).
+    pub fn is_supported(self) -> bool {
+        match self {
+            Strategy::Loop { isa } => isa.is_supported(),
+            Strategy::NonTemporal { streams } => Strategy::STREAMS.contains(&streams),
+            Strategy::Rep | Strategy::Glibc => true,
+        }
+    }
+
+    /// A non-zero code (0: unset), for atomics.
+    fn code(self) -> u8 {
+        match self {
+            Strategy::Loop { isa } => 0x10 | isa.code(),
+            Strategy::Rep => 0x20,
+            Strategy::NonTemporal { streams } => 0x40 | streams.trailing_zeros() as u8,
+            Strategy::Glibc => 0x80,
+        }
+    }
+}
+
+/// What a copy's or fill's pointers look like, for choosing its strategy:
+/// the index into [`Class::by_placement`].
+///
+/// Copies are classed by the distance `d = (dst - src) mod 4096`: `Aligned`
+/// when `d` is a multiple of 64 (every load and store can be aligned
+/// together), `Near` when the destination is 1–63 bytes ahead (loads
+/// falsely wait for the stores just made, and `rep movsb` has a slow mode
+/// there on some CPUs), `Other` otherwise. Fills by the destination: `Aligned`
+/// on a 64-byte boundary, `Other` not.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Placement {
+    /// Co-aligned (copy) or 64-byte aligned (fill).
+    Aligned = 0,
+    /// The destination 1–63 bytes ahead of the source modulo 4 KiB (copy only).
+    Near = 1,
+    /// Anything else.
+    Other = 2,
+}
+
+impl Placement {
+    /// Every placement, in index order.
+    pub const ALL: [Placement; 3] = [Placement::Aligned, Placement::Near, Placement::Other];
+
+    /// Lower-case name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Placement::Aligned => "aligned",
+            Placement::Near => "near",
+            Placement::Other => "other",
+        }
+    }
+
+    /// The placement of a copy from `src` to `dst`.
+    #[inline(always)]
+    pub fn of_copy(dst: usize, src: usize) -> Placement {
+        let d = dst.wrapping_sub(src) & 4095;
+        if d & 63 == 0 {
+            Placement::Aligned
+        } else if d < 64 {
+            Placement::Near
+        } else {
+            Placement::Other
+        }
+    }
+
+    /// The placement of a fill of `dst`.
+    #[inline(always)]
+    pub fn of_fill(dst: usize) -> Placement {
+        if dst & 63 == 0 {
+            Placement::Aligned
+        } else {
+            Placement::Other
+        }
+    }
+}
+
+/// Sizes from `from` up to the next class's `from` and the strategy for each
+/// [`Placement`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct Class {
+    /// Smallest size of the class.
+    pub from: usize,
+    /// Strategy for each placement, indexed by [`Placement`] as `usize`.
+    pub by_placement: [Strategy; 3],
+}
+
+/// `rep movsb` is avoided (the vector loop runs instead) when the destination
+/// is `1..below` bytes ahead of the source modulo `span` and the size is
+/// below `up_to`: its slow modes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct RepGuard {
+    /// A power of two.
+    pub span: usize,
+    /// Distances `1..below` are avoided.
+    pub below: usize,
+    /// Only for sizes below this (`usize::MAX`: all).
+    pub up_to: usize,
+}
+
+/// Most classes a [`Thresholds`] holds.
+pub const MAX_CLASSES: usize = 16;
+/// Most [`RepGuard`]s a [`Thresholds`] holds.
+pub const MAX_GUARDS: usize = 2;
+
+/// The strategy table one kind of call follows: size classes, each with a
+/// strategy per [`Placement`], and the `rep movsb` guards.
+///
+/// The fields are atomics so that a shared `Thresholds` can be changed while
+/// other threads copy (each call reads what it needs with relaxed loads: plain
+/// moves on x86-64; a call racing with a change may see a mix of old and new
+/// entries, each of which copies correctly), and so that kernels take them by
+/// reference. Sizes above the loop-free range and below `inline_below` take
+/// the kernel's own vector loop inline, after one load and one compare (no
+/// placement check, no table walk); larger ones walk the table out of line.
+#[derive(Debug)]
+#[repr(C)]
+pub struct Thresholds {
+    /// AVX-512 copies of at most 32 bytes take scalar moves instead of one
+    /// masked move when `(dst - src + 64) mod 4096` is below this (see
+    /// [`Small`]): 0 never, 128 when the destination is within 64 bytes of
+    /// the source modulo 4 KiB, `usize::MAX` always. First, so that the
+    /// assembly of the AVX-512 leaf reads it at a fixed offset.
+    small_scalar_below: AtomicUsize,
+    /// The first size whose strategy is not the inline loop, at any placement.
+    inline_below: AtomicUsize,
+    /// Per placement, the first size whose strategy is not the inline loop:
+    /// the AVX-512 kernel looks here, from `inline_below` up only, before it
+    /// walks the table (so a class that differs at one placement does not
+    /// send the others out of line).
+    special_min: [AtomicUsize; 3],
+    /// Class `i` covers `[from[i], from[i + 1])`; unused entries hold `usize::MAX`.
+    from: [AtomicUsize; MAX_CLASSES],
+    codes: [[AtomicU8; 3]; MAX_CLASSES],
+    /// `[span, below, up_to]` of each guard; a span of 0 means none.
+    guards: [[AtomicUsize; 3]; MAX_GUARDS],
+    /// The loop runs backwards when `(dst - src) mod 4096` is below this.
+    backward_below: AtomicUsize,
+    /// The kernel [`fast_copy`] and [`fast_fill`] may run with these
+    /// thresholds ([`Isa::code`]; 0: none): set only by
+    /// [`enable_fast_path`], which needs a [`Kernel`] (the proof that the CPU
+    /// has its instructions). Kept here, beside the values the kernels read,
+    /// so the fast path needs one address.
+    fast_isa: AtomicU8,
+    /// How the AVX-512 kernel enters a copy for the [`Small`] choice: a
+    /// [`CopyLeaf`], with [`INLINE_MASKED`] set when copies of up to 128
+    /// bytes are done inline instead (never null on x86-64).
+    avx512_copy: AtomicPtr<()>,
+    /// `avx512_copy` once [`enable_fast_path`] allowed the AVX-512 kernel,
+    /// null before: the fast path's first and, with AVX-512, only test (a
+    /// compare chain on `fast_isa` put the AVX-512 case third, two
+    /// branches more on every call).
+    fast_avx512: AtomicPtr<()>,
+}
+
+/// The bit of `Thresholds::avx512_copy` that has copies of up to 128 bytes
+/// done inline, in the caller, with no call at all ([`Small::Masked`];
+/// function addresses are aligned, so the bit is free).
+const INLINE_MASKED: usize = 1;
+
+/// The signature of the AVX-512 copy leaves (see `x86::avx512_leaf`).
+type CopyLeaf = unsafe extern "sysv64" fn(*mut u8, *const u8, usize, &Thresholds);
+
+/// How the AVX-512 kernel enters a copy for `small`, as a pointer for
+/// [`Thresholds`]: with [`Small::Masked`], sizes up to 128 bytes never reach
+/// a leaf (they are done inline) and the others go straight to the part for
+/// larger sizes; otherwise the leaf that does every size.
+const fn avx512_copy_entry(small: Small) -> *mut () {
+    #[cfg(target_arch = "x86_64")]
+    {
+        let leaf: CopyLeaf = match small {
+            Small::Masked => x86::avx512_leaf::copy_129_512,
+            Small::MaskedGuarded | Small::Plain => x86::avx512_leaf::copy_guarded,
+        };
+        let leaf = leaf as *mut ();
+        if matches!(small, Small::Masked) {
+            leaf.wrapping_byte_add(INLINE_MASKED)
+        } else {
+            leaf
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = small;
+        std::ptr::null_mut()
+    }
+}
+
+#[allow(clippy::declare_interior_mutable_const)]
+const UNSET: AtomicUsize = AtomicUsize::new(usize::MAX);
+#[allow(clippy::declare_interior_mutable_const)]
+const ZERO: AtomicUsize = AtomicUsize::new(0);
+#[allow(clippy::declare_interior_mutable_const)]
+const NO_CODE: [AtomicU8; 3] = [AtomicU8::new(0), AtomicU8::new(0), AtomicU8::new(0)];
+#[allow(clippy::declare_interior_mutable_const)]
+const NO_GUARD: [AtomicUsize; 3] = [ZERO, ZERO, ZERO];
+
 impl Thresholds {
-    /// Sizes in `rep.0..rep.1` use `rep movsb` / `rep stosb` (`None`: never);
-    /// sizes from `nontemporal` up use non-temporal stores (`None`: never).
-    pub const fn new(rep: Option<(usize, usize)>, nontemporal: Option<usize>) -> Thresholds {
-        let (lo, hi) = match rep {
-            Some(r) => r,
-            None => (usize::MAX, usize::MAX),
-        };
-        let nt = match nontemporal {
-            Some(n) => n,
-            None => usize::MAX,
-        };
+    /// An empty table: every size takes the kernel's own loop. Fill it with
+    /// [`Thresholds::assign`].
+    pub const fn unset() -> Thresholds {
         Thresholds {
-            special_min: AtomicUsize::new(if lo < nt { lo } else { nt }),
-            rep_min: AtomicUsize::new(lo),
-            rep_max: AtomicUsize::new(hi),
-            nontemporal_min: AtomicUsize::new(nt),
+            small_scalar_below: AtomicUsize::new(Small::MaskedGuarded.scalar_below()),
+            inline_below: UNSET,
+            special_min: [UNSET; 3],
+            from: [UNSET; MAX_CLASSES],
+            codes: [NO_CODE; MAX_CLASSES],
+            guards: [NO_GUARD; MAX_GUARDS],
             backward_below: AtomicUsize::new(DEFAULT_BACKWARD_BELOW),
             fast_isa: AtomicU8::new(0),
+            avx512_copy: AtomicPtr::new(avx512_copy_entry(Small::MaskedGuarded)),
+            fast_avx512: AtomicPtr::new(std::ptr::null_mut()),
         }
     }
 
-    /// Sets the `rep` range and the non-temporal threshold, as [`Thresholds::new`]
-    /// does (the backward-loop tuning is kept). Calls racing with it may see a
-    /// mix of the old and new values, each of which is a valid choice.
-    pub fn assign(&self, rep: Option<(usize, usize)>, nontemporal: Option<usize>) {
-        let fresh = Thresholds::new(rep, nontemporal);
-        for (to, from) in [
-            (&self.rep_min, &fresh.rep_min),
-            (&self.rep_max, &fresh.rep_max),
-            (&self.nontemporal_min, &fresh.nontemporal_min),
-            (&self.special_min, &fresh.special_min),
-        ] {
-            to.store(from.load(Ordering::Relaxed), Ordering::Relaxed);
+    /// A table with `classes` and `guards` (see [`Thresholds::assign`]).
+    pub fn new(classes: &[Class], guards: &[RepGuard]) -> Thresholds {
+        let t = Thresholds::unset();
+        t.assign(classes, guards);
+        t
+    }
+
+    /// Sets the table: `classes` sorted by `from`, the first from 0 (at most
+    /// [`MAX_CLASSES`]; further ones are dropped), and the `rep movsb` guards
+    /// (at most [`MAX_GUARDS`]). A strategy this CPU cannot run is replaced by
+    /// the SSE2 loop (callers check first; this keeps the kernels sound). The
+    /// inline loop serves the sizes before the first class whose strategy, at
+    /// any placement, differs from the first class's loop. The backward-loop
+    /// tuning and the small-size choice are kept.
+    pub fn assign(&self, classes: &[Class], guards: &[RepGuard]) {
+        let classes = &classes[..classes.len().min(MAX_CLASSES)];
+        let inline = classes.first().map(|c| c.by_placement);
+        let mut special = [usize::MAX; 3];
+        for (i, slot) in self.from.iter().enumerate() {
+            let Some(c) = classes.get(i) else {
+                slot.store(usize::MAX, Ordering::Relaxed);
+                continue;
+            };
+            for p in 0..3 {
+                let mut s = c.by_placement[p];
+                if !s.is_supported() {
+                    s = Strategy::Loop { isa: Isa::Sse2 };
+                }
+                self.codes[i][p].store(s.code(), Ordering::Relaxed);
+                let is_inline =
+                    matches!(s, Strategy::Loop { .. }) && inline.is_some_and(|first| first[p] == s);
+                if !is_inline && special[p] == usize::MAX {
+                    special[p] = if i == 0 { 0 } else { c.from };
+                }
+            }
+            slot.store(if i == 0 { 0 } else { c.from }, Ordering::Relaxed);
         }
-    }
-
-    /// The `rep` range, if any.
-    pub fn rep(&self) -> Option<(usize, usize)> {
-        let lo = self.rep_min.load(Ordering::Relaxed);
-        let hi = self.rep_max.load(Ordering::Relaxed);
-        (lo < hi).then_some((lo, hi))
-    }
-
-    /// The non-temporal threshold, if any.
-    pub fn nontemporal(&self) -> Option<usize> {
-        match self.nontemporal_min.load(Ordering::Relaxed) {
-            usize::MAX => None,
-            n => Some(n),
+        for (g, slot) in self.guards.iter().enumerate() {
+            let v = guards
+                .get(g)
+                .filter(|g| g.span.is_power_of_two())
+                .map_or([0, 0, 0], |g| [g.span, g.below, g.up_to]);
+            for k in 0..3 {
+                slot[k].store(v[k], Ordering::Relaxed);
+            }
         }
+        for (slot, value) in self.special_min.iter().zip(special) {
+            slot.store(value, Ordering::Relaxed);
+        }
+        let first = special.into_iter().min().unwrap_or(usize::MAX);
+        self.inline_below.store(first, Ordering::Relaxed);
     }
 
-    /// Changes the non-temporal threshold (`None`: never); calls that start
-    /// afterwards see it.
-    pub fn set_nontemporal(&self, bytes: Option<usize>) {
-        let nt = bytes.unwrap_or(usize::MAX);
-        // A call racing with this may use the old or the new threshold (or the
-        // plain loop once): every choice copies correctly.
-        self.nontemporal_min.store(nt, Ordering::Relaxed);
-        self.special_min
-            .store(nt.min(self.rep_min()), Ordering::Relaxed);
+    /// How AVX-512 copies of at most 32 bytes are done (other instruction
+    /// sets ignore it). Default [`Small::MaskedGuarded`].
+    pub fn set_small(&self, small: Small) {
+        self.small_scalar_below
+            .store(small.scalar_below(), Ordering::Relaxed);
+        let entry = avx512_copy_entry(small);
+        self.avx512_copy.store(entry, Ordering::Relaxed);
+        // Only a fast path already allowed the AVX-512 kernel follows.
+        let _ = self
+            .fast_avx512
+            .fetch_update(Ordering::Release, Ordering::Relaxed, |p| {
+                (!p.is_null()).then_some(entry)
+            });
+    }
+
+    /// See [`Thresholds::set_small`].
+    pub fn small(&self) -> Small {
+        Small::of_scalar_below(self.small_scalar_below.load(Ordering::Relaxed))
+    }
+
+    /// The table as assigned (unsupported strategies as replaced).
+    pub fn classes(&self) -> Vec<Class> {
+        let mut out = Vec::new();
+        for i in 0..MAX_CLASSES {
+            let from = self.from[i].load(Ordering::Relaxed);
+            if from == usize::MAX {
+                break;
+            }
+            let by = [0, 1, 2].map(|p| decode(self.codes[i][p].load(Ordering::Relaxed)));
+            out.push(Class {
+                from,
+                by_placement: by,
+            });
+        }
+        out
+    }
+
+    /// The `rep movsb` guards in force.
+    pub fn guards(&self) -> Vec<RepGuard> {
+        self.guards
+            .iter()
+            .map(|g| [0, 1, 2].map(|k| g[k].load(Ordering::Relaxed)))
+            .filter(|g| g[0] != 0)
+            .map(|[span, below, up_to]| RepGuard { span, below, up_to })
+            .collect()
     }
 
     /// The copy loop runs backwards when the destination is less than
@@ -201,29 +478,62 @@ impl Thresholds {
         self.backward_below.load(Ordering::Relaxed)
     }
 
+    /// Sizes below this take the kernel's own loop inline (one load: no
+    /// placement check and no table walk below the first special class).
     #[inline(always)]
-    fn special_min(&self) -> usize {
-        self.special_min.load(Ordering::Relaxed)
+    fn inline_below(&self) -> usize {
+        self.inline_below.load(Ordering::Relaxed)
     }
+
+    /// The strategy for `n` bytes at placement `p` (a table walk; `None` when
+    /// the table is empty).
     #[inline(always)]
-    fn rep_min(&self) -> usize {
-        self.rep_min.load(Ordering::Relaxed)
+    fn strategy(&self, n: usize, p: Placement) -> Option<Strategy> {
+        let mut code = 0;
+        for i in 0..MAX_CLASSES {
+            if self.from[i].load(Ordering::Relaxed) > n {
+                break;
+            }
+            code = self.codes[i][p as usize].load(Ordering::Relaxed);
+        }
+        decode_opt(code)
     }
+
+    /// Whether a `rep movsb` guard says to avoid it for these pointers and size.
     #[inline(always)]
-    fn rep_max(&self) -> usize {
-        self.rep_max.load(Ordering::Relaxed)
+    fn rep_guarded(&self, dst: *mut u8, src: *const u8, n: usize) -> bool {
+        self.guards.iter().any(|g| {
+            let span = g[0].load(Ordering::Relaxed);
+            span != 0 && n < g[2].load(Ordering::Relaxed) && {
+                let ahead = (dst as usize).wrapping_sub(src as usize) & (span - 1);
+                ahead != 0 && ahead < g[1].load(Ordering::Relaxed)
+            }
+        })
     }
-    #[inline(always)]
-    fn nontemporal_min(&self) -> usize {
-        self.nontemporal_min.load(Ordering::Relaxed)
+}
+
+fn decode_opt(code: u8) -> Option<Strategy> {
+    match code {
+        0x11..=0x13 => Isa::from_code(code & 0xf).map(|isa| Strategy::Loop { isa }),
+        0x20 => Some(Strategy::Rep),
+        0x40..=0x46 => Some(Strategy::NonTemporal {
+            streams: 1 << (code & 0xf),
+        }),
+        0x80 => Some(Strategy::Glibc),
+        _ => None,
     }
+}
+
+fn decode(code: u8) -> Strategy {
+    decode_opt(code).unwrap_or(Strategy::Loop { isa: Isa::Sse2 })
 }
 
 /// A copy of the values; the fast-path permission ([`enable_fast_path`]) is not copied.
 impl Clone for Thresholds {
     fn clone(&self) -> Thresholds {
-        let t = Thresholds::new(self.rep(), self.nontemporal());
+        let t = Thresholds::new(&self.classes(), &self.guards());
         t.set_backward_below(self.backward_below());
+        t.set_small(self.small());
         t
     }
 }
@@ -235,14 +545,67 @@ impl Clone for Thresholds {
 /// aliasing).
 pub const DEFAULT_BACKWARD_BELOW: usize = 2048;
 
-/// The non-temporal copy's layout, for reports: 4 KiB pages copied side by
-/// side, and bytes copied from each before moving to the next.
-pub const NONTEMPORAL_STREAMS: (usize, usize) = (x86::STREAMS, x86::VISIT);
+/// How the AVX-512 kernel copies its smallest sizes (fills below 64 bytes
+/// always take one masked store: they load nothing, so nothing can alias).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Small {
+    /// Inline in the caller, with no call: up to 32 bytes one masked 32-byte
+    /// load and store at any distance between the pointers, 33-63 two
+    /// 32-byte moves, 64-128 two 64-byte moves. Measured on the Zen 5 guest:
+    /// a masked load is no slower there when the destination is a few bytes
+    /// from the source modulo 4 KiB.
+    Masked,
+    /// In the kernel's leaf: up to 32 bytes one masked 64-byte move, except
+    /// when the destination is within 64 bytes of the source modulo 4 KiB,
+    /// where scalar and 16-byte moves run (on Intel a masked load waits for
+    /// an earlier store to the same low 12 address bits to complete); 33-63
+    /// two 32-byte moves.
+    MaskedGuarded,
+    /// As [`Small::MaskedGuarded`], with scalar and 16-byte moves (a branch
+    /// per size range) at every distance.
+    Plain,
+}
+
+impl Small {
+    /// Every choice.
+    pub const ALL: [Small; 3] = [Small::Masked, Small::MaskedGuarded, Small::Plain];
+
+    /// The value of [`Thresholds`]' `small_scalar_below` for this choice.
+    const fn scalar_below(self) -> usize {
+        match self {
+            Small::Masked => 0,
+            Small::MaskedGuarded => 128,
+            Small::Plain => usize::MAX,
+        }
+    }
+
+    fn of_scalar_below(v: usize) -> Small {
+        match v {
+            0 => Small::Masked,
+            usize::MAX => Small::Plain,
+            _ => Small::MaskedGuarded,
+        }
+    }
+
+    /// Lower-case name: `masked`, `masked_guarded`, `plain`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Small::Masked => "masked",
+            Small::MaskedGuarded => "masked_guarded",
+            Small::Plain => "plain",
+        }
+    }
+}
 
 /// Lets [`fast_copy`] and [`fast_fill`] run `kernel` with `t`. Call it after
 /// `t` holds its values.
 pub fn enable_fast_path(kernel: Kernel, t: &Thresholds) {
     t.fast_isa.store(kernel.isa.code(), Ordering::Release);
+    if kernel.isa == Isa::Avx512 {
+        t.fast_avx512
+            .store(t.avx512_copy.load(Ordering::Relaxed), Ordering::Release);
+    }
 }
 
 /// Copies `src` into `dst` (`min` of the lengths) with the kernel allowed for
@@ -251,6 +614,17 @@ pub fn enable_fast_path(kernel: Kernel, t: &Thresholds) {
 /// what [`Kernel::copy`] does.
 #[inline(always)]
 pub fn fast_copy(dst: &mut [u8], src: &[u8], t: &Thresholds) -> bool {
+    let leaf = t.fast_avx512.load(Ordering::Acquire);
+    if !leaf.is_null() {
+        #[cfg(target_arch = "x86_64")]
+        {
+            // SAFETY: only `enable_fast_path` and `set_small` store a
+            // non-null pointer here, an `avx512_copy_entry`, and only after a
+            // `Kernel` proved the CPU has AVX-512.
+            unsafe { avx512_copy(dst, src, t, leaf) };
+            return true;
+        }
+    }
     match Isa::from_code(t.fast_isa.load(Ordering::Acquire)) {
         // SAFETY: only `enable_fast_path` stores a code, and only the code of a
         // `Kernel`, which proves the CPU has that instruction set.
@@ -263,6 +637,19 @@ pub fn fast_copy(dst: &mut [u8], src: &[u8], t: &Thresholds) -> bool {
 /// Fills `dst` as [`fast_copy`] copies.
 #[inline(always)]
 pub fn fast_fill(dst: &mut [u8], byte: u8, t: &Thresholds) -> bool {
+    let leaf = t.fast_avx512.load(Ordering::Acquire);
+    if !leaf.is_null() {
+        #[cfg(target_arch = "x86_64")]
+        {
+            // Not inline, unlike copies: measured on the Zen 5 guest, a fill
+            // of up to 128 bytes inline in the caller ran at 0.87-0.90 of
+            // glibc's, through the leaf at 1.00.
+            // SAFETY: as in `fast_copy` (AVX-512 is allowed); dst holds its
+            // length.
+            unsafe { x86::avx512_leaf::fill(dst.as_mut_ptr(), byte, dst.len(), t) };
+            return true;
+        }
+    }
     match Isa::from_code(t.fast_isa.load(Ordering::Acquire)) {
         // SAFETY: as in `fast_copy`.
         Some(isa) => unsafe { fill_with(isa, dst, byte, t) },
@@ -271,10 +658,48 @@ pub fn fast_fill(dst: &mut [u8], byte: u8, t: &Thresholds) -> bool {
     true
 }
 
+/// Copies with the AVX-512 kernel entered at `entry` (an
+/// `avx512_copy_entry`): up to 128 bytes inline with [`INLINE_MASKED`],
+/// otherwise a direct call of the leaf. The fast path and [`Kernel::copy`]
+/// both come here, so the tests of copiers cover the fast path's code.
+///
+/// # Safety
+/// The CPU has AVX-512 F, BW, VL and BMI2; `entry` came from
+/// `avx512_copy_entry`.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn avx512_copy(dst: &mut [u8], src: &[u8], t: &Thresholds, entry: *mut ()) {
+    let n = dst.len().min(src.len());
+    let (d, s) = (dst.as_mut_ptr(), src.as_ptr());
+    // One branch per test (`&`, not `&&`); the first case of each `if` is
+    // the one LLVM lets fall through: the smallest sizes then take no
+    // branch at all.
+    let inline = entry.addr() & INLINE_MASKED != 0;
+    // SAFETY (all four calls): AVX-512 as the caller guarantees; both slices
+    // hold n bytes and cannot overlap (one is borrowed mutably); each inline
+    // copy gets the sizes it needs; with INLINE_MASKED the entry is
+    // `copy_129_512`, called only for n > 128 as it needs, otherwise a leaf
+    // that takes any size.
+    unsafe {
+        if inline & (n <= 128) {
+            if n <= 32 {
+                x86::copy_masked_le32(d, s, n);
+            } else if n < 64 {
+                x86::copy_32_64_inline(d, s, n);
+            } else {
+                x86::copy_64_128_inline(d, s, n);
+            }
+        } else {
+            let leaf = entry.map_addr(|a| a & !INLINE_MASKED);
+            std::mem::transmute::<*mut (), CopyLeaf>(leaf)(d, s, n, t);
+        }
+    }
+}
+
 /// Copies `min(dst.len(), src.len())` bytes with `isa`'s kernels: with
 /// AVX-512 a direct call of its kernel (sizes up to 512 bytes are a leaf
-/// there); with AVX2 or SSE2, sizes up to 32 bytes in place and a direct call
-/// for larger ones.
+/// there, laid out by hand); with AVX2 or SSE2, sizes up to 32 bytes in
+/// place and a direct call for larger ones.
 ///
 /// # Safety
 /// The CPU must support `isa` (as a [`Kernel`] for it proves).
@@ -286,9 +711,10 @@ unsafe fn copy_with(isa: Isa, dst: &mut [u8], src: &[u8], t: &Thresholds) {
         let (d, s) = (dst.as_mut_ptr(), src.as_ptr());
         // SAFETY (all three calls): the caller guarantees `isa`; both slices
         // hold at least n bytes and cannot overlap (one is borrowed mutably);
-        // the `copy_gt16` kernels get n > 32.
+        // the `copy_gt16` kernels get n > 32; `avx512_copy` only ever holds
+        // an AVX-512 copy entry (see `avx512_copy_entry`).
         if isa == Isa::Avx512 {
-            return unsafe { x86::avx512_small::copy_any(d, s, n, t) };
+            return unsafe { avx512_copy(dst, src, t, t.avx512_copy.load(Ordering::Relaxed)) };
         }
         if copy_small(dst, src) {
             return;
@@ -318,7 +744,7 @@ unsafe fn fill_with(isa: Isa, dst: &mut [u8], byte: u8, t: &Thresholds) {
         let (d, n) = (dst.as_mut_ptr(), dst.len());
         // SAFETY: as in `copy_with`; dst holds n bytes, n > 128 for `fill_gt16`.
         if isa == Isa::Avx512 {
-            return unsafe { x86::avx512_small::fill_any(d, byte, n, t) };
+            return unsafe { x86::avx512_leaf::fill(d, byte, n, t) };
         }
         if fill_small(dst, byte) {
             return;
@@ -340,7 +766,9 @@ unsafe fn fill_with(isa: Isa, dst: &mut [u8], byte: u8, t: &Thresholds) {
 /// Only [`Kernel::new`] makes one, after checking the CPU, so holding a
 /// `Kernel` proves its instructions can run. Calls dispatch with a `match` on
 /// the instruction set (a well-predicted branch and a direct call, cheaper than
-/// a call through a function pointer).
+/// a call through a function pointer). How the AVX-512 kernel does its
+/// smallest copies is part of the [`Thresholds`] ([`Thresholds::set_small`]),
+/// so that every choice runs the same code.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Kernel {
     isa: Isa,
@@ -375,6 +803,40 @@ impl Kernel {
     pub fn fill(&self, dst: &mut [u8], byte: u8, t: &Thresholds) {
         // SAFETY: as in `copy`.
         unsafe { fill_with(self.isa, dst, byte, t) }
+    }
+}
+
+/// Runs the vector loop of `isa` for `n > 8 W` bytes (`W` its width): the
+/// table's out-of-line path reaches loops of other widths through it.
+///
+/// # Safety
+/// As the `x86` kernels: `dst`/`src` valid for `n` bytes, not overlapping, and
+/// the CPU has `isa` ([`Thresholds::assign`] stores only supported loops).
+#[cfg(target_arch = "x86_64")]
+unsafe fn copy_loop_of(isa: Isa, dst: *mut u8, src: *const u8, n: usize, t: &Thresholds) {
+    // SAFETY: passed on from the caller.
+    unsafe {
+        match isa {
+            Isa::Avx512 => x86::avx512::copy_loop_entry(dst, src, n, t),
+            Isa::Avx2 => x86::avx2::copy_loop_entry(dst, src, n, t),
+            Isa::Sse2 => x86::sse2::copy_loop_entry(dst, src, n, t),
+        }
+    }
+}
+
+/// As [`copy_loop_of`], for fills.
+///
+/// # Safety
+/// As [`copy_loop_of`].
+#[cfg(target_arch = "x86_64")]
+unsafe fn fill_loop_of(isa: Isa, dst: *mut u8, byte: u8, n: usize) {
+    // SAFETY: passed on from the caller.
+    unsafe {
+        match isa {
+            Isa::Avx512 => x86::avx512::fill_loop_entry(dst, byte, n),
+            Isa::Avx2 => x86::avx2::fill_loop_entry(dst, byte, n),
+            Isa::Sse2 => x86::sse2::fill_loop_entry(dst, byte, n),
+        }
     }
 }
 
@@ -447,11 +909,75 @@ pub fn glibc_memcpy(dst: &mut [u8], src: &[u8]) {
     }
 }
 
+/// glibc's `memcpy` on raw pointers, for the table's [`Strategy::Glibc`].
+///
+/// # Safety
+/// `dst` valid for writes and `src` for reads of `n` bytes, not overlapping.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn glibc_memcpy_raw(dst: *mut u8, src: *const u8, n: usize) {
+    // SAFETY: passed on from the caller.
+    unsafe {
+        libc::memcpy(dst.cast(), src.cast(), n);
+    }
+}
+
+/// glibc's `memset` on raw pointers, for the table's [`Strategy::Glibc`].
+///
+/// # Safety
+/// `dst` valid for writes of `n` bytes.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn glibc_memset_raw(dst: *mut u8, byte: u8, n: usize) {
+    // SAFETY: passed on from the caller.
+    unsafe {
+        libc::memset(dst.cast(), i32::from(byte), n);
+    }
+}
+
 /// glibc's `memset` on a slice. Never inlined (see [`glibc_memcpy`]).
 #[inline(never)]
 pub fn glibc_memset(dst: &mut [u8], byte: u8) {
     // SAFETY: dst holds dst.len() writable bytes.
     unsafe {
         libc::memset(dst.as_mut_ptr().cast(), i32::from(byte), dst.len());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn class(from: usize, by_placement: [Strategy; 3]) -> Class {
+        Class { from, by_placement }
+    }
+
+    #[test]
+    fn each_placement_leaves_the_inline_loop_at_its_own_first_special_class() {
+        let l = Strategy::Loop { isa: Isa::Avx512 };
+        let t = Thresholds::new(
+            &[
+                class(0, [l; 3]),
+                class(2048, [l, l, Strategy::Rep]),
+                class(8192, [Strategy::Glibc, l, Strategy::Rep]),
+                class(1 << 20, [Strategy::NonTemporal { streams: 1 }; 3]),
+            ],
+            &[],
+        );
+        assert_eq!(t.inline_below(), 2048, "the first special class anywhere");
+        let special: Vec<usize> = t
+            .special_min
+            .iter()
+            .map(|s| s.load(Ordering::Relaxed))
+            .collect();
+        assert_eq!(special, [8192, 1 << 20, 2048]);
+        // A table that never leaves the loop has no special class at all.
+        let t = Thresholds::new(&[class(0, [l; 3])], &[]);
+        assert_eq!(t.inline_below(), usize::MAX);
+        // A first class that is not the loop is special from size 0.
+        let t = Thresholds::new(&[class(0, [Strategy::Glibc, l, l])], &[]);
+        assert_eq!(t.special_min[0].load(Ordering::Relaxed), 0);
+        assert_eq!(t.special_min[1].load(Ordering::Relaxed), usize::MAX);
+        assert_eq!(t.inline_below(), 0);
     }
 }

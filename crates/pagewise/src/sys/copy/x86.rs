@@ -22,7 +22,7 @@
 //! Where head or tail moves overlap the loop's stores they write the same bytes
 //! again, so the order of the stores never changes the result.
 
-use super::Thresholds;
+use super::{Placement, Strategy, Thresholds};
 use core::arch::asm;
 use core::arch::x86_64::*;
 
@@ -129,259 +129,571 @@ unsafe fn fill_32_64(dst: *mut u8, byte: u8, n: usize) {
     _mm256_storeu_si256(dst.add(n - 32).cast(), v);
 }
 
-/// `rep movsb` falls into a slow mode on recent Intel cores when the
-/// destination is less than this many bytes ahead of the source modulo
-/// [`REP_MOVSB_ALIAS_SPAN`] (measured on the development VM: 7.9–9.7 GB/s
-/// instead of 35–40 for 64 KiB – 1 MiB copies); the vector loop is used
-/// instead.
-const REP_MOVSB_NEAR: usize = 1024;
-
-/// The span over which `rep movsb` compares source and destination addresses
-/// for its slow mode: 1 MiB (measured: the destination 6 bytes ahead modulo
-/// 4 KiB, 16 KiB, 64 KiB, 256 KiB or 512 KiB ran at full speed; modulo 1 MiB
-/// or 2 MiB, slowly). Two buffers on transparent huge pages at about the
-/// same offsets fall into it.
-const REP_MOVSB_ALIAS_SPAN: usize = 1 << 20;
-
-/// Below this size, a copy whose destination is a little ahead of its source
-/// modulo 4 KiB (but not modulo [`REP_MOVSB_ALIAS_SPAN`]) runs the backward
-/// vector loop rather than `rep movsb`: measured 38–39 GB/s against 27–36
-/// from 32 to 256 KiB; from 384 KiB the two were level or `rep movsb` ahead
-/// (up to 34 against 30 GB/s at 1 MiB).
-const REP_NEAR_4K_MIN: usize = 512 << 10;
-
 /// Copies with source and destination at the same page offset run the loop
 /// backwards below this size (see `copy_loop`).
 const SAME_OFFSET_BACKWARD_BELOW: usize = 2048;
 
-/// Fills from this size use `rep stosb` below the plan's `rep` range when the
-/// destination is not 64-byte aligned (and the plan uses `rep stosb` at all).
-const FILL_REP_MISALIGNED_MIN: usize = 4096;
-
-/// Whether `dst` is ahead of `src` by `1..limit` bytes modulo `span` (a power
-/// of two).
+/// Copies `n <= 32` bytes with one masked 32-byte load and store, inline in
+/// the caller (the fast path with [`super::Small::Masked`]): lanes past `n`
+/// are neither read nor written and cannot fault. Needs AVX-512 BW and VL
+/// and BMI2 at run time; the assembler needs no target feature, and the
+/// registers it uses are declared clobbered.
+///
+/// 32 bytes rather than 64: a masked access still touches every cache line
+/// its whole width spans. Measured on the Zen 5 guest, copies of 8-33 bytes
+/// from memory with a 64-byte window (which crosses into the next line from
+/// 7 bytes in) took 20-29 ns against glibc's 15.
+///
+/// Both lines are prefetched first: a masked access that misses the TLB
+/// is slow to start its page walk (on the Zen 5 guest, 8-byte copies spread
+/// over 4 GiB of 2 MiB pages took 44-52 ns with masked moves alone, 33 with
+/// the prefetches, glibc 28-39), and a prefetch starts it at once. A
+/// prefetch never faults, so the dangling pointers of empty slices are
+/// harmless; on data in L1 it costs two instructions.
 #[inline(always)]
-fn dst_shortly_ahead(dst: *mut u8, src: *const u8, span: usize, limit: usize) -> bool {
-    let ahead = (dst as usize).wrapping_sub(src as usize) & (span - 1);
-    ahead != 0 && ahead < limit
+pub(super) unsafe fn copy_masked_le32(dst: *mut u8, src: *const u8, n: usize) {
+    asm!(
+        "prefetcht0 byte ptr [{src}]",
+        "prefetcht0 byte ptr [{dst}]",
+        "mov {mask:e}, -1",
+        "bzhi {mask:e}, {mask:e}, {n:e}",
+        "kmovd k1, {mask:e}",
+        "vmovdqu8 ymm16 {{k1}} {{z}}, ymmword ptr [{src}]",
+        "vmovdqu8 ymmword ptr [{dst}] {{k1}}, ymm16",
+        mask = out(reg) _,
+        n = in(reg) n,
+        src = in(reg) src,
+        dst = in(reg) dst,
+        out("k1") _,
+        out("zmm16") _,
+        options(nostack, preserves_flags)
+    );
 }
 
-/// Whether `rep movsb` is the better choice for these pointers and size: not
-/// in its slow mode, and not a near-4K case the vector loop does better.
+/// Copies `32 <= n <= 64` bytes with two overlapping 32-byte moves, both
+/// loads first, inline in the caller (as [`copy_masked_le32`]).
 #[inline(always)]
-fn rep_movsb_suits(dst: *mut u8, src: *const u8, n: usize) -> bool {
-    !dst_shortly_ahead(dst, src, REP_MOVSB_ALIAS_SPAN, REP_MOVSB_NEAR)
-        && (n >= REP_NEAR_4K_MIN || !dst_shortly_ahead(dst, src, 4096, REP_MOVSB_NEAR))
+pub(super) unsafe fn copy_32_64_inline(dst: *mut u8, src: *const u8, n: usize) {
+    asm!(
+        "vmovdqu64 ymm16, ymmword ptr [{src}]",
+        "vmovdqu64 ymm17, ymmword ptr [{src} + {n} - 32]",
+        "vmovdqu64 ymmword ptr [{dst}], ymm16",
+        "vmovdqu64 ymmword ptr [{dst} + {n} - 32], ymm17",
+        n = in(reg) n,
+        src = in(reg) src,
+        dst = in(reg) dst,
+        out("zmm16") _,
+        out("zmm17") _,
+        options(nostack, preserves_flags)
+    );
 }
 
-/// Copies `n` bytes with unaligned vector moves at the given offsets (`"0"`,
-/// `"64"`, `"{n} - 64"`, …), all loads before the first store, in the given
-/// registers (zmm16 and up have no legacy-SSE form, so using them needs no
-/// `vzeroupper`). The offsets must cover `[0, n)` and stay inside it.
-macro_rules! moves_from_both_ends {
-    ($dst:expr, $src:expr, $n:expr, $width:tt; $($reg:tt @ $off:tt),+ $(,)?) => {
-        asm!(
-            $(concat!("vmovdqu64 ", $reg, ", ", $width, " ptr [{src} + ", $off, "]"),)+
-            $(concat!("vmovdqu64 ", $width, " ptr [{dst} + ", $off, "], ", $reg),)+
-            src = in(reg) $src,
-            dst = in(reg) $dst,
-            n = in(reg) $n,
-            $(out($reg) _,)+
-            options(nostack, preserves_flags)
-        )
-    };
+/// Copies `64 <= n <= 128` bytes with two overlapping 64-byte moves, both
+/// loads first, inline in the caller (as [`copy_masked_le64`]).
+#[inline(always)]
+pub(super) unsafe fn copy_64_128_inline(dst: *mut u8, src: *const u8, n: usize) {
+    asm!(
+        "vmovdqu64 zmm16, zmmword ptr [{src}]",
+        "vmovdqu64 zmm17, zmmword ptr [{src} + {n} - 64]",
+        "vmovdqu64 zmmword ptr [{dst}], zmm16",
+        "vmovdqu64 zmmword ptr [{dst} + {n} - 64], zmm17",
+        n = in(reg) n,
+        src = in(reg) src,
+        dst = in(reg) dst,
+        out("zmm16") _,
+        out("zmm17") _,
+        options(nostack, preserves_flags)
+    );
 }
 
-/// AVX-512 copy and fill of any size: below 64 bytes with one masked load and
-/// store (no size-dependent branch, so calls of varying sizes do not
-/// mispredict), up to 512 with two, four or eight overlapping moves, larger
-/// ones by the general kernel.
-pub(super) mod avx512_small {
+/// The AVX-512 kernel's entry points for copies and fills of any size.
+///
+/// Copies and fills of up to 512 bytes are **leaves** written in assembly:
+/// no stack, no saved registers, vectors in zmm16 and up (which have no
+/// legacy-SSE form, so they need no `vzeroupper`; glibc does the same), and
+/// a layout fixed by hand rather than left to the compiler. At these sizes a
+/// call costs a handful of cycles, and what decides it is the branches on
+/// its way: measured on the Zen 5 guest (`bench memcpy`, hot rows and the
+/// fleet row), the same masked move ran at 1.50 ns per call behind two
+/// compares and at 1.25 behind one; a compare chain that put the AVX-512
+/// case third in the caller cost as much again; and splitting a mix of
+/// sizes at 32 bytes before 64 cost 0.3 ns per fleet call in
+/// mispredictions. Hence: the rarest sizes leave first, the common case
+/// falls through, and every entry sits on a 64-byte boundary.
+///
+/// With [`super::Small::Masked`] the fast path copies up to 128 bytes inline
+/// in the caller (see `super::avx512_copy`) and enters at [`copy_129_512`];
+/// otherwise [`copy_guarded`] takes every size: the shape measured on the
+/// Intel VM, up to 32 bytes one masked 64-byte move except when the
+/// destination is within 64 bytes of the source modulo 4 KiB (Intel's 4K
+/// aliasing makes a masked load wait for an earlier store to the same low
+/// 12 address bits), where scalar and 16-byte moves run; 33-63 bytes two
+/// overlapping 32-byte moves. Both continue into [`copy_64_512`], vectors
+/// from each end, and from 513 bytes into a vector loop in the same assembly
+/// or, from the table's first special class, the general kernel.
+pub(super) mod avx512_leaf {
     use super::*;
+    use core::arch::naked_asm;
+    use core::mem::offset_of;
 
-    /// The low `n` bits set (`n <= 64`).
-    #[target_feature(enable = "bmi2")]
-    #[inline]
-    fn low_bits(n: usize) -> u64 {
-        // `bzhi` keeps every bit for an index of 64 or more.
-        _bzhi_u64(u64::MAX, n as u32)
-    }
-
-    /// Copies `n` bytes (any `n`). Sizes up to 512 bytes are a leaf that saves
-    /// no registers and uses only zmm16 and up; larger ones continue in the
-    /// general kernel.
-    #[target_feature(enable = "avx512f,avx512bw,avx512vl,bmi2")]
-    #[inline]
-    pub(in crate::sys::copy) unsafe fn copy_any(
+    /// Copies `n` bytes (any `n`): up to 32 bytes one masked move unless the
+    /// pointers alias (see the module), 33-63 two 32-byte moves.
+    ///
+    /// # Safety
+    /// As [`copy_masked`].
+    #[unsafe(naked)]
+    pub(in crate::sys::copy) unsafe extern "sysv64" fn copy_guarded(
         dst: *mut u8,
         src: *const u8,
         n: usize,
         t: &Thresholds,
     ) {
-        // Exactly 64 bytes take the unmasked pair below (one vector twice):
-        // measured faster than a masked move with all lanes on.
-        if n < 64 {
-            if n > 32 {
-                // Two overlapping 32-byte moves: measured a cycle faster than
-                // a masked move at a fixed size (0.91 against 1.0 of glibc).
-                return moves_from_both_ends!(dst, src, n, "ymmword";
-                    "ymm16" @ "0", "ymm17" @ "{n} - 32");
-            }
-            // A masked load waits for any earlier store to an address with the
-            // same low 12 bits to finish (4K aliasing), which hurts when the
-            // destination sits within 64 bytes of the source modulo 4 KiB (as
-            // when the same offsets of two page-aligned buffers are copied
-            // again and again): those take the scalar moves instead.
-            if ((dst as usize).wrapping_sub(src as usize).wrapping_add(64) & 4095) < 128 {
-                return match n {
-                    0..=16 => copy_le16(dst, src, n),
-                    _ => copy_16_32(dst, src, n),
-                };
-            }
-            // Lanes past `n` are masked off: neither read nor written, and they
-            // cannot fault (masked lanes suppress faults). zmm16 and up have
-            // no legacy-SSE form, so using them needs no `vzeroupper` on return
-            // (glibc does the same).
-            asm!(
-                "kmovq k1, {mask}",
-                "vmovdqu8 zmm16 {{k1}} {{z}}, zmmword ptr [{src}]",
-                "vmovdqu8 zmmword ptr [{dst}] {{k1}}, zmm16",
-                mask = in(reg) low_bits(n),
-                src = in(reg) src,
-                dst = in(reg) dst,
-                out("k1") _,
-                out("zmm16") _,
-                options(nostack, preserves_flags)
-            );
-            return;
-        }
-        // Vectors from each end, every load before the first store.
-        if n <= 128 {
-            return moves_from_both_ends!(dst, src, n, "zmmword";
-                "zmm16" @ "0", "zmm17" @ "{n} - 64");
-        }
-        if n <= 256 {
-            return moves_from_both_ends!(dst, src, n, "zmmword";
-                "zmm16" @ "0", "zmm17" @ "64", "zmm18" @ "{n} - 128", "zmm19" @ "{n} - 64");
-        }
-        if n <= 512 {
-            return moves_from_both_ends!(dst, src, n, "zmmword";
-                "zmm16" @ "0", "zmm17" @ "64", "zmm18" @ "128", "zmm19" @ "192",
-                "zmm20" @ "{n} - 256", "zmm21" @ "{n} - 192", "zmm22" @ "{n} - 128",
-                "zmm23" @ "{n} - 64");
-        }
-        super::avx512::copy_gt16(dst, src, n, t)
+        // As `copy_masked`; also clobbers r8, r9 and ymm17.
+        naked_asm!(
+            ".p2align 6",
+            // Sizes from 64 up first: the rarest, so that a mix of sizes
+            // mispredicts the fewest branches.
+            "cmp rdx, 64",
+            "jae {big}",
+            "cmp rdx, 32",
+            "ja 3f",
+            // Scalar moves when (dst - src + 64) mod 4096 < small_scalar_below.
+            "mov eax, edi",
+            "sub eax, esi",
+            "add eax, 64",
+            "and eax, 4095",
+            "cmp rax, qword ptr [rcx + {scalar_below}]",
+            "jb 20f",
+            "mov rax, -1",
+            "bzhi rax, rax, rdx",
+            "kmovq k1, rax",
+            "vmovdqu8 zmm16 {{k1}} {{z}}, zmmword ptr [rsi]",
+            "vmovdqu8 zmmword ptr [rdi] {{k1}}, zmm16",
+            "ret",
+            ".p2align 4",
+            "3:",
+            "vmovdqu64 ymm16, ymmword ptr [rsi]",
+            "vmovdqu64 ymm17, ymmword ptr [rsi + rdx - 32]",
+            "vmovdqu64 ymmword ptr [rdi], ymm16",
+            "vmovdqu64 ymmword ptr [rdi + rdx - 32], ymm17",
+            "ret",
+            // At most 32 bytes without a mask: two overlapping moves of 16,
+            // 8 or 4 bytes, or the first, middle and last of 1-3.
+            ".p2align 4",
+            "20:",
+            "cmp rdx, 16",
+            "ja 23f",
+            "cmp rdx, 8",
+            "jb 21f",
+            "mov rax, qword ptr [rsi]",
+            "mov r8, qword ptr [rsi + rdx - 8]",
+            "mov qword ptr [rdi], rax",
+            "mov qword ptr [rdi + rdx - 8], r8",
+            "ret",
+            "21:",
+            "cmp rdx, 4",
+            "jb 22f",
+            "mov eax, dword ptr [rsi]",
+            "mov r8d, dword ptr [rsi + rdx - 4]",
+            "mov dword ptr [rdi], eax",
+            "mov dword ptr [rdi + rdx - 4], r8d",
+            "ret",
+            "22:",
+            "test rdx, rdx",
+            "je 24f",
+            "mov r9, rdx",
+            "shr r9, 1",
+            "movzx eax, byte ptr [rsi]",
+            "movzx r8d, byte ptr [rsi + rdx - 1]",
+            "movzx r9d, byte ptr [rsi + r9]",
+            "mov byte ptr [rdi], al",
+            "mov byte ptr [rdi + rdx - 1], r8b",
+            "mov rax, rdx",
+            "shr rax, 1",
+            "mov byte ptr [rdi + rax], r9b",
+            "24:",
+            "ret",
+            "23:",
+            "vmovdqu64 xmm16, xmmword ptr [rsi]",
+            "vmovdqu64 xmm17, xmmword ptr [rsi + rdx - 16]",
+            "vmovdqu64 xmmword ptr [rdi], xmm16",
+            "vmovdqu64 xmmword ptr [rdi + rdx - 16], xmm17",
+            "ret",
+            big = sym copy_64_512,
+            scalar_below = const offset_of!(Thresholds, small_scalar_below),
+        )
     }
 
-    /// Fills `n` bytes (any `n`): up to 512 bytes as a leaf in zmm16 (no
-    /// `vzeroupper`, see `copy_any`), larger ones by the general kernel.
-    #[target_feature(enable = "avx512f,avx512bw,avx512vl,bmi2")]
-    #[inline]
-    pub(in crate::sys::copy) unsafe fn fill_any(dst: *mut u8, byte: u8, n: usize, t: &Thresholds) {
-        // Exactly 64 bytes take the unmasked pair below, as in `copy_any`.
-        if n < 64 {
-            // Bytes past `n` are masked off: they are neither written nor can
-            // they fault (AVX-512 masked stores suppress faults on masked lanes).
-            asm!(
-                "vpbroadcastb zmm16, {byte:e}",
-                "kmovq k1, {mask}",
-                "vmovdqu8 zmmword ptr [{dst}] {{k1}}, zmm16",
-                byte = in(reg) u32::from(byte),
-                mask = in(reg) low_bits(n),
-                dst = in(reg) dst,
-                out("k1") _,
-                out("zmm16") _,
-                options(nostack, preserves_flags)
-            );
+    /// Copies `n >= 64` bytes: up to 128 with two vectors, one from each
+    /// end, larger sizes in [`copy_129_512`].
+    ///
+    /// # Safety
+    /// As [`copy_masked`], with `n >= 64`.
+    #[unsafe(naked)]
+    unsafe extern "sysv64" fn copy_64_512(dst: *mut u8, src: *const u8, n: usize, t: &Thresholds) {
+        // Clobbers zmm16, zmm17.
+        naked_asm!(
+            ".p2align 6",
+            "cmp rdx, 128",
+            "ja {big}",
+            "vmovdqu64 zmm16, zmmword ptr [rsi]",
+            "vmovdqu64 zmm17, zmmword ptr [rsi + rdx - 64]",
+            "vmovdqu64 zmmword ptr [rdi], zmm16",
+            "vmovdqu64 zmmword ptr [rdi + rdx - 64], zmm17",
+            "ret",
+            big = sym copy_129_512,
+        )
+    }
+
+    /// Copies `n > 128` bytes: up to 512 with four or eight vectors from
+    /// both ends, every load before the first store; larger sizes in the
+    /// general kernel. The fast path with [`super::super::Small::Masked`]
+    /// calls it directly (it does smaller sizes inline).
+    ///
+    /// # Safety
+    /// As [`copy_masked`], with `n > 128`.
+    #[unsafe(naked)]
+    pub(in crate::sys::copy) unsafe extern "sysv64" fn copy_129_512(
+        dst: *mut u8,
+        src: *const u8,
+        n: usize,
+        t: &Thresholds,
+    ) {
+        // Clobbers zmm16-zmm23.
+        naked_asm!(
+            ".p2align 6",
+            "cmp rdx, 256",
+            "ja 6f",
+            "vmovdqu64 zmm16, zmmword ptr [rsi]",
+            "vmovdqu64 zmm17, zmmword ptr [rsi + 64]",
+            "vmovdqu64 zmm18, zmmword ptr [rsi + rdx - 128]",
+            "vmovdqu64 zmm19, zmmword ptr [rsi + rdx - 64]",
+            "vmovdqu64 zmmword ptr [rdi], zmm16",
+            "vmovdqu64 zmmword ptr [rdi + 64], zmm17",
+            "vmovdqu64 zmmword ptr [rdi + rdx - 128], zmm18",
+            "vmovdqu64 zmmword ptr [rdi + rdx - 64], zmm19",
+            "ret",
+            ".p2align 4",
+            "6:",
+            "cmp rdx, 512",
+            "ja 7f",
+            "vmovdqu64 zmm16, zmmword ptr [rsi]",
+            "vmovdqu64 zmm17, zmmword ptr [rsi + 64]",
+            "vmovdqu64 zmm18, zmmword ptr [rsi + 128]",
+            "vmovdqu64 zmm19, zmmword ptr [rsi + 192]",
+            "vmovdqu64 zmm20, zmmword ptr [rsi + rdx - 256]",
+            "vmovdqu64 zmm21, zmmword ptr [rsi + rdx - 192]",
+            "vmovdqu64 zmm22, zmmword ptr [rsi + rdx - 128]",
+            "vmovdqu64 zmm23, zmmword ptr [rsi + rdx - 64]",
+            "vmovdqu64 zmmword ptr [rdi], zmm16",
+            "vmovdqu64 zmmword ptr [rdi + 64], zmm17",
+            "vmovdqu64 zmmword ptr [rdi + 128], zmm18",
+            "vmovdqu64 zmmword ptr [rdi + 192], zmm19",
+            "vmovdqu64 zmmword ptr [rdi + rdx - 256], zmm20",
+            "vmovdqu64 zmmword ptr [rdi + rdx - 192], zmm21",
+            "vmovdqu64 zmmword ptr [rdi + rdx - 128], zmm22",
+            "vmovdqu64 zmmword ptr [rdi + rdx - 64], zmm23",
+            "ret",
+            // From 513 bytes: the vector loop up to the table's first
+            // special class, the table from there.
+            "7:",
+            "cmp rdx, qword ptr [rcx + {inline_below}]",
+            "jae 13f",
+            // Backwards when the destination is less than backward_below
+            // bytes ahead of the source modulo 4 KiB (at the same offset
+            // only below 2 KiB), as `copy_loop`.
+            "14:",
+            "mov eax, edi",
+            "sub eax, esi",
+            "and eax, 4095",
+            "cmp rax, qword ptr [rcx + {backward_below}]",
+            "jae 8f",
+            "test eax, eax",
+            "jnz 9f",
+            "cmp rdx, {same_offset_backward_below}",
+            "jb 9f",
+            // Forwards: the first vector and the last four are loaded first;
+            // blocks of four from the first 64-byte boundary past dst, aligned
+            // stores; then those five.
+            "8:",
+            "vmovdqu64 zmm16, zmmword ptr [rsi]",
+            "vmovdqu64 zmm17, zmmword ptr [rsi + rdx - 64]",
+            "vmovdqu64 zmm18, zmmword ptr [rsi + rdx - 128]",
+            "vmovdqu64 zmm19, zmmword ptr [rsi + rdx - 192]",
+            "vmovdqu64 zmm20, zmmword ptr [rsi + rdx - 256]",
+            "lea r8, [rdi + rdx - 256]",
+            "mov r9, rdi",
+            "sub rsi, rdi",
+            "or rdi, 63",
+            "inc rdi",
+            "add rsi, rdi",
+            ".p2align 4",
+            "10:",
+            "vmovdqu64 zmm21, zmmword ptr [rsi]",
+            "vmovdqu64 zmm22, zmmword ptr [rsi + 64]",
+            "vmovdqu64 zmm23, zmmword ptr [rsi + 128]",
+            "vmovdqu64 zmm24, zmmword ptr [rsi + 192]",
+            "add rsi, 256",
+            "vmovdqa64 zmmword ptr [rdi], zmm21",
+            "vmovdqa64 zmmword ptr [rdi + 64], zmm22",
+            "vmovdqa64 zmmword ptr [rdi + 128], zmm23",
+            "vmovdqa64 zmmword ptr [rdi + 192], zmm24",
+            "add rdi, 256",
+            "cmp rdi, r8",
+            "jb 10b",
+            "vmovdqu64 zmmword ptr [r8 + 192], zmm17",
+            "vmovdqu64 zmmword ptr [r8 + 128], zmm18",
+            "vmovdqu64 zmmword ptr [r8 + 64], zmm19",
+            "vmovdqu64 zmmword ptr [r8], zmm20",
+            "vmovdqu64 zmmword ptr [r9], zmm16",
+            "ret",
+            // Backwards: the first four vectors and the last one are loaded
+            // first; aligned blocks of four from the end down while a block
+            // starts above the first four; then those five.
+            "9:",
+            "vmovdqu64 zmm16, zmmword ptr [rsi]",
+            "vmovdqu64 zmm17, zmmword ptr [rsi + 64]",
+            "vmovdqu64 zmm18, zmmword ptr [rsi + 128]",
+            "vmovdqu64 zmm19, zmmword ptr [rsi + 192]",
+            "vmovdqu64 zmm20, zmmword ptr [rsi + rdx - 64]",
+            "lea r8, [rdi + rdx - 257]",
+            "and r8, -64",
+            "sub rsi, rdi",
+            "add rsi, r8",
+            ".p2align 4",
+            "11:",
+            "vmovdqu64 zmm21, zmmword ptr [rsi + 192]",
+            "vmovdqu64 zmm22, zmmword ptr [rsi + 128]",
+            "vmovdqu64 zmm23, zmmword ptr [rsi + 64]",
+            "vmovdqu64 zmm24, zmmword ptr [rsi]",
+            "sub rsi, 256",
+            "vmovdqa64 zmmword ptr [r8 + 192], zmm21",
+            "vmovdqa64 zmmword ptr [r8 + 128], zmm22",
+            "vmovdqa64 zmmword ptr [r8 + 64], zmm23",
+            "vmovdqa64 zmmword ptr [r8], zmm24",
+            "sub r8, 256",
+            "cmp r8, rdi",
+            "ja 11b",
+            "vmovdqu64 zmmword ptr [rdi], zmm16",
+            "vmovdqu64 zmmword ptr [rdi + 64], zmm17",
+            "vmovdqu64 zmmword ptr [rdi + 128], zmm18",
+            "vmovdqu64 zmmword ptr [rdi + 192], zmm19",
+            "vmovdqu64 zmmword ptr [rdi + rdx - 64], zmm20",
+            "ret",
+            // From the first special class at any placement: this
+            // placement's own first special class decides (placement 0 when
+            // the distance is a multiple of 64, 1 when it is below 64, 2
+            // otherwise; see `Placement::of_copy`).
+            "13:",
+            "mov eax, edi",
+            "sub eax, esi",
+            "and eax, 4095",
+            "xor r8d, r8d",
+            "test eax, 63",
+            "jz 15f",
+            "mov r8d, 1",
+            "cmp eax, 64",
+            "jb 15f",
+            "mov r8d, 2",
+            "15:",
+            "cmp rdx, qword ptr [rcx + {special_min} + r8 * 8]",
+            "jb 14b",
+            "jmp {large}",
+            inline_below = const offset_of!(Thresholds, inline_below),
+            special_min = const offset_of!(Thresholds, special_min),
+            backward_below = const offset_of!(Thresholds, backward_below),
+            same_offset_backward_below = const SAME_OFFSET_BACKWARD_BELOW,
+            large = sym copy_large,
+        )
+    }
+
+    /// Copies `n > 512` bytes from the table's first special class up.
+    #[target_feature(enable = "avx512f,avx512bw")]
+    unsafe extern "sysv64" fn copy_large(dst: *mut u8, src: *const u8, n: usize, t: &Thresholds) {
+        // SAFETY: passed on from the leaf, with n > 512 = 8 vectors.
+        unsafe { super::avx512::copy_large(dst, src, n, t) }
+    }
+
+    /// Fills `n` bytes (any `n`): below 64 bytes one masked store (it loads
+    /// nothing, so nothing can alias), larger sizes in [`fill_64_512`].
+    ///
+    /// # Safety
+    /// As [`copy_masked`].
+    #[unsafe(naked)]
+    pub(in crate::sys::copy) unsafe extern "sysv64" fn fill(
+        dst: *mut u8,
+        byte: u8,
+        n: usize,
+        t: &Thresholds,
+    ) {
+        // rdi = dst, sil = byte, rdx = n, rcx = t. Clobbers rax, k1, zmm16.
+        naked_asm!(
+            ".p2align 6",
+            "cmp rdx, 64",
+            "jae {big}",
+            "vpbroadcastb zmm16, esi",
+            // Bytes past `n` are masked off: neither written, nor can they fault.
+            "mov rax, -1",
+            "bzhi rax, rax, rdx",
+            "kmovq k1, rax",
+            "vmovdqu8 zmmword ptr [rdi] {{k1}}, zmm16",
+            "ret",
+            big = sym fill_64_512,
+        )
+    }
+
+    /// Fills `n >= 64` bytes: up to 128 with two stores, one from each end,
+    /// larger sizes in [`fill_129_512`].
+    ///
+    /// # Safety
+    /// As [`copy_masked`], with `n >= 64`.
+    #[unsafe(naked)]
+    unsafe extern "sysv64" fn fill_64_512(dst: *mut u8, byte: u8, n: usize, t: &Thresholds) {
+        // Clobbers zmm16.
+        naked_asm!(
+            ".p2align 6",
+            "cmp rdx, 128",
+            "ja {big}",
+            "vpbroadcastb zmm16, esi",
+            "vmovdqu64 zmmword ptr [rdi], zmm16",
+            "vmovdqu64 zmmword ptr [rdi + rdx - 64], zmm16",
+            "ret",
+            big = sym fill_129_512,
+        )
+    }
+
+    /// Fills `n > 128` bytes: up to 512 with four or eight overlapping
+    /// stores from both ends, larger sizes in the general kernel (called
+    /// directly by the fast path with [`super::super::Small::Masked`]).
+    ///
+    /// # Safety
+    /// As [`copy_masked`], with `n > 128`.
+    #[unsafe(naked)]
+    pub(in crate::sys::copy) unsafe extern "sysv64" fn fill_129_512(
+        dst: *mut u8,
+        byte: u8,
+        n: usize,
+        t: &Thresholds,
+    ) {
+        // Clobbers zmm16.
+        naked_asm!(
+            ".p2align 6",
+            "vpbroadcastb zmm16, esi",
+            "cmp rdx, 256",
+            "ja 5f",
+            "vmovdqu64 zmmword ptr [rdi], zmm16",
+            "vmovdqu64 zmmword ptr [rdi + 64], zmm16",
+            "vmovdqu64 zmmword ptr [rdi + rdx - 128], zmm16",
+            "vmovdqu64 zmmword ptr [rdi + rdx - 64], zmm16",
+            "ret",
+            ".p2align 4",
+            "5:",
+            "cmp rdx, 512",
+            "ja 6f",
+            "vmovdqu64 zmmword ptr [rdi], zmm16",
+            "vmovdqu64 zmmword ptr [rdi + 64], zmm16",
+            "vmovdqu64 zmmword ptr [rdi + 128], zmm16",
+            "vmovdqu64 zmmword ptr [rdi + 192], zmm16",
+            "vmovdqu64 zmmword ptr [rdi + rdx - 256], zmm16",
+            "vmovdqu64 zmmword ptr [rdi + rdx - 192], zmm16",
+            "vmovdqu64 zmmword ptr [rdi + rdx - 128], zmm16",
+            "vmovdqu64 zmmword ptr [rdi + rdx - 64], zmm16",
+            "ret",
+            "6:",
+            "cmp rdx, qword ptr [rcx + {inline_below}]",
+            "jae 7f",
+            "8:",
+            "jmp {vector_loop}",
+            // From the first special class at any placement: this
+            // placement's own (0 for a 64-byte aligned destination, 2
+            // otherwise; see `Placement::of_fill`).
+            "7:",
+            "xor eax, eax",
+            "test dil, 63",
+            "setnz al",
+            "add eax, eax",
+            "cmp rdx, qword ptr [rcx + {special_min} + rax * 8]",
+            "jb 8b",
+            "jmp {large}",
+            inline_below = const offset_of!(Thresholds, inline_below),
+            special_min = const offset_of!(Thresholds, special_min),
+            large = sym fill_large,
+            vector_loop = sym fill_loop,
+        )
+    }
+
+    /// Fills `n > 512` bytes below the table's first special class (as
+    /// [`copy_loop`]).
+    #[target_feature(enable = "avx512f,avx512bw")]
+    unsafe extern "sysv64" fn fill_loop(dst: *mut u8, byte: u8, n: usize, _t: &Thresholds) {
+        if n <= FILL_LEAF_MAX {
+            // glibc's shape, four vectors at each end and aligned blocks of
+            // four between them. Aligned destinations: 1.00 of glibc at 1 KiB,
+            // against 0.93-0.94 for the general loop, which starts its blocks
+            // at the first byte and has no head. Misaligned ones (Zen 5 guest,
+            // `bench memset` with its shared timed loop, two runs): 1.00 of
+            // glibc at 600-2048 B one byte past a boundary, where the general
+            // loop ran 0.93-0.96 at 600, 1000 and 1500 B (and 1.09-1.17 at
+            // 1 and 2 KiB).
+            // SAFETY: dst holds n > 512 bytes; AVX-512 F and BW as the caller
+            // guarantees.
+            unsafe {
+                asm!(
+                    "vpbroadcastb zmm16, {byte:e}",
+                    "lea {end}, [{dst} + {n} - 256]",
+                    "vmovdqu64 zmmword ptr [{dst}], zmm16",
+                    "vmovdqu64 zmmword ptr [{dst} + 64], zmm16",
+                    "vmovdqu64 zmmword ptr [{dst} + 128], zmm16",
+                    "vmovdqu64 zmmword ptr [{dst} + 192], zmm16",
+                    "vmovdqu64 zmmword ptr [{end}], zmm16",
+                    "vmovdqu64 zmmword ptr [{end} + 64], zmm16",
+                    "vmovdqu64 zmmword ptr [{end} + 128], zmm16",
+                    "vmovdqu64 zmmword ptr [{end} + 192], zmm16",
+                    "lea {p}, [{dst} + 256]",
+                    "and {p}, -64",
+                    "cmp {p}, {end}",
+                    "jae 3f",
+                    "2:",
+                    "vmovdqa64 zmmword ptr [{p}], zmm16",
+                    "vmovdqa64 zmmword ptr [{p} + 64], zmm16",
+                    "vmovdqa64 zmmword ptr [{p} + 128], zmm16",
+                    "vmovdqa64 zmmword ptr [{p} + 192], zmm16",
+                    "add {p}, 256",
+                    "cmp {p}, {end}",
+                    "jb 2b",
+                    "3:",
+                    byte = in(reg) u32::from(byte),
+                    dst = in(reg) dst,
+                    n = in(reg) n,
+                    end = out(reg) _,
+                    p = out(reg) _,
+                    out("zmm16") _,
+                    options(nostack)
+                );
+            }
             return;
         }
-        if n <= 512 {
-            // One vector at each end, then two more and four more as the size
-            // needs (overlapping where it is not a multiple of 64).
-            asm!(
-                "vpbroadcastb zmm16, {byte:e}",
-                "vmovdqu64 zmmword ptr [{dst}], zmm16",
-                "vmovdqu64 zmmword ptr [{dst} + {n} - 64], zmm16",
-                "cmp {n}, 128",
-                "jbe 2f",
-                "vmovdqu64 zmmword ptr [{dst} + 64], zmm16",
-                "vmovdqu64 zmmword ptr [{dst} + {n} - 128], zmm16",
-                "cmp {n}, 256",
-                "jbe 2f",
-                "vmovdqu64 zmmword ptr [{dst} + 128], zmm16",
-                "vmovdqu64 zmmword ptr [{dst} + 192], zmm16",
-                "vmovdqu64 zmmword ptr [{dst} + {n} - 256], zmm16",
-                "vmovdqu64 zmmword ptr [{dst} + {n} - 192], zmm16",
-                "2:",
-                byte = in(reg) u32::from(byte),
-                dst = in(reg) dst,
-                n = in(reg) n,
-                out("zmm16") _,
-                options(nostack)
-            );
-            return;
-        }
-        if n <= FILL_LEAF_MAX && dst as usize & 63 == 0 {
-            // An aligned destination takes glibc's shape, four vectors at each
-            // end and aligned blocks of four between them (measured: 1.00 of
-            // glibc at 1 KiB, against 0.93-0.94 for the general loop, which
-            // starts its blocks at the first byte and has no head). A
-            // misaligned one is faster in the general loop (1.09-1.27 of
-            // glibc at 1000 B - 2 KiB, against 1.00 in this shape).
-            asm!(
-                "vpbroadcastb zmm16, {byte:e}",
-                "lea {end}, [{dst} + {n} - 256]",
-                "vmovdqu64 zmmword ptr [{dst}], zmm16",
-                "vmovdqu64 zmmword ptr [{dst} + 64], zmm16",
-                "vmovdqu64 zmmword ptr [{dst} + 128], zmm16",
-                "vmovdqu64 zmmword ptr [{dst} + 192], zmm16",
-                "vmovdqu64 zmmword ptr [{end}], zmm16",
-                "vmovdqu64 zmmword ptr [{end} + 64], zmm16",
-                "vmovdqu64 zmmword ptr [{end} + 128], zmm16",
-                "vmovdqu64 zmmword ptr [{end} + 192], zmm16",
-                "lea {p}, [{dst} + 256]",
-                "and {p}, -64",
-                "cmp {p}, {end}",
-                "jae 3f",
-                "2:",
-                "vmovdqa64 zmmword ptr [{p}], zmm16",
-                "vmovdqa64 zmmword ptr [{p} + 64], zmm16",
-                "vmovdqa64 zmmword ptr [{p} + 128], zmm16",
-                "vmovdqa64 zmmword ptr [{p} + 192], zmm16",
-                "add {p}, 256",
-                "cmp {p}, {end}",
-                "jb 2b",
-                "3:",
-                byte = in(reg) u32::from(byte),
-                dst = in(reg) dst,
-                n = in(reg) n,
-                end = out(reg) _,
-                p = out(reg) _,
-                out("zmm16") _,
-                options(nostack)
-            );
-            return;
-        }
-        super::avx512::fill_gt16(dst, byte, n, t)
+        // SAFETY: passed on from the leaf, with n > 512 = 8 vectors.
+        unsafe { super::avx512::fill_loop(dst, _mm512_set1_epi8(byte as i8), n) }
+    }
+
+    /// Fills `n > 512` bytes from the table's first special class up.
+    #[target_feature(enable = "avx512f,avx512bw")]
+    unsafe extern "sysv64" fn fill_large(dst: *mut u8, byte: u8, n: usize, t: &Thresholds) {
+        // SAFETY: passed on from the leaf, with n > 512 = 8 vectors.
+        unsafe { super::avx512::fill_large(dst, byte, n, t) }
     }
 }
 
-/// Aligned fills up to this size are a leaf in `fill_any`; above it the
-/// general kernel (loop, `rep stosb` or non-temporal stores) takes over.
+/// Aligned fills up to this size take glibc's shape in the AVX-512 kernel;
+/// above it the general kernel (loop, `rep stosb` or non-temporal stores)
+/// takes over.
 const FILL_LEAF_MAX: usize = 2048;
 
 /// Bytes per page-sized stream of the non-temporal copy.
 const PAGE: usize = 4096;
-/// Pages copied side by side by the non-temporal copy. Measured on the
-/// development VM (1 GiB, THP buffers, medians of 7, three runs each, ratio
-/// to glibc's memcpy): 8 pages × 128 B visits 1.06–1.07, 16 × 128 B
-/// 1.08–1.11, 16 × 256 B 1.12–1.14, 32 × 128 B 1.09–1.18, 32 × 256 B and
-/// 64 × 128 B lower again. More streams keep more line fills in flight (the
-/// hardware prefetcher follows each page separately), up to what the core's
-/// fill buffers and the TLB hold.
-pub(in crate::sys::copy) const STREAMS: usize = 32;
 /// Bytes copied from one page before moving to the next.
-pub(in crate::sys::copy) const VISIT: usize = 128;
+const VISIT: usize = 128;
 /// The span over which the non-temporal copy's streams can collide: measured
 /// on the development VM (256 MiB copies, THP buffers), a destination 4–64 KiB
 /// ahead of the source modulo 2 MiB cost 20–30% with the streams visited in
@@ -487,11 +799,7 @@ macro_rules! vector_kernels {
                 t: &Thresholds,
             ) {
                 if n > 8 * W {
-                    // One load and one compare to the loop, the common case.
-                    if n < t.special_min() {
-                        return copy_loop(dst, src, n, t);
-                    }
-                    return copy_large(dst, src, n, t);
+                    return copy_above_small(dst, src, n, t);
                 }
                 if n <= 2 * W {
                     if W >= 32 && n <= 32 {
@@ -538,19 +846,60 @@ macro_rules! vector_kernels {
                 }
             }
 
-            /// Sizes from the first threshold up (`n > 8 W`). Out of line: the
-            /// non-temporal copy needs registers that the caller would
-            /// otherwise save and restore on every call, small ones included.
+            /// Copies `n > 8 W` bytes: one load and one compare to the inline
+            /// loop (the common case: no placement check, no table walk),
+            /// the table out of line from its first special class.
+            #[target_feature(enable = $feat)]
+            #[inline]
+            pub(in crate::sys::copy) unsafe fn copy_above_small(
+                dst: *mut u8,
+                src: *const u8,
+                n: usize,
+                t: &Thresholds,
+            ) {
+                if n < t.inline_below() {
+                    return copy_loop(dst, src, n, t);
+                }
+                copy_large(dst, src, n, t)
+            }
+
+            /// Sizes from the first special class up (`n > 8 W`). Out of
+            /// line: the non-temporal copy needs registers that the caller
+            /// would otherwise save and restore on every call, small ones
+            /// included. `#[cold]` keeps it there: rustc does not pass
+            /// `#[inline(never)]` on to LLVM for `#[target_feature]`
+            /// functions (seen with 1.95: inlined, it made the loop's
+            /// caller save six registers, +1 ns on a 1000-byte copy).
             #[target_feature(enable = $feat)]
             #[inline(never)]
-            unsafe fn copy_large(dst: *mut u8, src: *const u8, n: usize, t: &Thresholds) {
-                if n >= t.nontemporal_min() {
-                    copy_nontemporal(dst, src, n)
-                } else if n >= t.rep_min() && n < t.rep_max() && rep_movsb_suits(dst, src, n) {
-                    copy_rep(dst, src, n)
-                } else {
-                    copy_loop(dst, src, n, t)
+            #[cold]
+            pub(in crate::sys::copy) unsafe fn copy_large(dst: *mut u8, src: *const u8, n: usize, t: &Thresholds) {
+                let p = Placement::of_copy(dst as usize, src as usize);
+                match t.strategy(n, p) {
+                    Some(Strategy::Rep) if !t.rep_guarded(dst, src, n) => copy_rep(dst, src, n),
+                    Some(Strategy::NonTemporal { streams }) => {
+                        copy_nontemporal(dst, src, n, usize::from(streams))
+                    }
+                    Some(Strategy::Glibc) => super::super::glibc_memcpy_raw(dst, src, n),
+                    // Another width's loop needs more than its own eight vectors.
+                    Some(Strategy::Loop { isa }) if isa.vector_bytes() != W && n > isa.small_max() => {
+                        super::super::copy_loop_of(isa, dst, src, n, t)
+                    }
+                    _ => copy_loop(dst, src, n, t),
                 }
+            }
+
+            /// The vector loop, out of line, for [`super::super::copy_loop_of`]
+            /// (`n > 8 W`).
+            #[target_feature(enable = $feat)]
+            #[inline(never)]
+            pub(in crate::sys::copy) unsafe fn copy_loop_entry(
+                dst: *mut u8,
+                src: *const u8,
+                n: usize,
+                t: &Thresholds,
+            ) {
+                copy_loop(dst, src, n, t)
             }
 
             /// Vector loop with aligned temporal stores (`n > 8 W`). When the
@@ -559,7 +908,7 @@ macro_rules! vector_kernels {
             /// made (4K aliasing): the loop then runs backwards.
             #[target_feature(enable = $feat)]
             #[inline]
-            unsafe fn copy_loop(dst: *mut u8, src: *const u8, n: usize, t: &Thresholds) {
+            pub(in crate::sys::copy) unsafe fn copy_loop(dst: *mut u8, src: *const u8, n: usize, t: &Thresholds) {
                 let ahead = (dst as usize).wrapping_sub(src as usize) & 4095;
                 // The same page offset goes backwards only while the copy is
                 // small enough to be in L1 anyway: backwards, the hardware
@@ -690,7 +1039,7 @@ macro_rules! vector_kernels {
             /// core's copy bandwidth from memory.
             #[target_feature(enable = $feat)]
             #[inline]
-            unsafe fn copy_nontemporal(dst: *mut u8, src: *const u8, n: usize) {
+            unsafe fn copy_nontemporal(dst: *mut u8, src: *const u8, n: usize, streams: usize) {
                 // Streams must follow the source's pages: the hardware
                 // prefetcher tracks each 4 KiB page, and a stream that
                 // straddles two pages gets less help (a 64-byte skew on
@@ -701,10 +1050,10 @@ macro_rules! vector_kernels {
                 let mut d = dst.add(skew);
                 let mut s = src.add(skew);
                 let stop = dst.add(n);
-                const CHUNK: usize = STREAMS * PAGE;
+                let chunk = streams * PAGE;
                 if (s as usize) & 63 == 0 {
                     let to_page = (PAGE - (s as usize & (PAGE - 1))) & (PAGE - 1);
-                    if (stop as usize) - (d as usize) >= to_page + CHUNK {
+                    if (stop as usize) - (d as usize) >= to_page + chunk {
                         let page_start = d.add(to_page);
                         while d < page_start {
                             stnt(d, ld(s));
@@ -719,13 +1068,13 @@ macro_rules! vector_kernels {
                 // the loads then wait for them. Visiting the streams from the
                 // last one down reads those addresses before they are written.
                 let ahead = (d as usize).wrapping_sub(s as usize) & (NT_ALIAS_SPAN - 1);
-                let down = ahead != 0 && ahead < CHUNK;
-                while (stop as usize) - (d as usize) >= CHUNK {
+                let down = ahead != 0 && ahead < chunk;
+                while (stop as usize) - (d as usize) >= chunk {
                     let mut off = 0;
                     while off < PAGE {
                         let mut i = 0;
-                        while i < STREAMS {
-                            let k = if down { STREAMS - 1 - i } else { i };
+                        while i < streams {
+                            let k = if down { streams - 1 - i } else { i };
                             let sp = s.add(k * PAGE + off);
                             let dp = d.add(k * PAGE + off);
                             let mut v = 0;
@@ -737,8 +1086,8 @@ macro_rules! vector_kernels {
                         }
                         off += VISIT;
                     }
-                    d = d.add(CHUNK);
-                    s = s.add(CHUNK);
+                    d = d.add(chunk);
+                    s = s.add(chunk);
                 }
                 let end = dst.add(n - B);
                 while d <= end {
@@ -788,20 +1137,7 @@ macro_rules! vector_kernels {
                 t: &Thresholds,
             ) {
                 if n > 8 * W {
-                    let v = $splat(byte as i8);
-                    if n < t.special_min() {
-                        // With a misaligned destination, `rep stosb` beats the
-                        // loop from a few KiB (measured 0.86 vs 0.95 of glibc at
-                        // 4 KiB); aligned, the loop wins up to `rep_min`.
-                        if dst as usize & 63 != 0
-                            && n >= FILL_REP_MISALIGNED_MIN
-                            && t.rep_min() != usize::MAX
-                        {
-                            return fill_rep(dst, byte, n);
-                        }
-                        return fill_loop(dst, v, n);
-                    }
-                    return fill_large(dst, byte, n, t);
+                    return fill_above_small(dst, byte, n, t);
                 }
                 if n <= 2 * W {
                     if W >= 32 && n <= 32 {
@@ -837,20 +1173,49 @@ macro_rules! vector_kernels {
                 }
             }
 
-            /// Sizes from the first threshold up (`n > 8 W`). Out of line, as
-            /// `copy_large`; it broadcasts the byte itself, as a vector argument
-            /// would go through the stack.
+            /// Fills `n > 8 W` bytes, as [`copy_above_small`] copies.
+            #[target_feature(enable = $feat)]
+            #[inline]
+            pub(in crate::sys::copy) unsafe fn fill_above_small(
+                dst: *mut u8,
+                byte: u8,
+                n: usize,
+                t: &Thresholds,
+            ) {
+                if n < t.inline_below() {
+                    return fill_loop(dst, $splat(byte as i8), n);
+                }
+                fill_large(dst, byte, n, t)
+            }
+
+            /// Sizes from the first special class up (`n > 8 W`). Out of
+            /// line (and `#[cold]`), as `copy_large`; it broadcasts the byte
+            /// itself, as a vector argument would go through the stack.
             #[target_feature(enable = $feat)]
             #[inline(never)]
-            unsafe fn fill_large(dst: *mut u8, byte: u8, n: usize, t: &Thresholds) {
+            #[cold]
+            pub(in crate::sys::copy) unsafe fn fill_large(dst: *mut u8, byte: u8, n: usize, t: &Thresholds) {
                 let v = $splat(byte as i8);
-                if n >= t.nontemporal_min() {
-                    fill_nontemporal(dst, v, n)
-                } else if n >= t.rep_min() && n < t.rep_max() {
-                    fill_rep(dst, byte, n)
-                } else {
-                    fill_loop(dst, v, n)
+                let p = Placement::of_fill(dst as usize);
+                match t.strategy(n, p) {
+                    Some(Strategy::Rep) => fill_rep(dst, byte, n),
+                    Some(Strategy::NonTemporal { streams }) => {
+                        fill_nontemporal(dst, v, n, usize::from(streams))
+                    }
+                    Some(Strategy::Glibc) => super::super::glibc_memset_raw(dst, byte, n),
+                    Some(Strategy::Loop { isa }) if isa.vector_bytes() != W && n > isa.small_max() => {
+                        super::super::fill_loop_of(isa, dst, byte, n)
+                    }
+                    _ => fill_loop(dst, v, n),
                 }
+            }
+
+            /// The vector loop, out of line, for [`super::super::fill_loop_of`]
+            /// (`n > 8 W`).
+            #[target_feature(enable = $feat)]
+            #[inline(never)]
+            pub(in crate::sys::copy) unsafe fn fill_loop_entry(dst: *mut u8, byte: u8, n: usize) {
+                fill_loop(dst, $splat(byte as i8), n)
             }
 
             /// `rep stosb` over the whole range. Aligning the destination first
@@ -866,7 +1231,7 @@ macro_rules! vector_kernels {
             /// Vector loop with aligned temporal stores (`n > 8 W`).
             #[target_feature(enable = $feat)]
             #[inline]
-            unsafe fn fill_loop(dst: *mut u8, v: $v, n: usize) {
+            pub(in crate::sys::copy) unsafe fn fill_loop(dst: *mut u8, v: $v, n: usize) {
                 // An aligned destination starts the loop at its first byte and
                 // needs no separate head store.
                 let misalign = dst as usize & (W - 1);
@@ -892,25 +1257,26 @@ macro_rules! vector_kernels {
             /// then `sfence`.
             #[target_feature(enable = $feat)]
             #[inline]
-            unsafe fn fill_nontemporal(dst: *mut u8, v: $v, n: usize) {
+            unsafe fn fill_nontemporal(dst: *mut u8, v: $v, n: usize, streams: usize) {
                 let skew = (64 - (dst as usize & 63)) & 63;
                 let mut d = dst.add(skew);
                 let stop = dst.add(n);
                 // Pages side by side as in the copy (about 5% more bytes per
-                // second than one stream at 1 GiB here), from a page boundary.
-                const CHUNK: usize = STREAMS * PAGE;
+                // second than one stream at 1 GiB on the Intel VM), from a
+                // page boundary.
+                let chunk = streams * PAGE;
                 let to_page = (PAGE - (d as usize & (PAGE - 1))) & (PAGE - 1);
-                if (stop as usize) - (d as usize) >= to_page + CHUNK {
+                if (stop as usize) - (d as usize) >= to_page + chunk {
                     let page_start = d.add(to_page);
                     while d < page_start {
                         stnt(d, v);
                         d = d.add(W);
                     }
-                    while (stop as usize) - (d as usize) >= CHUNK {
+                    while (stop as usize) - (d as usize) >= chunk {
                         let mut off = 0;
                         while off < PAGE {
                             let mut k = 0;
-                            while k < STREAMS {
+                            while k < streams {
                                 let dp = d.add(k * PAGE + off);
                                 let mut i = 0;
                                 while i < VISIT {
@@ -921,7 +1287,7 @@ macro_rules! vector_kernels {
                             }
                             off += VISIT;
                         }
-                        d = d.add(CHUNK);
+                        d = d.add(chunk);
                     }
                 }
                 let end = dst.add(n - B);
@@ -958,35 +1324,9 @@ vector_kernels! {
 }
 
 vector_kernels! {
-    /// 64-byte AVX-512 kernels.
-    avx512, feature = "avx512f,avx512bw", entry = #[inline], width = 64, vector = __m512i,
+    /// 64-byte AVX-512 kernels (entered through `avx512_leaf`, which does
+    /// the sizes up to eight vectors itself: the `_gt16` entries go unused).
+    avx512, feature = "avx512f,avx512bw", entry = #[allow(dead_code)], width = 64, vector = __m512i,
     loadu = _mm512_loadu_si512, storeu = _mm512_storeu_si512,
     stream = _mm512_stream_si512, splat = _mm512_set1_epi8
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// `rep movsb` is avoided in its slow mode (destination a little ahead of
-    /// the source modulo 1 MiB) and, below `REP_NEAR_4K_MIN`, when it is a
-    /// little ahead modulo 4 KiB only.
-    #[test]
-    fn rep_movsb_is_chosen_by_the_distance_modulo_1_mib_and_4_kib() {
-        let at =
-            |src: usize, dst: usize, n: usize| rep_movsb_suits(dst as *mut u8, src as *const u8, n);
-        let base = 1usize << 30;
-        let big = REP_NEAR_4K_MIN;
-        // Far apart, behind, or at the same offset: rep movsb.
-        assert!(at(base, base + (3 << 20) + 2048, 64 << 10));
-        assert!(at(base + 7, base + 1, 64 << 10));
-        assert!(at(base, base + (4 << 20), 64 << 10));
-        // A little ahead modulo 1 MiB: the slow mode, at any size.
-        assert!(!at(base + 1, base + (2 << 20) + 7, big * 4));
-        assert!(!at(base, base + (1 << 20) + 1023, big * 4));
-        assert!(at(base, base + (1 << 20) + 1024, big * 4));
-        // A little ahead modulo 4 KiB only: the loop below REP_NEAR_4K_MIN.
-        assert!(!at(base + 1, base + (12 << 10) + 7, big - 1));
-        assert!(at(base + 1, base + (12 << 10) + 7, big));
-    }
 }

@@ -1,0 +1,436 @@
+//! The per-user cache of measured copy plans ("wisdom", as FFTW calls it).
+//!
+//! `pagewise tune` measures a plan and [`save`]s it to
+//! `$XDG_CACHE_HOME/pagewise/` (or `~/.cache/pagewise/`), one file per
+//! [`MachineKey`]; [`super::Plan::detect`] [`load`]s the one for this machine.
+//! A plan is only used on the machine key it was measured on: a new CPU
+//! model, stepping, microcode, kernel or glibc means measuring again.
+//!
+//! Safety of the files: the directory is created with mode 0700 and must be
+//! owned by this user and writable by no one else; a plan file must be a
+//! regular file owned by this user, not writable by group or others, and is
+//! opened with `O_NOFOLLOW` (a symbolic link is refused); it is written under
+//! a temporary name (created with `O_EXCL | O_NOFOLLOW`, mode 0600) and
+//! renamed into place, so readers never see half a file.
+
+use super::plan::Tables;
+use super::Isa;
+use serde::{Deserialize, Serialize};
+use std::io::{Read, Write};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+/// JSON schema of a cached plan file.
+pub const SCHEMA: &str = "pagewise.copy-plan/2";
+
+/// Largest plan file read (a plan is a few KiB).
+const MAX_FILE_BYTES: u64 = 1 << 20;
+
+/// What a measured plan is valid for: it is used only where every field is equal.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct MachineKey {
+    /// `cpuid` vendor string.
+    pub vendor: String,
+    /// CPU family.
+    pub family: u32,
+    /// CPU model.
+    pub model: u32,
+    /// CPU stepping.
+    pub stepping: u32,
+    /// Microcode revision from `/proc/cpuinfo`, if readable.
+    pub microcode: Option<String>,
+    /// Kernel release.
+    pub kernel: Option<String>,
+    /// glibc version (its `memcpy`/`memset` are candidates).
+    pub glibc: Option<String>,
+}
+
+impl MachineKey {
+    /// This machine's key: two `cpuid` instructions and two small file reads.
+    pub fn current() -> MachineKey {
+        let id = crate::sys::cpu::cpu_identity().unwrap_or_default();
+        let microcode = std::fs::read_to_string("/proc/cpuinfo").ok().and_then(|t| {
+            t.lines()
+                .find(|l| l.starts_with("microcode"))
+                .and_then(|l| l.split_once(':'))
+                .map(|(_, v)| v.trim().to_owned())
+        });
+        let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease")
+            .ok()
+            .map(|s| s.trim().to_owned());
+        MachineKey {
+            vendor: id.vendor,
+            family: id.family,
+            model: id.model,
+            stepping: id.stepping,
+            microcode,
+            kernel,
+            glibc: crate::sys::libc_info::glibc_version(),
+        }
+    }
+
+    /// The cache file name for this key: `copy-plan-<16 hex digits>.json`
+    /// (FNV-1a of the fields, so that machines sharing a home directory keep
+    /// their own files).
+    pub fn file_name(&self) -> String {
+        let text = format!(
+            "{}|{}|{}|{}|{}|{}|{}",
+            self.vendor,
+            self.family,
+            self.model,
+            self.stepping,
+            self.microcode.as_deref().unwrap_or("-"),
+            self.kernel.as_deref().unwrap_or("-"),
+            self.glibc.as_deref().unwrap_or("-")
+        );
+        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+        for b in text.bytes() {
+            h ^= u64::from(b);
+            h = h.wrapping_mul(0x0100_0000_01b3);
+        }
+        format!("copy-plan-{h:016x}.json")
+    }
+
+    /// `AuthenticAMD family 26 model 2 stepping 1`.
+    pub fn cpu(&self) -> String {
+        format!(
+            "{} family {} model {} stepping {}",
+            self.vendor, self.family, self.model, self.stepping
+        )
+    }
+}
+
+/// A measured plan as the cache holds it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Tuned {
+    /// [`SCHEMA`].
+    pub schema: String,
+    /// The machine it was measured on.
+    pub key: MachineKey,
+    /// When (Unix seconds).
+    pub measured_at: u64,
+    /// The instruction set it was measured with.
+    pub isa: Isa,
+    /// The chosen strategies.
+    pub tables: Tables,
+}
+
+/// Why the cache could not be used.
+#[derive(Debug, thiserror::Error)]
+pub enum CacheError {
+    /// Neither `XDG_CACHE_HOME` nor `HOME` gives a directory.
+    #[error("no cache directory: set XDG_CACHE_HOME or HOME to an absolute path")]
+    NoDirectory,
+    /// The directory or file is not safe to trust.
+    #[error("copy plan cache {path}: {why}; not used (remove it, or fix its owner and mode)")]
+    Untrusted {
+        /// The path.
+        path: PathBuf,
+        /// What is wrong.
+        why: String,
+    },
+    /// A file operation failed.
+    #[error("copy plan cache {path}: {action} failed: {error}")]
+    Io {
+        /// The path.
+        path: PathBuf,
+        /// What was being done.
+        action: &'static str,
+        /// The error (in the message, not as `source()`: said once).
+        error: std::io::Error,
+    },
+    /// The file is not a plan of this version.
+    #[error("copy plan cache {path}: not a {SCHEMA} file ({why}); run `pagewise tune` again")]
+    Malformed {
+        /// The path.
+        path: PathBuf,
+        /// The parser's complaint.
+        why: String,
+    },
+}
+
+/// The cache directory: `$XDG_CACHE_HOME/pagewise` when that is an absolute
+/// path, else `$HOME/.cache/pagewise`.
+pub fn directory() -> Result<PathBuf, CacheError> {
+    let abs = |v: Option<std::ffi::OsString>| v.map(PathBuf::from).filter(|p| p.is_absolute());
+    if let Some(xdg) = abs(std::env::var_os("XDG_CACHE_HOME")) {
+        return Ok(xdg.join("pagewise"));
+    }
+    abs(std::env::var_os("HOME"))
+        .map(|h| h.join(".cache").join("pagewise"))
+        .ok_or(CacheError::NoDirectory)
+}
+
+/// The file a plan for `key` lives in.
+pub fn path_for(key: &MachineKey) -> Result<PathBuf, CacheError> {
+    Ok(directory()?.join(key.file_name()))
+}
+
+/// Checks that `meta` belongs to this user and that group and others
+/// cannot write it.
+fn check_owner(path: &Path, meta: &std::fs::Metadata) -> Result<(), CacheError> {
+    let uid = crate::sys::libc_info::effective_uid();
+    let untrusted = |why: String| CacheError::Untrusted {
+        path: path.to_owned(),
+        why,
+    };
+    if meta.uid() != uid {
+        return Err(untrusted(format!(
+            "owned by user {}, not by this user ({uid})",
+            meta.uid()
+        )));
+    }
+    if meta.mode() & 0o022 != 0 {
+        return Err(untrusted(format!(
+            "writable by group or others (mode {:o})",
+            meta.mode() & 0o777
+        )));
+    }
+    Ok(())
+}
+
+/// The plan cached for `key` and its path; `Ok(None)` when there is none.
+/// A file for another key (which only a hash collision could bring) is
+/// treated as none. Costs one `stat` of the directory, one `open` and a read
+/// of a few KiB.
+pub fn load(key: &MachineKey) -> Result<Option<(Tuned, PathBuf)>, CacheError> {
+    let dir = directory()?;
+    load_from(&dir, key)
+}
+
+/// [`load`] from a given directory.
+pub fn load_from(dir: &Path, key: &MachineKey) -> Result<Option<(Tuned, PathBuf)>, CacheError> {
+    let path = dir.join(key.file_name());
+    match std::fs::symlink_metadata(dir) {
+        Ok(meta) => {
+            if !meta.is_dir() {
+                return Err(CacheError::Untrusted {
+                    path: dir.to_owned(),
+                    why: "not a directory".into(),
+                });
+            }
+            check_owner(dir, &meta)?;
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(source) => {
+            return Err(CacheError::Io {
+                path: dir.to_owned(),
+                action: "stat",
+                error: source,
+            })
+        }
+    }
+    let file = match crate::sys::file::open_read_nofollow(&path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(source) => {
+            return Err(CacheError::Io {
+                path,
+                action: "open (a symbolic link is refused)",
+                error: source,
+            })
+        }
+    };
+    let meta = file.metadata().map_err(|source| CacheError::Io {
+        path: path.clone(),
+        action: "fstat",
+        error: source,
+    })?;
+    if !meta.is_file() {
+        return Err(CacheError::Untrusted {
+            path,
+            why: "not a regular file".into(),
+        });
+    }
+    check_owner(&path, &meta)?;
+    let mut text = String::new();
+    file.take(MAX_FILE_BYTES)
+        .read_to_string(&mut text)
+        .map_err(|source| CacheError::Io {
+            path: path.clone(),
+            action: "read",
+            error: source,
+        })?;
+    let tuned: Tuned = serde_json::from_str(&text).map_err(|e| CacheError::Malformed {
+        path: path.clone(),
+        why: e.to_string(),
+    })?;
+    if tuned.schema != SCHEMA {
+        return Err(CacheError::Malformed {
+            path,
+            why: format!("schema {:?}", tuned.schema),
+        });
+    }
+    Ok((tuned.key == *key).then_some((tuned, path)))
+}
+
+/// Writes `tuned` to the cache under its key and returns the path.
+pub fn save(tuned: &Tuned) -> Result<PathBuf, CacheError> {
+    save_to(&directory()?, tuned)
+}
+
+/// [`save`] into a given directory (created with mode 0700 if missing, its
+/// parents with the default mode).
+pub fn save_to(dir: &Path, tuned: &Tuned) -> Result<PathBuf, CacheError> {
+    let io = |path: &Path, action: &'static str| {
+        let path = path.to_owned();
+        move |source| CacheError::Io {
+            path,
+            action,
+            error: source,
+        }
+    };
+    if let Some(parent) = dir.parent() {
+        std::fs::create_dir_all(parent).map_err(io(parent, "create directory"))?;
+    }
+    match std::fs::DirBuilder::new().mode(0o700).create(dir) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(io(dir, "create directory")(e)),
+    }
+    let meta = std::fs::symlink_metadata(dir).map_err(io(dir, "stat"))?;
+    if !meta.is_dir() {
+        return Err(CacheError::Untrusted {
+            path: dir.to_owned(),
+            why: "not a directory".into(),
+        });
+    }
+    check_owner(dir, &meta)?;
+    let path = dir.join(tuned.key.file_name());
+    let tmp = dir.join(format!(
+        ".{}.{}.tmp",
+        tuned.key.file_name(),
+        std::process::id()
+    ));
+    let text = serde_json::to_string_pretty(tuned).map_err(|e| CacheError::Malformed {
+        path: path.clone(),
+        why: e.to_string(),
+    })?;
+    let written = (|| {
+        let mut f = crate::sys::file::create_new_nofollow(&tmp, 0o600)?;
+        f.write_all(text.as_bytes())?;
+        f.write_all(b"\n")?;
+        f.sync_all()
+    })();
+    if let Err(e) = written {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(io(&tmp, "write")(e));
+    }
+    // The file mode was set at creation; make sure a umask did not widen it.
+    let _ = std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o600));
+    std::fs::rename(&tmp, &path).map_err(|e| {
+        let _ = std::fs::remove_file(&tmp);
+        io(&path, "rename")(e)
+    })?;
+    Ok(path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::copy::plan::{default_tables, CpuKind};
+
+    fn tuned(key: MachineKey) -> Tuned {
+        Tuned {
+            schema: SCHEMA.into(),
+            key,
+            measured_at: 1_700_000_000,
+            isa: Isa::Avx2,
+            tables: default_tables(CpuKind::AmdZen1To4, Isa::Avx2, true, Some(32 << 20)),
+        }
+    }
+
+    fn key() -> MachineKey {
+        MachineKey {
+            vendor: "AuthenticAMD".into(),
+            family: 26,
+            model: 2,
+            stepping: 1,
+            microcode: Some("0x1000065".into()),
+            kernel: Some("6.18.0".into()),
+            glibc: Some("2.36".into()),
+        }
+    }
+
+    #[test]
+    fn a_saved_plan_loads_back_only_for_its_key() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = dir.path().join("pagewise");
+        let t = tuned(key());
+        let path = save_to(&cache, &t).unwrap();
+        let mode = std::fs::metadata(&cache).unwrap().mode() & 0o777;
+        assert_eq!(mode, 0o700);
+        assert_eq!(std::fs::metadata(&path).unwrap().mode() & 0o777, 0o600);
+        let (back, at) = load_from(&cache, &key()).unwrap().unwrap();
+        assert_eq!((back, at), (t, path));
+        // Another microcode, kernel or glibc is another machine.
+        for other in [
+            MachineKey {
+                microcode: Some("0x1000066".into()),
+                ..key()
+            },
+            MachineKey {
+                kernel: Some("6.19.0".into()),
+                ..key()
+            },
+            MachineKey {
+                glibc: Some("2.41".into()),
+                ..key()
+            },
+            MachineKey {
+                stepping: 0,
+                ..key()
+            },
+        ] {
+            assert!(load_from(&cache, &other).unwrap().is_none(), "{other:?}");
+        }
+        // No temporary files left behind.
+        let names: Vec<_> = std::fs::read_dir(&cache).unwrap().collect();
+        assert_eq!(names.len(), 1);
+    }
+
+    #[test]
+    fn a_missing_cache_is_no_plan() {
+        let dir = tempfile::tempdir().unwrap();
+        assert!(load_from(&dir.path().join("none"), &key())
+            .unwrap()
+            .is_none());
+    }
+
+    #[test]
+    fn links_loose_modes_and_bad_files_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = dir.path().join("pagewise");
+        let path = save_to(&cache, &tuned(key())).unwrap();
+        // A world-writable file.
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o666)).unwrap();
+        let err = load_from(&cache, &key()).unwrap_err();
+        assert!(err.to_string().contains("writable by group"), "{err}");
+        // A symbolic link in its place.
+        std::fs::remove_file(&path).unwrap();
+        let elsewhere = dir.path().join("elsewhere.json");
+        std::fs::write(&elsewhere, "{}").unwrap();
+        std::os::unix::fs::symlink(&elsewhere, &path).unwrap();
+        let err = load_from(&cache, &key()).unwrap_err();
+        assert!(err.to_string().contains("symbolic link"), "{err}");
+        // Not JSON of this schema.
+        std::fs::remove_file(&path).unwrap();
+        let mut f = crate::sys::file::create_new_nofollow(&path, 0o600).unwrap();
+        f.write_all(b"{\"schema\": 1}").unwrap();
+        let err = load_from(&cache, &key()).unwrap_err();
+        assert!(matches!(err, CacheError::Malformed { .. }), "{err}");
+        // A group-writable directory.
+        std::fs::remove_file(&path).unwrap();
+        std::fs::set_permissions(&cache, std::fs::Permissions::from_mode(0o777)).unwrap();
+        let err = load_from(&cache, &key()).unwrap_err();
+        assert!(matches!(err, CacheError::Untrusted { .. }), "{err}");
+    }
+
+    #[test]
+    fn file_names_differ_by_key() {
+        let a = key().file_name();
+        let b = MachineKey { model: 3, ..key() }.file_name();
+        assert_ne!(a, b);
+        assert!(a.starts_with("copy-plan-") && a.ends_with(".json"), "{a}");
+    }
+}

@@ -1,0 +1,1073 @@
+//! Measuring a plan on this machine: what `pagewise tune` runs.
+//!
+//! For every size class and [`Placement`] of copy and fill, [`tune`] times
+//! each candidate [`Strategy`] (the vector loop of every instruction set the
+//! CPU has, `rep movsb`/`rep stosb`, non-temporal stores with 1, 2, 4, … 32
+//! streams, and glibc's `memcpy`/`memset`) through pagewise's own dispatch,
+//! on hot buffers (where the class fits in the caches) and on cold ones.
+//! glibc is also timed directly, as the yardstick: every time is turned into
+//! a ratio to the direct glibc call of the same round, and a candidate's
+//! score in a cell is the median of its ratios. Candidates are interleaved
+//! round by round (the order rotating), so that a busy neighbour slows all
+//! of them alike.
+//!
+//! **The defaults stay unless something is clearly better.** The incumbent
+//! of every class and placement is what the defaults for this CPU
+//! ([`super::default_tables`]) run there. A challenger replaces it only if,
+//! in every cell measured (hot and cold), its speed over the incumbent's,
+//! round by round (they ran side by side), has a median of at least `1 +`
+//! [`Options::margin`] and is above 1 in at least four rounds of five; of
+//! several such challengers, the one with the best worst score wins. The
+//! tuned tables are the default tables with only those classes changed.
+//! Candidates within the noise of each other (on a shared machine, ±10% and
+//! more from one round to the next) thus leave the defaults in place, the
+//! plan does not flip from one run to the next, and a tuned plan is faster
+//! than the defaults wherever it differs from them, at the sizes measured.
+//! The smallest sizes ([`Small`]) are decided the same way.
+//!
+//! The cost is dominated by the largest class (copies of [`Options::max_bytes`]
+//! from memory): about a minute with the defaults, which is why a process
+//! never tunes by itself (see `docs/copy.md`).
+
+use super::cache::{MachineKey, Tuned, SCHEMA};
+use super::plan::{default_tables, overlay_placement, Plan, Table};
+use super::{Copier, Isa, Placement, Small, Strategy};
+use crate::sys::copy::{glibc_memcpy, glibc_memset, Class};
+use crate::sys::mem::{Advice, AnonMapping, MapOptions};
+use serde::Serialize;
+use std::hint::black_box;
+use std::time::Instant;
+
+/// JSON schema of a `pagewise tune` report.
+pub const TUNE_SCHEMA: &str = "pagewise.tune/1";
+
+/// What to measure.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Rounds per class (each candidate once per round); at least 3.
+    pub rounds: usize,
+    /// The largest size measured (the last class's representative).
+    pub max_bytes: usize,
+    /// A challenger must beat the default strategy of a class by this
+    /// fraction, in the median of every cell, to replace it.
+    pub margin: f64,
+    /// glibc's own non-temporal threshold, if known: the temporal tables do
+    /// not call glibc at or above it (glibc would stream there).
+    pub glibc_nontemporal: Option<usize>,
+    /// Cache sizes: L2 and last level (rows are hot where they fit).
+    pub l2_bytes: usize,
+    /// Last-level cache.
+    pub llc_bytes: usize,
+}
+
+impl Options {
+    /// Defaults for this machine's caches.
+    pub fn for_caches(l2_bytes: usize, llc_bytes: usize) -> Options {
+        Options {
+            rounds: 5,
+            max_bytes: 512 << 20,
+            margin: 0.05,
+            glibc_nontemporal: None,
+            l2_bytes,
+            llc_bytes,
+        }
+    }
+}
+
+/// Progress of a long measurement: `done` of `total` steps, and what runs.
+pub trait Progress {
+    /// Called before each step.
+    fn update(&self, done: usize, total: usize, what: &str);
+}
+
+/// Median, min and max of a candidate's ratios to glibc over the rounds.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct Ratio {
+    /// Median over the rounds.
+    pub median: f64,
+    /// Smallest.
+    pub min: f64,
+    /// Largest.
+    pub max: f64,
+}
+
+impl Ratio {
+    fn of(values: &mut [f64]) -> Ratio {
+        values.sort_by(f64::total_cmp);
+        let n = values.len();
+        Ratio {
+            median: if n == 0 {
+                f64::NAN
+            } else if n % 2 == 1 {
+                values[n / 2]
+            } else {
+                (values[n / 2 - 1] + values[n / 2]) / 2.0
+            },
+            min: values.first().copied().unwrap_or(f64::NAN),
+            max: values.last().copied().unwrap_or(f64::NAN),
+        }
+    }
+}
+
+/// One candidate in one cell (size, residency, placement).
+#[derive(Debug, Clone, Serialize)]
+pub struct Timing {
+    /// The candidate (`loop avx512`, `rep`, `nt 1`, `glibc`).
+    pub candidate: String,
+    /// Its GB/s (10^9 B/s), median over the rounds.
+    pub gbps: f64,
+    /// Its speed over direct glibc's, per round.
+    pub ratio: Ratio,
+    /// Its GB/s in each round, in order (rounds pair candidates: they ran
+    /// side by side).
+    pub rounds: Vec<f64>,
+}
+
+/// One measured cell.
+#[derive(Debug, Clone, Serialize)]
+pub struct Cell {
+    /// `copy` or `fill`.
+    pub op: &'static str,
+    /// First size of the class.
+    pub class_from: usize,
+    /// The size measured.
+    pub bytes: usize,
+    /// `hot` or `cold`.
+    pub residency: &'static str,
+    /// The placement.
+    pub placement: Placement,
+    /// Direct glibc, GB/s (median).
+    pub glibc_gbps: f64,
+    /// Every candidate.
+    pub timings: Vec<Timing>,
+}
+
+/// The choice for one class and placement, and why.
+#[derive(Debug, Clone, Serialize)]
+pub struct Choice {
+    /// Which table.
+    pub table: Table,
+    /// First size of the class.
+    pub class_from: usize,
+    /// The placement.
+    pub placement: Placement,
+    /// The strategy chosen.
+    pub chosen: String,
+    /// Its score: the median ratio to direct glibc at its worst residency.
+    pub score: f64,
+    /// What the defaults run here (the incumbent).
+    pub default: String,
+    /// The default's score.
+    pub default_score: f64,
+    /// The glibc candidate's score.
+    pub glibc_score: f64,
+}
+
+/// A `pagewise tune` run.
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    /// [`TUNE_SCHEMA`].
+    pub schema: &'static str,
+    /// The plan measured, as cached.
+    pub tuned: Tuned,
+    /// Every cell's timings.
+    pub cells: Vec<Cell>,
+    /// Every choice.
+    pub choices: Vec<Choice>,
+    /// How the smallest sizes were decided (AVX-512 only): ratio to glibc of
+    /// masked and plain moves, worst over the sizes tried.
+    pub small: Vec<Timing>,
+    /// Seconds the measurement took.
+    pub seconds: f64,
+    /// Where the plan was written, if it was.
+    pub cache_file: Option<String>,
+    /// Anything worth knowing, one sentence each.
+    pub notes: Vec<String>,
+}
+
+/// Why tuning failed.
+#[derive(Debug, thiserror::Error)]
+pub enum TuneError {
+    /// Buffers could not be mapped.
+    #[error("cannot map {bytes} bytes for measuring: {error} (lower --max-bytes or free memory)")]
+    Map {
+        /// How much.
+        bytes: usize,
+        /// The failed call (in the message, not as `source()`: said once).
+        error: crate::sys::SysError,
+    },
+    /// A candidate produced wrong bytes (a bug: please report it).
+    #[error("candidate {candidate} produced wrong bytes at {bytes} B")]
+    WrongResult {
+        /// The candidate.
+        candidate: String,
+        /// The size.
+        bytes: usize,
+    },
+}
+
+/// Copy class starts above the loop-free sizes, and the size measured for each.
+fn grid(small_max: usize, max_bytes: usize) -> Vec<(usize, usize)> {
+    let starts = [
+        small_max + 1,
+        2 << 10,
+        8 << 10,
+        32 << 10,
+        128 << 10,
+        512 << 10,
+        2 << 20,
+        8 << 20,
+        32 << 20,
+        128 << 20,
+    ];
+    let reps = [
+        1 << 10,
+        4 << 10,
+        16 << 10,
+        64 << 10,
+        256 << 10,
+        1 << 20,
+        4 << 20,
+        16 << 20,
+        64 << 20,
+        512 << 20,
+    ];
+    starts
+        .into_iter()
+        .zip(reps)
+        .filter(|&(from, _)| from <= max_bytes)
+        .map(|(from, rep)| (from, rep.min(max_bytes).max(from)))
+        .collect()
+}
+
+/// Source and destination buffers (page-aligned, faulted in, on THP where
+/// the kernel gives them), the destination 12 KiB further on modulo 2 MiB
+/// than the source, as in `bench memcpy` (each call's loads would otherwise
+/// wait for the previous call's stores to the same low address bits).
+struct Buffers {
+    src: AnonMapping,
+    dst: AnonMapping,
+    dst_start: usize,
+    len: usize,
+}
+
+impl Buffers {
+    fn new(len: usize, with_source: bool) -> Result<Buffers, TuneError> {
+        const SPAN: usize = 2 << 20;
+        let map = |len: usize| -> Result<AnonMapping, TuneError> {
+            let m =
+                AnonMapping::map(len, MapOptions::default()).map_err(|source| TuneError::Map {
+                    bytes: len,
+                    error: source,
+                })?;
+            let _ = m.advise(0, len, Advice::HugePage);
+            Ok(m)
+        };
+        let mut dst = map(len + SPAN)?;
+        dst.as_mut_slice().fill(0);
+        let mut src = map(if with_source { len } else { 4096 })?;
+        for (i, b) in src.as_mut_slice().iter_mut().enumerate() {
+            *b = (i % 251) as u8;
+        }
+        let wanted = (src.as_slice().as_ptr() as usize + (12 << 10)) % SPAN;
+        let base = dst.as_mut_slice().as_ptr() as usize;
+        let dst_start = (wanted + SPAN - base % SPAN) % SPAN;
+        Ok(Buffers {
+            src,
+            dst,
+            dst_start,
+            len,
+        })
+    }
+
+    fn slices(&mut self) -> (&mut [u8], &[u8]) {
+        (
+            &mut self.dst.as_mut_slice()[self.dst_start..][..self.len],
+            self.src.as_slice(),
+        )
+    }
+}
+
+/// A candidate as something to time.
+#[derive(Clone, Copy)]
+enum Runner<'a> {
+    Pagewise(&'a Copier),
+    Glibc,
+}
+
+/// `(src, dst)` offsets from 4 KiB boundaries of a placement's representative.
+fn offsets(op: Op, p: Placement) -> (usize, usize) {
+    match (op, p) {
+        (_, Placement::Aligned) => (0, 0),
+        (Op::Copy, Placement::Near) => (1, 7),
+        (Op::Copy, Placement::Other) => (7, 1),
+        (Op::Fill, _) => (0, 1),
+    }
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Op {
+    Copy,
+    Fill,
+}
+
+/// Bytes a hot measurement moves, and a cold one at most.
+const HOT_BYTES: usize = 8 << 20;
+const COLD_BYTES: usize = 64 << 20;
+/// Distance between cold calls, at least: past what prefetchers follow.
+const COLD_STRIDE: usize = 64 << 10;
+
+/// Times `runner` on `n` bytes: GB/s. Hot: the same buffers `reps` times
+/// (best of two runs); cold: one call per block, blocks spread over the pool.
+fn time_one(
+    op: Op,
+    runner: Runner<'_>,
+    bufs: &mut Buffers,
+    n: usize,
+    hot: bool,
+    at: (usize, usize),
+) -> f64 {
+    let (dst, src) = bufs.slices();
+    let (dst, src) = black_box((dst, src));
+    let call = |d: &mut [u8], s: &[u8]| match (op, runner) {
+        (Op::Copy, Runner::Pagewise(c)) => {
+            let _ = c.copy(d, s);
+        }
+        (Op::Copy, Runner::Glibc) => glibc_memcpy(d, s),
+        (Op::Fill, Runner::Pagewise(c)) => c.fill(d, black_box(0x5a)),
+        (Op::Fill, Runner::Glibc) => glibc_memset(d, black_box(0x5a)),
+    };
+    let src_for = |_: &[u8], s: usize| -> usize {
+        if op == Op::Copy {
+            s
+        } else {
+            0
+        }
+    };
+    if hot {
+        let (s, d) = at;
+        let reps = (HOT_BYTES / n).clamp(4, 1 << 16);
+        let s0 = src_for(src, s);
+        let slen = if op == Op::Copy { n } else { 0 };
+        let mut best = 0.0f64;
+        for _ in 0..2 {
+            for _ in 0..reps.min(8) {
+                call(&mut dst[d..d + n], &src[s0..s0 + slen]);
+            }
+            let t = Instant::now();
+            for _ in 0..reps {
+                call(&mut dst[d..d + n], &src[s0..s0 + slen]);
+                std::sync::atomic::compiler_fence(std::sync::atomic::Ordering::SeqCst);
+            }
+            best = best.max((reps * n) as f64 / t.elapsed().as_secs_f64().max(1e-9) / 1e9);
+        }
+        best
+    } else {
+        let stride = (n + 4096).next_multiple_of(4096).max(COLD_STRIDE);
+        let fit = ((dst.len() - 4096) / stride).max(1);
+        let calls = fit.min((COLD_BYTES / n).max(1)).min(4096);
+        // The best of two passes up to a few MiB (a pass the scheduler
+        // interrupted does not count); larger ones take long enough.
+        let passes = if n <= 4 << 20 { 2 } else { 1 };
+        let mut best = 0.0f64;
+        for _ in 0..passes {
+            let t = Instant::now();
+            for k in 0..calls {
+                let (s, d) = (k * stride + at.0, k * stride + at.1);
+                let s0 = src_for(src, s);
+                let slen = if op == Op::Copy { n } else { 0 };
+                call(&mut dst[d..d + n], &src[s0..s0 + slen]);
+                std::sync::atomic::compiler_fence(std::sync::atomic::Ordering::SeqCst);
+            }
+            best = best.max((calls * n) as f64 / t.elapsed().as_secs_f64().max(1e-9) / 1e9);
+        }
+        best
+    }
+}
+
+/// Checks one call of `copier` for right bytes.
+fn verify(op: Op, copier: &Copier, bufs: &mut Buffers, n: usize, at: (usize, usize)) -> bool {
+    let (dst, src) = bufs.slices();
+    let d = &mut dst[at.1..at.1 + n];
+    match op {
+        Op::Copy => {
+            let s = &src[at.0..at.0 + n];
+            d.fill(0xee);
+            let _ = copier.copy(d, s);
+            d == s
+        }
+        Op::Fill => {
+            d.fill(0);
+            copier.fill(d, 0x5a);
+            d.iter().all(|&b| b == 0x5a)
+        }
+    }
+}
+
+/// The candidates of one cell and their copiers.
+fn candidates(base: &Plan, n: usize, erms: bool) -> Vec<(Strategy, Copier)> {
+    let mut out = Vec::new();
+    let mut add = |s: Strategy| {
+        if let Ok(c) = Copier::new(&base.with_only(base.isa, s)) {
+            out.push((s, c));
+        }
+    };
+    for isa in Isa::ALL.into_iter().filter(|i| i.is_supported()) {
+        add(Strategy::Loop { isa });
+    }
+    if erms {
+        add(Strategy::Rep);
+    }
+    if n >= 256 << 10 {
+        for streams in [1u8, 2, 4, 8, 16, 32] {
+            add(Strategy::NonTemporal { streams });
+        }
+    }
+    add(Strategy::Glibc);
+    out
+}
+
+/// Measures one cell: every candidate and direct glibc, `rounds` times,
+/// interleaved. Returns the timings (candidates in order) and direct glibc.
+#[allow(clippy::too_many_arguments)]
+fn measure_cell(
+    op: Op,
+    cands: &[(Strategy, Copier)],
+    bufs: &mut Buffers,
+    n: usize,
+    hot: bool,
+    p: Placement,
+    rounds: usize,
+) -> Result<(Vec<Timing>, f64), TuneError> {
+    let at = offsets(op, p);
+    for (s, c) in cands {
+        if !verify(op, c, bufs, n, at) {
+            return Err(TuneError::WrongResult {
+                candidate: s.label(),
+                bytes: n,
+            });
+        }
+    }
+    let k = cands.len() + 1;
+    let mut speeds = vec![Vec::with_capacity(rounds); k];
+    for r in 0..rounds {
+        for j in 0..k {
+            // Rotate the order every round; the last slot is direct glibc.
+            let i = (j + r) % k;
+            let runner = cands
+                .get(i)
+                .map_or(Runner::Glibc, |(_, c)| Runner::Pagewise(c));
+            speeds[i].push(time_one(op, runner, bufs, n, hot, at));
+        }
+    }
+    let glibc = speeds[k - 1].clone();
+    let mut glibc_sorted = glibc.clone();
+    let glibc_gbps = Ratio::of(&mut glibc_sorted).median;
+    let timings = cands
+        .iter()
+        .enumerate()
+        .map(|(i, (s, _))| {
+            let mut ratios: Vec<f64> = speeds[i].iter().zip(&glibc).map(|(a, b)| a / b).collect();
+            let mut gb = speeds[i].clone();
+            Timing {
+                candidate: s.label(),
+                gbps: Ratio::of(&mut gb).median,
+                ratio: Ratio::of(&mut ratios),
+                rounds: speeds[i].clone(),
+            }
+        })
+        .collect();
+    Ok((timings, glibc_gbps))
+}
+
+/// A candidate's timing in each of `cells`; `None` unless it was measured
+/// in all of them.
+fn timings<'c>(cells: &[&'c Cell], s: Strategy) -> Option<Vec<&'c Timing>> {
+    let label = s.label();
+    let v: Vec<&Timing> = cells
+        .iter()
+        .filter_map(|c| c.timings.iter().find(|t| t.candidate == label))
+        .collect();
+    (!v.is_empty() && v.len() == cells.len()).then_some(v)
+}
+
+/// The worst (smallest) of a candidate's median ratios to glibc.
+fn worst_score(t: &[&Timing]) -> f64 {
+    t.iter()
+        .map(|t| t.ratio.median)
+        .fold(f64::INFINITY, f64::min)
+}
+
+/// The noise of a cell: half the spread of the glibc candidate's ratios to
+/// direct glibc over the rounds (the same routine timed twice per round),
+/// or 0 when glibc was not a candidate there.
+fn noise(cell: &Cell) -> f64 {
+    cell.timings
+        .iter()
+        .find(|t| t.candidate == Strategy::Glibc.label())
+        .map_or(0.0, |t| (t.ratio.max - t.ratio.min) / 2.0)
+}
+
+/// Whether a challenger beats an incumbent beyond the noise, cell by cell
+/// (the same cells, in order, with each cell's required `margins`): in
+/// every cell its speed over the incumbent's, round by round (they ran side
+/// by side), has a median of at least `1 + margin` and is above 1 in at
+/// least four rounds of five.
+fn clearly_better(challenger: &[&Timing], incumbent: &[&Timing], margins: &[f64]) -> bool {
+    challenger.len() == incumbent.len()
+        && challenger.len() == margins.len()
+        && !challenger.is_empty()
+        && challenger
+            .iter()
+            .zip(incumbent)
+            .zip(margins)
+            .all(|((c, i), margin)| {
+                let mut q: Vec<f64> = c.rounds.iter().zip(&i.rounds).map(|(c, i)| c / i).collect();
+                let wins = q.iter().filter(|&&q| q > 1.0).count();
+                !q.is_empty() && Ratio::of(&mut q).median >= 1.0 + margin && wins * 5 >= q.len() * 4
+            })
+}
+
+/// What one class and placement gets: `(chosen, its worst score, the
+/// incumbent's worst score, the glibc candidate's worst score)`, scores
+/// being median ratios to direct glibc. The incumbent is `default` (or
+/// glibc, when the default is not `allowed` or was not measured); of the
+/// allowed challengers that are [`clearly_better`] than it, the one with the
+/// best worst score replaces it. The margin a cell asks for is `margin` or
+/// its [`noise`], whichever is larger.
+fn choose(
+    cells: &[&Cell],
+    strategies: &[Strategy],
+    default: Strategy,
+    allowed: impl Fn(Strategy) -> bool,
+    margin: f64,
+) -> (Strategy, f64, f64, f64) {
+    let glibc = timings(cells, Strategy::Glibc).map_or(f64::NAN, |t| worst_score(&t));
+    let margins: Vec<f64> = cells.iter().map(|c| noise(c).max(margin)).collect();
+    let incumbent = [default, Strategy::Glibc]
+        .into_iter()
+        .filter(|s| allowed(*s))
+        .find_map(|s| timings(cells, s).map(|t| (s, t)));
+    let Some((incumbent, inc)) = incumbent else {
+        // Nothing to defend: the best allowed candidate.
+        let best = strategies
+            .iter()
+            .copied()
+            .filter(|s| allowed(*s))
+            .filter_map(|s| timings(cells, s).map(|t| (s, worst_score(&t))))
+            .max_by(|a, b| a.1.total_cmp(&b.1));
+        return match best {
+            Some((s, v)) => (s, v, f64::NAN, glibc),
+            None => (default, f64::NAN, f64::NAN, glibc),
+        };
+    };
+    let best = strategies
+        .iter()
+        .copied()
+        .filter(|s| *s != incumbent && allowed(*s))
+        .filter_map(|s| timings(cells, s).map(|t| (s, t)))
+        .filter(|(_, t)| clearly_better(t, &inc, &margins))
+        .max_by(|a, b| worst_score(&a.1).total_cmp(&worst_score(&b.1)));
+    match best {
+        Some((s, t)) => (s, worst_score(&t), worst_score(&inc), glibc),
+        None => (incumbent, worst_score(&inc), worst_score(&inc), glibc),
+    }
+}
+
+/// The strategy `table` gives `n` bytes at placement `p`.
+fn strategy_at(table: &[Class], n: usize, p: Placement) -> Option<Strategy> {
+    table
+        .iter()
+        .rev()
+        .find(|c| c.from <= n)
+        .map(|c| c.by_placement[p as usize])
+}
+
+/// Measures the AVX-512 copy of the smallest sizes with every [`Small`]
+/// choice, against glibc, over fixed sizes hot (at a distance between the
+/// pointers where Intel's 4K aliasing would strike and at one where it would
+/// not) and from memory, and over a mix of sizes; keeps `default` unless
+/// another choice is [`clearly_better`]. Returns the choice and each
+/// choice's worst ratio to glibc.
+fn tune_small(
+    base: &Plan,
+    default: Small,
+    rounds: usize,
+    margin: f64,
+) -> Result<(Small, Vec<Timing>), TuneError> {
+    let mut bufs = Buffers::new(64 << 20, true)?;
+    let copiers: Vec<(Small, Copier)> = Small::ALL
+        .iter()
+        .filter_map(|&small| {
+            let mut plan = base.clone();
+            plan.tables.small = small;
+            Copier::new(&plan).ok().map(|c| (small, c))
+        })
+        .collect();
+    if copiers.len() != Small::ALL.len() {
+        return Ok((default, Vec::new()));
+    }
+    // A fixed mix of sizes 1-128 (calls of varying sizes mispredict branches).
+    let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+    let mix: Vec<usize> = (0..4096)
+        .map(|_| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            1 + (seed % 128) as usize
+        })
+        .collect();
+    const ALIASED: (usize, usize) = (64, 64 + 4096 * 3);
+    const APART: (usize, usize) = (64, 64 + 4096 * 3 + 1000);
+    let mut cases: Vec<(usize, bool, (usize, usize))> = Vec::new();
+    for n in [8usize, 13, 32, 48, 100] {
+        cases.push((n, true, ALIASED));
+        cases.push((n, true, APART));
+    }
+    cases.push((8, false, (7, 1)));
+    cases.push((32, false, (7, 1)));
+    // Per choice, a timing per case (the mix last).
+    let mut per_case: Vec<Vec<Timing>> = vec![Vec::new(); copiers.len()];
+    for case in cases.iter().map(Some).chain([None]) {
+        let mut speeds = vec![Vec::new(); copiers.len()];
+        let mut glibc = Vec::new();
+        for _ in 0..rounds {
+            glibc.push(match case {
+                Some(&(n, hot, at)) => time_one(Op::Copy, Runner::Glibc, &mut bufs, n, hot, at),
+                None => time_mix(Op::Copy, Runner::Glibc, &mut bufs, &mix),
+            });
+            for (slot, (_, c)) in copiers.iter().enumerate() {
+                speeds[slot].push(match case {
+                    Some(&(n, hot, at)) => {
+                        time_one(Op::Copy, Runner::Pagewise(c), &mut bufs, n, hot, at)
+                    }
+                    None => time_mix(Op::Copy, Runner::Pagewise(c), &mut bufs, &mix),
+                });
+            }
+        }
+        for (slot, (small, _)) in copiers.iter().enumerate() {
+            let mut ratios: Vec<f64> = speeds[slot]
+                .iter()
+                .zip(&glibc)
+                .map(|(a, b)| a / b)
+                .collect();
+            let mut gb = speeds[slot].clone();
+            per_case[slot].push(Timing {
+                candidate: small.name().to_owned(),
+                gbps: Ratio::of(&mut gb).median,
+                ratio: Ratio::of(&mut ratios),
+                rounds: speeds[slot].clone(),
+            });
+        }
+    }
+    let margins = vec![margin; per_case.first().map_or(0, Vec::len)];
+    let of = |small: Small| -> Vec<&Timing> {
+        copiers
+            .iter()
+            .position(|(s, _)| *s == small)
+            .map_or_else(Vec::new, |i| per_case[i].iter().collect())
+    };
+    let small = copiers
+        .iter()
+        .map(|(s, _)| *s)
+        .filter(|s| *s != default && clearly_better(&of(*s), &of(default), &margins))
+        .max_by(|a, b| worst_score(&of(*a)).total_cmp(&worst_score(&of(*b))))
+        .unwrap_or(default);
+    let timings = copiers
+        .iter()
+        .map(|(v, _)| {
+            let w = worst_score(&of(*v));
+            Timing {
+                candidate: v.name().to_owned(),
+                gbps: f64::NAN,
+                ratio: Ratio {
+                    median: w,
+                    min: w,
+                    max: w,
+                },
+                rounds: Vec::new(),
+            }
+        })
+        .collect();
+    Ok((small, timings))
+}
+
+/// Times a mix of small calls (sizes from `mix`, placed apart in L1): bytes/ns.
+fn time_mix(op: Op, runner: Runner<'_>, bufs: &mut Buffers, mix: &[usize]) -> f64 {
+    let (dst, src) = bufs.slices();
+    let (dst, src) = black_box((dst, src));
+    let mut best = 0.0f64;
+    for _ in 0..3 {
+        let t = Instant::now();
+        let mut bytes = 0;
+        for (i, &n) in mix.iter().enumerate() {
+            let at = (i % 64) * 64 + (i % 7);
+            let d = &mut dst[8192 + at..8192 + at + n];
+            match (op, runner) {
+                (Op::Copy, Runner::Pagewise(c)) => {
+                    let _ = c.copy(d, &src[at + 3..at + 3 + n]);
+                }
+                (Op::Copy, Runner::Glibc) => glibc_memcpy(d, &src[at + 3..at + 3 + n]),
+                (Op::Fill, Runner::Pagewise(c)) => c.fill(d, 7),
+                (Op::Fill, Runner::Glibc) => glibc_memset(d, 7),
+            }
+            bytes += n;
+        }
+        best = best.max(bytes as f64 / t.elapsed().as_secs_f64().max(1e-9) / 1e9);
+    }
+    best
+}
+
+/// Measures every class and placement and returns the report (not yet
+/// saved: see [`super::cache::save`]).
+pub fn tune(options: &Options, progress: &dyn Progress) -> Result<Report, TuneError> {
+    let started = Instant::now();
+    let mut base = Plan::detect();
+    let isa = base.isa;
+    // The incumbents: what this CPU runs without a measured plan (never a
+    // cached plan: tuning again starts from the defaults).
+    let defaults = default_tables(base.cpu_kind, isa, base.erms, base.llc_bytes);
+    base.tables = defaults.clone();
+    let mut notes = Vec::new();
+    if base.isa_source == super::Source::Environment {
+        notes.push(format!(
+            "instruction set pinned to {} by the environment",
+            isa.name()
+        ));
+    }
+    let rounds = options.rounds.max(3);
+    let grid = grid(isa.small_max(), options.max_bytes);
+    let pool = (4 * options.llc_bytes).next_power_of_two().max(64 << 20);
+    let largest = grid.last().map_or(0, |g| g.1);
+    let mut cells = Vec::new();
+    let total = grid.len() * 2 + 1;
+    let mut step = 0;
+
+    progress.update(step, total, "small sizes: masked or plain moves");
+    let (small, small_timings) = if isa == Isa::Avx512 {
+        tune_small(&base, defaults.small, rounds, options.margin)?
+    } else {
+        (defaults.small, Vec::new())
+    };
+    base.tables.small = small;
+    step += 1;
+
+    let mut choices = Vec::new();
+    for op in [Op::Copy, Op::Fill] {
+        let name = if op == Op::Copy { "copy" } else { "fill" };
+        let mut bufs = Buffers::new(pool.max(largest + (4 << 20)), op == Op::Copy)?;
+        let placements: &[Placement] = if op == Op::Copy {
+            &Placement::ALL
+        } else {
+            &[Placement::Aligned, Placement::Other]
+        };
+        let footprint = |n: usize| if op == Op::Copy { 2 * n } else { n };
+        for &(from, n) in &grid {
+            progress.update(step, total, &format!("{name} {} B", n));
+            step += 1;
+            let cands = candidates(&base, n, base.erms);
+            let strategies: Vec<Strategy> = cands.iter().map(|(s, _)| *s).collect();
+            let hot = footprint(n) <= options.llc_bytes / 3;
+            let mut class_cells = Vec::new();
+            for &p in placements {
+                for residency in [true, false] {
+                    if residency && !hot {
+                        continue;
+                    }
+                    let (timings, glibc_gbps) =
+                        measure_cell(op, &cands, &mut bufs, n, residency, p, rounds)?;
+                    class_cells.push(Cell {
+                        op: name,
+                        class_from: from,
+                        bytes: n,
+                        residency: if residency { "hot" } else { "cold" },
+                        placement: p,
+                        glibc_gbps,
+                        timings,
+                    });
+                }
+            }
+            let (nt_table, temporal_table) = if op == Op::Copy {
+                (Table::Copy, Table::CopyTemporal)
+            } else {
+                (Table::Fill, Table::FillTemporal)
+            };
+            let next_from = grid.iter().map(|g| g.0).find(|&f| f > from);
+            let glibc_streams = options.glibc_nontemporal.unwrap_or(options.l2_bytes)
+                <= next_from.unwrap_or(usize::MAX).saturating_sub(1);
+            for table in [nt_table, temporal_table] {
+                for p in Placement::ALL {
+                    // Fills have no near placement: it follows the other one.
+                    let measured = if op == Op::Fill && p == Placement::Near {
+                        Placement::Other
+                    } else {
+                        p
+                    };
+                    let of_p: Vec<&Cell> = class_cells
+                        .iter()
+                        .filter(|c| c.placement == measured)
+                        .collect();
+                    let allowed = |s: Strategy| match s {
+                        Strategy::NonTemporal { .. } => table.allows_nontemporal(),
+                        Strategy::Glibc => table.allows_nontemporal() || !glibc_streams,
+                        _ => true,
+                    };
+                    let default =
+                        strategy_at(defaults.get(table), n, p).unwrap_or(Strategy::Loop { isa });
+                    let (s, score, default_score, glibc_score) =
+                        choose(&of_p, &strategies, default, allowed, options.margin);
+                    choices.push(Choice {
+                        table,
+                        class_from: from,
+                        placement: p,
+                        chosen: s.label(),
+                        score,
+                        default: default.label(),
+                        default_score,
+                        glibc_score,
+                    });
+                }
+            }
+            cells.extend(class_cells);
+        }
+    }
+    // The tables: the defaults, with the classes where a challenger won
+    // changed (for that placement only).
+    let mut rebuilt = defaults.clone();
+    rebuilt.small = small;
+    let starts: Vec<usize> = grid.iter().map(|g| g.0).collect();
+    for c in &choices {
+        if c.chosen == c.default {
+            continue;
+        }
+        let to = starts
+            .iter()
+            .copied()
+            .find(|&f| f > c.class_from)
+            .unwrap_or(usize::MAX);
+        let s = strategy_of_label(&c.chosen, isa);
+        overlay_placement(rebuilt.get_mut(c.table), c.class_from, to, c.placement, s);
+    }
+    progress.update(total, total, "done");
+    let measured_at = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    Ok(Report {
+        schema: TUNE_SCHEMA,
+        tuned: Tuned {
+            schema: SCHEMA.into(),
+            key: MachineKey::current(),
+            measured_at,
+            isa,
+            tables: rebuilt,
+        },
+        cells,
+        choices,
+        small: small_timings,
+        seconds: started.elapsed().as_secs_f64(),
+        cache_file: None,
+        notes,
+    })
+}
+
+/// The strategy a [`Strategy::label`] names.
+fn strategy_of_label(label: &str, isa: Isa) -> Strategy {
+    let mut all: Vec<Strategy> = Isa::ALL.iter().map(|&isa| Strategy::Loop { isa }).collect();
+    all.extend([Strategy::Rep, Strategy::Glibc]);
+    all.extend(Strategy::STREAMS.map(|streams| Strategy::NonTemporal { streams }));
+    all.into_iter()
+        .find(|s| s.label() == label)
+        .unwrap_or(Strategy::Loop { isa })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_grid_starts_above_the_loop_free_sizes_and_stops_at_the_largest() {
+        let g = grid(512, 512 << 20);
+        assert_eq!(g[0], (513, 1024));
+        assert_eq!(g.last(), Some(&(128 << 20, 512 << 20)));
+        assert!(g.windows(2).all(|w| w[0].0 < w[1].0 && w[0].1 >= w[0].0));
+        let g = grid(256, 100 << 10);
+        assert_eq!(g.last(), Some(&(32 << 10, 64 << 10)));
+    }
+
+    fn cell(residency: &'static str, timings: &[(&str, f64)]) -> Cell {
+        Cell {
+            op: "copy",
+            class_from: 4096,
+            bytes: 8192,
+            residency,
+            placement: Placement::Aligned,
+            glibc_gbps: 10.0,
+            timings: timings
+                .iter()
+                .map(|&(c, r)| Timing {
+                    candidate: c.into(),
+                    gbps: r * 10.0,
+                    ratio: Ratio {
+                        median: r,
+                        min: r,
+                        max: r,
+                    },
+                    rounds: vec![r * 10.0; 5],
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn the_default_stays_unless_a_challenger_is_clearly_better() {
+        let all = [
+            Strategy::Loop { isa: Isa::Sse2 },
+            Strategy::Rep,
+            Strategy::NonTemporal { streams: 1 },
+            Strategy::Glibc,
+        ];
+        let loop_ = Strategy::Loop { isa: Isa::Sse2 };
+        // rep beats the loop by more than the margin hot and cold: it
+        // replaces it (nt 1 is far ahead cold but behind hot).
+        let hot = cell(
+            "hot",
+            &[
+                ("loop sse2", 0.9),
+                ("rep", 1.0),
+                ("nt 1", 0.3),
+                ("glibc", 0.97),
+            ],
+        );
+        let cold = cell(
+            "cold",
+            &[
+                ("loop sse2", 1.0),
+                ("rep", 1.1),
+                ("nt 1", 1.5),
+                ("glibc", 0.98),
+            ],
+        );
+        let (s, score, default_score, _) = choose(&[&hot, &cold], &all, loop_, |_| true, 0.05);
+        assert_eq!((s, score, default_score), (Strategy::Rep, 1.0, 0.9));
+        // Within the margin: the default stays, even if another is ahead.
+        let hot = cell("hot", &[("loop sse2", 1.0), ("rep", 1.04), ("glibc", 0.99)]);
+        let (s, _, _, _) = choose(&[&hot], &all, loop_, |_| true, 0.05);
+        assert_eq!(s, loop_);
+        // Far better in one cell, slower in the other: the default stays.
+        let hot = cell("hot", &[("loop sse2", 1.3), ("rep", 1.2)]);
+        let cold = cell("cold", &[("loop sse2", 0.8), ("rep", 1.5)]);
+        let (s, _, _, _) = choose(&[&hot, &cold], &all, loop_, |_| true, 0.05);
+        assert_eq!(s, loop_);
+        // A default that is not allowed in this table (non-temporal stores
+        // in a temporal one) gives way to glibc as the incumbent.
+        let nt = Strategy::NonTemporal { streams: 1 };
+        let hot = cell("hot", &[("nt 1", 1.5), ("glibc", 1.0), ("loop sse2", 1.02)]);
+        let (s, _, _, _) = choose(&[&hot], &all, nt, |s| !s.is_nontemporal(), 0.05);
+        assert_eq!(s, Strategy::Glibc);
+    }
+
+    #[test]
+    fn clearly_better_needs_the_margin_in_most_rounds_of_every_cell() {
+        let t = |rounds: &[f64]| Timing {
+            candidate: "x".into(),
+            gbps: 0.0,
+            ratio: Ratio {
+                median: 1.0,
+                min: 1.0,
+                max: 1.0,
+            },
+            rounds: rounds.to_vec(),
+        };
+        let base = t(&[10.0; 5]);
+        let ahead = t(&[11.0, 11.0, 11.0, 11.0, 9.0]);
+        assert!(clearly_better(&[&ahead], &[&base], &[0.05]));
+        // Not when the cell is noisier than the lead.
+        assert!(!clearly_better(&[&ahead], &[&base], &[0.2]));
+        // Ahead in the median, but only in three rounds of five: noise.
+        let lucky = t(&[12.0, 12.0, 12.0, 9.0, 9.0]);
+        assert!(!clearly_better(&[&lucky], &[&base], &[0.05]));
+        // Ahead in one cell only.
+        assert!(!clearly_better(
+            &[&ahead, &base],
+            &[&base, &base],
+            &[0.05, 0.05]
+        ));
+        assert!(!clearly_better(&[], &[], &[]));
+    }
+
+    #[test]
+    fn the_strategy_at_a_size_is_its_class_s() {
+        let l = Strategy::Loop { isa: Isa::Avx2 };
+        let t = vec![
+            Class {
+                from: 0,
+                by_placement: [l; 3],
+            },
+            Class {
+                from: 24 << 10,
+                by_placement: [Strategy::Rep, l, Strategy::Rep],
+            },
+        ];
+        assert_eq!(strategy_at(&t, 16 << 10, Placement::Aligned), Some(l));
+        assert_eq!(
+            strategy_at(&t, 64 << 10, Placement::Aligned),
+            Some(Strategy::Rep)
+        );
+        assert_eq!(strategy_at(&t, 64 << 10, Placement::Near), Some(l));
+    }
+
+    #[test]
+    fn labels_name_their_strategies() {
+        for s in [
+            Strategy::Loop { isa: Isa::Avx2 },
+            Strategy::Rep,
+            Strategy::NonTemporal { streams: 8 },
+            Strategy::Glibc,
+        ] {
+            assert_eq!(strategy_of_label(&s.label(), Isa::Sse2), s);
+        }
+    }
+}
+
+/// One candidate's speed on the limit measurement.
+#[derive(Debug, Clone, Serialize)]
+pub struct LimitTiming {
+    /// The candidate (`loop avx512`, `rep`, `nt 4`, `glibc`).
+    pub candidate: String,
+    /// GB/s: median, min, max over the rounds.
+    pub gbps: Ratio,
+}
+
+/// The best one core reaches on `n` bytes from memory (aligned, one call per
+/// round): every candidate strategy and direct glibc, `rounds` times,
+/// interleaved; returns each one's GB/s, fastest first. Maps `2 n` (copy) or
+/// `n` (fill) bytes plus a few MiB.
+pub fn limit(copy: bool, n: usize, rounds: usize) -> Result<Vec<LimitTiming>, TuneError> {
+    let op = if copy { Op::Copy } else { Op::Fill };
+    let base = Plan::detect();
+    let cands = candidates(&base, n.max(256 << 10), base.erms);
+    let mut bufs = Buffers::new(n + (4 << 20), copy)?;
+    let k = cands.len() + 1;
+    let mut speeds = vec![Vec::new(); k];
+    for r in 0..rounds.max(1) {
+        for j in 0..k {
+            let i = (j + r) % k;
+            let runner = cands
+                .get(i)
+                .map_or(Runner::Glibc, |(_, c)| Runner::Pagewise(c));
+            speeds[i].push(time_one(op, runner, &mut bufs, n, false, (0, 0)));
+        }
+    }
+    let mut out: Vec<LimitTiming> = speeds
+        .iter_mut()
+        .enumerate()
+        .map(|(i, v)| LimitTiming {
+            candidate: cands
+                .get(i)
+                .map_or("glibc (direct)".to_owned(), |(s, _)| s.label()),
+            gbps: Ratio::of(v),
+        })
+        .collect();
+    out.sort_by(|a, b| b.gbps.median.total_cmp(&a.gbps.median));
+    Ok(out)
+}
