@@ -9,8 +9,8 @@
 //! not a fault on the caller's path).
 
 use crate::{median_count, FaultCounter, Machine, Progress, Summary};
+use pagewise::os::mem::{Advice, AnonMapping, CHeapBlock, MapOptions};
 use pagewise::region::{Granted, PageSize, PoolReservation, Populate, Region, RegionBuilder};
-use pagewise::sys::mem::{Advice, AnonMapping, CHeapBlock, MapOptions};
 use pagewise::units::format_bytes;
 use serde::Serialize;
 use std::time::Instant;
@@ -341,7 +341,7 @@ fn hugetlb_for_trial(config: &Config) -> Result<Option<PoolReservation>, String>
     if free >= needed {
         return Ok(None);
     }
-    if !(config.reserve_hugetlb && pagewise::sys::libc_info::is_root()) {
+    if !(config.reserve_hugetlb && pagewise::os::libc_info::is_root()) {
         return Err(format!(
             "the 2 MiB pool has {free} free pages, needs {needed}: run as root, or `sysctl vm.nr_hugepages={needed}`"
         ));

@@ -13,8 +13,8 @@
 use crate::{Machine, Progress, Summary};
 use pagewise::buffer::{Buffer, BufferOptions, Pretouch};
 use pagewise::launch::keep_heap;
-use pagewise::sys::mem::CHeapBlock;
-use pagewise::sys::perf::{Counter, CounterSpec, EventType};
+use pagewise::os::mem::CHeapBlock;
+use pagewise::os::perf::{Counter, CounterSpec, EventType};
 use serde::{Deserialize, Serialize};
 use std::process::Command;
 use std::sync::{Arc, Barrier};
@@ -139,8 +139,8 @@ fn delta(before: Option<u64>, after: Option<u64>) -> Option<u64> {
 
 /// CPU seconds between two `getrusage` readings, or why they are missing.
 fn cpu_between(
-    before: &Result<pagewise::sys::time::ThreadUsage, String>,
-    after: &Result<pagewise::sys::time::ThreadUsage, String>,
+    before: &Result<pagewise::os::time::ThreadUsage, String>,
+    after: &Result<pagewise::os::time::ThreadUsage, String>,
 ) -> Result<(f64, f64), String> {
     let (a, b) = (before.as_ref()?, after.as_ref()?);
     let (user, sys) = (b.user_s - a.user_s, b.sys_s - a.sys_s);
@@ -215,7 +215,7 @@ pub fn run_worker(mode: WorkerMode, workload: &Workload) -> Result<WorkerResult,
                                buffer: &mut Option<Buffer>|
                  -> Result<WorkerResult, String> {
                     let usage = || {
-                        pagewise::sys::time::thread_usage()
+                        pagewise::os::time::thread_usage()
                             .map_err(|e| format!("getrusage(RUSAGE_THREAD) failed: {e}"))
                     };
                     let faults0 = counters.faults.reading();

@@ -38,7 +38,7 @@
 //! source and licence are in `data/NOTICE.md`).
 
 #![deny(missing_docs)]
-// Benchmarks are safe Rust on pagewise's API; `unsafe` stays in `pagewise::sys`.
+// Benchmarks are safe Rust on pagewise's API; `unsafe` stays in pagewise's private `sys` layer (reached through `pagewise::os`).
 #![forbid(unsafe_code)]
 
 pub mod first_touch;
@@ -99,9 +99,9 @@ pub(crate) trait FaultSource {
     fn read(&self) -> Result<u64, String>;
 }
 
-impl FaultSource for pagewise::sys::perf::Counter {
+impl FaultSource for pagewise::os::perf::Counter {
     fn read(&self) -> Result<u64, String> {
-        pagewise::sys::perf::Counter::read(self).map_err(|e| e.to_string())
+        pagewise::os::perf::Counter::read(self).map_err(|e| e.to_string())
     }
 }
 

@@ -64,12 +64,12 @@ pub struct InstructionSets {
 impl Machine {
     /// Describes this machine (runs the doctor probe: tens of milliseconds).
     pub fn describe() -> Machine {
-        let identity = pagewise::sys::cpu::cpu_identity();
+        let identity = pagewise::os::cpu::cpu_identity();
         Machine::from_report(MachineReport::probe(), identity)
     }
 
     /// The description from a doctor report and the `cpuid` identity.
-    fn from_report(r: MachineReport, identity: Option<pagewise::sys::cpu::CpuIdentity>) -> Machine {
+    fn from_report(r: MachineReport, identity: Option<pagewise::os::cpu::CpuIdentity>) -> Machine {
         let (vendor, family, model, stepping, hypervisor) = match identity {
             Some(id) => (
                 Some(id.vendor).filter(|v| !v.is_empty()),
@@ -164,7 +164,7 @@ impl Machine {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use pagewise::sys::cpu::CpuIdentity;
+    use pagewise::os::cpu::CpuIdentity;
 
     fn cache(level: u32, kind: &str, size_bytes: u64) -> Cache {
         Cache {

@@ -11,10 +11,10 @@
 
 use crate::{median_count, FaultCounter, Machine, Progress, Summary};
 use pagewise::file_window::FileWindow;
+use pagewise::os::file::{self, FsKind};
+use pagewise::os::file_map::{FileAdvice, WriteMap};
 use pagewise::queue::PreTouch;
 use pagewise::region::Granted;
-use pagewise::sys::file::{self, FsKind};
-use pagewise::sys::file_map::{FileAdvice, WriteMap};
 use serde::Serialize;
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
@@ -305,7 +305,7 @@ fn run_trial(
         method,
         Method::ManualPrefault | Method::ManualPrefaultWillneed
     ) {
-        let page = pagewise::sys::base_page_size();
+        let page = pagewise::os::base_page_size();
         for off in (0..size).step_by(page) {
             map.write(off, &[0]);
         }

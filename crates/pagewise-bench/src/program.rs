@@ -26,7 +26,7 @@
 
 use crate::paired::{self, Interval, Verdict};
 use crate::{Machine, Progress, Summary};
-use pagewise::sys::process::{self, ExitKind};
+use pagewise::os::process::{self, ExitKind};
 use serde::{Deserialize, Serialize};
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};

@@ -26,12 +26,12 @@
 use crate::{Machine, Progress, Summary};
 use hdrhistogram::Histogram;
 use pagewise::copy::Routine;
+use pagewise::os::clock::monotonic_ns;
+use pagewise::os::file::{self};
+use pagewise::os::file_map::{FileAdvice, ReadMap, WriteMap};
 use pagewise::queue::{
     Options, PreTouch, PreTouchMode, Reader, ReaderOptions, Start, Wait, Writer,
 };
-use pagewise::sys::clock::monotonic_ns;
-use pagewise::sys::file::{self};
-use pagewise::sys::file_map::{FileAdvice, ReadMap, WriteMap};
 use serde::{Deserialize, Serialize};
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};

@@ -337,10 +337,10 @@ pub fn run_profile(args: &ProfileArgs) -> anyhow::Result<ExitCode> {
         }
     );
     Ok(match sampled.exit {
-        Some(pagewise::sys::process::ExitKind::Exited(code)) => {
+        Some(pagewise::os::process::ExitKind::Exited(code)) => {
             ExitCode::from(code.clamp(0, 255) as u8)
         }
-        Some(pagewise::sys::process::ExitKind::Signaled { signal, .. }) => {
+        Some(pagewise::os::process::ExitKind::Signaled { signal, .. }) => {
             errln!("pagewise: the command was killed by signal {signal}");
             ExitCode::from((128 + signal).clamp(0, 255) as u8)
         }

@@ -51,7 +51,7 @@ impl From<QueueError> for Failure {
     fn from(e: QueueError) -> Failure {
         let errno = match &e {
             QueueError::Sys { error, .. } => {
-                error.errno().map_or(libc::EIO, pagewise::sys::Errno::raw)
+                error.errno().map_or(libc::EIO, pagewise::os::Errno::raw)
             }
             QueueError::Io { error, .. } => io_errno(error, libc::EIO),
             QueueError::Exists { .. } => libc::EEXIST,
@@ -66,9 +66,9 @@ impl From<QueueError> for Failure {
             QueueError::UnsupportedVersion { .. } => libc::ENOTSUP,
             QueueError::InvalidOptions(_) | QueueError::InvalidPosition { .. } => libc::EINVAL,
             QueueError::RecordTooLarge { .. } => libc::EMSGSIZE,
-            QueueError::NoSpace { error, .. } => error
-                .errno()
-                .map_or(libc::ENOSPC, pagewise::sys::Errno::raw),
+            QueueError::NoSpace { error, .. } => {
+                error.errno().map_or(libc::ENOSPC, pagewise::os::Errno::raw)
+            }
             QueueError::Truncated { .. } => libc::EIO,
             QueueError::FellBehind { .. } => libc::ERANGE,
             QueueError::Thread(error) => io_errno(error, libc::EAGAIN),
@@ -85,11 +85,11 @@ impl From<RegionError> for Failure {
             RegionError::HugetlbUnavailable { .. } | RegionError::ThpUnavailable(_) => libc::ENOMEM,
             RegionError::Map { error: source, .. } => source
                 .errno()
-                .map_or(libc::ENOMEM, pagewise::sys::Errno::raw),
+                .map_or(libc::ENOMEM, pagewise::os::Errno::raw),
             RegionError::Populate(_) => libc::ENOMEM,
             RegionError::NumaNode { .. } => libc::EINVAL,
             RegionError::Lock(source) | RegionError::Advise(source) => {
-                source.errno().map_or(libc::EIO, pagewise::sys::Errno::raw)
+                source.errno().map_or(libc::EIO, pagewise::os::Errno::raw)
             }
             RegionError::Thread(error) => io_errno(error, libc::EAGAIN),
         };
@@ -103,12 +103,12 @@ impl From<BufferError> for Failure {
             BufferError::CapacityOverflow { .. } => libc::EOVERFLOW,
             BufferError::Reserve { error: source, .. } => source
                 .errno()
-                .map_or(libc::ENOMEM, pagewise::sys::Errno::raw),
+                .map_or(libc::ENOMEM, pagewise::os::Errno::raw),
             BufferError::Commit(source)
             | BufferError::Move(source)
             | BufferError::Release(source) => source
                 .errno()
-                .map_or(libc::ENOMEM, pagewise::sys::Errno::raw),
+                .map_or(libc::ENOMEM, pagewise::os::Errno::raw),
             BufferError::Populate(_) => libc::ENOMEM,
         };
         Failure::new(errno, e.to_string())

@@ -13,7 +13,7 @@
 //! typed error into a negative errno and a message for `pw_last_error`.
 //!
 //! **Why this crate has `unsafe`.** Everywhere else in the workspace,
-//! `unsafe` lives only in `pagewise::sys`. A C boundary cannot be written
+//! `unsafe` lives only in `pagewise`'s private `sys` layer. A C boundary cannot be written
 //! without it: C hands over raw pointers and lengths that Rust must turn
 //! into slices, strings and out-parameters, and exported functions need
 //! `#[no_mangle]`. That code is confined to the [`abi`] module (each block

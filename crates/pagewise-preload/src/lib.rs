@@ -25,7 +25,7 @@
 #![deny(clippy::print_stderr, clippy::print_stdout)]
 
 use pagewise::launch::huge_text::{self as run_side, REPORT_DIR_ENV};
-use pagewise::sys::text::MoveStep;
+use pagewise::os::text::MoveStep;
 use pagewise::text::huge::{self, HugeTextOptions, RunReport};
 
 fn publish(report: &RunReport) {

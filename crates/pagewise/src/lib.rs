@@ -42,10 +42,11 @@ pub mod file_window;
 pub mod host;
 pub mod launch;
 pub mod observe;
+pub mod os;
 pub mod probe;
 pub mod queue;
 pub mod region;
 #[allow(unsafe_code)]
-pub mod sys;
+pub(crate) mod sys;
 pub mod text;
 pub mod units;

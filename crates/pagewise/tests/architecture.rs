@@ -13,7 +13,8 @@ use std::path::{Path, PathBuf};
 
 /// Top-level modules by layer, lowest first.
 const LAYERS: &[&[&str]] = &[
-    &["sys"],
+    // `os` is the public face of `sys` for the other pagewise crates.
+    &["sys", "os"],
     &["units"],
     &["host"],
     &[
@@ -344,4 +345,40 @@ fn the_libc_scanner_ignores_glibc_and_comments() {
         "use crate::host::glibc_info::x; // libc::EPERM"
     ));
     assert!(!names_libc("let g = Glibc::default();"));
+}
+
+/// The other crates reach system calls only through `pagewise::os`, the
+/// curated face of `sys`; `sys` itself stays private to the library.
+#[test]
+fn sys_is_private_and_reached_through_os() {
+    let lib = std::fs::read_to_string(src().join("lib.rs")).unwrap();
+    assert!(
+        lib.lines().any(|l| code(l).trim() == "pub(crate) mod sys;"),
+        "src/lib.rs must declare `pub(crate) mod sys;`"
+    );
+    let crates = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(&crates).unwrap() {
+        let dir = entry.unwrap().path();
+        if dir.is_dir() && dir.file_name().is_some_and(|n| n != "pagewise") {
+            rust_files(&dir, &mut files);
+        }
+    }
+    rust_files(&crates.join("pagewise/tests"), &mut files);
+    // Spelled in two pieces so that this file does not name it.
+    let needle = concat!("pagewise::", "sys::");
+    let outside: Vec<_> = files
+        .iter()
+        .filter(|f| {
+            std::fs::read_to_string(f)
+                .unwrap_or_default()
+                .lines()
+                .any(|l| code(l).contains(needle))
+        })
+        .collect();
+    assert!(files.len() > 20, "found only {} files", files.len());
+    assert!(
+        outside.is_empty(),
+        "pagewise::sys named outside the library: {outside:?}"
+    );
 }

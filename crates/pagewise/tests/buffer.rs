@@ -3,7 +3,7 @@
 
 use pagewise::buffer::{Buffer, BufferOptions, Pretouch};
 use pagewise::observe::faults_during;
-use pagewise::sys::mem::Discard;
+use pagewise::os::mem::Discard;
 use proptest::prelude::*;
 use std::io::Write;
 

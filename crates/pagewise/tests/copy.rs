@@ -2,7 +2,7 @@
 //! every kernel this CPU runs (each instruction set; vector loop, `rep` and
 //! non-temporal stores forced on at every size).
 //!
-//! Buffers sit between `PROT_NONE` guard pages (`pagewise::sys::guard`): a read
+//! Buffers sit between `PROT_NONE` guard pages (`pagewise::os::guard`): a read
 //! or write past either end of a slice placed against a guard page kills the
 //! test with SIGSEGV. Inside the mapping, the 4 KiB of canary bytes on each
 //! side of the destination must come back unchanged, so a stray write near it
@@ -12,7 +12,7 @@
 //! pages catch reads past the ends directly.)
 
 use pagewise::copy::{self, Class, Copier, Isa, Plan, Small, Strategy};
-use pagewise::sys::guard::GuardedBuffer;
+use pagewise::os::guard::GuardedBuffer;
 use proptest::prelude::*;
 
 const CANARY: u8 = 0xc3;
@@ -653,7 +653,7 @@ proptest! {
                 (&hi[..n], &mut lo[d..d + n])
             };
             if glibc {
-                pagewise::sys::copy::glibc_memcpy(dst, src);
+                pagewise::os::copy::glibc_memcpy(dst, src);
             } else {
                 c.copier.copy(dst, src).unwrap();
             }
@@ -661,7 +661,7 @@ proptest! {
         prop_assert!(ours == theirs, "copy {} bytes, src {} dst {}: {}", n, s, d, c.name);
         let mut ours2 = ours.clone();
         c.copier.fill(&mut ours2[d..d + n], byte);
-        pagewise::sys::copy::glibc_memset(&mut theirs[d..d + n], byte);
+        pagewise::os::copy::glibc_memset(&mut theirs[d..d + n], byte);
         prop_assert!(ours2 == theirs, "fill {} bytes at {}: {}", n, d, c.name);
     }
 }

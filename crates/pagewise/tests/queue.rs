@@ -420,7 +420,7 @@ fn one_writer_at_a_time() {
 
 #[test]
 fn a_read_lock_taken_by_a_reader_does_not_keep_the_writer_out() {
-    use pagewise::sys::file::{try_lock, LockKind};
+    use pagewise::os::file::{try_lock, LockKind};
     let d = dir();
     let path = d.path().join("q");
     drop(Writer::create(&path, small(false)).unwrap());
@@ -714,7 +714,7 @@ fn a_create_that_fails_leaves_no_file_behind() {
     let filler = fs.path().join("filler");
     let f = std::fs::File::create(&filler).unwrap();
     let mut size = 256 << 10;
-    while size > 0 && pagewise::sys::file::allocate(&f, 0, size).is_err() {
+    while size > 0 && pagewise::os::file::allocate(&f, 0, size).is_err() {
         size -= 4096;
     }
     let path = fs.path().join("q");
@@ -1129,7 +1129,7 @@ fn idle_pretouch_reopened_at_an_unaligned_position_crosses_small_chunks() {
 #[test]
 fn auto_pretouch_starts_a_thread_only_with_a_cpu_to_spare() {
     use pagewise::queue::{PreToucher, THREAD_MIN_CPUS};
-    let cpus = pagewise::sys::process::usable_cpus().unwrap();
+    let cpus = pagewise::os::process::usable_cpus().unwrap();
     assert!(!cpus.is_empty());
     let d = dir();
     let path = d.path().join("q");

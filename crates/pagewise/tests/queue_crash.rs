@@ -12,10 +12,10 @@
 //! returned in a small shared "ack" file, so the test knows which records must
 //! exist.
 
+use pagewise::os::file_map::WriteMap;
 use pagewise::queue::{
     inspect, Options, PreTouch, PreTouchMode, Reader, ReaderOptions, Start, Writer,
 };
-use pagewise::sys::file_map::WriteMap;
 use std::io::{BufRead, BufReader};
 use std::os::unix::fs::FileExt;
 use std::path::Path;
@@ -90,7 +90,7 @@ fn child(spec: &str) {
         let mut commits = start;
         w.set_commit_hook(Some(Box::new(move |_| {
             if commits == stop {
-                pagewise::sys::process::sigkill(std::process::id() as libc::pid_t).unwrap();
+                pagewise::os::process::sigkill(std::process::id() as libc::pid_t).unwrap();
                 std::thread::sleep(Duration::from_secs(60));
             }
             commits += 1;

@@ -5,10 +5,10 @@
 
 use pagewise::host::smaps;
 use pagewise::observe::faults_during;
+use pagewise::os::mem::{AnonMapping, MapOptions};
 use pagewise::region::{
     PagePolicy, PageSize, PoolReservation, Populate, Region, RegionBuilder, RegionError,
 };
-use pagewise::sys::mem::{AnonMapping, MapOptions};
 use std::sync::Mutex;
 
 const MIB2: usize = 2 << 20;

@@ -13,7 +13,7 @@ fn thp_disabled_for_the_process_gives_base_pages_with_reasons() {
             "a 2 MiB hugetlb pool has free pages, the ladder would stop there"
         );
     }
-    pagewise::sys::prctl::set_thp_disabled(true).unwrap();
+    pagewise::os::prctl::set_thp_disabled(true).unwrap();
     let size = 32 << 20;
     let region = RegionBuilder::new(size)
         .populate(Populate::Eager)
@@ -35,5 +35,5 @@ fn thp_disabled_for_the_process_gives_base_pages_with_reasons() {
     )
     .unwrap();
     assert_eq!(entries.iter().map(|e| e.anon_huge).sum::<u64>(), 0);
-    pagewise::sys::prctl::set_thp_disabled(false).unwrap();
+    pagewise::os::prctl::set_thp_disabled(false).unwrap();
 }

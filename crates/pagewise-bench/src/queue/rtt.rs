@@ -22,12 +22,12 @@ use super::{floor_slot, ready, Running, Sink, Source};
 use crate::{Progress, Summary};
 use hdrhistogram::Histogram;
 use pagewise::copy::Routine;
+use pagewise::os::clock::monotonic_ns;
+use pagewise::os::file::{self};
+use pagewise::os::file_map::{FileAdvice, ReadMap, WriteMap};
 use pagewise::queue::{
     Options, PreTouch, PreTouchMode, Reader, ReaderOptions, Start, Wait, Writer,
 };
-use pagewise::sys::clock::monotonic_ns;
-use pagewise::sys::file::{self};
-use pagewise::sys::file_map::{FileAdvice, ReadMap, WriteMap};
 use serde::{Deserialize, Serialize};
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -396,7 +396,7 @@ pub fn run_child(spec: &RttChildSpec, out: &mut dyn Write) -> Result<(), String>
         return Err("records must be at least 16 bytes (sequence number and timestamp)".into());
     }
     if let Some(cpu) = spec.cpu {
-        pagewise::sys::process::pin_this_thread(cpu)
+        pagewise::os::process::pin_this_thread(cpu)
             .map_err(|e| format!("pin the {:?} process to CPU {cpu}: {e}", spec.role))?;
     }
     if spec.timeout_s > 0 {
@@ -461,7 +461,7 @@ impl AnySource for RingSource {
 
 /// The calling thread's context switches so far, voluntary and involuntary.
 fn switches() -> Option<[u64; 2]> {
-    pagewise::sys::process::this_thread_usage()
+    pagewise::os::process::this_thread_usage()
         .ok()
         .map(|u| [u.voluntary_switches, u.involuntary_switches])
 }

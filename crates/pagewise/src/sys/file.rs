@@ -274,10 +274,6 @@ pub const IN_MODIFY: u32 = 0x0000_0002;
 /// `IN_CLOSE_WRITE`: a file opened for writing was closed (in a watched
 /// directory: one of its files).
 pub const IN_CLOSE_WRITE: u32 = 0x0000_0008;
-/// `IN_ATTRIB`: metadata changed.
-pub const IN_ATTRIB: u32 = 0x0000_0004;
-/// `IN_DELETE_SELF`: the watched file was deleted.
-pub const IN_DELETE_SELF: u32 = 0x0000_0400;
 /// `IN_IGNORED`: the watch was removed (explicitly, or because the file went away).
 pub const IN_IGNORED: u32 = 0x0000_8000;
 

@@ -495,6 +495,7 @@ impl Reservation {
     }
 
     /// Start address.
+    #[cfg(test)]
     pub fn addr(&self) -> usize {
         self.range.addr.as_ptr() as usize
     }

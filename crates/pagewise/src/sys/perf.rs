@@ -672,6 +672,7 @@ impl RingBuffer {
     }
 
     /// Bytes waiting to be read.
+    #[cfg(test)]
     pub fn pending(&self) -> usize {
         let head = self.head().load(Ordering::Acquire);
         let tail = self.tail().load(Ordering::Relaxed);
