@@ -174,15 +174,30 @@ fn python_bytearray_churn_is_heap_churn() {
 
 #[test]
 fn python_3_12_perf_trampolines_name_the_script_function_where_unwinding_reaches_them() {
-    // `-X perf` needs Python 3.12+; the python3 here may be older.
-    let found = ["python3.13", "python3.12", "python3"]
-        .into_iter()
-        .find(|p| {
-            Command::new(p)
-                .args(["-c", "import sys; sys.exit(sys.version_info < (3, 12))"])
-                .status()
-                .is_ok_and(|s| s.success())
-        });
+    // `-X perf` needs Python 3.12+; the python3 on PATH may be older, and a
+    // newer one may be installed with pyenv beside it.
+    let pyenv = std::env::var_os("PYENV_ROOT")
+        .map(std::path::PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| Path::new(&h).join(".pyenv")));
+    let mut candidates: Vec<String> = ["python3.13", "python3.12", "python3"]
+        .map(str::to_owned)
+        .to_vec();
+    if let Some(Ok(versions)) = pyenv.map(|root| std::fs::read_dir(root.join("versions"))) {
+        let mut found: Vec<String> = versions
+            .flatten()
+            .map(|e| e.path().join("bin").join("python3"))
+            .filter(|p| p.is_file())
+            .map(|p| p.display().to_string())
+            .collect();
+        found.sort();
+        candidates.extend(found.into_iter().rev());
+    }
+    let found = candidates.into_iter().find(|p| {
+        Command::new(p)
+            .args(["-c", "import sys; sys.exit(sys.version_info < (3, 12))"])
+            .status()
+            .is_ok_and(|s| s.success())
+    });
     let Some(py) = found else {
         let v = Command::new("python3").arg("--version").output();
         let v = v.map_or_else(
@@ -191,7 +206,7 @@ fn python_3_12_perf_trampolines_name_the_script_function_where_unwinding_reaches
         );
         pagewise_testkit::skip!(
             Need::Tool,
-            "no Python 3.12+ on PATH ({v}): `-X perf` (perf-map trampolines) is 3.12+"
+            "no Python 3.12+ on PATH or in pyenv ({v}): `-X perf` (perf-map trampolines) is 3.12+"
         );
     };
     let shared = Shared::new();
@@ -200,7 +215,7 @@ fn python_3_12_perf_trampolines_name_the_script_function_where_unwinding_reaches
         State::Unmounted,
         &shared,
         &["--sites"],
-        &[py, "-X", "perf", script.to_str().unwrap(), "8"],
+        &[&py, "-X", "perf", script.to_str().unwrap(), "8"],
     ) {
         Ok(v) => v,
         Err((need, why)) => pagewise_testkit::skip!(need, "{why}"),
