@@ -26,10 +26,10 @@
 
 use crate::fleet::{FleetDistribution, SplitMix64};
 use crate::{Machine, Progress, Summary};
+use pagewise::copy::tune::TimingBuffers;
 use pagewise::copy::Plan;
 use pagewise::copy::Routine;
 use pagewise::os::copy::{glibc_memcpy, glibc_memset};
-use pagewise::os::mem::{Advice, AnonMapping, MapOptions};
 use pagewise::os::SysError;
 use pagewise::units::format_bytes_exact;
 use serde::Serialize;
@@ -570,87 +570,12 @@ fn specs(op: Op, options: &Options, caches: &Caches) -> Vec<Spec> {
     out
 }
 
-/// How far the destination buffer starts past the source buffer, modulo
-/// [`DST_ALIAS_SPAN`].
-///
-/// With the two at the same offset modulo 2 MiB (which is what the kernel
-/// gives two mappings whose lengths are multiples of 2 MiB: it aligns them
-/// for transparent huge pages), each call's loads wait for the previous
-/// call's stores to the same hot buffers: 100-byte copies took 7 ns per call
-/// on both sides, whatever the size, instead of 1.4–2.8 ns with the
-/// destination a few pages further on (measured with a throw-away harness,
-/// both routines); and `rep movsb` falls into its slow mode on rows whose
-/// destination is a few bytes ahead. A whole number of pages keeps every
-/// row's alignment and its source-to-destination distance modulo 4 KiB.
-const DST_SHIFT: usize = 12 << 10;
-
-/// The span over which the two buffers' placement is fixed (see
-/// [`DST_SHIFT`]): the huge-page size, a multiple of the 1 MiB over which
-/// `rep movsb` compares addresses.
-const DST_ALIAS_SPAN: usize = 2 << 20;
-
-/// A pair of page-aligned buffers (the source unused for memset).
-struct Buffers {
-    src: AnonMapping,
-    /// Holds the destination buffer at `dst_start`.
-    dst: AnonMapping,
-    /// Where the destination buffer starts in `dst`: `DST_SHIFT` past the
-    /// source's start modulo `DST_ALIAS_SPAN`, wherever the kernel placed the
-    /// two mappings.
-    dst_start: usize,
-    /// Bytes in each buffer.
-    len: usize,
-}
-
-impl Buffers {
-    /// Maps, advises and faults in the buffers: the destination zeroed, the
-    /// source (memcpy only) holding a pattern in which misplaced bytes show.
-    fn new(op: Op, len: usize, huge_pages: bool) -> Result<Buffers, BenchError> {
-        let map = |len: usize| -> Result<AnonMapping, BenchError> {
-            let m =
-                AnonMapping::map(len, MapOptions::default()).map_err(|source| BenchError::Map {
-                    bytes: len,
-                    error: source,
-                })?;
-            if huge_pages {
-                // Best effort: without THP both sides simply run on 4 KiB pages.
-                let _ = m.advise(0, len, Advice::HugePage);
-            }
-            Ok(m)
-        };
-        let mut dst = map(len + DST_ALIAS_SPAN)?;
-        // Fault every page in now, outside any timing.
-        dst.as_mut_slice().fill(0);
-        let src = match op {
-            Op::Memcpy => {
-                let mut src = map(len)?;
-                let template: Vec<u8> = (0..251u8).collect();
-                for chunk in src.as_mut_slice().chunks_mut(template.len()) {
-                    chunk.copy_from_slice(&template[..chunk.len()]);
-                }
-                src
-            }
-            // memset reads no source: a one-page stand-in.
-            Op::Memset => map(4096)?,
-        };
-        let wanted = (src.as_slice().as_ptr() as usize + DST_SHIFT) % DST_ALIAS_SPAN;
-        let base = dst.as_mut_slice().as_ptr() as usize;
-        let dst_start = (wanted + DST_ALIAS_SPAN - base % DST_ALIAS_SPAN) % DST_ALIAS_SPAN;
-        Ok(Buffers {
-            src,
-            dst,
-            dst_start,
-            len,
-        })
-    }
-
-    /// The destination and source buffers.
-    fn slices(&mut self) -> (&mut [u8], &[u8]) {
-        (
-            &mut self.dst.as_mut_slice()[self.dst_start..][..self.len],
-            self.src.as_slice(),
-        )
-    }
+/// The buffers of a row: `tune`'s [`TimingBuffers`] (the destination
+/// `DST_SHIFT` past the source modulo `DST_ALIAS_SPAN`), with a source
+/// for memcpy only, on THP when `huge_pages`.
+fn buffers(op: Op, len: usize, huge_pages: bool) -> Result<TimingBuffers, BenchError> {
+    TimingBuffers::new(len, op == Op::Memcpy, huge_pages)
+        .map_err(|(bytes, error)| BenchError::Map { bytes, error })
 }
 
 /// pagewise's side of a copy row: `copy` itself (the benchmark's slices
@@ -786,7 +711,13 @@ fn blocks(spec: &Spec, pool: usize) -> Vec<(usize, usize)> {
 }
 
 /// Times one trial: GB/s.
-fn trial(op: Op, side: Routine, bufs: &mut Buffers, spec: &Spec, blocks: &[(usize, usize)]) -> f64 {
+fn trial(
+    op: Op,
+    side: Routine,
+    bufs: &mut TimingBuffers,
+    spec: &Spec,
+    blocks: &[(usize, usize)],
+) -> f64 {
     let n = spec.bytes;
     let hot = spec.residency.is_hot();
     let reps = (HOT_TRIAL_BYTES / n.max(HOT_MIN_CALL_BYTES)).max(1);
@@ -823,7 +754,7 @@ fn trial(op: Op, side: Routine, bufs: &mut Buffers, spec: &Spec, blocks: &[(usiz
 }
 
 /// Runs pagewise once on the row's first block and checks the bytes.
-fn verify(op: Op, bufs: &mut Buffers, spec: &Spec, block: (usize, usize)) -> bool {
+fn verify(op: Op, bufs: &mut TimingBuffers, spec: &Spec, block: (usize, usize)) -> bool {
     let n = spec.bytes;
     let (s, d) = block;
     let (dst, src) = bufs.slices();
@@ -878,7 +809,7 @@ pub fn run(op: Op, options: &Options, progress: &dyn Progress) -> Result<Report,
     for (residency_hot, len) in [(true, hot_len), (false, cold_len)] {
         let Some(len) = len else { continue };
         let len = len.div_ceil(2 << 20) * (2 << 20);
-        let mut bufs = Buffers::new(op, len, options.huge_pages)?;
+        let mut bufs = buffers(op, len, options.huge_pages)?;
         for spec in specs
             .iter()
             .filter(|s| s.residency.is_hot() == residency_hot)
@@ -1043,7 +974,7 @@ fn run_fleet(
     let max = dist.sizes.max() as usize;
     // Random offsets spread over twice the largest size (at least 256 KiB).
     let region = (2 * max + SLACK).max(256 << 10).div_ceil(4096) * 4096;
-    let mut bufs = Buffers::new(op, region, options.huge_pages)?;
+    let mut bufs = buffers(op, region, options.huge_pages)?;
     let mut rng = SplitMix64::new(options.seed);
     let sizes = dist.sizes.sampler();
     let aligns = dist.alignments.sampler();
@@ -1082,7 +1013,7 @@ fn run_fleet(
         }
     }
 
-    let run = |side: Routine, bufs: &mut Buffers| -> f64 {
+    let run = |side: Routine, bufs: &mut TimingBuffers| -> f64 {
         let (dst, src) = bufs.slices();
         let src = if op == Op::Memcpy { src } else { &[][..] };
         let elapsed = fleet_loop(Call::of(op, side), dst, src, &calls);
@@ -1132,6 +1063,7 @@ fn run_fleet(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use pagewise::copy::tune::{DST_ALIAS_SPAN, DST_SHIFT};
 
     #[test]
     fn offsets_have_the_asked_alignment() {
@@ -1211,7 +1143,7 @@ mod tests {
     #[test]
     fn the_destination_sits_a_fixed_distance_past_the_source() {
         for len in [4 << 20, (4 << 20) + 4096] {
-            let mut bufs = Buffers::new(Op::Memcpy, len, true).unwrap();
+            let mut bufs = buffers(Op::Memcpy, len, true).unwrap();
             let (dst, src) = bufs.slices();
             assert_eq!((dst.len(), src.len()), (len, len));
             let distance = (dst.as_ptr() as usize).wrapping_sub(src.as_ptr() as usize);

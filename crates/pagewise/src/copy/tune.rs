@@ -240,39 +240,70 @@ fn grid(small_max: usize, max_bytes: usize) -> Vec<(usize, usize)> {
         .collect()
 }
 
-/// Source and destination buffers (page-aligned, faulted in, on THP where
-/// the kernel gives them), the destination 12 KiB further on modulo 2 MiB
-/// than the source, as in `bench memcpy` (each call's loads would otherwise
-/// wait for the previous call's stores to the same low address bits).
-struct Buffers {
+/// How far the destination buffer starts past the source buffer, modulo
+/// [`DST_ALIAS_SPAN`].
+///
+/// With the two at the same offset modulo 2 MiB (which is what the kernel
+/// gives two mappings whose lengths are multiples of 2 MiB: it aligns them
+/// for transparent huge pages), each call's loads wait for the previous
+/// call's stores to the same hot buffers: 100-byte copies took 7 ns per call
+/// on both sides, whatever the size, instead of 1.4–2.8 ns with the
+/// destination a few pages further on (measured with a throw-away harness,
+/// both routines); and `rep movsb` falls into its slow mode on rows whose
+/// destination is a few bytes ahead. A whole number of pages keeps every
+/// row's alignment and its source-to-destination distance modulo 4 KiB.
+pub const DST_SHIFT: usize = 12 << 10;
+
+/// The span over which the two buffers' placement is fixed (see
+/// [`DST_SHIFT`]): the huge-page size, a multiple of the 1 MiB over which
+/// `rep movsb` compares addresses.
+pub const DST_ALIAS_SPAN: usize = 2 << 20;
+
+/// The source and destination buffers that `tune` and `bench memcpy`/`memset`
+/// time copies and fills in: page-aligned, faulted in before any timing, on
+/// THP where asked and the kernel gives it, the destination [`DST_SHIFT`]
+/// past the source modulo [`DST_ALIAS_SPAN`] wherever the kernel placed the
+/// two mappings. Costs two mappings (`len` and `len` + 2 MiB) and writing
+/// both once.
+pub struct TimingBuffers {
     src: AnonMapping,
+    /// Holds the destination buffer at `dst_start`.
     dst: AnonMapping,
     dst_start: usize,
     len: usize,
 }
 
-impl Buffers {
-    fn new(len: usize, with_source: bool) -> Result<Buffers, TuneError> {
-        const SPAN: usize = 2 << 20;
-        let map = |len: usize| -> Result<AnonMapping, TuneError> {
-            let m =
-                AnonMapping::map(len, MapOptions::default()).map_err(|source| TuneError::Map {
-                    bytes: len,
-                    error: source,
-                })?;
-            let _ = m.advise(0, len, Advice::HugePage);
+impl TimingBuffers {
+    /// Maps, advises and faults in the buffers: the destination zeroed, the
+    /// source (with `with_source`; else a one-page stand-in, for fills)
+    /// holding a pattern of period 251 in which misplaced bytes show. A
+    /// failed mapping is returned with its size.
+    pub fn new(
+        len: usize,
+        with_source: bool,
+        huge_pages: bool,
+    ) -> Result<TimingBuffers, (usize, crate::sys::SysError)> {
+        let map = |len: usize| {
+            let m = AnonMapping::map(len, MapOptions::default()).map_err(|e| (len, e))?;
+            if huge_pages {
+                // Best effort: without THP both sides simply run on 4 KiB pages.
+                let _ = m.advise(0, len, Advice::HugePage);
+            }
             Ok(m)
         };
-        let mut dst = map(len + SPAN)?;
+        let mut dst = map(len + DST_ALIAS_SPAN)?;
         dst.as_mut_slice().fill(0);
         let mut src = map(if with_source { len } else { 4096 })?;
-        for (i, b) in src.as_mut_slice().iter_mut().enumerate() {
-            *b = (i % 251) as u8;
+        if with_source {
+            let template: Vec<u8> = (0..251u8).collect();
+            for chunk in src.as_mut_slice().chunks_mut(template.len()) {
+                chunk.copy_from_slice(&template[..chunk.len()]);
+            }
         }
-        let wanted = (src.as_slice().as_ptr() as usize + (12 << 10)) % SPAN;
+        let wanted = (src.as_slice().as_ptr() as usize + DST_SHIFT) % DST_ALIAS_SPAN;
         let base = dst.as_mut_slice().as_ptr() as usize;
-        let dst_start = (wanted + SPAN - base % SPAN) % SPAN;
-        Ok(Buffers {
+        let dst_start = (wanted + DST_ALIAS_SPAN - base % DST_ALIAS_SPAN) % DST_ALIAS_SPAN;
+        Ok(TimingBuffers {
             src,
             dst,
             dst_start,
@@ -280,12 +311,19 @@ impl Buffers {
         })
     }
 
-    fn slices(&mut self) -> (&mut [u8], &[u8]) {
+    /// The destination (`len` bytes) and the source buffer.
+    pub fn slices(&mut self) -> (&mut [u8], &[u8]) {
         (
             &mut self.dst.as_mut_slice()[self.dst_start..][..self.len],
             self.src.as_slice(),
         )
     }
+}
+
+/// [`TimingBuffers::new`] for `tune`: on THP, a failure as [`TuneError::Map`].
+fn buffers(len: usize, with_source: bool) -> Result<TimingBuffers, TuneError> {
+    TimingBuffers::new(len, with_source, true)
+        .map_err(|(bytes, error)| TuneError::Map { bytes, error })
 }
 
 /// A candidate as something to time.
@@ -322,7 +360,7 @@ const COLD_STRIDE: usize = 64 << 10;
 fn time_one(
     op: Op,
     runner: Runner<'_>,
-    bufs: &mut Buffers,
+    bufs: &mut TimingBuffers,
     n: usize,
     hot: bool,
     at: (usize, usize),
@@ -386,7 +424,7 @@ fn time_one(
 }
 
 /// Checks one call of `copier` for right bytes.
-fn verify(op: Op, copier: &Copier, bufs: &mut Buffers, n: usize, at: (usize, usize)) -> bool {
+fn verify(op: Op, copier: &Copier, bufs: &mut TimingBuffers, n: usize, at: (usize, usize)) -> bool {
     let (dst, src) = bufs.slices();
     let d = &mut dst[at.1..at.1 + n];
     match op {
@@ -433,7 +471,7 @@ fn candidates(base: &Plan, n: usize, erms: bool) -> Vec<(Strategy, Copier)> {
 fn measure_cell(
     op: Op,
     cands: &[(Strategy, Copier)],
-    bufs: &mut Buffers,
+    bufs: &mut TimingBuffers,
     n: usize,
     hot: bool,
     p: Placement,
@@ -595,7 +633,7 @@ fn tune_small(
     rounds: usize,
     margin: f64,
 ) -> Result<(Small, Vec<Timing>), TuneError> {
-    let mut bufs = Buffers::new(64 << 20, true)?;
+    let mut bufs = buffers(64 << 20, true)?;
     let copiers: Vec<(Small, Copier)> = Small::ALL
         .iter()
         .filter_map(|&small| {
@@ -693,7 +731,7 @@ fn tune_small(
 }
 
 /// Times a mix of small calls (sizes from `mix`, placed apart in L1): bytes/ns.
-fn time_mix(op: Op, runner: Runner<'_>, bufs: &mut Buffers, mix: &[usize]) -> f64 {
+fn time_mix(op: Op, runner: Runner<'_>, bufs: &mut TimingBuffers, mix: &[usize]) -> f64 {
     let (dst, src) = bufs.slices();
     let (dst, src) = black_box((dst, src));
     let mut best = 0.0f64;
@@ -755,7 +793,7 @@ pub fn tune(options: &Options, progress: &dyn Progress) -> Result<Report, TuneEr
     let mut choices = Vec::new();
     for op in [Op::Copy, Op::Fill] {
         let name = if op == Op::Copy { "copy" } else { "fill" };
-        let mut bufs = Buffers::new(pool.max(largest + (4 << 20)), op == Op::Copy)?;
+        let mut bufs = buffers(pool.max(largest + (4 << 20)), op == Op::Copy)?;
         let placements: &[Placement] = if op == Op::Copy {
             &Placement::ALL
         } else {
@@ -1046,7 +1084,7 @@ pub fn limit(copy: bool, n: usize, rounds: usize) -> Result<Vec<LimitTiming>, Tu
     let op = if copy { Op::Copy } else { Op::Fill };
     let base = Plan::detect();
     let cands = candidates(&base, n.max(256 << 10), base.erms);
-    let mut bufs = Buffers::new(n + (4 << 20), copy)?;
+    let mut bufs = buffers(n + (4 << 20), copy)?;
     let k = cands.len() + 1;
     let mut speeds = vec![Vec::new(); k];
     for r in 0..rounds.max(1) {
