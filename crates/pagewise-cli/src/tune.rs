@@ -40,6 +40,10 @@ impl tune::Progress for Adapter {
 
 /// Runs `pagewise tune`.
 pub fn run(args: &TuneArgs) -> anyhow::Result<ExitCode> {
+    if !args.no_save {
+        // Refuse a cache that could not be written now, not after measuring.
+        cache::prepare(&cache::directory()?)?;
+    }
     let machine = MachineReport::probe();
     let level = |l: u32| {
         machine

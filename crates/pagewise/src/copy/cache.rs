@@ -269,17 +269,22 @@ pub fn save(tuned: &Tuned) -> Result<PathBuf, CacheError> {
     save_to(&directory()?, tuned)
 }
 
-/// [`save`] into a given directory (created with mode 0700 if missing, its
-/// parents with the default mode).
-pub fn save_to(dir: &Path, tuned: &Tuned) -> Result<PathBuf, CacheError> {
-    let io = |path: &Path, action: &'static str| {
-        let path = path.to_owned();
-        move |source| CacheError::Io {
-            path,
-            action,
-            error: source,
-        }
-    };
+fn io_error(path: &Path, action: &'static str) -> impl FnOnce(std::io::Error) -> CacheError {
+    let path = path.to_owned();
+    move |source| CacheError::Io {
+        path,
+        action,
+        error: source,
+    }
+}
+
+/// Makes `dir` ready to hold plans: created with mode 0700 if missing (its
+/// parents with the default mode); refused if it is not a directory, is
+/// another user's, or group or others can write it. `pagewise tune` calls it
+/// before measuring, so a cache it could not write fails in a moment, not
+/// after a minute of measuring. Costs a `mkdir` and a `stat`.
+pub fn prepare(dir: &Path) -> Result<(), CacheError> {
+    let io = io_error;
     if let Some(parent) = dir.parent() {
         std::fs::create_dir_all(parent).map_err(io(parent, "create directory"))?;
     }
@@ -295,7 +300,13 @@ pub fn save_to(dir: &Path, tuned: &Tuned) -> Result<PathBuf, CacheError> {
             why: "not a directory".into(),
         });
     }
-    check_owner(dir, &meta)?;
+    check_owner(dir, &meta)
+}
+
+/// [`save`] into a given directory (made ready by [`prepare`] first).
+pub fn save_to(dir: &Path, tuned: &Tuned) -> Result<PathBuf, CacheError> {
+    let io = io_error;
+    prepare(dir)?;
     let path = dir.join(tuned.key.file_name());
     let tmp = dir.join(format!(
         ".{}.{}.tmp",

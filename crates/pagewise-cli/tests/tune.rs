@@ -1,0 +1,105 @@
+//! `pagewise tune` run as a user would: it measures a plan, writes it to a
+//! private cache, and the next process (here `doctor`) uses it; with
+//! `PAGEWISE_PLAN=default` or `--no-save` it does not.
+
+use assert_cmd::Command;
+use serde_json::Value;
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+
+/// A small, fast tune (sizes up to 1 MiB, 3 rounds): seconds, not a minute.
+const QUICK: [&str; 6] = ["tune", "--json", "--quiet", "--rounds", "3", "--max-bytes"];
+
+fn pagewise(cache_home: &Path) -> Command {
+    let mut c = Command::cargo_bin("pagewise").unwrap();
+    c.env("XDG_CACHE_HOME", cache_home)
+        .env_remove("PAGEWISE_PLAN");
+    c
+}
+
+fn json(out: &[u8]) -> Value {
+    serde_json::from_slice(out).unwrap_or_else(|e| {
+        panic!("not JSON ({e}): {}", String::from_utf8_lossy(out));
+    })
+}
+
+fn doctor_plan(cache_home: &Path, default_plan: bool) -> Value {
+    let mut c = pagewise(cache_home);
+    if default_plan {
+        c.env("PAGEWISE_PLAN", "default");
+    }
+    let out = c.args(["doctor", "--json"]).assert().success();
+    json(&out.get_output().stdout)["copy"]["plan"].clone()
+}
+
+#[test]
+fn a_measured_plan_is_cached_privately_and_used_by_the_next_process() {
+    let home = tempfile::tempdir().unwrap();
+    let out = pagewise(home.path())
+        .args(QUICK)
+        .arg("1M")
+        .assert()
+        .success();
+    let v = json(&out.get_output().stdout);
+    assert_eq!(v["schema"], "pagewise.tune/1");
+    let choices = v["choices"].as_array().unwrap();
+    assert!(!choices.is_empty(), "{v:#}");
+    for c in choices {
+        // Every cell was measured: a chosen strategy with a positive score.
+        assert!(c["chosen"].as_str().is_some_and(|s| !s.is_empty()), "{c}");
+        assert!(c["score"].as_f64().is_some_and(|s| s > 0.0), "{c}");
+        assert!(c["glibc_score"].as_f64().is_some_and(|s| s > 0.0), "{c}");
+    }
+    let file = Path::new(v["cache_file"].as_str().expect("the plan was saved"));
+    let dir = home.path().join("pagewise");
+    assert_eq!(file.parent(), Some(dir.as_path()));
+    let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode(&dir), 0o700);
+    assert_eq!(mode(file), 0o600);
+
+    let plan = doctor_plan(home.path(), false);
+    assert_eq!(plan["tables_source"], "cached", "{plan:#}");
+    assert_eq!(plan["cache_file"], v["cache_file"], "{plan:#}");
+    // PAGEWISE_PLAN=default ignores the cache.
+    let plan = doctor_plan(home.path(), true);
+    assert_eq!(plan["tables_source"], "default", "{plan:#}");
+    assert!(plan["cache_file"].is_null(), "{plan:#}");
+}
+
+#[test]
+fn no_save_measures_and_writes_nothing() {
+    let home = tempfile::tempdir().unwrap();
+    let out = pagewise(home.path())
+        .args(QUICK)
+        .args(["1M", "--no-save"])
+        .assert()
+        .success();
+    let v = json(&out.get_output().stdout);
+    assert!(v["cache_file"].is_null(), "{v:#}");
+    assert!(!v["choices"].as_array().unwrap().is_empty());
+    assert!(!home.path().join("pagewise").exists());
+    assert_eq!(doctor_plan(home.path(), false)["tables_source"], "default");
+}
+
+#[test]
+fn a_cache_folder_others_can_write_is_refused_at_once_with_one_line() {
+    let home = tempfile::tempdir().unwrap();
+    let dir = home.path().join("pagewise");
+    std::fs::create_dir(&dir).unwrap();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let started = std::time::Instant::now();
+    // The default sizes: measuring them would take most of a minute.
+    let out = pagewise(home.path())
+        .args(["tune", "--json", "--quiet"])
+        .assert()
+        .failure();
+    // Refused before measuring anything (generous for a loaded machine).
+    assert!(started.elapsed().as_secs() < 10, "{:?}", started.elapsed());
+    let stderr = String::from_utf8_lossy(&out.get_output().stderr).into_owned();
+    assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+    assert!(stderr.contains("pagewise"), "{stderr}");
+    assert!(
+        std::fs::read_dir(&dir).unwrap().next().is_none(),
+        "{stderr}"
+    );
+}
