@@ -306,8 +306,11 @@ fn fault_counts_agree_with_perf_stat_and_getrusage() {
             minor.abs_diff(perf_minor) <= perf_minor / 100,
             "pagewise {minor} vs perf stat {perf_minor}"
         );
+        // perf stat counts another run: a page or two of the fixture or
+        // its libraries may have left the page cache in between (CI saw 0
+        // against 1), so a handful of major faults apart is the same count.
         assert!(
-            major.abs_diff(perf_major) <= perf_major / 100,
+            major.abs_diff(perf_major) <= (perf_major / 100).max(4),
             "pagewise {major} major faults vs perf stat {perf_major}"
         );
     }
