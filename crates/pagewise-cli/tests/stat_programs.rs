@@ -14,9 +14,9 @@ mod stat_support;
 use pagewise_testkit::Need;
 use serde_json::Value;
 use stat_support::{
-    assert_churn_inferred_as_the_state_says, assert_first, first_kind, fixture,
-    fixture_in_every_state, in_every_state, kinds, remove_perf_map, stat_in, world_executable,
-    world_readable, Shared, State, STATES,
+    assert_churn_inferred_as_the_state_says, assert_first, assert_first_memory_finding, first_kind,
+    fixture, fixture_in_every_state, in_every_state, kinds, remove_perf_map, stat_in,
+    world_executable, world_readable, Shared, State, STATES,
 };
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -264,7 +264,7 @@ fn node_buffer_churn_is_heap_churn_and_names_the_script_function() {
         ],
         |state, v| {
             remove_perf_map(v);
-            assert_first(state, v, "heap-churn");
+            assert_first_memory_finding(state, v, "heap-churn");
             assert_churn_inferred_as_the_state_says(state, v);
             let site = &v["sites"][0];
             assert!(
