@@ -186,8 +186,8 @@ fn run_with_huge_text(
                 .with_context(|| format!("--huge-text=hot:{profile}"))?;
             // Resolved here, once, so the program reads a short list of pages
             // instead of parsing a profile and symbol tables before main.
-            let hot =
-                pagewise::text::hot_pages_from_profile(&profile).map_err(|e| anyhow::anyhow!(e))?;
+            let hot = pagewise::text::hot_pages_from_profile(&profile, &args.huge_text_lib)
+                .map_err(|e| anyhow::anyhow!(e))?;
             format!("hot-pages:{}", dir.write_hot_pages(&hot)?.display())
         }
     };

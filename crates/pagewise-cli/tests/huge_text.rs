@@ -119,6 +119,8 @@ fn check_moved_and_identical(bin: &Path) {
         "moved {moved_bytes} bytes: {r}"
     );
     assert_eq!(r["huge_bytes"].as_u64().unwrap(), moved_bytes, "{r}");
+    // What the move cost the start is timed: at least the copy's time, so never 0.
+    assert!(r["move_micros"].as_u64().unwrap() > 0, "{r}");
     // The program's own view of its smaps (hot_function lies in the moved range).
     let huge_line = outcome.stderr.lines().any(|l| {
         l.starts_with("AnonHugePages:") && l.contains("4096 kB")
@@ -132,7 +134,8 @@ fn check_moved_and_identical(bin: &Path) {
     assert!(
         outcome
             .stderr
-            .contains(&format!("moved {} MiB onto", moved_bytes >> 20)),
+            .contains(&format!("moved {} MiB onto", moved_bytes >> 20))
+            && outcome.stderr.contains(" ms, "),
         "{}",
         outcome.stderr
     );

@@ -463,6 +463,7 @@ mod tests {
                 page_kind: None,
                 skipped: Some("test".into()),
                 note: None,
+                move_micros: None,
             }],
             perf_map: None,
             perf_map_note: None,

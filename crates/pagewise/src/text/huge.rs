@@ -123,6 +123,10 @@ pub struct RangeReport {
     /// Anything else about a move worth knowing (a step that could not be taken).
     #[serde(default)]
     pub note: Option<String>,
+    /// How long the move took, in microseconds (mapping and faulting in the
+    /// huge pages, the copy, the remap): what it cost the program's start.
+    #[serde(default)]
+    pub move_micros: Option<u64>,
 }
 
 /// Everything one process did, as `PAGEWISE_REPORT` JSON.
@@ -301,8 +305,7 @@ pub fn remap_text(options: &HugeTextOptions) -> RunReport {
     for (index, object) in objects.iter().enumerate() {
         let path = object_path(object);
         let name = file_name(&path).to_owned();
-        let chosen = index == 0 || options.libs.iter().any(|l| name.starts_with(l.as_str()));
-        if !chosen || name.starts_with("libpagewise_preload") {
+        if !is_chosen(&name, index == 0, &options.libs) {
             continue;
         }
         // The C library and the loader run the move itself (memcpy, mprotect, mremap).
@@ -325,6 +328,7 @@ pub fn remap_text(options: &HugeTextOptions) -> RunReport {
                 page_kind: None,
                 skipped: None,
                 note: None,
+                move_micros: None,
             };
             let refusal = refusal(runs_the_move, threads);
             match candidate_runs(&range, memsz, refusal, object.bias, hot.as_deref()) {
@@ -351,6 +355,14 @@ pub fn remap_text(options: &HugeTextOptions) -> RunReport {
         PerfMaps::new(PerfMapWriter::in_tmp()).publish(&mut report);
     }
     report
+}
+
+/// Whether the object named `name` (a file name) is one whose text the move
+/// considers: a program's own executable (`main`), or a library whose name
+/// starts with one of `libs`; never the preload library itself.
+pub fn is_chosen(name: &str, main: bool, libs: &[String]) -> bool {
+    (main || libs.iter().any(|l| name.starts_with(l.as_str())))
+        && !name.starts_with("libpagewise_preload")
 }
 
 /// Why no text of this object may move now, if none may.
@@ -420,7 +432,10 @@ fn move_run(
             return r;
         }
     };
-    let stats = match text::move_to_huge(start as usize, (end - start) as usize, kind, fail_at) {
+    let began = std::time::Instant::now();
+    let moved = text::move_to_huge(start as usize, (end - start) as usize, kind, fail_at);
+    r.move_micros = Some(u64::try_from(began.elapsed().as_micros()).unwrap_or(u64::MAX));
+    let stats = match moved {
         Ok(stats) => stats,
         Err(e) => {
             r.skipped = Some(move_failure(&e));
@@ -552,8 +567,9 @@ pub fn summary(report: &RunReport) -> Vec<String> {
         let object = file_name(&r.object);
         let what = match (&r.page_kind, &r.skipped) {
             (Some(kind), _) => format!(
-                "moved {} MiB onto {kind} pages, {} MiB huge per smaps",
+                "moved {} MiB onto {kind} pages in {:.1} ms, {} MiB huge per smaps",
                 (r.end - r.start) >> 20,
+                r.move_micros.unwrap_or(0) as f64 / 1000.0,
                 r.huge_bytes >> 20
             ),
             (None, Some(why)) => format!("skipped: {why}"),
