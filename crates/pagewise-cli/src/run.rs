@@ -6,6 +6,7 @@ use crate::preload;
 use anyhow::{bail, Context};
 use pagewise::launch::huge_text::{self, ReportDir};
 use pagewise::launch::{self, keep_heap, LaunchError};
+use pagewise::text::hot_cache::{self, HotSource};
 use pagewise::text::huge::PerfMaps;
 use pagewise::text::perfmap::PerfMapWriter;
 use std::os::unix::process::CommandExt;
@@ -176,6 +177,7 @@ fn run_with_huge_text(
     args: &RunArgs,
 ) -> anyhow::Result<ExitCode> {
     let dir = ReportDir::create()?;
+    let mut hot_note = None;
     let mode = match mode {
         "all" => "all".to_owned(),
         other => {
@@ -184,14 +186,24 @@ fn run_with_huge_text(
             })?;
             let profile = std::fs::canonicalize(profile)
                 .with_context(|| format!("--huge-text=hot:{profile}"))?;
-            // Resolved here, once, so the program reads a short list of pages
-            // instead of parsing a profile and symbol tables before main.
-            let hot = pagewise::text::hot_pages_from_profile(&profile, &args.huge_text_lib)
-                .map_err(|e| anyhow::anyhow!(e))?;
+            // Resolved here (or reused from the cache), so the program reads a short
+            // list of pages instead of parsing a profile and symbol tables before main.
+            let (hot, source) = hot_cache::hot_pages(
+                &profile,
+                &args.huge_text_lib,
+                pagewise::host::user_cache::directory(),
+            )
+            .map_err(|e| anyhow::anyhow!(e))?;
+            hot_note = Some(match source {
+                HotSource::Cached(at) => format!("hot pages reused from {}", at.display()),
+                HotSource::Saved(at) => format!("hot pages resolved and saved to {}", at.display()),
+                HotSource::NotSaved(why) => format!("hot pages resolved, not cached: {why}"),
+            });
             format!("hot-pages:{}", dir.write_hot_pages(&hot)?.display())
         }
     };
-    let (library, notes) = preload::choose()?;
+    let (library, mut notes) = preload::choose()?;
+    notes.extend(hot_note);
     let preload = match std::env::var("LD_PRELOAD") {
         Ok(existing) if !existing.trim().is_empty() => format!("{}:{existing}", library.path),
         _ => library.path.clone(),

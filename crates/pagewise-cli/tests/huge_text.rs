@@ -358,16 +358,29 @@ fn hot_profile_limits_the_move_to_hot_pages() {
     .unwrap();
     let flag = format!("--huge-text=hot:{}", profile.display());
     let program = [bin.to_str().unwrap()];
-    let outcome = run_huge(&program, &[], &[flag.as_str()]);
-    assert_eq!(outcome.stdout, plain_stdout(&program));
-    let moved = moved_ranges(&outcome.report);
-    assert_eq!(moved.len(), 1, "{:#}", outcome.report);
-    assert_eq!(
-        moved[0]["end"].as_u64().unwrap() - moved[0]["start"].as_u64().unwrap(),
-        2 << 20
-    );
-    if let Some(map) = outcome.report["perf_map"].as_str() {
-        let _ = std::fs::remove_file(map);
+    let cache = dir.path().join("cache");
+    let env = [("XDG_CACHE_HOME", cache.to_str().unwrap())];
+    // The first run resolves the profile and caches the pages; the second reuses them.
+    for (run, said) in [
+        (1, "hot pages resolved and saved to"),
+        (2, "hot pages reused from"),
+    ] {
+        let outcome = run_huge(&program, &env, &[flag.as_str(), "--report"]);
+        assert!(
+            outcome.stderr.contains(said),
+            "run {run}: {}",
+            outcome.stderr
+        );
+        assert_eq!(outcome.stdout, plain_stdout(&program));
+        let moved = moved_ranges(&outcome.report);
+        assert_eq!(moved.len(), 1, "run {run}: {:#}", outcome.report);
+        assert_eq!(
+            moved[0]["end"].as_u64().unwrap() - moved[0]["start"].as_u64().unwrap(),
+            2 << 20
+        );
+        if let Some(map) = outcome.report["perf_map"].as_str() {
+            let _ = std::fs::remove_file(map);
+        }
     }
 }
 

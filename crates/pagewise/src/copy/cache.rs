@@ -6,18 +6,14 @@
 //! A plan is only used on the machine key it was measured on: a new CPU
 //! model, stepping, microcode, kernel or glibc means measuring again.
 //!
-//! Safety of the files: the directory is created with mode 0700 and must be
-//! owned by this user and writable by no one else; a plan file must be a
-//! regular file owned by this user, not writable by group or others, and is
-//! opened with `O_NOFOLLOW` (a symbolic link is refused); it is written under
-//! a temporary name (created with `O_EXCL | O_NOFOLLOW`, mode 0600) and
-//! renamed into place, so readers never see half a file.
+//! The files are kept as [`crate::host::user_cache`] keeps every cache file:
+//! in a private directory of this user's, never through a link, replaced
+//! atomically.
 
 use super::plan::Tables;
 use super::Isa;
+use crate::host::user_cache::{self, UserCacheError};
 use serde::{Deserialize, Serialize};
-use std::io::{Read, Write};
-use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 /// JSON schema of a cached plan file.
@@ -83,12 +79,7 @@ impl MachineKey {
             self.kernel.as_deref().unwrap_or("-"),
             self.glibc.as_deref().unwrap_or("-")
         );
-        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-        for b in text.bytes() {
-            h ^= u64::from(b);
-            h = h.wrapping_mul(0x0100_0000_01b3);
-        }
-        format!("copy-plan-{h:016x}.json")
+        user_cache::file_name("copy-plan", &text)
     }
 
     /// `AuthenticAMD family 26 model 2 stepping 1`.
@@ -118,27 +109,9 @@ pub struct Tuned {
 /// Why the cache could not be used.
 #[derive(Debug, thiserror::Error)]
 pub enum CacheError {
-    /// Neither `XDG_CACHE_HOME` nor `HOME` gives a directory.
-    #[error("no cache directory: set XDG_CACHE_HOME or HOME to an absolute path")]
-    NoDirectory,
-    /// The directory or file is not safe to trust.
-    #[error("copy plan cache {path}: {why}; not used (remove it, or fix its owner and mode)")]
-    Untrusted {
-        /// The path.
-        path: PathBuf,
-        /// What is wrong.
-        why: String,
-    },
-    /// A file operation failed.
-    #[error("copy plan cache {path}: {action} failed: {error}")]
-    Io {
-        /// The path.
-        path: PathBuf,
-        /// What was being done.
-        action: &'static str,
-        /// The error (in the message, not as `source()`: said once).
-        error: std::io::Error,
-    },
+    /// The cache directory or file could not be used (see [`UserCacheError`]).
+    #[error("copy plan {0}")]
+    Store(#[from] UserCacheError),
     /// The file is not a plan of this version.
     #[error("copy plan cache {path}: not a {SCHEMA} file ({why}); run `pagewise tune` again")]
     Malformed {
@@ -149,44 +122,14 @@ pub enum CacheError {
     },
 }
 
-/// The cache directory: `$XDG_CACHE_HOME/pagewise` when that is an absolute
-/// path, else `$HOME/.cache/pagewise`.
+/// The cache directory ([`user_cache::directory`]).
 pub fn directory() -> Result<PathBuf, CacheError> {
-    let abs = |v: Option<std::ffi::OsString>| v.map(PathBuf::from).filter(|p| p.is_absolute());
-    if let Some(xdg) = abs(std::env::var_os("XDG_CACHE_HOME")) {
-        return Ok(xdg.join("pagewise"));
-    }
-    abs(std::env::var_os("HOME"))
-        .map(|h| h.join(".cache").join("pagewise"))
-        .ok_or(CacheError::NoDirectory)
+    Ok(user_cache::directory()?)
 }
 
 /// The file a plan for `key` lives in.
 pub fn path_for(key: &MachineKey) -> Result<PathBuf, CacheError> {
     Ok(directory()?.join(key.file_name()))
-}
-
-/// Checks that `meta` belongs to this user and that group and others
-/// cannot write it.
-fn check_owner(path: &Path, meta: &std::fs::Metadata) -> Result<(), CacheError> {
-    let uid = crate::sys::libc_info::effective_uid();
-    let untrusted = |why: String| CacheError::Untrusted {
-        path: path.to_owned(),
-        why,
-    };
-    if meta.uid() != uid {
-        return Err(untrusted(format!(
-            "owned by user {}, not by this user ({uid})",
-            meta.uid()
-        )));
-    }
-    if meta.mode() & 0o022 != 0 {
-        return Err(untrusted(format!(
-            "writable by group or others (mode {:o})",
-            meta.mode() & 0o777
-        )));
-    }
-    Ok(())
 }
 
 /// The plan cached for `key` and its path; `Ok(None)` when there is none.
@@ -200,57 +143,9 @@ pub fn load(key: &MachineKey) -> Result<Option<(Tuned, PathBuf)>, CacheError> {
 
 /// [`load`] from a given directory.
 pub fn load_from(dir: &Path, key: &MachineKey) -> Result<Option<(Tuned, PathBuf)>, CacheError> {
-    let path = dir.join(key.file_name());
-    match std::fs::symlink_metadata(dir) {
-        Ok(meta) => {
-            if !meta.is_dir() {
-                return Err(CacheError::Untrusted {
-                    path: dir.to_owned(),
-                    why: "not a directory".into(),
-                });
-            }
-            check_owner(dir, &meta)?;
-        }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(source) => {
-            return Err(CacheError::Io {
-                path: dir.to_owned(),
-                action: "stat",
-                error: source,
-            })
-        }
-    }
-    let file = match crate::sys::file::open_read_nofollow(&path) {
-        Ok(f) => f,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(source) => {
-            return Err(CacheError::Io {
-                path,
-                action: "open (a symbolic link is refused)",
-                error: source,
-            })
-        }
+    let Some((text, path)) = user_cache::read(dir, &key.file_name(), MAX_FILE_BYTES)? else {
+        return Ok(None);
     };
-    let meta = file.metadata().map_err(|source| CacheError::Io {
-        path: path.clone(),
-        action: "fstat",
-        error: source,
-    })?;
-    if !meta.is_file() {
-        return Err(CacheError::Untrusted {
-            path,
-            why: "not a regular file".into(),
-        });
-    }
-    check_owner(&path, &meta)?;
-    let mut text = String::new();
-    file.take(MAX_FILE_BYTES)
-        .read_to_string(&mut text)
-        .map_err(|source| CacheError::Io {
-            path: path.clone(),
-            action: "read",
-            error: source,
-        })?;
     let tuned: Tuned = serde_json::from_str(&text).map_err(|e| CacheError::Malformed {
         path: path.clone(),
         why: e.to_string(),
@@ -269,77 +164,30 @@ pub fn save(tuned: &Tuned) -> Result<PathBuf, CacheError> {
     save_to(&directory()?, tuned)
 }
 
-fn io_error(path: &Path, action: &'static str) -> impl FnOnce(std::io::Error) -> CacheError {
-    let path = path.to_owned();
-    move |source| CacheError::Io {
-        path,
-        action,
-        error: source,
-    }
-}
-
-/// Makes `dir` ready to hold plans: created with mode 0700 if missing (its
-/// parents with the default mode); refused if it is not a directory, is
-/// another user's, or group or others can write it. `pagewise tune` calls it
-/// before measuring, so a cache it could not write fails in a moment, not
-/// after a minute of measuring. Costs a `mkdir` and a `stat`.
+/// Makes `dir` ready to hold plans ([`user_cache::prepare`]). `pagewise tune`
+/// calls it before measuring, so a cache it could not write fails in a
+/// moment, not after a minute of measuring.
 pub fn prepare(dir: &Path) -> Result<(), CacheError> {
-    let io = io_error;
-    if let Some(parent) = dir.parent() {
-        std::fs::create_dir_all(parent).map_err(io(parent, "create directory"))?;
-    }
-    match std::fs::DirBuilder::new().mode(0o700).create(dir) {
-        Ok(()) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-        Err(e) => return Err(io(dir, "create directory")(e)),
-    }
-    let meta = std::fs::symlink_metadata(dir).map_err(io(dir, "stat"))?;
-    if !meta.is_dir() {
-        return Err(CacheError::Untrusted {
-            path: dir.to_owned(),
-            why: "not a directory".into(),
-        });
-    }
-    check_owner(dir, &meta)
+    Ok(user_cache::prepare(dir)?)
 }
 
-/// [`save`] into a given directory (made ready by [`prepare`] first).
+/// [`save`] into a given directory.
 pub fn save_to(dir: &Path, tuned: &Tuned) -> Result<PathBuf, CacheError> {
-    let io = io_error;
-    prepare(dir)?;
-    let path = dir.join(tuned.key.file_name());
-    let tmp = dir.join(format!(
-        ".{}.{}.tmp",
-        tuned.key.file_name(),
-        std::process::id()
-    ));
-    let text = serde_json::to_string_pretty(tuned).map_err(|e| CacheError::Malformed {
-        path: path.clone(),
+    let name = tuned.key.file_name();
+    let mut text = serde_json::to_string_pretty(tuned).map_err(|e| CacheError::Malformed {
+        path: dir.join(&name),
         why: e.to_string(),
     })?;
-    let written = (|| {
-        let mut f = crate::sys::file::create_new_nofollow(&tmp, 0o600)?;
-        f.write_all(text.as_bytes())?;
-        f.write_all(b"\n")?;
-        f.sync_all()
-    })();
-    if let Err(e) = written {
-        let _ = std::fs::remove_file(&tmp);
-        return Err(io(&tmp, "write")(e));
-    }
-    // The file mode was set at creation; make sure a umask did not widen it.
-    let _ = std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o600));
-    std::fs::rename(&tmp, &path).map_err(|e| {
-        let _ = std::fs::remove_file(&tmp);
-        io(&path, "rename")(e)
-    })?;
-    Ok(path)
+    text.push('\n');
+    Ok(user_cache::write(dir, &name, text.as_bytes())?)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::copy::plan::{default_tables, CpuKind};
+    use std::io::Write;
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
 
     fn tuned(key: MachineKey) -> Tuned {
         Tuned {
@@ -434,7 +282,10 @@ mod tests {
         std::fs::remove_file(&path).unwrap();
         std::fs::set_permissions(&cache, std::fs::Permissions::from_mode(0o777)).unwrap();
         let err = load_from(&cache, &key()).unwrap_err();
-        assert!(matches!(err, CacheError::Untrusted { .. }), "{err}");
+        assert!(
+            matches!(err, CacheError::Store(UserCacheError::Untrusted { .. })),
+            "{err}"
+        );
     }
 
     #[test]

@@ -18,6 +18,7 @@
 //! - [`kallsyms`]: the kernel's page-fault entry, from `/proc/kallsyms`.
 //! - [`user_files`]: files a user names (profiles, binaries, reports),
 //!   opened without blocking on a FIFO; inputs only when regular files.
+//! - [`user_cache`]: the per-user cache directory and its files, kept private.
 //!
 //! Nothing here changes a setting. Parsers are pure functions tested against
 //! fixture text; readers cost one small file read each unless they say otherwise.
@@ -34,6 +35,7 @@ pub mod proc_tasks;
 pub mod smaps;
 pub mod thp;
 pub mod tracefs;
+pub mod user_cache;
 pub mod user_files;
 
 pub use kernel_files::{NotRead, SysRoot};

@@ -8,9 +8,11 @@
 //!   `pagewise::observe::profile_sampler` samples a program into one.
 //! - [`pprof`]: pprof profiles (continuous profilers' export) read into a [`profile::Profile`].
 //! - [`function_table`]: the functions of an ELF file, and its segment layout.
+//! - [`hot_cache`]: the hot pages of a profile, resolved once and cached.
 //! - [`order`]: C3 function ordering, order files, and page footprints.
 
 pub mod function_table;
+pub mod hot_cache;
 pub mod huge;
 pub mod order;
 pub mod perfmap;
@@ -37,6 +39,15 @@ use std::path::Path;
 /// a 150 MB library with 250,000 functions costs its tables' read (about 25 MB
 /// from the page cache) and a binary search per function, not a name index.
 pub fn hot_pages_from_profile(path: &Path, libs: &[String]) -> Result<Vec<huge::HotPages>, String> {
+    resolve_hot_pages(path, libs).map(|(hot, _)| hot)
+}
+
+/// [`hot_pages_from_profile`], and the object files it looked at (what
+/// [`hot_cache`] checks before it reuses the result).
+fn resolve_hot_pages(
+    path: &Path,
+    libs: &[String],
+) -> Result<(Vec<huge::HotPages>, Vec<String>), String> {
     let profile = profile::Profile::read(path).map_err(|e| e.to_string())?;
     let mut wanted: BTreeMap<&str, SampledCode<'_>> = BTreeMap::new();
     for (_, stack) in &profile.stacks {
@@ -62,11 +73,13 @@ pub fn hot_pages_from_profile(path: &Path, libs: &[String]) -> Result<Vec<huge::
     }
     let mut by_name: BTreeMap<String, Vec<u64>> = BTreeMap::new();
     let sampled_objects = wanted.len();
+    let mut read = Vec::new();
     for (object, sampled) in wanted {
         let name = object.rsplit('/').next().unwrap_or(object);
         if !huge::is_chosen(name, !name.contains(".so"), libs) {
             continue;
         }
+        read.push(object.to_owned());
         let addresses = sampled.hot_addresses(Path::new(object));
         if !addresses.is_empty() {
             by_name
@@ -85,10 +98,11 @@ pub fn hot_pages_from_profile(path: &Path, libs: &[String]) -> Result<Vec<huge::
             ),
         });
     }
-    Ok(by_name
+    let hot = by_name
         .into_iter()
         .map(|(object, addresses)| huge::HotPages { object, addresses })
-        .collect())
+        .collect();
+    Ok((hot, read))
 }
 
 /// What a profile sampled in one object: link-time addresses, and symbol
