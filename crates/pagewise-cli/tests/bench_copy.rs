@@ -2,14 +2,11 @@
 //! they run the real binary on tiny size sets so that each takes about a
 //! second. They check shapes and invariants, never timings.
 
-use assert_cmd::Command;
 use serde_json::Value;
 
 mod common;
 
-fn pagewise() -> Command {
-    Command::cargo_bin("pagewise").unwrap()
-}
+use common::pagewise;
 
 /// A small distribution file in the fleet format.
 fn fleet_file(dir: &tempfile::TempDir) -> std::path::PathBuf {

@@ -1,12 +1,8 @@
 //! CLI tests for `pagewise bench first-touch`, on a small size so they run in seconds.
 
-use assert_cmd::Command;
-
 mod common;
 
-fn pagewise() -> Command {
-    Command::cargo_bin("pagewise").unwrap()
-}
+use common::pagewise;
 
 #[test]
 fn json_has_the_schema_and_every_strategy() {

@@ -1,11 +1,9 @@
 //! CLI tests for `pagewise doctor` and argument errors: they run the real binary.
 
-use assert_cmd::Command;
 use std::os::unix::fs::PermissionsExt;
 
-fn pagewise() -> Command {
-    Command::cargo_bin("pagewise").unwrap()
-}
+mod common;
+use common::pagewise;
 
 #[test]
 fn doctor_prints_tables_and_advice() {

@@ -9,9 +9,7 @@ use std::time::{Duration, Instant};
 
 mod common;
 
-fn pagewise() -> Command {
-    Command::cargo_bin("pagewise").unwrap()
-}
+use common::pagewise;
 
 fn shm_dir() -> tempfile::TempDir {
     tempfile::tempdir_in("/dev/shm").unwrap_or_else(|_| tempfile::tempdir().unwrap())

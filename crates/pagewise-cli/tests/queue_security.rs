@@ -8,16 +8,14 @@
 //! `setpriv --reuid=65534 --regid=65534 --clear-groups` and are skipped, with
 //! the reason printed, when that does not work here.
 
-use assert_cmd::Command;
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::Path;
 use std::process::{Child, ChildStdin, ChildStdout, Stdio};
 use std::time::{Duration, Instant};
 
-fn pagewise() -> Command {
-    Command::cargo_bin("pagewise").unwrap()
-}
+mod common;
+use common::pagewise;
 
 fn bin() -> std::path::PathBuf {
     assert_cmd::cargo::cargo_bin("pagewise")

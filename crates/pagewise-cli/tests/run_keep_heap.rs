@@ -1,15 +1,12 @@
 //! CLI tests for `pagewise run --keep-heap` and `pagewise bench heap-churn`.
 //! Fixtures are compiled with the system C compiler; tests skip with a reason without one.
 
-use assert_cmd::Command;
 
 mod common;
 use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
 
-fn pagewise() -> Command {
-    Command::cargo_bin("pagewise").unwrap()
-}
+use common::pagewise;
 
 const CHURN: &str = include_str!("fixtures/churn_count.c");
 

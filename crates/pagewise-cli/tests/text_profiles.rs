@@ -22,9 +22,8 @@ int main(int argc, char **argv) { unsigned a = argc; long n = argc > 1 ? atol(ar
   for (long i = 0; i < n; i++) a = f8(f5(f1(a))); printf("%u\n", a); return 0; }
 "#;
 
-fn pagewise() -> Command {
-    Command::cargo_bin("pagewise").unwrap()
-}
+mod common;
+use common::pagewise;
 
 fn stdout_json(cmd: &mut Command) -> serde_json::Value {
     let out = cmd.assert().success().get_output().clone();

@@ -3,6 +3,12 @@
 use std::path::PathBuf;
 use std::sync::OnceLock;
 
+/// The `pagewise` binary under test, as a command to add arguments to.
+#[allow(dead_code)] // each test binary uses the helpers it needs
+pub fn pagewise() -> assert_cmd::Command {
+    assert_cmd::Command::cargo_bin("pagewise").unwrap()
+}
+
 /// The preload library for `pagewise run --huge-text`, for tests that want to
 /// name it (`PAGEWISE_PRELOAD`): the copy the CLI's build script built to embed
 /// (beside the test's pagewise binary, in `pagewise-preload-build`), else one

@@ -285,14 +285,19 @@ fn churn_from_calls(e: &Evidence<'_>, s: &Syscalls, faults: u64) -> Churn {
 /// and faulted again), at most the bytes of all heap-like mappings recorded.
 /// Counting only the ranges recorded again at the same address would miss the
 /// mappings the kernel placed elsewhere the next time.
-fn churn_from_records(e: &Evidence<'_>, r: &MappingRecords, faults: u64) -> Option<Churn> {
+fn churn_from_records(
+    e: &Evidence<'_>,
+    r: &MappingRecords,
+    faults: u64,
+    faulted: u64,
+) -> Option<Churn> {
     if r.remapped == 0 {
         return None;
     }
-    let faulted = faults.saturating_mul(4096);
     let peak = peak_resident(e);
     let beyond_peak = faulted.saturating_sub(peak.unwrap_or(0));
-    let remapped = beyond_peak.min(r.heap_bytes.max(r.remapped_bytes));
+    // Every repeat is a heap-like mapping, so all of them bound what was faulted again.
+    let remapped = beyond_peak.min(r.heap_bytes);
     let share = (remapped as f64 / 4096.0 / faults as f64).min(1.0);
     let sizes = format_byte_list(&r.sizes);
     let site = e.top_fault_site.map(|s| at(&s.function, &s.file, s.line));
@@ -338,9 +343,10 @@ fn first_touch_and_churn(e: &Evidence<'_>) -> Vec<Finding> {
         return vec![];
     }
     let (fault_time, how) = fault_time(e, faults);
+    let faulted = faults.saturating_mul(4096);
     let churn = match (e.syscalls, e.mapping_records) {
         (Some(s), _) => Some(churn_from_calls(e, s, faults)),
-        (None, Some(r)) => churn_from_records(e, r, faults),
+        (None, Some(r)) => churn_from_records(e, r, faults, faulted),
         (None, None) => None,
     };
     let churn_share = churn.as_ref().map_or(0.0, |ch| ch.share);
@@ -348,7 +354,6 @@ fn first_touch_and_churn(e: &Evidence<'_>) -> Vec<Finding> {
         .top_fault_site
         .map(|s| format!("; top site {}", at(&s.function, &s.file, s.line)))
         .unwrap_or_default();
-    let faulted = faults.saturating_mul(4096);
     let rss = match peak_resident(e) {
         Some(peak) if faulted > 2 * peak => format!(
             "; {} faulted in against a peak RSS of {}: memory was released and faulted again",
