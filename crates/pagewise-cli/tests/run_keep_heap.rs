@@ -1,7 +1,6 @@
 //! CLI tests for `pagewise run --keep-heap` and `pagewise bench heap-churn`.
 //! Fixtures are compiled with the system C compiler; tests skip with a reason without one.
 
-
 mod common;
 use std::os::unix::process::ExitStatusExt;
 use std::path::Path;

@@ -182,6 +182,19 @@ pub struct Gatherer {
     newest_image: BTreeMap<u32, u32>,
     reports: Vec<RunReport>,
     problems: Vec<String>,
+    /// Reports taken by the background thread whose maps it has not written yet.
+    in_flight: Vec<Taken>,
+    /// Set when the program has ended: from then on only the caller's thread works.
+    stopped: bool,
+}
+
+/// A report read from the directory, and whether it gets a perf map (the
+/// newest program of its pid does).
+#[derive(Debug, Clone)]
+struct Taken {
+    key: (u32, u32),
+    report: RunReport,
+    map: bool,
 }
 
 impl Gatherer {
@@ -196,6 +209,8 @@ impl Gatherer {
             newest_image: BTreeMap::new(),
             reports: Vec::new(),
             problems: Vec::new(),
+            in_flight: Vec::new(),
+            stopped: false,
         }
     }
 
@@ -206,8 +221,17 @@ impl Gatherer {
     /// call; with `last`, it is given up on and named in
     /// [`Gathered::problems`].
     pub fn collect(&mut self, last: bool) {
+        for taken in self.take(last) {
+            let prepared = prepare(&taken);
+            self.settle(taken, prepared);
+        }
+    }
+
+    /// The fresh complete reports, in order, each marked read, with whether it
+    /// gets a perf map. Cheap: reads the small report files.
+    fn take(&mut self, last: bool) -> Vec<Taken> {
         let Ok(entries) = std::fs::read_dir(&self.dir) else {
-            return;
+            return Vec::new();
         };
         let mut fresh: Vec<((u32, u32), String)> = entries
             .filter_map(|e| e.ok())
@@ -230,29 +254,84 @@ impl Gatherer {
                 Err(_) => {}
             }
         }
-        for (i, ((pid, image), mut report)) in parsed.iter().cloned().enumerate() {
+        let mut taken = Vec::with_capacity(parsed.len());
+        for (i, ((pid, image), report)) in parsed.iter().cloned().enumerate() {
             let later_in_batch = parsed[i + 1..].iter().any(|((p, _), _)| *p == pid);
             let newest = self.newest_image.get(&pid).is_none_or(|n| image >= *n);
-            if let (Some(maps), false, true) = (&mut self.perf_maps, later_in_batch, newest) {
-                maps.publish(&mut report);
+            let map = self.perf_maps.is_some() && !later_in_batch && newest;
+            if map {
                 self.newest_image.insert(pid, image);
-                let lines = perf_map_lines(&report);
-                if self.print && !lines.is_empty() {
-                    crate::text::huge::eprint_lines(&lines);
-                }
             }
-            self.reports.push(report);
+            taken.push(Taken {
+                key: (pid, image),
+                report,
+                map,
+            });
         }
+        taken
     }
 
-    /// Every report read, and the problems met.
+    /// Writes `taken`'s map from its prepared text and keeps its report.
+    fn settle(&mut self, mut taken: Taken, prepared: Option<Option<Result<String, String>>>) {
+        self.in_flight.retain(|t| t.key != taken.key);
+        if let (Some(maps), Some(prepared)) = (&mut self.perf_maps, prepared) {
+            maps.write_prepared(&mut taken.report, prepared);
+            let lines = perf_map_lines(&taken.report);
+            if self.print && !lines.is_empty() {
+                crate::text::huge::eprint_lines(&lines);
+            }
+        }
+        self.reports.push(taken.report);
+    }
+
+    /// Every report read, and the problems met. Reports a background thread
+    /// took and had not finished are finished here, on the caller's thread.
     pub fn finish(mut self) -> Gathered {
+        self.stopped = true;
+        for taken in std::mem::take(&mut self.in_flight) {
+            let prepared = prepare(&taken);
+            self.settle(taken, prepared);
+        }
         self.collect(true);
+        self.reports.sort_by_key(|r| {
+            // In order of pid and exec, as taken (a pid's reports keep their order).
+            r.pid
+        });
         Gathered {
             reports: self.reports,
             problems: self.problems,
         }
     }
+}
+
+/// The costly part of publishing `taken` (see [`PerfMaps::prepare`]), which
+/// needs no lock; `None` also when it gets no map.
+fn prepare(taken: &Taken) -> Option<Option<Result<String, String>>> {
+    taken.map.then(|| PerfMaps::prepare(&taken.report))
+}
+
+/// One round of the background thread: takes the fresh reports (marking them
+/// in flight), prepares their maps without holding the lock (the costly part,
+/// at the thread's low priority), then writes each one unless the program
+/// has ended meanwhile, in which case the caller's [`Gatherer::finish`]
+/// does it at its own priority. Returns false once stopped.
+fn background_round(shared: &Mutex<Gatherer>) -> bool {
+    let taken = match shared.lock() {
+        Ok(mut g) if !g.stopped => {
+            let taken = g.take(false);
+            g.in_flight.extend(taken.iter().cloned());
+            taken
+        }
+        _ => return false,
+    };
+    for t in taken {
+        let prepared = prepare(&t);
+        match shared.lock() {
+            Ok(mut g) if !g.stopped => g.settle(t, prepared),
+            _ => return false,
+        }
+    }
+    true
 }
 
 fn read_report(path: &Path) -> Result<RunReport, String> {
@@ -293,6 +372,12 @@ impl Gathered {
 /// as they appear (woken by `inotify` when a file in the directory is closed
 /// after writing), then collects what is left. Without inotify everything is
 /// collected after `wait` returns, and the returned note says so.
+///
+/// When `wait` returns, the caller's thread does not wait for the background
+/// one, which on a busy machine may not get a CPU for seconds: it marks the
+/// gatherer stopped and finishes at its own priority whatever the thread had
+/// taken and not yet written ([`Gatherer::finish`]). The thread, when it next
+/// runs, sees the mark and ends.
 pub fn gather_during<T>(
     gatherer: Gatherer,
     wait: impl FnOnce() -> T,
@@ -310,36 +395,37 @@ pub fn gather_during<T>(
         }
     };
     let shared = Arc::new(Mutex::new(gatherer));
-    let thread = {
+    {
         let (inotify, shared) = (Arc::clone(&inotify), Arc::clone(&shared));
         std::thread::spawn(move || {
             // Reading symbol tables and writing maps must not take CPU time from
-            // the program; what this thread has not done by the end, the final
-            // collect does.
+            // the program.
             let _ = crate::sys::process::make_this_thread_idle();
             while let Ok(events) = inotify.read_events() {
-                if let Ok(mut g) = shared.lock() {
-                    g.collect(false);
-                }
-                if events.iter().any(|e| e.mask & IN_IGNORED != 0) {
+                if !background_round(&shared) || events.iter().any(|e| e.mask & IN_IGNORED != 0) {
                     break;
                 }
             }
-        })
-    };
+        });
+    }
     let result = wait();
-    // Removing the watch queues IN_IGNORED, which ends the thread.
+    // Removing the watch queues IN_IGNORED, which ends the thread's loop.
     let _ = inotify.remove_watch(wd);
-    let _ = thread.join();
-    // The thread has ended, so this is the last handle.
-    let Some(gatherer) = Arc::into_inner(shared) else {
-        return (
-            result,
-            Gathered::default(),
-            Some("report gathering failed".into()),
-        );
+    let gatherer = match shared.lock() {
+        Ok(mut g) => {
+            g.stopped = true;
+            let mut spent = Gatherer::new(&g.dir, None, false);
+            spent.stopped = true;
+            std::mem::replace(&mut *g, spent)
+        }
+        Err(_) => {
+            return (
+                result,
+                Gathered::default(),
+                Some("report gathering failed".into()),
+            )
+        }
     };
-    let gatherer = gatherer.into_inner().unwrap_or_else(|e| e.into_inner());
     (result, gatherer.finish(), None)
 }
 
@@ -544,6 +630,44 @@ mod tests {
         assert_eq!(std::fs::read_to_string(&victim).unwrap(), "keep");
         let names = crate::sys::file::names_in(dir.path());
         assert!(names.iter().all(|n| !n.starts_with('.')), "{names:?}");
+    }
+
+    #[test]
+    fn reports_a_stopped_background_thread_took_are_finished_by_the_caller() {
+        let dir = ReportDir::create().unwrap();
+        let maps_dir = tempfile::tempdir().unwrap();
+        // A moved range of this test binary's own text, so the map has symbols to name.
+        let exe = std::env::current_exe().unwrap();
+        let table = crate::text::function_table::FunctionTable::read(&exe).unwrap();
+        let f = &table.functions()[table.functions().len() / 2];
+        let mut moved = report(80, exe.to_str().unwrap());
+        moved.ranges[0].start = f.vaddr & !0x1f_ffff;
+        moved.ranges[0].end = moved.ranges[0].start + (2 << 20);
+        moved.ranges[0].page_kind = Some("thp".into());
+        moved.ranges[0].skipped = None;
+        write_process_report(dir.path(), &moved).unwrap();
+        let maps = PerfMaps::new(PerfMapWriter::in_dir(maps_dir.path()));
+        let shared = Mutex::new(Gatherer::new(dir.path(), Some(maps), false));
+        // The background thread takes the report, then loses the CPU before writing.
+        {
+            let mut g = shared.lock().unwrap();
+            let taken = g.take(false);
+            assert_eq!(taken.len(), 1);
+            g.in_flight.extend(taken);
+        }
+        let mut g = shared.into_inner().unwrap();
+        g.stopped = true;
+        let stopped = Mutex::new(g);
+        assert!(
+            !background_round(&stopped),
+            "a stopped gatherer ends the thread"
+        );
+        let gathered = stopped.into_inner().unwrap().finish();
+        assert_eq!(gathered.reports.len(), 1, "{:?}", gathered.reports);
+        let map = gathered.reports[0].perf_map.clone();
+        let map = map.unwrap_or_else(|| panic!("{:?}", gathered.reports[0].perf_map_note));
+        let text = std::fs::read_to_string(map).unwrap();
+        assert!(text.contains(&f.name), "{} not in the map", f.name);
     }
 
     #[test]

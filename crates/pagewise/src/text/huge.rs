@@ -502,20 +502,39 @@ impl PerfMaps {
     /// and `perf_map_note`. A report that moved nothing after one of the same
     /// pid that did (an `exec`) removes the earlier map, which no longer fits.
     pub fn publish(&mut self, report: &mut RunReport) {
+        let text = PerfMaps::prepare(report);
+        self.write_prepared(report, text);
+    }
+
+    /// The costly half of [`PerfMaps::publish`], which needs no writer and
+    /// may run on any thread: the map's text (one pass over each moved
+    /// object's symbol and string tables), or why there is none; `None` when
+    /// nothing moved.
+    pub fn prepare(report: &RunReport) -> Option<Result<String, String>> {
+        (report.moved_bytes() > 0).then(|| moved_symbols_text(report))
+    }
+
+    /// The cheap half of [`PerfMaps::publish`]: writes (or removes) the map
+    /// from what [`PerfMaps::prepare`] gave for `report`, and records the outcome.
+    pub fn write_prepared(
+        &mut self,
+        report: &mut RunReport,
+        prepared: Option<Result<String, String>>,
+    ) {
         report.perf_map = None;
         report.perf_map_note = None;
-        if report.moved_bytes() == 0 {
-            if let Err(e) = self.writer.remove(report.pid) {
-                report.perf_map_note = Some(e.to_string());
+        let text = match prepared {
+            None => {
+                if let Err(e) = self.writer.remove(report.pid) {
+                    report.perf_map_note = Some(e.to_string());
+                }
+                return;
             }
-            return;
-        }
-        let text = match moved_symbols_text(report) {
-            Ok(text) => text,
-            Err(e) => {
+            Some(Err(e)) => {
                 report.perf_map_note = Some(e);
                 return;
             }
+            Some(Ok(text)) => text,
         };
         let path = self.writer.path(report.pid);
         match self.writer.write_text(report.pid, &text) {
