@@ -111,7 +111,7 @@ pub struct Tuned {
 pub enum CacheError {
     /// The cache directory or file could not be used (see [`UserCacheError`]).
     #[error("copy plan {0}")]
-    Store(#[from] UserCacheError),
+    Store(UserCacheError),
     /// The file is not a plan of this version.
     #[error("copy plan cache {path}: not a {SCHEMA} file ({why}); run `pagewise tune` again")]
     Malformed {
@@ -120,6 +120,13 @@ pub enum CacheError {
         /// The parser's complaint.
         why: String,
     },
+}
+
+impl From<UserCacheError> for CacheError {
+    fn from(e: UserCacheError) -> Self {
+        // Said in the message, not as `source()`: said once.
+        CacheError::Store(e)
+    }
 }
 
 /// The cache directory ([`user_cache::directory`]).
