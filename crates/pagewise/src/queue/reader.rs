@@ -108,6 +108,10 @@ pub struct Record<'r> {
 
 const NO_TRUNCATION: u64 = u64::MAX;
 
+/// How long the truncation watcher rests after each wake-up: it notices a
+/// truncation within about this long, and wakes at most ~100 times a second.
+const WATCH_PAUSE: Duration = Duration::from_millis(10);
+
 #[derive(Debug)]
 struct WatchShared {
     /// The size the reader relies on.
@@ -159,6 +163,13 @@ impl Watcher {
                         s.truncated.store(meta.len(), Ordering::Release);
                     }
                 }
+                // The writer's own growth is an IN_MODIFY too (each
+                // `fallocate`): woken for every one, this thread took the CPU
+                // from a spinning reader every few microseconds when the
+                // writer grows the file a page at a time. Events that arrive
+                // meanwhile are merged into one, and a read of a truncated
+                // range is caught by the SIGBUS guard in the meantime.
+                std::thread::sleep(WATCH_PAUSE);
             })
             .map_err(|e| e.to_string())?;
         Ok(Watcher {
@@ -677,8 +688,8 @@ impl Reader {
         }
     }
 
-    /// Drops the page-table entries of the next 1 MiB of the retired chunk
-    /// (tens of microseconds), and unmaps it once none are left.
+    /// Drops the page-table entries of the next 64 KiB of the retired chunk
+    /// (a microsecond or two), and unmaps it once none are left.
     fn drop_retired_piece(&mut self) {
         let Some((map, done)) = &mut self.retired else {
             return;

@@ -77,8 +77,10 @@ impl FileAdvice {
     }
 }
 
-/// Bytes per step of [`ReadMap::drop_mappings_step`] / [`WriteMap::drop_mappings_step`].
-pub const DROP_STEP: usize = 1 << 20;
+/// Bytes per step of [`ReadMap::drop_mappings_step`] / [`WriteMap::drop_mappings_step`]:
+/// small enough for a latency path (64 KiB of populated pages, one or two
+/// microseconds; 1 MiB took tens, which a record arriving meanwhile waited for).
+pub const DROP_STEP: usize = 64 << 10;
 
 /// The mapped range; unmapped when the last handle drops.
 #[derive(Debug)]
@@ -411,8 +413,8 @@ impl ReadMap {
     }
 
     /// Takes the mapping down by one step (see [`FileAdvice::DropMappings`]):
-    /// drops the page-table entries of the next 1 MiB from `done` (one
-    /// `madvise`, tens of microseconds) and returns the new `done`, or `None`
+    /// drops the page-table entries of the next [`DROP_STEP`] bytes from
+    /// `done` (one `madvise`, a microsecond or two) and returns the new `done`, or `None`
     /// when nothing is left or the call failed — then drop the handle, whose
     /// `munmap` is cheap. Unmapping a large populated mapping at once takes
     /// about a millisecond; this spreads it over idle time.
@@ -590,8 +592,8 @@ impl WriteMap {
     }
 
     /// Takes the mapping down by one step (see [`FileAdvice::DropMappings`]):
-    /// drops the page-table entries of the next 1 MiB from `done` (one
-    /// `madvise`, tens of microseconds) and returns the new `done`, or `None`
+    /// drops the page-table entries of the next [`DROP_STEP`] bytes from
+    /// `done` (one `madvise`, a microsecond or two) and returns the new `done`, or `None`
     /// when nothing is left or the call failed — then drop the handle, whose
     /// `munmap` is cheap. Unmapping a large populated mapping at once takes
     /// about a millisecond; this spreads it over idle time.
