@@ -384,6 +384,69 @@ fn hot_profile_limits_the_move_to_hot_pages() {
     }
 }
 
+/// A library whose toolchain marked part of its text cold (BOLT's
+/// `.bolt.org.text`): moving everything leaves those 2 MiB pages, says why,
+/// and the program's output is the same.
+#[test]
+fn cold_sections_of_a_library_stay_where_they_are() {
+    let _s = serial();
+    if no_huge_pages() {
+        skip!(Need::Thp, "THP is never and no hugetlb pool has room");
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let lib_src = include_str!("fixtures/cold_text_lib.c");
+    let lib_out = dir.path().join("libcoldtext.so");
+    let lib_c = dir.path().join("cold_text_lib.c");
+    std::fs::write(&lib_c, lib_src).unwrap();
+    if let Err(why) = pagewise_testkit::compile_c_file(&lib_c, &lib_out, &["-shared", "-fPIC"]) {
+        skip!(Need::Compiler, "{why}");
+    }
+    let dir_flag = format!("-L{}", dir.path().display());
+    let rpath = format!("-Wl,-rpath,{}", dir.path().display());
+    let bin = pagewise_testkit::compile_c(
+        dir.path(),
+        "cold_text_main",
+        include_str!("fixtures/cold_text_main.c"),
+        &[dir_flag.as_str(), "-lcoldtext", rpath.as_str()],
+    )
+    .unwrap();
+    let program = [bin.to_str().unwrap()];
+    let outcome = run_huge(
+        &program,
+        &[],
+        &["--huge-text", "--huge-text-lib", "libcoldtext"],
+    );
+    assert_eq!(outcome.stdout, plain_stdout(&program));
+    let ranges = outcome.report["ranges"].as_array().unwrap();
+    let lib: Vec<&serde_json::Value> = ranges
+        .iter()
+        .filter(|r| r["object"].as_str().unwrap().ends_with("libcoldtext.so"))
+        .collect();
+    let bytes = |r: &serde_json::Value| r["end"].as_u64().unwrap() - r["start"].as_u64().unwrap();
+    let cold: u64 = lib
+        .iter()
+        .filter(|r| {
+            r["skipped"]
+                .as_str()
+                .is_some_and(|s| s.contains("found cold (.bolt.org.text)"))
+        })
+        .map(|r| bytes(r))
+        .sum();
+    let moved: u64 = lib
+        .iter()
+        .filter(|r| !r["page_kind"].is_null())
+        .map(|r| bytes(r))
+        .sum();
+    // 6 MiB of cold code hold 2 whole 2 MiB pages at least; 5 MiB of ordinary
+    // code hold at least one, and no page with ordinary code is left.
+    assert!(cold >= 4 << 20, "cold bytes left {cold}: {lib:#?}");
+    assert!(moved >= 2 << 20, "moved {moved}: {lib:#?}");
+    assert!(moved + cold <= 12 << 20, "{lib:#?}");
+    if let Some(map) = outcome.report["perf_map"].as_str() {
+        let _ = std::fs::remove_file(map);
+    }
+}
+
 #[test]
 fn bad_huge_text_arguments_are_one_line_errors() {
     let out = pagewise()

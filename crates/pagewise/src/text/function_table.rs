@@ -205,6 +205,97 @@ impl ObjectLayout {
     }
 }
 
+/// Names of executable sections that a toolchain fills with code its profile
+/// found cold: BOLT's `.bolt.org.text` (the original copy of every function
+/// it did not rewrite), and the split-off cold parts of `.text.cold` (BOLT)
+/// and `.text.unlikely` (GCC and Clang, when the linker keeps it apart).
+pub const COLD_TEXT_SECTIONS: [&str; 3] = [".bolt.org.text", ".text.cold", ".text.unlikely"];
+
+/// What a loaded section holds, for deciding which text pages are worth moving.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SectionKind {
+    /// Executable code.
+    Code,
+    /// Executable code its toolchain marked cold ([`COLD_TEXT_SECTIONS`]).
+    ColdCode,
+    /// Loaded data that is not executable (`.eh_frame`, `.rodata`…).
+    Data,
+}
+
+/// One loaded section: name, link-time address, size and kind.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LoadedSection {
+    /// The section's name.
+    pub name: String,
+    /// Link-time address.
+    pub vaddr: u64,
+    /// Size in bytes.
+    pub size: u64,
+    /// What it holds.
+    pub kind: SectionKind,
+}
+
+/// The loaded (`SHF_ALLOC`), non-empty sections of the ELF file at `path`, in
+/// file order. Cost: three small reads (the ELF header, the section headers,
+/// the section-name table), never the code or the symbols.
+pub fn loaded_sections(path: &Path) -> Result<Vec<LoadedSection>, SymbolsError> {
+    use object::elf::{FileHeader32, FileHeader64};
+    let file = user_files::open_input(path).map_err(|error| SymbolsError::Read {
+        path: path.display().to_string(),
+        error,
+    })?;
+    let cache = object::ReadCache::new(file);
+    let sections = match object::FileKind::parse(&cache).map_err(parse_error) {
+        Ok(object::FileKind::Elf64) => sections_of::<FileHeader64<object::Endianness>, _>(&cache),
+        Ok(object::FileKind::Elf32) => sections_of::<FileHeader32<object::Endianness>, _>(&cache),
+        Ok(other) => Err(parse_error(format!("a {other:?} file, not ELF"))),
+        Err(e) => Err(e),
+    };
+    sections.map_err(|e| match e {
+        SymbolsError::Parse { reason, .. } => SymbolsError::Parse {
+            path: path.display().to_string(),
+            reason,
+        },
+        other => other,
+    })
+}
+
+/// [`loaded_sections`] over ELF data: the section headers and their names
+/// only (the high-level `object::File` would read the symbol tables too).
+fn sections_of<'data, Elf, R>(data: R) -> Result<Vec<LoadedSection>, SymbolsError>
+where
+    Elf: object::read::elf::FileHeader<Endian = object::Endianness>,
+    R: object::ReadRef<'data>,
+{
+    use object::read::elf::SectionHeader;
+    let header = Elf::parse(data).map_err(parse_error)?;
+    let endian = header.endian().map_err(parse_error)?;
+    let sections = header.sections(endian, data).map_err(parse_error)?;
+    Ok(sections
+        .iter()
+        .filter_map(|section| {
+            let flags: u64 = section.sh_flags(endian).into();
+            let size: u64 = section.sh_size(endian).into();
+            if flags & u64::from(object::elf::SHF_ALLOC) == 0 || size == 0 {
+                return None;
+            }
+            let name = sections.section_name(endian, section).ok()?;
+            let name = String::from_utf8_lossy(name).into_owned();
+            let kind = match flags & u64::from(object::elf::SHF_EXECINSTR) != 0 {
+                true if COLD_TEXT_SECTIONS.contains(&name.as_str()) => SectionKind::ColdCode,
+                true => SectionKind::Code,
+                false => SectionKind::Data,
+            };
+            Some(LoadedSection {
+                name,
+                vaddr: section.sh_addr(endian).into(),
+                size,
+                kind,
+            })
+        })
+        .collect())
+}
+
 impl FunctionTable {
     /// Reads the `.symtab` (and `.dynsym`) function symbols of `path`.
     /// Cost: reads the headers and the symbol and string tables (not the

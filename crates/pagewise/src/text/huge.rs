@@ -16,7 +16,7 @@
 //! `pagewise run` parent for a preloaded program, in process for
 //! [`remap_text`] with `perf_map` set.
 
-use super::function_table;
+use super::function_table::{self, LoadedSection, SectionKind};
 use super::perfmap::{self, PerfMapWriter};
 use crate::host::proc_maps::{self, MapsEntry};
 use crate::host::{hugetlb, proc_tasks, thp};
@@ -237,6 +237,83 @@ fn aligned_text(object: &LoadedObject) -> Vec<(u64, u64, u64)> {
         .collect()
 }
 
+/// A run of 2 MiB pages left where it is, and why.
+type LeftRun = (u64, u64, String);
+
+/// Splits 2 MiB-aligned `runs` (runtime addresses) into the runs worth
+/// moving, the 2 MiB pages that hold some code of a section of kind
+/// [`SectionKind::Code`], and the runs left, with why: the names of the cold
+/// code and data sections they hold. `sections` are link-time (runtime =
+/// link-time + `bias`); with none known, everything is worth moving.
+fn worth_moving(
+    runs: &[(u64, u64)],
+    sections: &[LoadedSection],
+    bias: u64,
+) -> (Vec<(u64, u64)>, Vec<LeftRun>) {
+    if sections.is_empty() {
+        return (runs.to_vec(), Vec::new());
+    }
+    let mut moved: Vec<(u64, u64)> = Vec::new();
+    let mut left: Vec<LeftRun> = Vec::new();
+    for &(start, end) in runs {
+        for page in (start..end).step_by(HUGE as usize) {
+            let page_end = page + HUGE;
+            let within: Vec<&LoadedSection> = sections
+                .iter()
+                .filter(|s| {
+                    let s_start = s.vaddr.saturating_add(bias);
+                    s_start < page_end && s_start.saturating_add(s.size) > page
+                })
+                .collect();
+            if within.iter().any(|s| s.kind == SectionKind::Code) {
+                match moved.last_mut() {
+                    Some((_, e)) if *e == page => *e = page_end,
+                    _ => moved.push((page, page_end)),
+                }
+                continue;
+            }
+            let why = left_because(&within);
+            match left.last_mut() {
+                Some((_, e, w)) if *e == page && *w == why => *e = page_end,
+                _ => left.push((page, page_end, why)),
+            }
+        }
+    }
+    (moved, left)
+}
+
+/// Why pages holding only `sections` (none of them ordinary code) stay.
+fn left_because(sections: &[&LoadedSection]) -> String {
+    let names = |kind: SectionKind| -> Vec<&str> {
+        let mut n: Vec<&str> = sections
+            .iter()
+            .filter(|s| s.kind == kind)
+            .map(|s| s.name.as_str())
+            .collect();
+        n.dedup();
+        n
+    };
+    let (cold, data) = (names(SectionKind::ColdCode), names(SectionKind::Data));
+    let mut parts = Vec::new();
+    if !cold.is_empty() {
+        parts.push(format!(
+            "code its toolchain's profile found cold ({})",
+            cold.join(", ")
+        ));
+    }
+    if !data.is_empty() {
+        parts.push(format!("data, not code ({})", data.join(", ")));
+    }
+    if parts.is_empty() {
+        return "no section: padding between sections".to_owned();
+    }
+    let hint = match cold.is_empty() {
+        true => "",
+        false => "; --huge-text=hot:PROFILE moves what of it runs",
+    };
+    format!("holds only {}{hint}", parts.join(" and "))
+}
+
 /// Splits `[start, end)` into the runs of 2 MiB pages that hold hot addresses.
 fn hot_runs(start: u64, end: u64, bias: u64, hot: &[u64]) -> Vec<(u64, u64)> {
     let mut pages: Vec<u64> = hot
@@ -318,6 +395,20 @@ pub fn remap_text(options: &HugeTextOptions) -> RunReport {
                 .flat_map(|h| h.addresses.iter().copied())
                 .collect::<Vec<u64>>()
         });
+        // When moving everything, a library's pages that hold no code worth
+        // moving (code its toolchain marked cold, such as BOLT's original text, or
+        // data the linker put in the executable segment) stay where they are. The
+        // executable's file is not read here, so its text moves whole.
+        let (sections, sections_note) = match (index, &hot) {
+            (0, _) | (_, Some(_)) => (Vec::new(), None),
+            _ => match function_table::loaded_sections(Path::new(&path)) {
+                Ok(sections) => (sections, None),
+                Err(e) => (
+                    Vec::new(),
+                    Some(format!("sections not known ({e}): moved whole")),
+                ),
+            },
+        };
         for (start, end, memsz) in aligned_text(object) {
             let range = RangeReport {
                 object: path.clone(),
@@ -337,10 +428,20 @@ pub fn remap_text(options: &HugeTextOptions) -> RunReport {
                     ..range
                 }),
                 Ok(runs) => {
+                    let (runs, left) = worth_moving(&runs, &sections, object.bias);
+                    for (run_start, run_end, why) in left {
+                        report.ranges.push(RangeReport {
+                            start: run_start,
+                            end: run_end,
+                            skipped: Some(why),
+                            ..range.clone()
+                        });
+                    }
                     for (run_start, run_end) in runs {
                         let run = RangeReport {
                             start: run_start,
                             end: run_end,
+                            note: sections_note.clone(),
                             ..range.clone()
                         };
                         let moved = move_run(run, &name, &maps, options.fail_at, &mut all_named);
@@ -623,6 +724,52 @@ pub fn summary(report: &RunReport) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_pages_holding_ordinary_code_are_worth_moving() {
+        const M: u64 = 1 << 20;
+        let section = |name: &str, vaddr: u64, size: u64, kind: SectionKind| LoadedSection {
+            name: name.into(),
+            vaddr,
+            size,
+            kind,
+        };
+        let sections = [
+            section(".bolt.org.text", 2 * M, 9 * M, SectionKind::ColdCode),
+            section(".text", 11 * M, 6 * M, SectionKind::Code),
+            section(".text.cold", 17 * M, 5 * M, SectionKind::ColdCode),
+            section(".eh_frame", 22 * M, 4 * M, SectionKind::Data),
+        ];
+        // Link-time 2-28 MiB at a bias of 0x1000_0000.
+        let bias = 0x1000_0000;
+        let (moved, left) = worth_moving(&[(bias + 2 * M, bias + 28 * M)], &sections, bias);
+        // 10-12 and 16-18 hold some .text: moved with it.
+        assert_eq!(moved, [(bias + 10 * M, bias + 18 * M)]);
+        let left: Vec<(u64, u64, &str)> = left
+            .iter()
+            .map(|(a, b, w)| (a - bias, b - bias, w.as_str()))
+            .collect();
+        assert_eq!(left.len(), 4, "{left:#?}");
+        assert_eq!((left[0].0, left[0].1), (2 * M, 10 * M));
+        assert!(
+            left[0].2.contains("found cold (.bolt.org.text)"),
+            "{}",
+            left[0].2
+        );
+        assert!(left[1].2.contains("found cold (.text.cold)") && !left[1].2.contains("data"));
+        // 20-22 holds the end of .text.cold and (from 22) nothing else; 22-26 data.
+        assert_eq!((left[2].0, left[2].1), (22 * M, 26 * M));
+        assert!(
+            left[2].2.contains("data, not code (.eh_frame)"),
+            "{}",
+            left[2].2
+        );
+        assert_eq!((left[3].0, left[3].1), (26 * M, 28 * M));
+        assert!(left[3].2.contains("padding"), "{}", left[3].2);
+        // No sections known: everything moves.
+        let (all, none) = worth_moving(&[(2 * M, 6 * M)], &[], 0);
+        assert_eq!((all, none.len()), (vec![(2 * M, 6 * M)], 0));
+    }
 
     #[test]
     fn hot_runs_merge_adjacent_pages() {
