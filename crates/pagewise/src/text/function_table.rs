@@ -54,12 +54,21 @@ pub enum SymbolsError {
 /// string table with one read each, never the code (for a 99 MB `node` about
 /// 12 MB), and keeps nothing: what the perf map of a moved range needs.
 pub fn visit_functions(path: &Path, visit: impl FnMut(u64, u64, &str)) -> Result<(), SymbolsError> {
+    read_elf(path, |cache| visit_elf_functions(cache, visit))
+}
+
+/// Runs `read` over the file at `path` through a read cache (so only what it
+/// asks for is read; only a regular file is opened), and names the file in
+/// the errors it returns.
+fn read_elf<T>(
+    path: &Path,
+    read: impl FnOnce(&object::ReadCache<std::fs::File>) -> Result<T, SymbolsError>,
+) -> Result<T, SymbolsError> {
     let file = user_files::open_input(path).map_err(|error| SymbolsError::Read {
         path: path.display().to_string(),
         error,
     })?;
-    let cache = object::ReadCache::new(file);
-    visit_elf_functions(&cache, visit).map_err(|e| match e {
+    read(&object::ReadCache::new(file)).map_err(|e| match e {
         SymbolsError::Parse { reason, .. } => SymbolsError::Parse {
             path: path.display().to_string(),
             reason,
@@ -67,6 +76,21 @@ pub fn visit_functions(path: &Path, visit: impl FnMut(u64, u64, &str)) -> Result
         SymbolsError::NoSymbols(_) => SymbolsError::NoSymbols(path.display().to_string()),
         other => other,
     })
+}
+
+/// The byte order and the section table (headers and names) of ELF data.
+#[allow(clippy::type_complexity)] // the object crate's own types, spelled out once
+fn section_table<'data, Elf, R>(
+    data: R,
+) -> Result<(Elf::Endian, object::read::elf::SectionTable<'data, Elf, R>), SymbolsError>
+where
+    Elf: object::read::elf::FileHeader<Endian = object::Endianness>,
+    R: object::ReadRef<'data>,
+{
+    let header = Elf::parse(data).map_err(parse_error)?;
+    let endian = header.endian().map_err(parse_error)?;
+    let sections = header.sections(endian, data).map_err(parse_error)?;
+    Ok((endian, sections))
 }
 
 fn parse_error(e: impl std::fmt::Display) -> SymbolsError {
@@ -98,9 +122,7 @@ where
     R: object::ReadRef<'data>,
 {
     use object::read::elf::{SectionHeader, Sym};
-    let header = Elf::parse(data).map_err(parse_error)?;
-    let endian = header.endian().map_err(parse_error)?;
-    let sections = header.sections(endian, data).map_err(parse_error)?;
+    let (endian, sections) = section_table::<Elf, R>(data)?;
     let mut any = false;
     for kind in [object::elf::SHT_SYMTAB, object::elf::SHT_DYNSYM] {
         let table = sections.symbols(endian, data, kind).map_err(parse_error)?;
@@ -172,28 +194,18 @@ impl ObjectLayout {
     /// small reads, never the code).
     pub fn read(path: &Path) -> Result<ObjectLayout, SymbolsError> {
         use object::{Object, ObjectSegment};
-        let with_path = |e: SymbolsError| match e {
-            SymbolsError::Parse { reason, .. } => SymbolsError::Parse {
-                path: path.display().to_string(),
-                reason,
-            },
-            other => other,
-        };
-        let file = user_files::open_input(path).map_err(|error| SymbolsError::Read {
-            path: path.display().to_string(),
-            error,
-        })?;
-        let cache = object::ReadCache::new(file);
-        let obj = object::File::parse(&cache).map_err(|e| with_path(parse_error(e)))?;
-        let segments = obj
-            .segments()
-            .map(|s| {
-                let (offset, size) = s.file_range();
-                (offset, size, s.address())
-            })
-            .collect();
-        let build_id = obj.build_id().ok().flatten().map(<[u8]>::to_vec);
-        Ok(ObjectLayout { segments, build_id })
+        read_elf(path, |cache| {
+            let obj = object::File::parse(cache).map_err(parse_error)?;
+            let segments = obj
+                .segments()
+                .map(|s| {
+                    let (offset, size) = s.file_range();
+                    (offset, size, s.address())
+                })
+                .collect();
+            let build_id = obj.build_id().ok().flatten().map(<[u8]>::to_vec);
+            Ok(ObjectLayout { segments, build_id })
+        })
     }
 
     /// The link-time address of `file_offset`, through the segment holding it.
@@ -240,23 +252,12 @@ pub struct LoadedSection {
 /// the section-name table), never the code or the symbols.
 pub fn loaded_sections(path: &Path) -> Result<Vec<LoadedSection>, SymbolsError> {
     use object::elf::{FileHeader32, FileHeader64};
-    let file = user_files::open_input(path).map_err(|error| SymbolsError::Read {
-        path: path.display().to_string(),
-        error,
-    })?;
-    let cache = object::ReadCache::new(file);
-    let sections = match object::FileKind::parse(&cache).map_err(parse_error) {
-        Ok(object::FileKind::Elf64) => sections_of::<FileHeader64<object::Endianness>, _>(&cache),
-        Ok(object::FileKind::Elf32) => sections_of::<FileHeader32<object::Endianness>, _>(&cache),
-        Ok(other) => Err(parse_error(format!("a {other:?} file, not ELF"))),
-        Err(e) => Err(e),
-    };
-    sections.map_err(|e| match e {
-        SymbolsError::Parse { reason, .. } => SymbolsError::Parse {
-            path: path.display().to_string(),
-            reason,
-        },
-        other => other,
+    read_elf(path, |cache| {
+        match object::FileKind::parse(cache).map_err(parse_error)? {
+            object::FileKind::Elf64 => sections_of::<FileHeader64<object::Endianness>, _>(cache),
+            object::FileKind::Elf32 => sections_of::<FileHeader32<object::Endianness>, _>(cache),
+            other => Err(parse_error(format!("a {other:?} file, not ELF"))),
+        }
     })
 }
 
@@ -268,9 +269,7 @@ where
     R: object::ReadRef<'data>,
 {
     use object::read::elf::SectionHeader;
-    let header = Elf::parse(data).map_err(parse_error)?;
-    let endian = header.endian().map_err(parse_error)?;
-    let sections = header.sections(endian, data).map_err(parse_error)?;
+    let (endian, sections) = section_table::<Elf, R>(data)?;
     Ok(sections
         .iter()
         .filter_map(|section| {
