@@ -52,6 +52,39 @@ pub fn directory() -> Result<PathBuf, UserCacheError> {
         .ok_or(UserCacheError::NoDirectory)
 }
 
+/// What a file was when a cache entry was made from it: path, and device,
+/// inode, size and modification time (ns), `None` when it did not exist. An
+/// entry holds while every file it was made from [`FileStamp::still_holds`].
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct FileStamp {
+    path: String,
+    identity: Option<(u64, u64, u64, i128)>,
+}
+
+impl FileStamp {
+    /// The stamp of `path` now (one `stat`).
+    pub fn of(path: &str) -> FileStamp {
+        let identity = std::fs::metadata(path).ok().map(|m| {
+            let mtime_ns = i128::from(m.mtime()) * 1_000_000_000 + i128::from(m.mtime_nsec());
+            (m.dev(), m.ino(), m.size(), mtime_ns)
+        });
+        FileStamp {
+            path: path.to_owned(),
+            identity,
+        }
+    }
+
+    /// The path stamped.
+    pub fn path(&self) -> &str {
+        &self.path
+    }
+
+    /// Whether the file is still the one stamped (one `stat`).
+    pub fn still_holds(&self) -> bool {
+        *self == FileStamp::of(&self.path)
+    }
+}
+
 /// A cache file name for `key`: `<prefix>-<16 hex digits>.json`, the digits
 /// an FNV-1a hash of `key` (so that keys sharing a directory keep their own
 /// files; the file itself holds the whole key, to tell a collision apart).

@@ -10,9 +10,8 @@
 //! anything else resolves the profile again and replaces the entry.
 
 use super::huge::HotPages;
-use crate::host::user_cache::{self, UserCacheError};
+use crate::host::user_cache::{self, FileStamp, UserCacheError};
 use serde::{Deserialize, Serialize};
-use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 /// JSON schema of a cache entry.
@@ -20,31 +19,6 @@ pub const SCHEMA: &str = "pagewise.hot-pages/1";
 
 /// Largest entry read (a few KiB per object: one address per hot 4 KiB page).
 const MAX_ENTRY_BYTES: u64 = 16 << 20;
-
-/// What a file was when the entry was made: `None` when it did not exist.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-struct FileStamp {
-    path: String,
-    /// Device, inode, size and modification time in nanoseconds.
-    identity: Option<(u64, u64, u64, i128)>,
-}
-
-impl FileStamp {
-    fn of(path: &str) -> FileStamp {
-        let identity = std::fs::metadata(path).ok().map(|m| {
-            let mtime_ns = i128::from(m.mtime()) * 1_000_000_000 + i128::from(m.mtime_nsec());
-            (m.dev(), m.ino(), m.size(), mtime_ns)
-        });
-        FileStamp {
-            path: path.to_owned(),
-            identity,
-        }
-    }
-
-    fn still_holds(&self) -> bool {
-        *self == FileStamp::of(&self.path)
-    }
-}
 
 #[derive(Debug, Serialize, Deserialize)]
 struct Entry {
@@ -122,7 +96,7 @@ pub fn hot_pages(
 fn still_valid(text: &str, profile_path: &str, libs: &[String]) -> Option<Vec<HotPages>> {
     let entry: Entry = serde_json::from_str(text).ok()?;
     let fresh = entry.schema == SCHEMA
-        && entry.profile.path == profile_path
+        && entry.profile.path() == profile_path
         && entry.libs == libs
         && entry.profile.still_holds()
         && entry.objects.iter().all(FileStamp::still_holds);

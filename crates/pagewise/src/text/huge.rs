@@ -19,6 +19,7 @@
 use super::function_table::{self, LoadedSection, SectionKind};
 use super::perfmap::{self, PerfMapWriter};
 use crate::host::proc_maps::{self, MapsEntry};
+use crate::host::user_cache::{self, FileStamp, UserCacheError};
 use crate::host::{hugetlb, proc_tasks, thp};
 use crate::sys::dl::{self, LoadedObject};
 use crate::sys::text::{self, HugeKind, MoveStep};
@@ -26,7 +27,7 @@ use crate::sys::Errno;
 use crate::sys::{self as rawsys};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// The JSON schema of a [`RunReport`].
 pub const SCHEMA: &str = "pagewise.run/1";
@@ -648,7 +649,8 @@ impl PerfMaps {
 }
 
 /// The perf map text of the functions overlapping the moved ranges of
-/// `report`, at runtime addresses: one pass over each moved object's symbols.
+/// `report`, at runtime addresses. Each object's functions come from
+/// [`moved_symbols`] (cached per user), moved by the object's load bias.
 fn moved_symbols_text(report: &RunReport) -> Result<String, String> {
     let mut by_object: HashMap<&str, Vec<&RangeReport>> = HashMap::new();
     for r in report.ranges.iter().filter(|r| r.page_kind.is_some()) {
@@ -656,18 +658,58 @@ fn moved_symbols_text(report: &RunReport) -> Result<String, String> {
     }
     let mut text = String::new();
     for (object, ranges) in by_object {
-        function_table::visit_functions(Path::new(object), |vaddr, size, name| {
-            let end = vaddr.saturating_add(size);
-            let moved = ranges
-                .iter()
-                .find(|r| vaddr < r.end.wrapping_sub(r.bias) && end > r.start.wrapping_sub(r.bias));
-            if let Some(r) = moved {
-                perfmap::push_line(&mut text, vaddr.wrapping_add(r.bias), size, name);
-            }
-        })
-        .map_err(|e| e.to_string())?;
+        let bias = ranges[0].bias;
+        let link_time: Vec<(u64, u64)> = ranges
+            .iter()
+            .map(|r| (r.start.wrapping_sub(r.bias), r.end.wrapping_sub(r.bias)))
+            .collect();
+        let lines = moved_symbols(object, &link_time, user_cache::directory())?;
+        perfmap::rebase_into(&mut text, &lines, bias);
     }
     Ok(text)
+}
+
+/// The first line of a cached list of moved symbols, before its key.
+const MOVED_SYMBOLS_HEADER: &str = "# pagewise moved-symbols 1 ";
+
+/// The largest cached list read (a perf map line per function).
+const MOVED_SYMBOLS_LIMIT: u64 = 256 << 20;
+
+/// The perf map lines, at link-time addresses, of the functions of `object`
+/// that overlap the link-time `ranges`: from the cache in `dir` when it holds
+/// a list for this very file (path, device, inode, size, modification time)
+/// and these ranges, else from one pass over the object's symbol and string
+/// tables, then saved there. A cache that cannot be used costs only the pass.
+fn moved_symbols(
+    object: &str,
+    ranges: &[(u64, u64)],
+    dir: Result<PathBuf, UserCacheError>,
+) -> Result<String, String> {
+    let key = serde_json::to_string(&(FileStamp::of(object), ranges)).map_err(|e| e.to_string())?;
+    let header = format!("{MOVED_SYMBOLS_HEADER}{key}\n");
+    let name = user_cache::file_name("moved-symbols", &key);
+    if let Ok(dir) = &dir {
+        if let Ok(Some((text, _))) = user_cache::read(dir, &name, MOVED_SYMBOLS_LIMIT) {
+            if let Some(lines) = text.strip_prefix(&header) {
+                return Ok(lines.to_owned());
+            }
+        }
+    }
+    let mut lines = String::new();
+    function_table::visit_functions(Path::new(object), |vaddr, size, name| {
+        let end = vaddr.saturating_add(size);
+        if ranges
+            .iter()
+            .any(|(start, stop)| vaddr < *stop && end > *start)
+        {
+            perfmap::push_line(&mut lines, vaddr, size, name);
+        }
+    })
+    .map_err(|e| e.to_string())?;
+    if let Ok(dir) = &dir {
+        let _ = user_cache::write(dir, &name, format!("{header}{lines}").as_bytes());
+    }
+    Ok(lines)
 }
 
 /// Prints `lines` on stderr with one `write`, so they never interleave with
@@ -769,6 +811,51 @@ mod tests {
         // No sections known: everything moves.
         let (all, none) = worth_moving(&[(2 * M, 6 * M)], &[], 0);
         assert_eq!((all, none.len()), (vec![(2 * M, 6 * M)], 0));
+    }
+
+    #[test]
+    fn moved_symbols_are_cached_per_file_and_ranges_and_rebased() {
+        let exe = std::env::current_exe().unwrap();
+        let exe = exe.to_str().unwrap();
+        let table = function_table::FunctionTable::read(Path::new(exe)).unwrap();
+        let f = &table.functions()[table.functions().len() / 2];
+        let ranges = [(f.vaddr, f.vaddr + f.size)];
+        let cache = tempfile::tempdir().unwrap();
+        let dir = || Ok(cache.path().join("pagewise"));
+        let first = moved_symbols(exe, &ranges, dir()).unwrap();
+        assert!(first.contains(&format!("{:x} ", f.vaddr)), "{first}");
+        assert!(first.contains(&f.name));
+        let files = || {
+            std::fs::read_dir(cache.path().join("pagewise"))
+                .unwrap()
+                .count()
+        };
+        assert_eq!(files(), 1, "saved");
+        // Planted content under the same key is what a second call returns:
+        // proof that it read the cache instead of the symbol tables.
+        let entry = std::fs::read_dir(cache.path().join("pagewise"))
+            .unwrap()
+            .next()
+            .unwrap()
+            .unwrap()
+            .path();
+        let header = std::fs::read_to_string(&entry).unwrap();
+        let header = header.lines().next().unwrap();
+        std::fs::write(&entry, format!("{header}\n10 4 cached_marker\n")).unwrap();
+        assert_eq!(
+            moved_symbols(exe, &ranges, dir()).unwrap(),
+            "10 4 cached_marker\n"
+        );
+        // Other ranges: another entry, read from the symbols.
+        let other = [(f.vaddr, f.vaddr + 1)];
+        assert!(!moved_symbols(exe, &other, dir())
+            .unwrap()
+            .contains("cached_marker"));
+        assert_eq!(files(), 2);
+        // Rebased by the load bias.
+        let mut text = String::new();
+        perfmap::rebase_into(&mut text, "10 4 cached_marker\n", 0x1000);
+        assert_eq!(text, "1010 4 cached_marker\n");
     }
 
     #[test]

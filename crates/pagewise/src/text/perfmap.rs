@@ -71,6 +71,20 @@ pub fn push_line(text: &mut String, start: u64, size: u64, name: &str) {
     let _ = writeln!(text, "{start:x} {size:x} {name}");
 }
 
+/// Appends the perf map `lines` to `text` with every start address moved by
+/// `bias` (link-time to runtime); lines that do not parse are left out.
+pub fn rebase_into(text: &mut String, lines: &str, bias: u64) {
+    use std::fmt::Write as _;
+    for line in lines.lines() {
+        let Some((start, rest)) = line.split_once(' ') else {
+            continue;
+        };
+        if let Ok(start) = u64::from_str_radix(start, 16) {
+            let _ = writeln!(text, "{:x} {rest}", start.wrapping_add(bias));
+        }
+    }
+}
+
 /// Writes `/tmp/perf-PID.map` files safely, and replaces only its own.
 ///
 /// Each map is written whole as a new file that has no name yet
