@@ -210,6 +210,26 @@ pub fn write(dir: &Path, name: &str, bytes: &[u8]) -> Result<PathBuf, UserCacheE
     Ok(path)
 }
 
+/// Writes `bytes` as the cache file `name` in `dir` (made ready by
+/// [`prepare`] first) unless one is there already, for entries whose name
+/// already says everything they hold (they are never replaced). The file has
+/// no name until it is complete (`O_TMPFILE`, then `linkat`), so a process
+/// that dies while writing leaves nothing behind. Returns the path.
+pub fn write_once(dir: &Path, name: &str, bytes: &[u8]) -> Result<PathBuf, UserCacheError> {
+    prepare(dir)?;
+    let path = dir.join(name);
+    let new = crate::sys::create::NewFile::in_dir_of(&path, 0o600)
+        .map_err(|e| io_error(&path, "create")(e.source))?;
+    new.file()
+        .write_all(bytes)
+        .map_err(io_error(&path, "write"))?;
+    match new.link_at(&path) {
+        Ok(_) => Ok(path),
+        Err(e) if e.source.kind() == std::io::ErrorKind::AlreadyExists => Ok(path),
+        Err(e) => Err(io_error(&path, "link")(e.source)),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -237,6 +257,18 @@ mod tests {
         assert!(read(&cache, "g", 100).unwrap().is_none());
         let names: Vec<_> = std::fs::read_dir(&cache).unwrap().collect();
         assert_eq!(names.len(), 1, "no temporary file left");
+    }
+
+    #[test]
+    fn a_write_once_entry_is_kept_and_leaves_no_temporary_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = dir.path().join("pagewise");
+        let path = write_once(&cache, "e", b"first").unwrap();
+        assert_eq!(write_once(&cache, "e", b"second").unwrap(), path);
+        assert_eq!(read(&cache, "e", 100).unwrap().unwrap().0, "first");
+        assert_eq!(std::fs::metadata(&path).unwrap().mode() & 0o777, 0o600);
+        let names: Vec<_> = std::fs::read_dir(&cache).unwrap().collect();
+        assert_eq!(names.len(), 1);
     }
 
     #[test]

@@ -707,7 +707,8 @@ fn moved_symbols(
     })
     .map_err(|e| e.to_string())?;
     if let Ok(dir) = &dir {
-        let _ = user_cache::write(dir, &name, format!("{header}{lines}").as_bytes());
+        // Another process may be writing the same entry: the first complete one stays.
+        let _ = user_cache::write_once(dir, &name, format!("{header}{lines}").as_bytes());
     }
     Ok(lines)
 }
