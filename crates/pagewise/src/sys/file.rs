@@ -230,8 +230,7 @@ pub fn create_private_dir(dir: &Path, prefix: &str) -> std::io::Result<std::path
     }
 }
 
-/// The names in `dir`, sorted (for tests that check what a write left behind).
-#[cfg(test)]
+/// The names in `dir`, sorted; none when it cannot be read. One directory read.
 pub(crate) fn names_in(dir: &Path) -> Vec<String> {
     let mut names: Vec<String> = std::fs::read_dir(dir)
         .map(|entries| {

@@ -669,6 +669,29 @@ fn moved_symbols_text(report: &RunReport) -> Result<String, String> {
     Ok(text)
 }
 
+/// Removes the cached symbol lists named `prefix*` (one object's) whose file
+/// has changed since (a new build or version of it): they can never be used
+/// again. Reads the first line of each.
+fn remove_stale_symbols(dir: &Path, prefix: &str) {
+    for name in crate::sys::file::names_in(dir) {
+        if !name.starts_with(prefix) {
+            continue;
+        }
+        let Ok(Some((text, path))) = user_cache::read(dir, &name, 64 << 10) else {
+            continue;
+        };
+        let stamp = text
+            .lines()
+            .next()
+            .and_then(|l| l.strip_prefix(MOVED_SYMBOLS_HEADER))
+            .and_then(|key| serde_json::from_str::<(FileStamp, Vec<(u64, u64)>)>(key).ok())
+            .map(|(stamp, _)| stamp);
+        if stamp.is_some_and(|s| !s.still_holds()) {
+            let _ = std::fs::remove_file(path);
+        }
+    }
+}
+
 /// The first line of a cached list of moved symbols, before its key.
 const MOVED_SYMBOLS_HEADER: &str = "# pagewise moved-symbols 1 ";
 
@@ -687,7 +710,10 @@ fn moved_symbols(
 ) -> Result<String, String> {
     let key = serde_json::to_string(&(FileStamp::of(object), ranges)).map_err(|e| e.to_string())?;
     let header = format!("{MOVED_SYMBOLS_HEADER}{key}\n");
-    let name = user_cache::file_name("moved-symbols", &key);
+    // moved-symbols-<object>-<key>.json: the object's entries can be found again.
+    let object_prefix = user_cache::file_name("moved-symbols", object);
+    let object_prefix = object_prefix.trim_end_matches(".json");
+    let name = user_cache::file_name(object_prefix, &key);
     if let Ok(dir) = &dir {
         if let Ok(Some((text, _))) = user_cache::read(dir, &name, MOVED_SYMBOLS_LIMIT) {
             if let Some(lines) = text.strip_prefix(&header) {
@@ -709,6 +735,7 @@ fn moved_symbols(
     if let Ok(dir) = &dir {
         // Another process may be writing the same entry: the first complete one stays.
         let _ = user_cache::write_once(dir, &name, format!("{header}{lines}").as_bytes());
+        remove_stale_symbols(dir, &format!("{object_prefix}-"));
     }
     Ok(lines)
 }
@@ -853,6 +880,21 @@ mod tests {
             .unwrap()
             .contains("cached_marker"));
         assert_eq!(files(), 2);
+        // An entry for an older build of the object (another stamp) is removed
+        // when a new entry is written; entries of other objects stay.
+        let stale_key = format!("{{\"path\":{exe:?},\"identity\":[1,2,3,4]}}");
+        let stale = format!("{MOVED_SYMBOLS_HEADER}[{stale_key},[[1,2]]]\n10 4 old\n");
+        let prefix = user_cache::file_name("moved-symbols", exe);
+        let stale_name = format!("{}-0000000000000000.json", prefix.trim_end_matches(".json"));
+        std::fs::write(cache.path().join("pagewise").join(&stale_name), &stale).unwrap();
+        std::fs::write(cache.path().join("pagewise").join("other.json"), "x").unwrap();
+        assert_eq!(files(), 4);
+        let third = [(f.vaddr, f.vaddr + 2)];
+        moved_symbols(exe, &third, dir()).unwrap();
+        let names = crate::sys::file::names_in(&cache.path().join("pagewise"));
+        assert!(!names.contains(&stale_name), "{names:?}");
+        assert!(names.contains(&"other.json".to_owned()), "{names:?}");
+        assert_eq!(files(), 4, "{names:?}");
         // Rebased by the load bias.
         let mut text = String::new();
         perfmap::rebase_into(&mut text, "10 4 cached_marker\n", 0x1000);
