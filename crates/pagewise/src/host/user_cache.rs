@@ -168,10 +168,15 @@ pub fn read(
         Err(e) => return Err(io_error(dir, "stat")(e)),
     }
     let path = dir.join(name);
-    let file = match crate::sys::file::open_read_nofollow(&path) {
+    // Never through a link, never blocking on a FIFO planted under the name.
+    let file = match crate::sys::create::open_read_no_follow(&path) {
         Ok(f) => f,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(io_error(&path, "open (a symbolic link is refused)")(e)),
+        Err(e) if e.source.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => {
+            return Err(io_error(&path, "open (a symbolic link is refused)")(
+                e.source,
+            ))
+        }
     };
     let meta = file.metadata().map_err(io_error(&path, "fstat"))?;
     if !meta.is_file() {

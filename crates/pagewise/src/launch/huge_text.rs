@@ -18,7 +18,7 @@
 
 use crate::sys::create::{self, NewFile};
 use crate::sys::file::{self, Inotify, IN_CLOSE_WRITE, IN_IGNORED};
-use crate::text::huge::{HotPages, PerfMaps, RunReport};
+use crate::text::huge::{HotPages, PerfMaps, PreparedMap, RunReport};
 use serde::Serialize;
 use std::collections::{BTreeMap, HashSet};
 use std::io::{Read, Write};
@@ -223,7 +223,7 @@ impl Gatherer {
     pub fn collect(&mut self, last: bool) {
         for taken in self.take(last) {
             let prepared = prepare(&taken);
-            self.settle(taken, prepared);
+            print(&self.settle(taken, prepared));
         }
     }
 
@@ -271,17 +271,20 @@ impl Gatherer {
         taken
     }
 
-    /// Writes `taken`'s map from its prepared text and keeps its report.
-    fn settle(&mut self, mut taken: Taken, prepared: Option<Option<Result<String, String>>>) {
+    /// Writes `taken`'s map from its prepared text and keeps its report;
+    /// returns the lines to print (printed by the caller once it holds no
+    /// lock: a full stderr pipe must not block the other thread).
+    fn settle(&mut self, mut taken: Taken, prepared: Option<PreparedMap>) -> Vec<String> {
         self.in_flight.retain(|t| t.key != taken.key);
+        let mut lines = Vec::new();
         if let (Some(maps), Some(prepared)) = (&mut self.perf_maps, prepared) {
             maps.write_prepared(&mut taken.report, prepared);
-            let lines = perf_map_lines(&taken.report);
-            if self.print && !lines.is_empty() {
-                crate::text::huge::eprint_lines(&lines);
+            if self.print {
+                lines = perf_map_lines(&taken.report);
             }
         }
         self.reports.push(taken.report);
+        lines
     }
 
     /// Every report read, and the problems met. Reports a background thread
@@ -290,7 +293,7 @@ impl Gatherer {
         self.stopped = true;
         for taken in std::mem::take(&mut self.in_flight) {
             let prepared = prepare(&taken);
-            self.settle(taken, prepared);
+            print(&self.settle(taken, prepared));
         }
         self.collect(true);
         self.reports.sort_by_key(|r| {
@@ -304,11 +307,22 @@ impl Gatherer {
     }
 }
 
+/// Prints `lines` on stderr, if any.
+fn print(lines: &[String]) {
+    if !lines.is_empty() {
+        crate::text::huge::eprint_lines(lines);
+    }
+}
+
 /// The costly part of publishing `taken` (see [`PerfMaps::prepare`]), which
 /// needs no lock; `None` also when it gets no map.
-fn prepare(taken: &Taken) -> Option<Option<Result<String, String>>> {
+fn prepare(taken: &Taken) -> Option<PreparedMap> {
     taken.map.then(|| PerfMaps::prepare(&taken.report))
 }
+
+/// The nice value of the report thread: a tenth of the program's share of a
+/// busy CPU, enough to finish a map it started within milliseconds.
+const BACKGROUND_NICE: i32 = 10;
 
 /// One round of the background thread: takes the fresh reports (marking them
 /// in flight), prepares their maps without holding the lock (the costly part,
@@ -326,10 +340,11 @@ fn background_round(shared: &Mutex<Gatherer>) -> bool {
     };
     for t in taken {
         let prepared = prepare(&t);
-        match shared.lock() {
+        let lines = match shared.lock() {
             Ok(mut g) if !g.stopped => g.settle(t, prepared),
             _ => return false,
-        }
+        };
+        print(&lines);
     }
     true
 }
@@ -367,16 +382,17 @@ impl Gathered {
     }
 }
 
-/// Runs `wait` (which waits for the program) while a thread in the
-/// `SCHED_IDLE` class (it runs only on an otherwise idle CPU) collects reports
+/// Runs `wait` (which waits for the program) while a thread at a low priority
+/// (nice [`BACKGROUND_NICE`]) collects reports
 /// as they appear (woken by `inotify` when a file in the directory is closed
 /// after writing), then collects what is left. Without inotify everything is
 /// collected after `wait` returns, and the returned note says so.
 ///
 /// When `wait` returns, the caller's thread does not wait for the background
-/// one, which on a busy machine may not get a CPU for seconds: it marks the
-/// gatherer stopped and finishes at its own priority whatever the thread had
-/// taken and not yet written ([`Gatherer::finish`]). The thread, when it next
+/// one to finish its work: it marks the gatherer stopped (waiting at most for
+/// the thread to leave the lock, which it holds only to read reports and to
+/// write a map already prepared) and finishes at its own priority whatever
+/// the thread had taken and not yet written ([`Gatherer::finish`]). The thread, when it next
 /// runs, sees the mark and ends.
 pub fn gather_during<T>(
     gatherer: Gatherer,
@@ -398,9 +414,10 @@ pub fn gather_during<T>(
     {
         let (inotify, shared) = (Arc::clone(&inotify), Arc::clone(&shared));
         std::thread::spawn(move || {
-            // Reading symbol tables and writing maps must not take CPU time from
-            // the program.
-            let _ = crate::sys::process::make_this_thread_idle();
+            // Reading symbol tables and writing maps should take little CPU time
+            // from the program, yet never stall the caller that may wait for this
+            // thread's lock when the program ends (SCHED_IDLE did, for seconds).
+            let _ = crate::sys::process::lower_this_thread_priority(BACKGROUND_NICE);
             while let Ok(events) = inotify.read_events() {
                 if !background_round(&shared) || events.iter().any(|e| e.mask & IN_IGNORED != 0) {
                     break;

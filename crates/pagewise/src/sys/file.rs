@@ -357,16 +357,6 @@ impl Inotify {
     }
 }
 
-/// Opens `path` for reading without following a symbolic link in its last
-/// component (`O_NOFOLLOW`: a link fails with `ELOOP`). One `open` call.
-pub fn open_read_nofollow(path: &Path) -> std::io::Result<File> {
-    use std::os::unix::fs::OpenOptionsExt;
-    std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-        .open(path)
-}
-
 /// Creates `path` for writing with permission bits `mode`, failing if it
 /// exists (`O_EXCL`) or is a symbolic link (`O_NOFOLLOW`). One `open` call.
 pub fn create_new_nofollow(path: &Path, mode: u32) -> std::io::Result<File> {

@@ -422,15 +422,19 @@ impl Drop for IgnoreInterrupts {
     }
 }
 
-/// Puts the calling thread in the `SCHED_IDLE` class: it runs only when a CPU
-/// has nothing else to do, so background work in it never takes time from
-/// the program being measured or served. One `sched_setscheduler` call.
-pub fn make_this_thread_idle() -> SysResult<()> {
-    let param = libc::sched_param { sched_priority: 0 };
-    // SAFETY: pid 0 is the calling thread; `param` is a valid sched_param.
-    let rc = unsafe { libc::sched_setscheduler(0, libc::SCHED_IDLE, &param) };
+/// Lowers the calling thread's scheduling priority to nice `nice` (0–19; a
+/// thread may always lower its own priority). Unlike `SCHED_IDLE`, which an
+/// unprivileged thread can never leave and which may get no CPU for seconds
+/// on a busy machine, a niced thread still gets a small share (at nice 10,
+/// about a tenth of a nice-0 thread's), so a thread that waits for it is
+/// delayed, not stalled. One `setpriority` call.
+pub fn lower_this_thread_priority(nice: i32) -> SysResult<()> {
+    // SAFETY: gettid has no preconditions.
+    let tid = unsafe { libc::gettid() };
+    // SAFETY: PRIO_PROCESS with a thread id changes only that thread on Linux.
+    let rc = unsafe { libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, nice) };
     if rc != 0 {
-        return Err(SysError::last("sched_setscheduler(SCHED_IDLE)"));
+        return Err(SysError::last("setpriority"));
     }
     Ok(())
 }

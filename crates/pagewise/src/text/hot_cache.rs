@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
 /// JSON schema of a cache entry.
-pub const SCHEMA: &str = "pagewise.hot-pages/1";
+pub const SCHEMA: &str = "pagewise.hot-pages/2";
 
 /// Largest entry read (a few KiB per object: one address per hot 4 KiB page).
 const MAX_ENTRY_BYTES: u64 = 16 << 20;
@@ -75,7 +75,7 @@ pub fn hot_pages(
         schema: SCHEMA.to_owned(),
         profile: profile_stamp,
         libs: libs.to_vec(),
-        objects: objects.iter().map(|o| FileStamp::of(o)).collect(),
+        objects,
         hot: hot
             .iter()
             .map(|h| (h.object.clone(), h.addresses.clone()))

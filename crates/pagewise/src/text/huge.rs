@@ -581,6 +581,11 @@ fn move_failure(e: &text::MoveError) -> String {
     }
 }
 
+/// What [`PerfMaps::prepare`] makes of a report: `None` when nothing moved,
+/// else the map's text and notes on what could not be cached, or why there is
+/// no map.
+pub type PreparedMap = Option<Result<(String, Vec<String>), String>>;
+
 /// Writes the perf maps of moved code from [`RunReport`]s: the symbols of
 /// each moved range (from its object's symbol table) at their runtime
 /// addresses, in `/tmp/perf-PID.map`, replacing a map this writer wrote
@@ -612,17 +617,13 @@ impl PerfMaps {
     /// may run on any thread: the map's text (one pass over each moved
     /// object's symbol and string tables), or why there is none; `None` when
     /// nothing moved.
-    pub fn prepare(report: &RunReport) -> Option<Result<String, String>> {
+    pub fn prepare(report: &RunReport) -> PreparedMap {
         (report.moved_bytes() > 0).then(|| moved_symbols_text(report))
     }
 
     /// The cheap half of [`PerfMaps::publish`]: writes (or removes) the map
     /// from what [`PerfMaps::prepare`] gave for `report`, and records the outcome.
-    pub fn write_prepared(
-        &mut self,
-        report: &mut RunReport,
-        prepared: Option<Result<String, String>>,
-    ) {
+    pub fn write_prepared(&mut self, report: &mut RunReport, prepared: PreparedMap) {
         report.perf_map = None;
         report.perf_map_note = None;
         let text = match prepared {
@@ -636,7 +637,12 @@ impl PerfMaps {
                 report.perf_map_note = Some(e);
                 return;
             }
-            Some(Ok(text)) => text,
+            Some(Ok((text, notes))) => {
+                if !notes.is_empty() {
+                    report.perf_map_note = Some(notes.join("; "));
+                }
+                text
+            }
         };
         let path = self.writer.path(report.pid);
         match self.writer.write_text(report.pid, &text) {
@@ -649,24 +655,28 @@ impl PerfMaps {
 }
 
 /// The perf map text of the functions overlapping the moved ranges of
-/// `report`, at runtime addresses. Each object's functions come from
-/// [`moved_symbols`] (cached per user), moved by the object's load bias.
-fn moved_symbols_text(report: &RunReport) -> Result<String, String> {
+/// `report`, at runtime addresses, and notes on what could not be cached.
+/// Each object's functions come from [`moved_symbols`] (cached per user),
+/// moved by the object's load bias.
+fn moved_symbols_text(report: &RunReport) -> Result<(String, Vec<String>), String> {
     let mut by_object: HashMap<&str, Vec<&RangeReport>> = HashMap::new();
     for r in report.ranges.iter().filter(|r| r.page_kind.is_some()) {
         by_object.entry(r.object.as_str()).or_default().push(r);
     }
-    let mut text = String::new();
+    let (mut text, mut notes) = (String::new(), Vec::new());
     for (object, ranges) in by_object {
         let bias = ranges[0].bias;
         let link_time: Vec<(u64, u64)> = ranges
             .iter()
             .map(|r| (r.start.wrapping_sub(r.bias), r.end.wrapping_sub(r.bias)))
             .collect();
-        let lines = moved_symbols(object, &link_time, user_cache::directory())?;
+        let (lines, not_cached) = moved_symbols(object, &link_time, user_cache::directory())?;
         perfmap::rebase_into(&mut text, &lines, bias);
+        if let Some(why) = not_cached {
+            notes.push(format!("{object}'s functions not cached: {why}"));
+        }
     }
-    Ok(text)
+    Ok((text, notes))
 }
 
 /// Removes the cached symbol lists named `prefix*` (one object's) whose file
@@ -684,8 +694,7 @@ fn remove_stale_symbols(dir: &Path, prefix: &str) {
             .lines()
             .next()
             .and_then(|l| l.strip_prefix(MOVED_SYMBOLS_HEADER))
-            .and_then(|key| serde_json::from_str::<(FileStamp, Vec<(u64, u64)>)>(key).ok())
-            .map(|(stamp, _)| stamp);
+            .and_then(|key| serde_json::from_str::<FileStamp>(key).ok());
         if stamp.is_some_and(|s| !s.still_holds()) {
             let _ = std::fs::remove_file(path);
         }
@@ -699,43 +708,80 @@ const MOVED_SYMBOLS_HEADER: &str = "# pagewise moved-symbols 1 ";
 const MOVED_SYMBOLS_LIMIT: u64 = 256 << 20;
 
 /// The perf map lines, at link-time addresses, of the functions of `object`
-/// that overlap the link-time `ranges`: from the cache in `dir` when it holds
-/// a list for this very file (path, device, inode, size, modification time)
-/// and these ranges, else from one pass over the object's symbol and string
-/// tables, then saved there. A cache that cannot be used costs only the pass.
+/// that overlap the link-time `ranges`. All of the object's functions are
+/// cached in `dir` per build of the file (path, device, inode, size,
+/// modification time), whatever the ranges, since a library's load bias, and
+/// so the link-time span of its 2 MiB-aligned ranges, changes from run to
+/// run: a later run reads the list and keeps the lines in its ranges. Without
+/// a usable entry, one pass over the object's symbol and string tables makes
+/// it. Returns the lines and, when the list could not be cached, why.
 fn moved_symbols(
     object: &str,
     ranges: &[(u64, u64)],
     dir: Result<PathBuf, UserCacheError>,
-) -> Result<String, String> {
-    let key = serde_json::to_string(&(FileStamp::of(object), ranges)).map_err(|e| e.to_string())?;
+) -> Result<(String, Option<String>), String> {
+    let key = serde_json::to_string(&FileStamp::of(object)).map_err(|e| e.to_string())?;
     let header = format!("{MOVED_SYMBOLS_HEADER}{key}\n");
-    // moved-symbols-<object>-<key>.json: the object's entries can be found again.
-    let object_prefix = user_cache::file_name("moved-symbols", object);
+    // functions-<object>-<build>.json: an object's entries can be found again.
+    let object_prefix = user_cache::file_name("functions", object);
     let object_prefix = object_prefix.trim_end_matches(".json");
     let name = user_cache::file_name(object_prefix, &key);
-    if let Ok(dir) = &dir {
-        if let Ok(Some((text, _))) = user_cache::read(dir, &name, MOVED_SYMBOLS_LIMIT) {
-            if let Some(lines) = text.strip_prefix(&header) {
-                return Ok(lines.to_owned());
+    let in_ranges = |lines: &str| {
+        let mut kept = String::new();
+        for line in lines.lines() {
+            let mut words = line.splitn(3, ' ');
+            let (Some(start), Some(size)) = (words.next(), words.next()) else {
+                continue;
+            };
+            let (Ok(start), Ok(size)) = (
+                u64::from_str_radix(start, 16),
+                u64::from_str_radix(size, 16),
+            ) else {
+                continue;
+            };
+            let end = start.saturating_add(size);
+            if ranges.iter().any(|(a, b)| start < *b && end > *a) {
+                kept.push_str(line);
+                kept.push('\n');
+            }
+        }
+        kept
+    };
+    let dir = match dir {
+        Ok(dir) => dir,
+        Err(e) => return Ok((in_ranges(&all_functions(object)?), Some(e.to_string()))),
+    };
+    if let Ok(Some((text, path))) = user_cache::read(&dir, &name, MOVED_SYMBOLS_LIMIT) {
+        match text.strip_prefix(&header) {
+            Some(lines) => return Ok((in_ranges(lines), None)),
+            // Damaged (or, with a vanishingly small chance, another key's): made again.
+            None => {
+                let _ = std::fs::remove_file(path);
             }
         }
     }
-    let mut lines = String::new();
+    let lines = all_functions(object)?;
+    // Another process may be writing the same entry: the first complete one stays.
+    let not_cached = user_cache::write_once(&dir, &name, format!("{header}{lines}").as_bytes())
+        .err()
+        .map(|e| e.to_string());
+    remove_stale_symbols(&dir, &format!("{object_prefix}-"));
+    Ok((in_ranges(&lines), not_cached))
+}
+
+/// Every function of `object` as perf map lines at link-time addresses, in
+/// address order: one pass over its symbol and string tables.
+fn all_functions(object: &str) -> Result<String, String> {
+    let mut functions: Vec<(u64, u64, String)> = Vec::new();
     function_table::visit_functions(Path::new(object), |vaddr, size, name| {
-        let end = vaddr.saturating_add(size);
-        if ranges
-            .iter()
-            .any(|(start, stop)| vaddr < *stop && end > *start)
-        {
-            perfmap::push_line(&mut lines, vaddr, size, name);
-        }
+        functions.push((vaddr, size, name.to_owned()));
     })
     .map_err(|e| e.to_string())?;
-    if let Ok(dir) = &dir {
-        // Another process may be writing the same entry: the first complete one stays.
-        let _ = user_cache::write_once(dir, &name, format!("{header}{lines}").as_bytes());
-        remove_stale_symbols(dir, &format!("{object_prefix}-"));
+    functions.sort_unstable();
+    functions.dedup_by_key(|f| f.0);
+    let mut lines = String::new();
+    for (vaddr, size, name) in &functions {
+        perfmap::push_line(&mut lines, *vaddr, *size, name);
     }
     Ok(lines)
 }
@@ -757,9 +803,11 @@ pub fn summary(report: &RunReport) -> Vec<String> {
         let object = file_name(&r.object);
         let what = match (&r.page_kind, &r.skipped) {
             (Some(kind), _) => format!(
-                "moved {} MiB onto {kind} pages in {:.1} ms, {} MiB huge per smaps",
+                "moved {} MiB onto {kind} pages{}, {} MiB huge per smaps",
                 (r.end - r.start) >> 20,
-                r.move_micros.unwrap_or(0) as f64 / 1000.0,
+                r.move_micros
+                    .map(|us| format!(" in {:.1} ms", us as f64 / 1000.0))
+                    .unwrap_or_default(),
                 r.huge_bytes >> 20
             ),
             (None, Some(why)) => format!("skipped: {why}"),
@@ -842,63 +890,70 @@ mod tests {
     }
 
     #[test]
-    fn moved_symbols_are_cached_per_file_and_ranges_and_rebased() {
+    fn an_objects_functions_are_cached_per_build_and_filtered_by_the_ranges() {
         let exe = std::env::current_exe().unwrap();
         let exe = exe.to_str().unwrap();
         let table = function_table::FunctionTable::read(Path::new(exe)).unwrap();
         let f = &table.functions()[table.functions().len() / 2];
         let ranges = [(f.vaddr, f.vaddr + f.size)];
         let cache = tempfile::tempdir().unwrap();
-        let dir = || Ok(cache.path().join("pagewise"));
-        let first = moved_symbols(exe, &ranges, dir()).unwrap();
-        assert!(first.contains(&format!("{:x} ", f.vaddr)), "{first}");
+        let cache_dir = cache.path().join("pagewise");
+        let dir = || Ok(cache_dir.clone());
+        let (first, not_cached) = moved_symbols(exe, &ranges, dir()).unwrap();
+        assert_eq!(not_cached, None);
+        assert!(first.starts_with(&format!("{:x} ", f.vaddr)), "{first}");
         assert!(first.contains(&f.name));
-        let files = || {
-            std::fs::read_dir(cache.path().join("pagewise"))
-                .unwrap()
-                .count()
-        };
-        assert_eq!(files(), 1, "saved");
-        // Planted content under the same key is what a second call returns:
-        // proof that it read the cache instead of the symbol tables.
-        let entry = std::fs::read_dir(cache.path().join("pagewise"))
-            .unwrap()
-            .next()
-            .unwrap()
-            .unwrap()
-            .path();
-        let header = std::fs::read_to_string(&entry).unwrap();
-        let header = header.lines().next().unwrap();
-        std::fs::write(&entry, format!("{header}\n10 4 cached_marker\n")).unwrap();
-        assert_eq!(
-            moved_symbols(exe, &ranges, dir()).unwrap(),
-            "10 4 cached_marker\n"
+        assert!(
+            first.lines().count() < 10,
+            "only the functions in the range: {first}"
         );
-        // Other ranges: another entry, read from the symbols.
-        let other = [(f.vaddr, f.vaddr + 1)];
-        assert!(!moved_symbols(exe, &other, dir())
-            .unwrap()
-            .contains("cached_marker"));
-        assert_eq!(files(), 2);
+        let files = || crate::sys::file::names_in(&cache_dir);
+        assert_eq!(files().len(), 1, "saved");
+        // Planted content under the same key is what later calls read: proof
+        // that they use the cache, with any ranges (a library's load bias moves
+        // its link-time ranges from run to run).
+        let entry = cache_dir.join(&files()[0]);
+        let text = std::fs::read_to_string(&entry).unwrap();
+        let header = text.lines().next().unwrap();
+        std::fs::write(
+            &entry,
+            format!("{header}\n10 4 marker_a\n9000 8 marker_b\n"),
+        )
+        .unwrap();
+        let (cached, _) = moved_symbols(exe, &[(0, 0x20)], dir()).unwrap();
+        assert_eq!(cached, "10 4 marker_a\n");
+        let (cached, _) = moved_symbols(exe, &[(0x9004, 0x9005)], dir()).unwrap();
+        assert_eq!(cached, "9000 8 marker_b\n");
+        assert_eq!(files().len(), 1);
+        // A damaged entry is made again.
+        std::fs::write(&entry, "# something else\n").unwrap();
+        let (again, _) = moved_symbols(exe, &ranges, dir()).unwrap();
+        assert_eq!(again, first);
         // An entry for an older build of the object (another stamp) is removed
         // when a new entry is written; entries of other objects stay.
-        let stale_key = format!("{{\"path\":{exe:?},\"identity\":[1,2,3,4]}}");
-        let stale = format!("{MOVED_SYMBOLS_HEADER}[{stale_key},[[1,2]]]\n10 4 old\n");
-        let prefix = user_cache::file_name("moved-symbols", exe);
+        let stale_stamp = format!("{{\"path\":{exe:?},\"identity\":[1,2,3,4]}}");
+        let prefix = user_cache::file_name("functions", exe);
         let stale_name = format!("{}-0000000000000000.json", prefix.trim_end_matches(".json"));
-        std::fs::write(cache.path().join("pagewise").join(&stale_name), &stale).unwrap();
-        std::fs::write(cache.path().join("pagewise").join("other.json"), "x").unwrap();
-        assert_eq!(files(), 4);
-        let third = [(f.vaddr, f.vaddr + 2)];
-        moved_symbols(exe, &third, dir()).unwrap();
-        let names = crate::sys::file::names_in(&cache.path().join("pagewise"));
+        std::fs::write(
+            cache_dir.join(&stale_name),
+            format!("{MOVED_SYMBOLS_HEADER}{stale_stamp}\n10 4 old\n"),
+        )
+        .unwrap();
+        std::fs::write(cache_dir.join("other.json"), "x").unwrap();
+        std::fs::remove_file(&entry).unwrap();
+        moved_symbols(exe, &ranges, dir()).unwrap();
+        let names = files();
         assert!(!names.contains(&stale_name), "{names:?}");
         assert!(names.contains(&"other.json".to_owned()), "{names:?}");
-        assert_eq!(files(), 4, "{names:?}");
+        assert_eq!(names.len(), 2, "{names:?}");
+        // No cache: the lines still come, with the reason they were not cached.
+        let (lines, why) = moved_symbols(exe, &ranges, Err(UserCacheError::NoDirectory)).unwrap();
+        assert_eq!(lines, first);
+        assert!(why.unwrap().contains("no cache directory"));
         // Rebased by the load bias.
         let mut text = String::new();
-        perfmap::rebase_into(&mut text, "10 4 cached_marker\n", 0x1000);
-        assert_eq!(text, "1010 4 cached_marker\n");
+        perfmap::rebase_into(&mut text, "10 4 marker_a\n", 0x1000);
+        assert_eq!(text, "1010 4 marker_a\n");
     }
 
     #[test]

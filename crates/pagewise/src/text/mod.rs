@@ -42,12 +42,13 @@ pub fn hot_pages_from_profile(path: &Path, libs: &[String]) -> Result<Vec<huge::
     resolve_hot_pages(path, libs).map(|(hot, _)| hot)
 }
 
-/// [`hot_pages_from_profile`], and the object files it looked at (what
-/// [`hot_cache`] checks before it reuses the result).
+/// [`hot_pages_from_profile`], and the object files it looked at, each
+/// stamped before it was read (what [`hot_cache`] checks before it reuses the
+/// result).
 fn resolve_hot_pages(
     path: &Path,
     libs: &[String],
-) -> Result<(Vec<huge::HotPages>, Vec<String>), String> {
+) -> Result<(Vec<huge::HotPages>, Vec<crate::host::user_cache::FileStamp>), String> {
     let profile = profile::Profile::read(path).map_err(|e| e.to_string())?;
     let mut wanted: BTreeMap<&str, SampledCode<'_>> = BTreeMap::new();
     for (_, stack) in &profile.stacks {
@@ -79,7 +80,8 @@ fn resolve_hot_pages(
         if !huge::is_chosen(name, !name.contains(".so"), libs) {
             continue;
         }
-        read.push(object.to_owned());
+        // Stamped before it is read: a file rebuilt meanwhile is resolved again.
+        read.push(crate::host::user_cache::FileStamp::of(object));
         let addresses = sampled.hot_addresses(Path::new(object));
         if !addresses.is_empty() {
             by_name
