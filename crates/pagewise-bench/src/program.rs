@@ -194,6 +194,8 @@ pub struct Run {
     pub status: i32,
     /// Bytes of text moved onto huge pages (all processes), for huge-text fixes.
     pub moved_bytes: Option<u64>,
+    /// Of those, the bytes on hugetlb pages (which RSS does not count).
+    pub moved_hugetlb_bytes: Option<u64>,
 }
 
 /// One block: every variant once, in `order`.
@@ -219,6 +221,8 @@ pub struct VariantResult {
     pub metrics: Metrics<Summary>,
     /// Median bytes moved onto huge pages, for huge-text fixes.
     pub moved_bytes: Option<u64>,
+    /// Median bytes of those on hugetlb pages.
+    pub moved_hugetlb_bytes: Option<u64>,
     /// Why text was not moved, when a huge-text fix moved nothing (from its report).
     pub not_moved: Vec<String>,
 }
@@ -228,6 +232,9 @@ pub struct VariantResult {
 pub struct RssBound {
     /// Median bytes moved.
     pub moved_bytes: u64,
+    /// Median bytes moved onto hugetlb pages: RSS does not count them, so
+    /// for these the bound checks nothing (the copy's pages are the pool's).
+    pub hugetlb_bytes: u64,
     /// The bound on the peak RSS increase: moved bytes + 2 MiB.
     pub bound_bytes: u64,
     /// Median per-pair increase of the peak RSS, with its interval.
@@ -400,8 +407,9 @@ struct RunReportFile {
     processes: Vec<pagewise::text::huge::RunReport>,
 }
 
-/// Bytes moved (all processes) and the reasons given for ranges not moved.
-fn read_moved(report: &Path) -> Result<(u64, Vec<String>), String> {
+/// Bytes moved (all processes), those of them on hugetlb pages, and the
+/// reasons given for ranges not moved.
+fn read_moved(report: &Path) -> Result<(u64, u64, Vec<String>), String> {
     let text = std::fs::read_to_string(report).map_err(|e| {
         format!(
             "the fix wrote no report ({}): {e} (did the preload library run in the program?)",
@@ -411,6 +419,13 @@ fn read_moved(report: &Path) -> Result<(u64, Vec<String>), String> {
     let file: RunReportFile =
         serde_json::from_str(&text).map_err(|e| format!("{}: {e}", report.display()))?;
     let moved = file.processes.iter().map(|p| p.moved_bytes()).sum();
+    let hugetlb = file
+        .processes
+        .iter()
+        .flat_map(|p| p.ranges.iter())
+        .filter(|r| r.page_kind.as_deref() == Some("hugetlb"))
+        .map(|r| r.end.saturating_sub(r.start))
+        .sum();
     let mut skipped: Vec<String> = file
         .processes
         .iter()
@@ -419,7 +434,7 @@ fn read_moved(report: &Path) -> Result<(u64, Vec<String>), String> {
         .collect();
     skipped.sort();
     skipped.dedup();
-    Ok((moved, skipped))
+    Ok((moved, hugetlb, skipped))
 }
 
 /// The last lines of a file (a failed run's standard error).
@@ -467,12 +482,13 @@ fn run_once(
     }
     let huge_text = matches!(&variant.kind, VariantKind::Fixes { fixes }
         if fixes.iter().any(|f| matches!(f, Fix::HugeText { .. })));
-    let (moved_bytes, not_moved) = if huge_text {
-        let (moved, skipped) = read_moved(&report)
+    let (moved_bytes, moved_hugetlb_bytes, not_moved) = if huge_text {
+        let (moved, hugetlb, skipped) = read_moved(&report)
             .map_err(|e| format!("{}: {e}; its stderr: {}", variant.name, tail(&stderr_path)))?;
-        (Some(moved), if moved == 0 { skipped } else { Vec::new() })
+        let skipped = if moved == 0 { skipped } else { Vec::new() };
+        (Some(moved), Some(hugetlb), skipped)
     } else {
-        (None, Vec::new())
+        (None, None, Vec::new())
     };
     let run = Run {
         metrics: Metrics {
@@ -485,6 +501,7 @@ fn run_once(
         },
         status,
         moved_bytes,
+        moved_hugetlb_bytes,
     };
     Ok((run, not_moved))
 }
@@ -606,11 +623,11 @@ pub fn run(
         let metrics = Metrics::<()>::names().map(|name, _| {
             Summary::of(&column(i, name)).expect("at least one measured block, no NaN")
         });
-        let mut moved: Vec<u64> = measured
-            .iter()
-            .filter_map(|b| b.runs[i].moved_bytes)
-            .collect();
-        moved.sort_unstable();
+        let median_of = |field: fn(&Run) -> Option<u64>| {
+            let mut values: Vec<u64> = measured.iter().filter_map(|b| field(&b.runs[i])).collect();
+            values.sort_unstable();
+            values.get(values.len() / 2).copied()
+        };
         let mut why = std::mem::take(&mut not_moved[i]);
         why.sort();
         why.dedup();
@@ -619,7 +636,8 @@ pub fn run(
             variant: v.clone(),
             argv: shown(&command_of(config, v, runner, &report)),
             metrics,
-            moved_bytes: moved.get(moved.len() / 2).copied(),
+            moved_bytes: median_of(|r| r.moved_bytes),
+            moved_hugetlb_bytes: median_of(|r| r.moved_hugetlb_bytes),
             not_moved: why,
         });
     }
@@ -711,6 +729,7 @@ fn compare(
                 let bound = moved + (2 << 20);
                 RssBound {
                     moved_bytes: moved,
+                    hugetlb_bytes: variants[i].moved_hugetlb_bytes.unwrap_or(0),
                     bound_bytes: bound,
                     increase_bytes: difference.max_rss_bytes,
                     within: difference.max_rss_bytes.estimate <= bound as f64,
@@ -899,14 +918,20 @@ mod tests {
             .unwrap()
         };
         write(serde_json::json!([process(vec![range(Some("thp"), None)])]));
-        assert_eq!(read_moved(&path).unwrap(), (4 << 20, vec![]));
+        assert_eq!(read_moved(&path).unwrap(), (4 << 20, 0, vec![]));
+        // Two processes, one on hugetlb pages: counted apart (RSS misses them).
+        write(serde_json::json!([
+            process(vec![range(Some("thp"), None)]),
+            process(vec![range(Some("hugetlb"), None)])
+        ]));
+        assert_eq!(read_moved(&path).unwrap(), (8 << 20, 4 << 20, vec![]));
         write(serde_json::json!([process(vec![range(
             None,
             Some("too small")
         )])]));
         assert_eq!(
             read_moved(&path).unwrap(),
-            (0, vec!["too small".to_owned()])
+            (0, 0, vec!["too small".to_owned()])
         );
         assert!(read_moved(&dir.path().join("none.json"))
             .unwrap_err()

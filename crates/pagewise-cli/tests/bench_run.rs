@@ -143,6 +143,10 @@ fn a_fix_and_a_no_op_in_randomised_pairs() {
     let bound = &fix["rss_bound"];
     assert_eq!(bound["moved_bytes"].as_u64().unwrap(), moved);
     assert_eq!(bound["bound_bytes"].as_u64().unwrap(), moved + (2 << 20));
+    // What of it went to hugetlb pages, which RSS does not count, is said apart.
+    let on_hugetlb = v["variants"][1]["moved_hugetlb_bytes"].as_u64().unwrap();
+    assert_eq!(bound["hugetlb_bytes"].as_u64().unwrap(), on_hugetlb);
+    assert!(on_hugetlb <= moved);
     assert!(bound["within"].is_boolean());
 }
 

@@ -328,6 +328,12 @@ fn print_report(report: &Report) -> Result<(), OutputError> {
                 bytes(b.moved_bytes),
                 if b.within { "within" } else { "over" }
             )?;
+            if b.hugetlb_bytes > 0 {
+                outln!(
+                    "  {} of the moved bytes are on hugetlb pages, which RSS does not count: the bound checks only the rest",
+                    bytes(b.hugetlb_bytes)
+                )?;
+            }
         }
     }
     Ok(())
