@@ -47,11 +47,17 @@ pub fn choose() -> anyhow::Result<(PreloadUsed, Vec<String>)> {
                 } else {
                     "embedded (cached)"
                 };
-                let notes = installed
+                let mut notes: Vec<String> = installed
                     .passed_over
                     .into_iter()
                     .map(|why| format!("passed over {why}"))
                     .collect();
+                notes.extend(installed.removed.iter().map(|p| {
+                    format!(
+                        "removed {}: another version of the library, unused for two weeks",
+                        p.display()
+                    )
+                }));
                 return Ok((used(&installed.path, source), notes));
             }
             Err(e) => notes.push(e.to_string()),

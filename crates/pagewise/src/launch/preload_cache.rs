@@ -84,7 +84,15 @@ pub struct Installed {
     pub written: bool,
     /// Why earlier places were passed over.
     pub passed_over: Vec<String>,
+    /// Other versions of the library removed from the same directory when
+    /// this one was written: those no run had used for [`UNUSED_FOR`].
+    pub removed: Vec<PathBuf>,
 }
+
+/// How long another version of the library (`<stem>-<other hash>.so`, left by
+/// an older or newer pagewise) may go unused before writing a new version
+/// removes it. Each use refreshes a file's modification time.
+pub const UNUSED_FOR: std::time::Duration = std::time::Duration::from_secs(14 * 24 * 3600);
 
 /// No place was safe.
 #[derive(Debug, thiserror::Error)]
@@ -105,11 +113,16 @@ pub fn install(bytes: &[u8], name: &str, dirs: &[CacheDir]) -> Result<Installed,
         });
         match placed {
             Ok((path, written)) => {
+                let removed = match written {
+                    true => remove_unused_versions(&dir.path, name, std::time::SystemTime::now()),
+                    false => Vec::new(),
+                };
                 return Ok(Installed {
                     path,
                     written,
                     passed_over,
-                })
+                    removed,
+                });
             }
             Err(why) => passed_over.push(why),
         }
@@ -184,9 +197,49 @@ fn holds(path: &Path, bytes: &[u8]) -> bool {
     f.read_to_end(&mut content).is_ok() && content == bytes
 }
 
-/// Makes `path` hold `bytes`; `Ok(true)` when it had to be written.
+/// Removes from `dir` the other versions of the library `name`
+/// (`<stem>-*.so` for a `name` of `<stem>-<hash>.so`) that are this user's
+/// regular files unused (not modified, see [`place`]) for [`UNUSED_FOR`]
+/// before `now`, and returns them. Best effort: one directory read, an
+/// `lstat` per entry.
+fn remove_unused_versions(dir: &Path, name: &str, now: std::time::SystemTime) -> Vec<PathBuf> {
+    let Some((stem, _)) = name.rsplit_once('-') else {
+        return Vec::new();
+    };
+    let family = format!("{stem}-");
+    let mut removed = Vec::new();
+    for other in file::names_in(dir) {
+        if other == name || !other.starts_with(&family) || !other.ends_with(".so") {
+            continue;
+        }
+        let path = dir.join(&other);
+        let Ok(meta) = std::fs::symlink_metadata(&path) else {
+            continue;
+        };
+        let unused = meta
+            .modified()
+            .ok()
+            .and_then(|m| now.duration_since(m).ok())
+            .is_some_and(|age| age >= UNUSED_FOR);
+        if meta.is_file()
+            && meta.uid() == create::effective_uid()
+            && unused
+            && std::fs::remove_file(&path).is_ok()
+        {
+            removed.push(path);
+        }
+    }
+    removed
+}
+
+/// Makes `path` hold `bytes`; `Ok(true)` when it had to be written. A file
+/// that already holds them has its modification time refreshed: the mark of
+/// a version in use ([`remove_unused_versions`]).
 fn place(path: &Path, bytes: &[u8]) -> std::io::Result<bool> {
     if holds(path, bytes) {
+        if let Ok(f) = create::open_read_no_follow(path) {
+            let _ = f.set_modified(std::time::SystemTime::now());
+        }
         return Ok(false);
     }
     let new = NewFile::beside(path, 0o644).map_err(|e| e.source)?;
@@ -258,6 +311,37 @@ mod tests {
         }
         // No temporary file is left.
         assert_eq!(file::names_in(&dirs[0].path), ["lib.so"]);
+    }
+
+    #[test]
+    fn writing_a_version_removes_only_others_unused_for_two_weeks() {
+        let root = tempfile::tempdir().unwrap();
+        let dirs = [private(root.path().join("cache/pagewise"))];
+        let dir = &dirs[0].path;
+        let old = install(b"old", "libx-1111.so", &dirs).unwrap().path;
+        let recent = install(b"recent", "libx-2222.so", &dirs).unwrap().path;
+        let unrelated = dir.join("other-3333.so");
+        std::fs::write(&unrelated, b"x").unwrap();
+        let weeks_ago = std::time::SystemTime::now() - UNUSED_FOR * 2;
+        for p in [&old, &unrelated] {
+            let f = std::fs::File::open(p).unwrap();
+            f.set_modified(weeks_ago).unwrap();
+        }
+        // Used again: its time is refreshed, so it is not unused any more.
+        let again = install(b"old", "libx-1111.so", &dirs).unwrap();
+        assert!(!again.written && again.removed.is_empty());
+        std::fs::File::open(&old)
+            .unwrap()
+            .set_modified(weeks_ago)
+            .unwrap();
+        let new = install(b"new", "libx-4444.so", &dirs).unwrap();
+        assert_eq!(new.removed, std::slice::from_ref(&old));
+        assert!(!old.exists() && recent.exists() && unrelated.exists());
+        // Nothing is removed when nothing was written.
+        assert!(install(b"new", "libx-4444.so", &dirs)
+            .unwrap()
+            .removed
+            .is_empty());
     }
 
     #[test]
