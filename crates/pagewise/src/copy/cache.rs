@@ -193,7 +193,6 @@ pub fn save_to(dir: &Path, tuned: &Tuned) -> Result<PathBuf, CacheError> {
 mod tests {
     use super::*;
     use crate::copy::plan::{default_tables, CpuKind};
-    use std::io::Write;
     use std::os::unix::fs::{MetadataExt, PermissionsExt};
 
     fn tuned(key: MachineKey) -> Tuned {
@@ -281,8 +280,7 @@ mod tests {
         assert!(err.to_string().contains("symbolic link"), "{err}");
         // Not JSON of this schema.
         std::fs::remove_file(&path).unwrap();
-        let mut f = crate::sys::file::create_new_nofollow(&path, 0o600).unwrap();
-        f.write_all(b"{\"schema\": 1}").unwrap();
+        user_cache::write(&cache, &key().file_name(), b"{\"schema\": 1}").unwrap();
         let err = load_from(&cache, &key()).unwrap_err();
         assert!(matches!(err, CacheError::Malformed { .. }), "{err}");
         // A group-writable directory.

@@ -11,7 +11,7 @@
 //! the resolved hot pages of profiles ([`crate::text::hot_cache`]).
 
 use std::io::{Read, Write};
-use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
 /// Why the cache could not be used.
@@ -196,22 +196,8 @@ pub fn read(
 pub fn write(dir: &Path, name: &str, bytes: &[u8]) -> Result<PathBuf, UserCacheError> {
     prepare(dir)?;
     let path = dir.join(name);
-    let tmp = dir.join(format!(".{name}.{}.tmp", std::process::id()));
-    let written = (|| {
-        let mut f = crate::sys::file::create_new_nofollow(&tmp, 0o600)?;
-        f.write_all(bytes)?;
-        f.sync_all()
-    })();
-    if let Err(e) = written {
-        let _ = std::fs::remove_file(&tmp);
-        return Err(io_error(&tmp, "write")(e));
-    }
-    // The file mode was set at creation; make sure a umask did not widen it.
-    let _ = std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o600));
-    std::fs::rename(&tmp, &path).map_err(|e| {
-        let _ = std::fs::remove_file(&tmp);
-        io_error(&path, "rename")(e)
-    })?;
+    crate::sys::create::replace_file(&path, bytes, 0o600)
+        .map_err(|e| io_error(&path, e.call)(e.source))?;
     Ok(path)
 }
 
@@ -238,6 +224,7 @@ pub fn write_once(dir: &Path, name: &str, bytes: &[u8]) -> Result<PathBuf, UserC
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::unix::fs::PermissionsExt;
 
     #[test]
     fn a_written_file_reads_back_and_is_private() {

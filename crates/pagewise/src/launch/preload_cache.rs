@@ -16,10 +16,10 @@
 //! library; an existing file is used only when it is this user's regular
 //! file, not writable by group or others, with exactly the expected bytes.
 
-use crate::sys::create::{self, NewFile};
+use crate::sys::create;
 use crate::sys::file;
 use std::ffi::OsStr;
-use std::io::{Read, Write};
+use std::io::Read;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
@@ -242,11 +242,7 @@ fn place(path: &Path, bytes: &[u8]) -> std::io::Result<bool> {
         }
         return Ok(false);
     }
-    let new = NewFile::beside(path, 0o644).map_err(|e| e.source)?;
-    let mut file = new.file();
-    file.write_all(bytes)?;
-    file.sync_all()?;
-    new.replace_at(path).map_err(|e| e.source)?;
+    create::replace_file(path, bytes, 0o644).map_err(|e| e.source)?;
     Ok(true)
 }
 

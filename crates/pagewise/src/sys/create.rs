@@ -341,6 +341,29 @@ impl NewFile {
     }
 }
 
+/// Replaces (or creates) `path` with a file holding `bytes`, permission bits
+/// `mode` minus the umask: written whole under a temporary name beside it
+/// ([`NewFile::beside`]), flushed to disk (`fsync`), then renamed over `path`
+/// ([`NewFile::replace_at`]), so a reader sees the old file or the new one,
+/// whole, and a failure leaves no temporary name behind. Cost: two `open`s at
+/// most, the write, an `fsync` and a `rename`.
+pub fn replace_file(path: &Path, bytes: &[u8], mode: u32) -> SysResult<File> {
+    use std::io::Write;
+    let new = NewFile::beside(path, mode)?;
+    let written = (|| {
+        let mut file = new.file();
+        file.write_all(bytes)?;
+        file.sync_all()
+    })();
+    if let Err(source) = written {
+        return Err(SysError {
+            call: "write",
+            source,
+        });
+    }
+    new.replace_at(path)
+}
+
 impl Drop for NewFile {
     fn drop(&mut self) {
         if let Some(temp) = &self.temp {

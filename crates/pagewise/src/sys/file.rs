@@ -357,18 +357,6 @@ impl Inotify {
     }
 }
 
-/// Creates `path` for writing with permission bits `mode`, failing if it
-/// exists (`O_EXCL`) or is a symbolic link (`O_NOFOLLOW`). One `open` call.
-pub fn create_new_nofollow(path: &Path, mode: u32) -> std::io::Result<File> {
-    use std::os::unix::fs::OpenOptionsExt;
-    std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(mode)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-        .open(path)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
