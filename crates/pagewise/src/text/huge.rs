@@ -728,21 +728,10 @@ fn moved_symbols(
     let name = user_cache::file_name(object_prefix, &key);
     let in_ranges = |lines: &str| {
         let mut kept = String::new();
-        for line in lines.lines() {
-            let mut words = line.splitn(3, ' ');
-            let (Some(start), Some(size)) = (words.next(), words.next()) else {
-                continue;
-            };
-            let (Ok(start), Ok(size)) = (
-                u64::from_str_radix(start, 16),
-                u64::from_str_radix(size, 16),
-            ) else {
-                continue;
-            };
+        for (start, size, name) in lines.lines().filter_map(perfmap::line_fields) {
             let end = start.saturating_add(size);
             if ranges.iter().any(|(a, b)| start < *b && end > *a) {
-                kept.push_str(line);
-                kept.push('\n');
+                perfmap::push_line(&mut kept, start, size, name);
             }
         }
         kept

@@ -29,11 +29,8 @@ impl PerfMap {
         let mut symbols: Vec<Symbol> = text
             .lines()
             .filter_map(|line| {
-                let mut parts = line.trim().splitn(3, ' ');
-                let start = u64::from_str_radix(parts.next()?.trim_start_matches("0x"), 16).ok()?;
-                let size = u64::from_str_radix(parts.next()?.trim_start_matches("0x"), 16).ok()?;
-                let name = parts.next()?.trim();
-                (!name.is_empty()).then(|| Symbol {
+                let (start, size, name) = line_fields(line)?;
+                Some(Symbol {
                     start,
                     size,
                     name: name.to_owned(),
@@ -71,17 +68,21 @@ pub fn push_line(text: &mut String, start: u64, size: u64, name: &str) {
     let _ = writeln!(text, "{start:x} {size:x} {name}");
 }
 
+/// The fields of one perf map line `START SIZE NAME` (hexadecimal, with or
+/// without `0x`); `None` for a line that does not parse or has no name.
+pub fn line_fields(line: &str) -> Option<(u64, u64, &str)> {
+    let mut parts = line.trim().splitn(3, ' ');
+    let start = u64::from_str_radix(parts.next()?.trim_start_matches("0x"), 16).ok()?;
+    let size = u64::from_str_radix(parts.next()?.trim_start_matches("0x"), 16).ok()?;
+    let name = parts.next()?.trim();
+    (!name.is_empty()).then_some((start, size, name))
+}
+
 /// Appends the perf map `lines` to `text` with every start address moved by
 /// `bias` (link-time to runtime); lines that do not parse are left out.
 pub fn rebase_into(text: &mut String, lines: &str, bias: u64) {
-    use std::fmt::Write as _;
-    for line in lines.lines() {
-        let Some((start, rest)) = line.split_once(' ') else {
-            continue;
-        };
-        if let Ok(start) = u64::from_str_radix(start, 16) {
-            let _ = writeln!(text, "{:x} {rest}", start.wrapping_add(bias));
-        }
+    for (start, size, name) in lines.lines().filter_map(line_fields) {
+        push_line(text, start.wrapping_add(bias), size, name);
     }
 }
 
