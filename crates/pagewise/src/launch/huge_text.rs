@@ -430,7 +430,8 @@ pub fn gather_during<T>(
     let _ = inotify.remove_watch(wd);
     let gatherer = match shared.lock() {
         Ok(mut g) => {
-            g.stopped = true;
+            // The thread finds a stopped, empty gatherer in its place from now on;
+            // this one's own `finish` stops it.
             let mut spent = Gatherer::new(&g.dir, None, false);
             spent.stopped = true;
             std::mem::replace(&mut *g, spent)

@@ -267,10 +267,7 @@ fn worth_moving(
                 })
                 .collect();
             if within.iter().any(|s| s.kind == SectionKind::Code) {
-                match moved.last_mut() {
-                    Some((_, e)) if *e == page => *e = page_end,
-                    _ => moved.push((page, page_end)),
-                }
+                add_page(&mut moved, page);
                 continue;
             }
             let why = left_because(&within);
@@ -327,12 +324,18 @@ fn hot_runs(start: u64, end: u64, bias: u64, hot: &[u64]) -> Vec<(u64, u64)> {
     pages.dedup();
     let mut runs: Vec<(u64, u64)> = Vec::new();
     for p in pages {
-        match runs.last_mut() {
-            Some((_, e)) if *e == p => *e = p + HUGE,
-            _ => runs.push((p, p + HUGE)),
-        }
+        add_page(&mut runs, p);
     }
     runs
+}
+
+/// Adds the 2 MiB page at `page` to `runs` (in address order): it extends
+/// the last run when it follows it, else starts a new one.
+fn add_page(runs: &mut Vec<(u64, u64)>, page: u64) {
+    match runs.last_mut() {
+        Some((_, end)) if *end == page => *end = page + HUGE,
+        _ => runs.push((page, page + HUGE)),
+    }
 }
 
 fn choose_kind(pages: u64) -> Result<HugeKind, String> {
