@@ -44,7 +44,7 @@ pub use plan::{
     ENV_NT_THRESHOLD, ENV_PLAN, ENV_REP_MOVSB, ENV_REP_STOSB, FILL_LLC_DIVISOR,
 };
 
-use crate::sys::copy::{Kernel, Thresholds};
+use crate::sys::copy::{Kernel, ThresholdSet, Thresholds, PROCESS};
 use std::sync::OnceLock;
 
 /// `copy` was given slices of different lengths; nothing was written.
@@ -79,26 +79,7 @@ pub struct Copier {
     tables: Tables,
 }
 
-/// The thresholds of the four kinds of call.
-#[derive(Debug, Clone)]
-struct ThresholdSet {
-    copy: Thresholds,
-    copy_temporal: Thresholds,
-    fill: Thresholds,
-    fill_temporal: Thresholds,
-}
-
 impl ThresholdSet {
-    /// Empty tables (the loop at every size): replaced by [`ThresholdSet::assign`].
-    const fn unset() -> ThresholdSet {
-        ThresholdSet {
-            copy: Thresholds::unset(),
-            copy_temporal: Thresholds::unset(),
-            fill: Thresholds::unset(),
-            fill_temporal: Thresholds::unset(),
-        }
-    }
-
     /// Sets every table from `tables`.
     fn assign(&self, tables: &Tables) {
         let guards = &tables.rep_guards;
@@ -129,9 +110,6 @@ enum Sets {
     /// from a static (no indirection on their fast path).
     Process,
 }
-
-/// The thresholds of the process-wide copier (set when it is built).
-static PROCESS: ThresholdSet = ThresholdSet::unset();
 
 impl Clone for Copier {
     /// A copier with the same kernel and a snapshot of the thresholds (a
@@ -326,6 +304,13 @@ fn copy_slow(dst: &mut [u8], src: &[u8], stores: Stores) {
     c.kernel.copy(dst, src, c.sets().pick(Op::Copy, stores));
 }
 
+/// Builds the process-wide copier: what the process entry of large copies
+/// ([`crate::sys::copy::copy_process_large`]) calls on the first copy of the
+/// process, before it has a fast path to jump to.
+extern "sysv64" fn prepare_process_copier() {
+    global();
+}
+
 /// As [`copy_slow`], for fills.
 #[inline(never)]
 fn fill_slow(dst: &mut [u8], byte: u8, stores: Stores) {
@@ -350,6 +335,9 @@ fn fill_slow(dst: &mut [u8], byte: u8, stores: Stores) {
 #[inline(always)]
 pub fn copy(dst: &mut [u8], src: &[u8]) -> Result<(), LengthMismatch> {
     check(dst, src)?;
+    if crate::sys::copy::copy_process_large(dst, src, prepare_process_copier) {
+        return Ok(());
+    }
     if !crate::sys::copy::fast_copy(dst, src, &PROCESS.copy) {
         copy_slow(dst, src, Stores::Default);
     }

@@ -53,7 +53,7 @@ impl Isa {
     }
 
     /// A non-zero code for the instruction set (0 means none), for atomics.
-    pub fn code(self) -> u8 {
+    pub const fn code(self) -> u8 {
         match self {
             Isa::Sse2 => 1,
             Isa::Avx2 => 2,
@@ -303,6 +303,102 @@ pub struct Thresholds {
     /// compare chain on `fast_isa` put the AVX-512 case third, two
     /// branches more on every call).
     fast_avx512: AtomicPtr<()>,
+}
+
+/// The thresholds of the four kinds of call of one copier.
+#[derive(Debug, Clone)]
+#[repr(C)]
+pub struct ThresholdSet {
+    /// [`crate::copy::copy`]'s.
+    pub copy: Thresholds,
+    /// [`crate::copy::copy_temporal`]'s.
+    pub copy_temporal: Thresholds,
+    /// [`crate::copy::fill`]'s.
+    pub fill: Thresholds,
+    /// [`crate::copy::fill_temporal`]'s.
+    pub fill_temporal: Thresholds,
+}
+
+impl ThresholdSet {
+    /// Empty tables (the loop at every size), to be filled by the copy layer.
+    pub const fn unset() -> ThresholdSet {
+        ThresholdSet {
+            copy: Thresholds::unset(),
+            copy_temporal: Thresholds::unset(),
+            fill: Thresholds::unset(),
+            fill_temporal: Thresholds::unset(),
+        }
+    }
+}
+
+/// The thresholds of the process-wide copier (set when it is built), which
+/// the free functions of [`crate::copy`] read. Here, in the sys layer, so
+/// that the process entry of large copies ([`copy_process_large`]) reads it
+/// at a fixed address, without the load of its address from the GOT that
+/// every other crate's code needs.
+pub static PROCESS: ThresholdSet = ThresholdSet::unset();
+
+/// Copies `src` into `dst` with the process-wide copier when they hold more
+/// than [`PROCESS_LARGE_ABOVE`] bytes (`min` of the two lengths) and returns
+/// `true`; returns `false` and does nothing for smaller sizes. On the first
+/// copy of the process, before the copier exists, calls `prepare` (which
+/// must build it) and copies with whatever fast path that enabled.
+///
+/// Costs a compare, then a jump to an entry that reads [`PROCESS`] at a
+/// fixed address and jumps straight to the kernel of this CPU: measured on
+/// the Zen 5 guest, the inline fast path's loads of the thresholds' address
+/// (from the GOT, in every crate but this one) and of its entry pointer,
+/// then a jump through that pointer, made a hot 512-byte copy 12-15%
+/// slower than the kernel called directly.
+#[inline(always)]
+pub fn copy_process_large(dst: &mut [u8], src: &[u8], prepare: extern "sysv64" fn()) -> bool {
+    let n = dst.len().min(src.len());
+    if n <= PROCESS_LARGE_ABOVE {
+        return false;
+    }
+    #[cfg(target_arch = "x86_64")]
+    {
+        // SAFETY: both slices hold at least n > 256 bytes and cannot overlap
+        // (one is borrowed mutably); the entry checks which kernel the CPU
+        // was proven to have before it jumps to one.
+        unsafe { x86::avx512_leaf::copy_process_large(dst.as_mut_ptr(), src.as_ptr(), n, prepare) };
+        true
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = prepare;
+        false
+    }
+}
+
+/// Above this many bytes [`copy_process_large`] takes a copy.
+pub const PROCESS_LARGE_ABOVE: usize = 256;
+
+/// The first copy of the process through [`copy_process_large`]: builds the
+/// copier with `prepare`, then copies with the fast path it enabled (SSE2's
+/// kernel, part of x86-64, if it enabled none).
+///
+/// # Safety
+/// As the kernels: `dst` valid for `n` writes, `src` for `n` reads, no overlap.
+#[cfg(target_arch = "x86_64")]
+unsafe extern "sysv64" fn copy_process_first(
+    dst: *mut u8,
+    src: *const u8,
+    n: usize,
+    prepare: extern "sysv64" fn(),
+) {
+    prepare();
+    // SAFETY: passed on from the caller (the entry got them from two slices).
+    let (d, s) = unsafe {
+        (
+            std::slice::from_raw_parts_mut(dst, n),
+            std::slice::from_raw_parts(src, n),
+        )
+    };
+    if !fast_copy(d, s, &PROCESS.copy) {
+        // SAFETY: SSE2 is part of x86-64.
+        unsafe { copy_with(Isa::Sse2, d, s, &PROCESS.copy) }
+    }
 }
 
 /// The bit of `Thresholds::avx512_copy` that has copies of up to 128 bytes
@@ -689,9 +785,15 @@ unsafe fn avx512_copy(dst: &mut [u8], src: &[u8], t: &Thresholds, entry: *mut ()
             } else {
                 x86::copy_64_128_inline(d, s, n);
             }
+        } else if inline {
+            // Direct calls, not a call through `entry`: measured on the
+            // Zen 5 guest, the indirect jump cost a 512-byte copy 15% (a
+            // replica of the leaf in a C harness: 243 GB/s called directly,
+            // 208 through a pointer; glibc 188). `entry` holds one of the
+            // two leaves (see `avx512_copy_entry`), so its bit says which.
+            x86::avx512_leaf::copy_129_512(d, s, n, t);
         } else {
-            let leaf = entry.map_addr(|a| a & !INLINE_MASKED);
-            std::mem::transmute::<*mut (), CopyLeaf>(leaf)(d, s, n, t);
+            x86::avx512_leaf::copy_guarded(d, s, n, t);
         }
     }
 }

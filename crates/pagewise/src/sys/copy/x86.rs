@@ -507,6 +507,61 @@ pub(super) mod avx512_leaf {
         )
     }
 
+    /// The process entry of large copies (see
+    /// [`super::super::copy_process_large`]): reads
+    /// [`super::super::PROCESS`] at a fixed address (`rip`-relative; hidden,
+    /// so the library still links into a shared object) and jumps to the
+    /// kernel its fast path allows, with `rcx` set to its `copy` thresholds:
+    /// [`copy_129_512`], or AVX2's or SSE2's `copy_gt16`. Before any fast
+    /// path is on, jumps to `copy_process_first` with `prepare` still in
+    /// `rcx`.
+    ///
+    /// # Safety
+    /// As every kernel (see the module), with `n > 256`.
+    #[unsafe(naked)]
+    pub(in crate::sys::copy) unsafe extern "sysv64" fn copy_process_large(
+        dst: *mut u8,
+        src: *const u8,
+        n: usize,
+        prepare: extern "sysv64" fn(),
+    ) {
+        // The fast path's fields are set only by `enable_fast_path`, after a
+        // `Kernel` proved the CPU has that instruction set.
+        naked_asm!(
+            ".hidden {process}",
+            ".p2align 5",
+            "cmp qword ptr [rip + {process} + {fast_avx512}], 0",
+            "je 2f",
+            "lea rcx, [rip + {process} + {copy}]",
+            "jmp {avx512}",
+            "2:",
+            "movzx eax, byte ptr [rip + {process} + {fast_isa}]",
+            "cmp eax, {avx2_code}",
+            "jne 3f",
+            "lea rcx, [rip + {process} + {copy}]",
+            "jmp {avx2}",
+            "3:",
+            "cmp eax, {sse2_code}",
+            "jne 4f",
+            "lea rcx, [rip + {process} + {copy}]",
+            "jmp {sse2}",
+            "4:",
+            "jmp {first}",
+            process = sym super::super::PROCESS,
+            copy = const offset_of!(super::super::ThresholdSet, copy),
+            fast_avx512 = const offset_of!(super::super::ThresholdSet, copy)
+                + offset_of!(Thresholds, fast_avx512),
+            fast_isa = const offset_of!(super::super::ThresholdSet, copy)
+                + offset_of!(Thresholds, fast_isa),
+            avx2_code = const super::super::Isa::Avx2.code(),
+            sse2_code = const super::super::Isa::Sse2.code(),
+            avx512 = sym copy_129_512,
+            avx2 = sym super::avx2::copy_gt16_sysv,
+            sse2 = sym super::sse2::copy_gt16_sysv,
+            first = sym super::super::copy_process_first,
+        )
+    }
+
     /// Copies `n > 512` bytes from the table's first special class up.
     #[target_feature(enable = "avx512f,avx512bw")]
     unsafe extern "sysv64" fn copy_large(dst: *mut u8, src: *const u8, n: usize, t: &Thresholds) {
@@ -783,6 +838,24 @@ macro_rules! vector_kernels {
                     stu(dst.add(i), ld(src.add(i)));
                     i += W;
                 }
+            }
+
+            /// [`copy_gt16`] with the C calling convention, for the jump of
+            /// [`super::avx512_leaf::copy_process_large`] (with AVX-512,
+            /// unused).
+            ///
+            /// # Safety
+            /// As [`copy_gt16`].
+            #[target_feature(enable = $feat)]
+            #[allow(dead_code)]
+            pub(in crate::sys::copy) unsafe extern "sysv64" fn copy_gt16_sysv(
+                dst: *mut u8,
+                src: *const u8,
+                n: usize,
+                t: &Thresholds,
+            ) {
+                // SAFETY: passed on from the caller.
+                unsafe { copy_gt16(dst, src, n, t) }
             }
 
             /// Copies `n > 16` bytes. `#[inline]` so that each caller's code unit
