@@ -23,6 +23,12 @@
 //! compiler can neither inline glibc's routine, nor specialise pagewise's for
 //! the benchmark, nor drop or hoist calls. Every row is checked for correct
 //! output once, outside the timing.
+//!
+//! With [`Options::c_library`], every single-threaded row and the fleet row
+//! get a third side: `pw_copy` (`pw_fill`) of that `libpagewise.so`, loaded
+//! with `dlopen` and called through the `dlsym` pointer in the same timed
+//! loop, interleaved with the other two. That is the in-process A/B of
+//! pagewise's C entry point against `copy` (`fill`) on the same buffers.
 
 use crate::fleet::{FleetDistribution, SplitMix64};
 use crate::{Machine, Progress, Summary};
@@ -30,6 +36,7 @@ use pagewise::copy::tune::TimingBuffers;
 use pagewise::copy::Plan;
 use pagewise::copy::Routine;
 use pagewise::os::copy::{glibc_memcpy, glibc_memset};
+use pagewise::os::dl::{CCopy, CFill, DlError, Library};
 use pagewise::os::SysError;
 use pagewise::units::format_bytes_exact;
 use serde::Serialize;
@@ -173,6 +180,9 @@ pub struct Options {
     /// gets a row where pagewise's side is `copy_parallel` / `fill_parallel`
     /// on this many threads (glibc's side stays single-threaded).
     pub parallel: usize,
+    /// A `libpagewise.so` whose `pw_copy` (`pw_fill`) runs as a third side
+    /// of every single-threaded row and of the fleet row.
+    pub c_library: Option<std::path::PathBuf>,
 }
 
 impl Options {
@@ -201,6 +211,7 @@ impl Default for Options {
             huge_pages: true,
             seed: 0x5eed,
             parallel: 1,
+            c_library: None,
         }
     }
 }
@@ -233,6 +244,14 @@ pub struct Row {
     pub pagewise: Summary,
     /// glibc GB/s over the trials.
     pub glibc: Summary,
+    /// With a C library: `pw_copy` (`pw_fill`) through it, median GB/s
+    /// (`null` without one, and on the rows of `--parallel`).
+    pub c_entry_gbps: Option<f64>,
+    /// `c_entry_gbps / gbps` (a ratio of medians, as `ratio`): below 1, the
+    /// C entry point is slower than calling `copy` (`fill`) from Rust.
+    pub c_entry_ratio_to_pagewise: Option<f64>,
+    /// The C entry point's GB/s over the trials.
+    pub c_entry: Option<Summary>,
 }
 
 /// The fleet row: a real distribution of calls.
@@ -260,6 +279,13 @@ pub struct FleetRow {
     pub pagewise: Summary,
     /// glibc ns per call over the trials.
     pub glibc: Summary,
+    /// With a C library: `pw_copy` (`pw_fill`) through it, median ns per call.
+    pub c_entry_ns_per_call: Option<f64>,
+    /// `ns_per_call / c_entry_ns_per_call` (a ratio of medians): below 1,
+    /// the C entry point is slower than calling `copy` (`fill`) from Rust.
+    pub c_entry_ratio_to_pagewise: Option<f64>,
+    /// The C entry point's ns per call over the trials.
+    pub c_entry: Option<Summary>,
     /// Probability of overlapping calls in the file; they are run without
     /// overlap (safe slices cannot overlap, and memcpy forbids it).
     pub overlap_probability_ignored: f64,
@@ -374,6 +400,8 @@ pub struct Report {
     pub trials: u32,
     /// Whether transparent huge pages were asked for on the buffers.
     pub huge_pages: bool,
+    /// The C library of the third side, when one was given.
+    pub c_library: Option<CLibrary>,
     /// Fixed-size rows, by size, then residency, aligned first.
     pub rows: Vec<Row>,
     /// The fleet row, when a distribution was given.
@@ -386,6 +414,15 @@ pub struct Report {
     pub limit: Option<LimitRow>,
     /// Fallbacks and skipped parts, one sentence each.
     pub notes: Vec<String>,
+}
+
+/// The `libpagewise.so` whose C entry points were measured.
+#[derive(Debug, Clone, Serialize)]
+pub struct CLibrary {
+    /// Its path, as given.
+    pub path: String,
+    /// What its `pw_version()` returned.
+    pub version: String,
 }
 
 /// The limit row: the fastest of all candidates on one size from memory.
@@ -428,6 +465,21 @@ pub enum BenchError {
     /// Nothing to run.
     #[error("nothing to run: give at least one size, or the fleet row")]
     Empty,
+    /// The C library of `c_library` cannot be used.
+    #[error(transparent)]
+    CLibrary(#[from] DlError),
+    /// The C entry point returned an error code or wrong bytes.
+    #[error("{entry} of {library} failed in row {row:?}: {reason}")]
+    CEntryFailed {
+        /// `pw_copy` or `pw_fill`.
+        entry: &'static str,
+        /// The library.
+        library: String,
+        /// The row.
+        row: String,
+        /// The code it returned, or "wrong bytes".
+        reason: String,
+    },
     /// A row's trials timed nothing (a time was not a number): no ratio
     /// is made up from the other side.
     #[error("row {row:?} measured nothing: a trial's time was not a number")]
@@ -590,29 +642,92 @@ fn pagewise_fill(dst: &mut [u8], byte: u8) {
     pagewise::copy::fill(dst, byte);
 }
 
-/// The routine a timed loop calls: a copy, or a fill with its byte.
+/// pagewise's C entry points in a loaded `libpagewise.so`.
 #[derive(Debug, Clone, Copy)]
-enum Call {
-    Copy(fn(&mut [u8], &[u8])),
-    Fill(fn(&mut [u8], u8), u8),
+struct CEntry<'lib> {
+    copy: CCopy<'lib>,
+    fill: CFill<'lib>,
 }
 
-impl Call {
-    /// pagewise's or glibc's side of `op`.
-    fn of(op: Op, side: Routine) -> Call {
+/// Who a timed loop calls.
+#[derive(Debug, Clone, Copy)]
+enum Side<'lib> {
+    /// glibc's `memcpy` / `memset`.
+    Glibc,
+    /// `pagewise::copy::copy` / `fill`, called from Rust.
+    Pagewise,
+    /// `pw_copy` / `pw_fill` through a loaded library.
+    C(CEntry<'lib>),
+}
+
+impl Side<'_> {
+    /// The slot of this side's results in a row (glibc, pagewise, C).
+    fn index(self) -> usize {
+        match self {
+            Side::Glibc => 0,
+            Side::Pagewise => 1,
+            Side::C(_) => 2,
+        }
+    }
+}
+
+/// The sides of a row in the order of trial `t`: glibc, pagewise, then the C
+/// entry point if there is one, reversed on odd trials (so each pair of
+/// sides swaps order every trial).
+fn trial_order<'lib>(t: u32, c_entry: Option<CEntry<'lib>>) -> Vec<Side<'lib>> {
+    let mut order = vec![Side::Glibc, Side::Pagewise];
+    order.extend(c_entry.map(Side::C));
+    if t % 2 == 1 {
+        order.reverse();
+    }
+    order
+}
+
+/// The routine a timed loop calls: a copy, or a fill with its byte; a Rust
+/// function or a C entry point (one indirect call to the library's own
+/// function, where a C program would go through its PLT).
+#[derive(Debug, Clone, Copy)]
+enum Call<'lib> {
+    Copy(fn(&mut [u8], &[u8])),
+    Fill(fn(&mut [u8], u8), u8),
+    CCopy(CCopy<'lib>),
+    CFill(CFill<'lib>, u8),
+}
+
+impl<'lib> Call<'lib> {
+    /// The routine of `side` for `op`.
+    fn of(op: Op, side: Side<'lib>) -> Call<'lib> {
         match (op, side) {
-            (Op::Memcpy, Routine::Pagewise) => Call::Copy(pagewise_copy),
-            (Op::Memcpy, Routine::Glibc) => Call::Copy(glibc_memcpy),
-            (Op::Memset, Routine::Pagewise) => Call::Fill(pagewise_fill, fill_byte()),
-            (Op::Memset, Routine::Glibc) => Call::Fill(glibc_memset, fill_byte()),
+            (Op::Memcpy, Side::Pagewise) => Call::Copy(pagewise_copy),
+            (Op::Memcpy, Side::Glibc) => Call::Copy(glibc_memcpy),
+            (Op::Memcpy, Side::C(c)) => Call::CCopy(c.copy),
+            (Op::Memset, Side::Pagewise) => Call::Fill(pagewise_fill, fill_byte()),
+            (Op::Memset, Side::Glibc) => Call::Fill(glibc_memset, fill_byte()),
+            (Op::Memset, Side::C(c)) => Call::CFill(c.fill, fill_byte()),
         }
     }
 
+    /// One call. The C entry point's return code is not looked at here (it
+    /// is checked once per row, outside the timing, as the bytes are).
     #[inline(always)]
     fn run(self, dst: &mut [u8], src: &[u8]) {
+        let _ = self.run_with_code(dst, src);
+    }
+
+    /// One call, and the C entry point's return code (0 for Rust's sides).
+    #[inline(always)]
+    fn run_with_code(self, dst: &mut [u8], src: &[u8]) -> i32 {
         match self {
-            Call::Copy(f) => f(dst, src),
-            Call::Fill(f, byte) => f(dst, byte),
+            Call::Copy(f) => {
+                f(dst, src);
+                0
+            }
+            Call::Fill(f, byte) => {
+                f(dst, byte);
+                0
+            }
+            Call::CCopy(f) => f.call(dst, src),
+            Call::CFill(f, byte) => f.call(dst, byte),
         }
     }
 }
@@ -628,7 +743,7 @@ impl Call {
 /// on where they sit.
 #[inline(never)]
 fn timed_loop(
-    call: Call,
+    call: Call<'_>,
     dst: &mut [u8],
     src: &[u8],
     n: usize,
@@ -713,7 +828,7 @@ fn blocks(spec: &Spec, pool: usize) -> Vec<(usize, usize)> {
 /// Times one trial: GB/s.
 fn trial(
     op: Op,
-    side: Routine,
+    side: Side<'_>,
     bufs: &mut TimingBuffers,
     spec: &Spec,
     blocks: &[(usize, usize)],
@@ -729,7 +844,7 @@ fn trial(
     };
     let threads = spec.threads;
     let (calls, elapsed) = match (op, side) {
-        (Op::Memcpy, Routine::Pagewise) if threads > 1 => timed_parallel(
+        (Op::Memcpy, Side::Pagewise) if threads > 1 => timed_parallel(
             |d, s| {
                 let _ = pagewise::copy::copy_parallel(d, s, threads);
             },
@@ -738,7 +853,7 @@ fn trial(
             n,
             blocks,
         ),
-        (Op::Memset, Routine::Pagewise) if threads > 1 => {
+        (Op::Memset, Side::Pagewise) if threads > 1 => {
             let byte = fill_byte();
             timed_parallel(
                 |d, _| pagewise::copy::fill_parallel(d, byte, threads),
@@ -753,33 +868,78 @@ fn trial(
     (calls * n) as f64 / elapsed.as_secs_f64().max(1e-9) / 1e9
 }
 
-/// Runs pagewise once on the row's first block and checks the bytes.
-fn verify(op: Op, bufs: &mut TimingBuffers, spec: &Spec, block: (usize, usize)) -> bool {
+/// Runs `side` once on the row's first block (pagewise's side with the row's
+/// threads) and checks the bytes and, for the C entry point, its return code:
+/// why the result is wrong, if it is.
+fn verify(
+    op: Op,
+    bufs: &mut TimingBuffers,
+    spec: &Spec,
+    block: (usize, usize),
+    side: Side<'_>,
+) -> Result<(), String> {
     let n = spec.bytes;
     let (s, d) = block;
     let (dst, src) = bufs.slices();
     let dst = &mut dst[d..d + n];
-    match op {
+    let parallel = spec.threads > 1 && matches!(side, Side::Pagewise);
+    let (code, right) = match op {
         Op::Memcpy => {
             let src = &src[s..s + n];
             dst.fill(0xee);
-            if spec.threads > 1 {
+            let code = if parallel {
                 let _ = pagewise::copy::copy_parallel(dst, src, spec.threads);
+                0
             } else {
-                pagewise_copy(dst, src);
-            }
-            dst == src
+                Call::of(op, side).run_with_code(dst, src)
+            };
+            (code, dst == src)
         }
         Op::Memset => {
             dst.fill(!FILL_BYTE);
-            if spec.threads > 1 {
+            let code = if parallel {
                 pagewise::copy::fill_parallel(dst, FILL_BYTE, spec.threads);
+                0
             } else {
-                pagewise_fill(dst, FILL_BYTE);
-            }
-            dst.iter().all(|&b| b == FILL_BYTE)
+                // Its fill byte is `fill_byte()`, FILL_BYTE hidden.
+                Call::of(op, side).run_with_code(dst, &[])
+            };
+            (code, dst.iter().all(|&b| b == FILL_BYTE))
         }
+    };
+    match (code, right) {
+        (0, true) => Ok(()),
+        (0, false) => Err("wrong bytes".into()),
+        (code, _) => Err(format!("returned {code}")),
     }
+}
+
+/// Checks pagewise's side and the C entry point (when there is one) with
+/// [`verify`] on `block`, as the error of a run.
+fn check_sides(
+    op: Op,
+    bufs: &mut TimingBuffers,
+    spec: &Spec,
+    block: (usize, usize),
+    c_entry: Option<(CEntry<'_>, &Library)>,
+    row: impl Fn() -> String,
+) -> Result<(), BenchError> {
+    verify(op, bufs, spec, block, Side::Pagewise).map_err(|_| BenchError::WrongResult {
+        op: op.name(),
+        row: row(),
+    })?;
+    let Some((c, library)) = c_entry else {
+        return Ok(());
+    };
+    verify(op, bufs, spec, block, Side::C(c)).map_err(|reason| BenchError::CEntryFailed {
+        entry: match op {
+            Op::Memcpy => "pw_copy",
+            Op::Memset => "pw_fill",
+        },
+        library: library.path().display().to_string(),
+        row: row(),
+        reason,
+    })
 }
 
 /// Runs the experiment. Progress goes to `progress`, one step per row.
@@ -794,6 +954,25 @@ pub fn run(op: Op, options: &Options, progress: &dyn Progress) -> Result<Report,
     let trials = options.trials.max(1);
     let total = specs.len() + usize::from(options.fleet.is_some());
     let plan = Plan::current();
+    let library = options
+        .c_library
+        .as_deref()
+        .map(Library::open)
+        .transpose()?;
+    let c_entry = match &library {
+        Some(l) => Some(CEntry {
+            copy: l.pw_copy()?,
+            fill: l.pw_fill()?,
+        }),
+        None => None,
+    };
+    let c_library = match &library {
+        Some(l) => Some(CLibrary {
+            path: l.path().display().to_string(),
+            version: l.pw_version()?,
+        }),
+        None => None,
+    };
 
     let mut rows = Vec::new();
     let hot_len = specs
@@ -817,14 +996,18 @@ pub fn run(op: Op, options: &Options, progress: &dyn Progress) -> Result<Report,
             let name = spec.name(op);
             progress.update(rows.len(), total, &format!("{} {name}", op.name()));
             let blocks = blocks(spec, len);
-            if !verify(op, &mut bufs, spec, blocks[0]) {
-                return Err(BenchError::WrongResult {
-                    op: op.name(),
-                    row: name,
-                });
-            }
-            let mut ours = Vec::with_capacity(trials as usize);
-            let mut theirs = Vec::with_capacity(trials as usize);
+            // The C entry point has no parallel copy: it sits out those rows.
+            let c_entry = c_entry.filter(|_| spec.threads == 1);
+            check_sides(
+                op,
+                &mut bufs,
+                spec,
+                blocks[0],
+                c_entry.zip(library.as_ref()),
+                || name.clone(),
+            )?;
+            // Per side (glibc, pagewise, C): the GB/s of each trial.
+            let mut samples: [Vec<f64>; 3] = Default::default();
             // Hot trials keep the fastest of several short runs; cold ones are
             // one long run (a second run would find the caches warm).
             let runs = if spec.residency.is_hot() {
@@ -833,26 +1016,28 @@ pub fn run(op: Op, options: &Options, progress: &dyn Progress) -> Result<Report,
                 1
             };
             for t in 0..trials {
-                let order = if t % 2 == 0 {
-                    [Routine::Glibc, Routine::Pagewise]
-                } else {
-                    [Routine::Pagewise, Routine::Glibc]
-                };
-                let (mut best_ours, mut best_theirs) = (0.0f64, 0.0f64);
+                let order = trial_order(t, c_entry);
+                let mut best = [0.0f64; 3];
                 for _ in 0..runs {
-                    for side in order {
+                    for &side in &order {
                         let gbps = trial(op, side, &mut bufs, spec, &blocks);
-                        match side {
-                            Routine::Pagewise => best_ours = best_ours.max(gbps),
-                            Routine::Glibc => best_theirs = best_theirs.max(gbps),
-                        }
+                        best[side.index()] = best[side.index()].max(gbps);
                     }
                 }
-                ours.push(best_ours);
-                theirs.push(best_theirs);
+                for side in &order {
+                    samples[side.index()].push(best[side.index()]);
+                }
             }
-            let (Some(pagewise), Some(glibc)) = (Summary::of(&ours), Summary::of(&theirs)) else {
+            let [theirs, ours, c_samples] = &samples;
+            let (Some(pagewise), Some(glibc)) = (Summary::of(ours), Summary::of(theirs)) else {
                 return Err(BenchError::NotMeasured { row: name });
+            };
+            let c = match c_entry {
+                Some(_) => Some(
+                    Summary::of(c_samples)
+                        .ok_or_else(|| BenchError::NotMeasured { row: name.clone() })?,
+                ),
+                None => None,
             };
             rows.push(Row {
                 name,
@@ -869,6 +1054,9 @@ pub fn run(op: Op, options: &Options, progress: &dyn Progress) -> Result<Report,
                 gbps: pagewise.median,
                 glibc_gbps: glibc.median,
                 ratio: pagewise.median / glibc.median,
+                c_entry_gbps: c.map(|c| c.median),
+                c_entry_ratio_to_pagewise: c.map(|c| c.median / pagewise.median),
+                c_entry: c,
                 pagewise,
                 glibc,
             });
@@ -887,7 +1075,8 @@ pub fn run(op: Op, options: &Options, progress: &dyn Progress) -> Result<Report,
     let fleet = match &options.fleet {
         Some(dist) => {
             progress.update(rows.len(), total, &format!("{} fleet", op.name()));
-            Some(run_fleet(op, options, dist, trials)?)
+            let c_side = c_entry.zip(library.as_ref());
+            Some(run_fleet(op, options, dist, trials, c_side)?)
         }
         None => None,
     };
@@ -917,6 +1106,7 @@ pub fn run(op: Op, options: &Options, progress: &dyn Progress) -> Result<Report,
         plan,
         trials,
         huge_pages: options.huge_pages,
+        c_library,
         rows,
         fleet,
         end_to_end: None,
@@ -948,7 +1138,12 @@ fn aligned_offset(rng: &mut SplitMix64, max: usize, align: usize) -> usize {
 /// Runs the drawn calls once; memset passes an empty source. One loop for
 /// both sides, as [`timed_loop`].
 #[inline(never)]
-fn fleet_loop(call: Call, dst: &mut [u8], src: &[u8], calls: &[FleetCall]) -> std::time::Duration {
+fn fleet_loop(
+    call: Call<'_>,
+    dst: &mut [u8],
+    src: &[u8],
+    calls: &[FleetCall],
+) -> std::time::Duration {
     let call = black_box(call);
     let (dst, src) = black_box((dst, src));
     let t = Instant::now();
@@ -970,7 +1165,9 @@ fn run_fleet(
     options: &Options,
     dist: &FleetDistribution,
     trials: u32,
+    c_side: Option<(CEntry<'_>, &Library)>,
 ) -> Result<FleetRow, BenchError> {
+    let c_entry = c_side.map(|(c, _)| c);
     let max = dist.sizes.max() as usize;
     // Random offsets spread over twice the largest size (at least 256 KiB).
     let region = (2 * max + SLACK).max(256 << 10).div_ceil(4096) * 4096;
@@ -996,8 +1193,8 @@ fn run_fleet(
         .collect();
     let total_bytes: u64 = calls.iter().map(|c| u64::from(c.bytes)).sum();
 
-    // Check pagewise on the first calls.
-    for c in calls.iter().take(1000) {
+    // Check pagewise (and the C entry point) on the first calls.
+    for c in calls.iter().take(1000).filter(|c| c.bytes > 0) {
         let spec = Spec {
             bytes: c.bytes as usize,
             residency: Residency::L2,
@@ -1005,43 +1202,50 @@ fn run_fleet(
             dst_offset: c.dst as usize,
             threads: 1,
         };
-        if c.bytes > 0 && !verify(op, &mut bufs, &spec, (spec.src_offset, spec.dst_offset)) {
-            return Err(BenchError::WrongResult {
-                op: op.name(),
-                row: format!("fleet call of {} bytes", c.bytes),
-            });
-        }
+        check_sides(
+            op,
+            &mut bufs,
+            &spec,
+            (spec.src_offset, spec.dst_offset),
+            c_side,
+            || format!("fleet call of {} bytes", c.bytes),
+        )?;
     }
 
-    let run = |side: Routine, bufs: &mut TimingBuffers| -> f64 {
+    let run = |side: Side<'_>, bufs: &mut TimingBuffers| -> f64 {
         let (dst, src) = bufs.slices();
         let src = if op == Op::Memcpy { src } else { &[][..] };
         let elapsed = fleet_loop(Call::of(op, side), dst, src, &calls);
         elapsed.as_secs_f64() * 1e9 / calls.len() as f64
     };
-    // Warm up both sides once.
-    run(Routine::Glibc, &mut bufs);
-    run(Routine::Pagewise, &mut bufs);
-    let mut ours = Vec::new();
-    let mut theirs = Vec::new();
+    // Warm up every side once.
+    for side in trial_order(0, c_entry) {
+        run(side, &mut bufs);
+    }
+    // Per side (glibc, pagewise, C): ns per call of each trial.
+    let mut samples: [Vec<f64>; 3] = Default::default();
     for t in 0..trials {
-        let (mut best_ours, mut best_theirs) = (f64::INFINITY, f64::INFINITY);
+        let order = trial_order(t, c_entry);
+        let mut best = [f64::INFINITY; 3];
         for _ in 0..RUNS_PER_TRIAL {
-            if t % 2 == 0 {
-                best_theirs = best_theirs.min(run(Routine::Glibc, &mut bufs));
-                best_ours = best_ours.min(run(Routine::Pagewise, &mut bufs));
-            } else {
-                best_ours = best_ours.min(run(Routine::Pagewise, &mut bufs));
-                best_theirs = best_theirs.min(run(Routine::Glibc, &mut bufs));
+            for &side in &order {
+                best[side.index()] = best[side.index()].min(run(side, &mut bufs));
             }
         }
-        ours.push(best_ours);
-        theirs.push(best_theirs);
+        for side in &order {
+            samples[side.index()].push(best[side.index()]);
+        }
     }
-    let (Some(pagewise), Some(glibc)) = (Summary::of(&ours), Summary::of(&theirs)) else {
-        return Err(BenchError::NotMeasured {
-            row: "fleet".into(),
-        });
+    let not_measured = || BenchError::NotMeasured {
+        row: "fleet".into(),
+    };
+    let [theirs, ours, c_samples] = &samples;
+    let (Some(pagewise), Some(glibc)) = (Summary::of(ours), Summary::of(theirs)) else {
+        return Err(not_measured());
+    };
+    let c = match c_entry {
+        Some(_) => Some(Summary::of(c_samples).ok_or_else(not_measured)?),
+        None => None,
     };
     let mean_bytes = total_bytes as f64 / calls.len() as f64;
     Ok(FleetRow {
@@ -1054,6 +1258,9 @@ fn run_fleet(
         ratio: glibc.median / pagewise.median,
         gbps: mean_bytes / pagewise.median,
         glibc_gbps: mean_bytes / glibc.median,
+        c_entry_ns_per_call: c.map(|c| c.median),
+        c_entry_ratio_to_pagewise: c.map(|c| pagewise.median / c.median),
+        c_entry: c,
         pagewise,
         glibc,
         overlap_probability_ignored: dist.overlap.probability(1),

@@ -98,6 +98,7 @@ mod tests {
     /// Options whose values are text or paths, not numbers.
     const TEXT_OPTIONS: &[&str] = &[
         "binary",
+        "c-library",
         "copy",
         "dir",
         "disk-dir",

@@ -34,6 +34,7 @@ fn run_json_with(args: &[&str], env: &[(&str, &str)]) -> Value {
 
 fn check_rows(json: &Value, schema: &str, sizes: &[u64]) {
     assert_eq!(json["schema"], schema);
+    let with_c = !json["c_library"].is_null();
     common::check_machine(json);
     assert!(json["plan"]["isa"].is_string());
     let rows = json["rows"].as_array().unwrap();
@@ -48,6 +49,11 @@ fn check_rows(json: &Value, schema: &str, sizes: &[u64]) {
         assert!(sizes.contains(&row["bytes"].as_u64().unwrap()), "{row}");
         assert!(row["name"].as_str().unwrap().len() > 3);
         assert_ne!(row["residency"], "cold", "--no-cold was given: {row}");
+        if !with_c {
+            for key in ["c_entry_gbps", "c_entry_ratio_to_pagewise", "c_entry"] {
+                assert!(row[key].is_null(), "{key} without --c-library: {row}");
+            }
+        }
     }
     // Every size has an aligned row.
     for size in sizes {
@@ -457,5 +463,140 @@ fn every_instruction_set_copies_and_fills_correctly_through_the_free_functions()
                 8 * 2 + 8 * usize::from(op == "memcpy")
             );
         }
+    }
+}
+
+/// The `libpagewise.so` of the code under test, built once for this test
+/// binary (`cargo test` builds no cdylib).
+fn ffi_library() -> std::path::PathBuf {
+    static LIB: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+    LIB.get_or_init(|| {
+        let workspace = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+        let exe = std::env::current_exe().unwrap();
+        let build_dir = exe.parent().and_then(|d| d.parent()).unwrap();
+        pagewise_testkit::build_ffi_library(&workspace, build_dir)
+            .unwrap_or_else(|e| panic!("{e}"))
+            .join("libpagewise.so")
+    })
+    .clone()
+}
+
+/// `--c-library` adds `pw_copy` / `pw_fill` as a third side of every row
+/// (and the fleet row), with its GB/s and its ratio to pagewise's.
+#[test]
+fn c_library_adds_the_c_entry_point_to_every_row() {
+    let lib = ffi_library();
+    let lib = lib.to_str().unwrap();
+    // One 4 KiB hot row, one trial; the fleet row too when `fleet`.
+    let args = |op: &'static str, fleet: bool| {
+        let mut args = vec![
+            "bench",
+            op,
+            "--sizes",
+            "4K",
+            "--no-cold",
+            "--no-misaligned",
+            "--no-end-to-end",
+            "--trials",
+            "1",
+            "--quiet",
+            "--c-library",
+            lib,
+        ];
+        args.extend(if fleet {
+            ["--fleet-calls", "2000"].as_slice()
+        } else {
+            ["--no-fleet"].as_slice()
+        });
+        args
+    };
+    for (op, schema, fleet) in [
+        ("memcpy", "pagewise.bench.memcpy/1", false),
+        ("memset", "pagewise.bench.memset/1", true),
+    ] {
+        let mut args = args(op, fleet);
+        args.push("--json");
+        let json = run_json(&args);
+        check_rows(&json, schema, &[4096]);
+        assert_eq!(json["c_library"]["path"], lib);
+        assert_eq!(json["c_library"]["version"], env!("CARGO_PKG_VERSION"));
+        for row in json["rows"].as_array().unwrap() {
+            let c = row["c_entry_gbps"].as_f64().unwrap_or(f64::NAN);
+            assert!(c.is_finite() && c > 0.0, "{op}: {row}");
+            let ratio = c / row["gbps"].as_f64().unwrap();
+            assert!((ratio - row["c_entry_ratio_to_pagewise"].as_f64().unwrap()).abs() < 1e-9);
+            assert_eq!(row["c_entry"]["median"].as_f64(), Some(c));
+        }
+        if fleet {
+            let f = &json["fleet"];
+            let ns = f["c_entry_ns_per_call"].as_f64().unwrap_or(f64::NAN);
+            assert!(ns.is_finite() && ns > 0.0, "{f}");
+            let ratio = f["ns_per_call"].as_f64().unwrap() / ns;
+            assert!((ratio - f["c_entry_ratio_to_pagewise"].as_f64().unwrap()).abs() < 1e-9);
+        } else {
+            assert!(json["fleet"].is_null());
+        }
+    }
+
+    // The table gets the two columns and names the library.
+    let out = pagewise()
+        .args(args("memcpy", false))
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    let out = String::from_utf8(out).unwrap();
+    assert!(
+        out.contains("pw_copy GB/s") && out.contains("C/pagewise"),
+        "{out}"
+    );
+    assert!(
+        out.contains(&format!(
+            "pw_copy of {lib} (pw_version {})",
+            env!("CARGO_PKG_VERSION")
+        )),
+        "{out}"
+    );
+}
+
+/// A library that cannot be loaded, or is not libpagewise, is a one-line
+/// error naming it, before any row runs.
+#[test]
+fn bad_c_library_is_a_one_line_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let not_elf = dir.path().join("libnot.so");
+    std::fs::write(&not_elf, "not a library").unwrap();
+    let missing = dir.path().join("missing.so");
+    // A real shared library without pw_copy: the preload library.
+    let preload = common::preload_library();
+    for (lib, needle) in [
+        (&missing, "No such file"),
+        (&not_elf, "libnot.so"),
+        (&preload, "no symbol pw_copy"),
+    ] {
+        let out = pagewise()
+            .args([
+                "bench",
+                "memcpy",
+                "-q",
+                "--no-end-to-end",
+                "--no-fleet",
+                "--sizes",
+                "64",
+                "--no-cold",
+                "--c-library",
+            ])
+            .arg(lib)
+            .assert()
+            .failure()
+            .get_output()
+            .clone();
+        assert!(out.stdout.is_empty(), "rows printed before the error");
+        let err = String::from_utf8(out.stderr).unwrap();
+        assert!(err.starts_with("pagewise: "), "{err}");
+        assert!(err.contains(needle), "{needle}: {err}");
+        assert!(err.contains(lib.to_str().unwrap()), "{err}");
+        assert_eq!(err.trim_end().lines().count(), 1, "{err}");
     }
 }

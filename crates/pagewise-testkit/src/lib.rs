@@ -144,6 +144,51 @@ macro_rules! skip_part {
     }};
 }
 
+/// Builds `libpagewise.so` and `libpagewise.a` of the code under test and
+/// returns the folder they are in.
+///
+/// `cargo test` does not build a crate's cdylib and staticlib, and a copy left
+/// in `target/debug` by an earlier `cargo build` may be stale. So this runs
+/// `cargo build -p pagewise-ffi --lib` in `workspace`, into a target folder
+/// of its own under `build_dir` (the test binary's `target/debug`; the outer
+/// `cargo test` holds the lock on `target/`): a no-op when nothing changed, a
+/// build of the library and its dependencies the first time. Call it once
+/// per test binary (behind a `OnceLock`). The error is cargo's output.
+pub fn build_ffi_library(workspace: &Path, build_dir: &Path) -> Result<PathBuf, String> {
+    let target = build_dir.join("ffi-for-tests");
+    let mut cargo = std::process::Command::new(env!("CARGO"));
+    cargo
+        .args([
+            "build",
+            "--quiet",
+            "-p",
+            "pagewise-ffi",
+            "--lib",
+            "--target-dir",
+        ])
+        .arg(&target)
+        .current_dir(workspace);
+    for inherited in [
+        "CARGO_TARGET_DIR",
+        "RUSTC_WRAPPER",
+        "RUSTC_WORKSPACE_WRAPPER",
+        "CARGO_ENCODED_RUSTFLAGS",
+        "CARGO_MAKEFLAGS",
+    ] {
+        cargo.env_remove(inherited);
+    }
+    let out = cargo
+        .output()
+        .map_err(|e| format!("cannot run {}: {e}", env!("CARGO")))?;
+    if !out.status.success() {
+        return Err(format!(
+            "cargo build -p pagewise-ffi failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    Ok(target.join("debug"))
+}
+
 /// Whether this process runs as root (effective uid 0), from `/proc/self/status`.
 pub fn is_root() -> bool {
     std::fs::read_to_string("/proc/self/status")

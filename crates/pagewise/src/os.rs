@@ -21,6 +21,12 @@ pub mod copy {
     pub use crate::sys::copy::{glibc_memcpy, glibc_memset};
 }
 
+/// Loading a shared library (`dlopen`) to call pagewise's C entry points
+/// (`pw_copy`, `pw_fill`, `pw_version`) in it.
+pub mod dl {
+    pub use crate::sys::dl::{CCopy, CFill, DlError, Library};
+}
+
 /// What the CPU says it is.
 pub mod cpu {
     pub use crate::sys::cpu::{cpu_identity, CpuIdentity};

@@ -60,6 +60,14 @@ pub struct CopyArgs {
     /// Also draw GB/s by size for both routines into FILE (.svg or .png).
     #[arg(long, value_name = "FILE")]
     pub plot: Option<PathBuf>,
+    /// Load this libpagewise.so and add a third side to every row (not the
+    /// rows of --parallel): its `pw_copy` (memcpy) or `pw_fill` (memset),
+    /// called through its dlsym pointer in the same loop and interleaved
+    /// with the other two. Its column `C/pagewise` is the ratio of the
+    /// medians, C entry over pagewise (as `ratio`): the in-process A/B of
+    /// the C entry point against calling pagewise from Rust.
+    #[arg(long, value_name = "PATH")]
+    pub c_library: Option<PathBuf>,
 }
 
 /// A size as every other size option reads it (`1.5M`, `4K`, `100`), from
@@ -100,6 +108,7 @@ pub fn run(op: Op, args: &CopyArgs) -> anyhow::Result<ExitCode> {
         fleet_calls: args.fleet_calls as usize,
         huge_pages: !args.no_huge_pages,
         parallel: args.parallel as usize,
+        c_library: args.c_library.clone(),
         ..Options::default()
     };
     let mut report = {
@@ -132,6 +141,14 @@ pub fn run(op: Op, args: &CopyArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// The C entry point of `op`.
+fn c_entry_name(op: Op) -> &'static str {
+    match op {
+        Op::Memcpy => "pw_copy",
+        Op::Memset => "pw_fill",
+    }
+}
+
 fn range(s: &Summary, digits: usize) -> String {
     format!(
         "{:.digits$} ({:.digits$}–{:.digits$})",
@@ -146,41 +163,69 @@ fn print_human(op: Op, r: &Report) -> Result<(), OutputError> {
         Op::Memset => "pagewise fill GB/s",
     };
     let theirs = format!("glibc {} GB/s", op.name());
-    let mut t = table(&["row", "bytes", ours, &theirs, "ratio"]);
+    let entry = c_entry_name(op);
+    let c_gbps = format!("{entry} GB/s");
+    let mut header = vec!["row", "bytes", ours, &theirs, "ratio"];
+    if r.c_library.is_some() {
+        header.extend([c_gbps.as_str(), "C/pagewise"]);
+    }
+    let mut t = table(&header);
     for row in &r.rows {
-        t.add_row(vec![
+        let mut cells = vec![
             row.name.clone(),
             row.bytes.to_string(),
             range(&row.pagewise, 2),
             range(&row.glibc, 2),
             format!("{:.2}", row.ratio),
-        ]);
+        ];
+        if r.c_library.is_some() {
+            cells.push(row.c_entry.as_ref().map_or("-".into(), |s| range(s, 2)));
+            cells.push(
+                row.c_entry_ratio_to_pagewise
+                    .map_or("-".into(), |x| format!("{x:.3}")),
+            );
+        }
+        t.add_row(cells);
     }
     outln!(
         "{} against glibc, {} trials each, interleaved; medians (min–max); ratio above 1: pagewise faster",
         op.name(),
         r.trials
     )?;
+    if let Some(c) = &r.c_library {
+        outln!(
+            "C entry point: {entry} of {} (pw_version {}), called through its dlsym pointer, interleaved with both; C/pagewise: its median over pagewise's, below 1: the C entry is slower",
+            c.path,
+            c.version
+        )?;
+    }
     if !r.rows.is_empty() {
         outln!("{t}")?;
     }
     if let Some(f) = &r.fleet {
-        let mut t = table(&[
+        let c_ns = format!("{} ns/call", c_entry_name(op));
+        let mut header = vec![
             "row",
             "calls",
             "mean bytes",
             "pagewise ns/call",
             "glibc ns/call",
             "ratio",
-        ]);
-        t.add_row(vec![
+        ];
+        let mut cells = vec![
             f.name.clone(),
             f.calls.to_string(),
             format!("{:.1}", f.mean_bytes),
             range(&f.pagewise, 2),
             range(&f.glibc, 2),
             format!("{:.2}", f.ratio),
-        ]);
+        ];
+        if let (Some(c), Some(ratio)) = (&f.c_entry, f.c_entry_ratio_to_pagewise) {
+            header.extend([c_ns.as_str(), "C/pagewise"]);
+            cells.extend([range(c, 2), format!("{ratio:.3}")]);
+        }
+        let mut t = table(&header);
+        t.add_row(cells);
         outln!(
             "\nFleet distribution ({})",
             f.file.as_deref().unwrap_or("?")

@@ -15,46 +15,13 @@ pub fn build_dir() -> PathBuf {
     exe.parent().and_then(Path::parent).unwrap().to_path_buf()
 }
 
-/// Where `libpagewise.so` and `libpagewise.a` of the code under test are.
-///
-/// `cargo test` does not build a crate's cdylib and staticlib, and a copy left
-/// in `target/debug` by an earlier `cargo build` may be stale. So each test
-/// binary runs `cargo build -p pagewise-ffi --lib` once, into a target folder
-/// of its own (the outer `cargo test` holds the lock on `target/`): a no-op
-/// when nothing changed, a build of the library and its dependencies the first
-/// time.
+/// Where `libpagewise.so` and `libpagewise.a` of the code under test are:
+/// built once per test binary by [`pagewise_testkit::build_ffi_library`].
 pub fn library_dir() -> &'static Path {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
     DIR.get_or_init(|| {
-        let target = build_dir().join("ffi-for-tests");
-        let mut cargo = Command::new(env!("CARGO"));
-        cargo
-            .args([
-                "build",
-                "--quiet",
-                "-p",
-                "pagewise-ffi",
-                "--lib",
-                "--target-dir",
-            ])
-            .arg(&target)
-            .current_dir(workspace());
-        for inherited in [
-            "CARGO_TARGET_DIR",
-            "RUSTC_WRAPPER",
-            "RUSTC_WORKSPACE_WRAPPER",
-            "CARGO_ENCODED_RUSTFLAGS",
-            "CARGO_MAKEFLAGS",
-        ] {
-            cargo.env_remove(inherited);
-        }
-        let out = cargo.output().expect("run cargo");
-        assert!(
-            out.status.success(),
-            "cargo build -p pagewise-ffi failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        target.join("debug")
+        pagewise_testkit::build_ffi_library(&workspace(), &build_dir())
+            .unwrap_or_else(|e| panic!("{e}"))
     })
 }
 
