@@ -26,9 +26,11 @@
 //!
 //! With [`Options::c_library`], every single-threaded row and the fleet row
 //! get a third side: `pw_copy` (`pw_fill`) of that `libpagewise.so`, loaded
-//! with `dlopen` and called through the `dlsym` pointer in the same timed
-//! loop, interleaved with the other two. That is the in-process A/B of
-//! pagewise's C entry point against `copy` (`fill`) on the same buffers.
+//! with `dlopen` and called in the same timed loop through a wrapper that
+//! calls the `dlsym` pointer (as glibc's side is a wrapper that calls
+//! through the GOT), interleaved with the other two. That is the in-process
+//! A/B of pagewise's C entry point against `copy` (`fill`) on the same
+//! buffers.
 
 use crate::fleet::{FleetDistribution, SplitMix64};
 use crate::{Machine, Progress, Summary};
@@ -41,7 +43,9 @@ use pagewise::os::SysError;
 use pagewise::units::format_bytes_exact;
 use serde::Serialize;
 use std::hint::black_box;
+use std::path::Path;
 use std::sync::atomic::{compiler_fence, Ordering};
+use std::sync::OnceLock;
 use std::time::Instant;
 
 /// JSON schema of a `pagewise bench memcpy` report.
@@ -468,6 +472,16 @@ pub enum BenchError {
     /// The C library of `c_library` cannot be used.
     #[error(transparent)]
     CLibrary(#[from] DlError),
+    /// A process measures one C library: a later run asked for another.
+    #[error(
+        "{loaded} is loaded for the C entry point already; measure {asked} in a process of its own"
+    )]
+    SecondCLibrary {
+        /// The library loaded first.
+        loaded: String,
+        /// The one asked for now.
+        asked: String,
+    },
     /// The C entry point returned an error code or wrong bytes.
     #[error("{entry} of {library} failed in row {row:?}: {reason}")]
     CEntryFailed {
@@ -642,92 +656,140 @@ fn pagewise_fill(dst: &mut [u8], byte: u8) {
     pagewise::copy::fill(dst, byte);
 }
 
-/// pagewise's C entry points in a loaded `libpagewise.so`.
+/// pagewise's C entry points in a loaded `libpagewise.so` (which stays
+/// loaded until the process ends).
 #[derive(Debug, Clone, Copy)]
-struct CEntry<'lib> {
-    copy: CCopy<'lib>,
-    fill: CFill<'lib>,
+struct CEntry {
+    /// The path it was asked for with.
+    path: &'static Path,
+    library: &'static Library,
+    copy: CCopy<'static>,
+    fill: CFill<'static>,
+}
+
+/// The C library of this process's runs and its entry points, loaded by the
+/// first [`run`] given one (a process measures one library). The C side's
+/// wrappers read them here, so that the timed loop calls a plain Rust
+/// function pointer for every side, as it did with two. (A thread-local cost
+/// the wrapper four register saves around the access; this is two loads.)
+static C_ENTRY: OnceLock<CEntry> = OnceLock::new();
+
+/// `pw_copy` of the process's C library on the slices; its return code, or
+/// `None` when no library is loaded.
+#[inline(always)]
+fn c_copy_code(dst: &mut [u8], src: &[u8]) -> Option<i32> {
+    C_ENTRY.get().map(|c| c.copy.call(dst, src))
+}
+
+/// `pw_fill` of the process's C library; as [`c_copy_code`].
+#[inline(always)]
+fn c_fill_code(dst: &mut [u8], byte: u8) -> Option<i32> {
+    C_ENTRY.get().map(|c| c.fill.call(dst, byte))
+}
+
+/// Loads the library at `path` for the C side (once per process; later runs
+/// with the same path reuse it), and its entry points.
+fn load_c_entry(path: &Path) -> Result<&'static Library, BenchError> {
+    let loaded = match C_ENTRY.get() {
+        Some(loaded) => loaded,
+        None => {
+            // Never unloaded: the entry points in `C_ENTRY` must stay callable.
+            let library: &'static Library = Box::leak(Box::new(Library::open(path)?));
+            let entry = CEntry {
+                path: Box::leak(path.to_path_buf().into_boxed_path()),
+                library,
+                copy: library.pw_copy()?,
+                fill: library.pw_fill()?,
+            };
+            // Another thread's run may have loaded one first: that one counts.
+            C_ENTRY.get_or_init(|| entry)
+        }
+    };
+    if loaded.path == path {
+        Ok(loaded.library)
+    } else {
+        Err(BenchError::SecondCLibrary {
+            loaded: loaded.path.display().to_string(),
+            asked: path.display().to_string(),
+        })
+    }
+}
+
+/// The C side of a copy row: a wrapper, never inlined like the other two,
+/// that loads the `dlsym` pointer and calls it. The return code is looked at
+/// once per row, outside the timing ([`verify`]).
+#[inline(never)]
+fn c_copy(dst: &mut [u8], src: &[u8]) {
+    let _ = c_copy_code(dst, src);
+}
+
+/// The C side of a fill row; as [`c_copy`].
+#[inline(never)]
+fn c_fill(dst: &mut [u8], byte: u8) {
+    let _ = c_fill_code(dst, byte);
 }
 
 /// Who a timed loop calls.
-#[derive(Debug, Clone, Copy)]
-enum Side<'lib> {
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Side {
     /// glibc's `memcpy` / `memset`.
     Glibc,
     /// `pagewise::copy::copy` / `fill`, called from Rust.
     Pagewise,
-    /// `pw_copy` / `pw_fill` through a loaded library.
-    C(CEntry<'lib>),
+    /// `pw_copy` / `pw_fill` of the loaded library ([`C_ENTRY`]).
+    C,
 }
 
-impl Side<'_> {
+impl Side {
     /// The slot of this side's results in a row (glibc, pagewise, C).
     fn index(self) -> usize {
         match self {
             Side::Glibc => 0,
             Side::Pagewise => 1,
-            Side::C(_) => 2,
+            Side::C => 2,
         }
     }
 }
 
 /// The sides of a row in the order of trial `t`: glibc, pagewise, then the C
-/// entry point if there is one, reversed on odd trials (so each pair of
-/// sides swaps order every trial).
-fn trial_order<'lib>(t: u32, c_entry: Option<CEntry<'lib>>) -> Vec<Side<'lib>> {
+/// entry point when `with_c`, reversed on odd trials (so each pair of sides
+/// swaps order every trial).
+fn trial_order(t: u32, with_c: bool) -> Vec<Side> {
     let mut order = vec![Side::Glibc, Side::Pagewise];
-    order.extend(c_entry.map(Side::C));
+    if with_c {
+        order.push(Side::C);
+    }
     if t % 2 == 1 {
         order.reverse();
     }
     order
 }
 
-/// The routine a timed loop calls: a copy, or a fill with its byte; a Rust
-/// function or a C entry point (one indirect call to the library's own
-/// function, where a C program would go through its PLT).
+/// The routine a timed loop calls: a copy, or a fill with its byte.
 #[derive(Debug, Clone, Copy)]
-enum Call<'lib> {
+enum Call {
     Copy(fn(&mut [u8], &[u8])),
     Fill(fn(&mut [u8], u8), u8),
-    CCopy(CCopy<'lib>),
-    CFill(CFill<'lib>, u8),
 }
 
-impl<'lib> Call<'lib> {
+impl Call {
     /// The routine of `side` for `op`.
-    fn of(op: Op, side: Side<'lib>) -> Call<'lib> {
+    fn of(op: Op, side: Side) -> Call {
         match (op, side) {
             (Op::Memcpy, Side::Pagewise) => Call::Copy(pagewise_copy),
             (Op::Memcpy, Side::Glibc) => Call::Copy(glibc_memcpy),
-            (Op::Memcpy, Side::C(c)) => Call::CCopy(c.copy),
+            (Op::Memcpy, Side::C) => Call::Copy(c_copy),
             (Op::Memset, Side::Pagewise) => Call::Fill(pagewise_fill, fill_byte()),
             (Op::Memset, Side::Glibc) => Call::Fill(glibc_memset, fill_byte()),
-            (Op::Memset, Side::C(c)) => Call::CFill(c.fill, fill_byte()),
+            (Op::Memset, Side::C) => Call::Fill(c_fill, fill_byte()),
         }
     }
 
-    /// One call. The C entry point's return code is not looked at here (it
-    /// is checked once per row, outside the timing, as the bytes are).
     #[inline(always)]
     fn run(self, dst: &mut [u8], src: &[u8]) {
-        let _ = self.run_with_code(dst, src);
-    }
-
-    /// One call, and the C entry point's return code (0 for Rust's sides).
-    #[inline(always)]
-    fn run_with_code(self, dst: &mut [u8], src: &[u8]) -> i32 {
         match self {
-            Call::Copy(f) => {
-                f(dst, src);
-                0
-            }
-            Call::Fill(f, byte) => {
-                f(dst, byte);
-                0
-            }
-            Call::CCopy(f) => f.call(dst, src),
-            Call::CFill(f, byte) => f.call(dst, byte),
+            Call::Copy(f) => f(dst, src),
+            Call::Fill(f, byte) => f(dst, byte),
         }
     }
 }
@@ -743,7 +805,7 @@ impl<'lib> Call<'lib> {
 /// on where they sit.
 #[inline(never)]
 fn timed_loop(
-    call: Call<'_>,
+    call: Call,
     dst: &mut [u8],
     src: &[u8],
     n: usize,
@@ -828,7 +890,7 @@ fn blocks(spec: &Spec, pool: usize) -> Vec<(usize, usize)> {
 /// Times one trial: GB/s.
 fn trial(
     op: Op,
-    side: Side<'_>,
+    side: Side,
     bufs: &mut TimingBuffers,
     spec: &Spec,
     blocks: &[(usize, usize)],
@@ -876,62 +938,73 @@ fn verify(
     bufs: &mut TimingBuffers,
     spec: &Spec,
     block: (usize, usize),
-    side: Side<'_>,
+    side: Side,
 ) -> Result<(), String> {
     let n = spec.bytes;
     let (s, d) = block;
     let (dst, src) = bufs.slices();
     let dst = &mut dst[d..d + n];
-    let parallel = spec.threads > 1 && matches!(side, Side::Pagewise);
+    let parallel = spec.threads > 1;
     let (code, right) = match op {
         Op::Memcpy => {
             let src = &src[s..s + n];
             dst.fill(0xee);
-            let code = if parallel {
-                let _ = pagewise::copy::copy_parallel(dst, src, spec.threads);
-                0
-            } else {
-                Call::of(op, side).run_with_code(dst, src)
+            let code = match side {
+                Side::Pagewise if parallel => {
+                    let _ = pagewise::copy::copy_parallel(dst, src, spec.threads);
+                    Some(0)
+                }
+                Side::C => c_copy_code(dst, src),
+                Side::Glibc | Side::Pagewise => {
+                    Call::of(op, side).run(dst, src);
+                    Some(0)
+                }
             };
             (code, dst == src)
         }
         Op::Memset => {
             dst.fill(!FILL_BYTE);
-            let code = if parallel {
-                pagewise::copy::fill_parallel(dst, FILL_BYTE, spec.threads);
-                0
-            } else {
-                // Its fill byte is `fill_byte()`, FILL_BYTE hidden.
-                Call::of(op, side).run_with_code(dst, &[])
+            let code = match side {
+                Side::Pagewise if parallel => {
+                    pagewise::copy::fill_parallel(dst, FILL_BYTE, spec.threads);
+                    Some(0)
+                }
+                Side::C => c_fill_code(dst, FILL_BYTE),
+                Side::Glibc | Side::Pagewise => {
+                    // Its fill byte is `fill_byte()`, FILL_BYTE hidden.
+                    Call::of(op, side).run(dst, &[]);
+                    Some(0)
+                }
             };
             (code, dst.iter().all(|&b| b == FILL_BYTE))
         }
     };
     match (code, right) {
-        (0, true) => Ok(()),
-        (0, false) => Err("wrong bytes".into()),
-        (code, _) => Err(format!("returned {code}")),
+        (None, _) => Err("no C library is loaded".into()),
+        (Some(0), true) => Ok(()),
+        (Some(0), false) => Err("wrong bytes".into()),
+        (Some(code), _) => Err(format!("returned {code}")),
     }
 }
 
-/// Checks pagewise's side and the C entry point (when there is one) with
-/// [`verify`] on `block`, as the error of a run.
+/// Checks pagewise's side and, when `c_library` is given, the C entry point
+/// with [`verify`] on `block`, as the error of a run.
 fn check_sides(
     op: Op,
     bufs: &mut TimingBuffers,
     spec: &Spec,
     block: (usize, usize),
-    c_entry: Option<(CEntry<'_>, &Library)>,
+    c_library: Option<&Library>,
     row: impl Fn() -> String,
 ) -> Result<(), BenchError> {
     verify(op, bufs, spec, block, Side::Pagewise).map_err(|_| BenchError::WrongResult {
         op: op.name(),
         row: row(),
     })?;
-    let Some((c, library)) = c_entry else {
+    let Some(library) = c_library else {
         return Ok(());
     };
-    verify(op, bufs, spec, block, Side::C(c)).map_err(|reason| BenchError::CEntryFailed {
+    verify(op, bufs, spec, block, Side::C).map_err(|reason| BenchError::CEntryFailed {
         entry: match op {
             Op::Memcpy => "pw_copy",
             Op::Memset => "pw_fill",
@@ -954,19 +1027,8 @@ pub fn run(op: Op, options: &Options, progress: &dyn Progress) -> Result<Report,
     let trials = options.trials.max(1);
     let total = specs.len() + usize::from(options.fleet.is_some());
     let plan = Plan::current();
-    let library = options
-        .c_library
-        .as_deref()
-        .map(Library::open)
-        .transpose()?;
-    let c_entry = match &library {
-        Some(l) => Some(CEntry {
-            copy: l.pw_copy()?,
-            fill: l.pw_fill()?,
-        }),
-        None => None,
-    };
-    let c_library = match &library {
+    let library = options.c_library.as_deref().map(load_c_entry).transpose()?;
+    let c_library = match library {
         Some(l) => Some(CLibrary {
             path: l.path().display().to_string(),
             version: l.pw_version()?,
@@ -997,15 +1059,8 @@ pub fn run(op: Op, options: &Options, progress: &dyn Progress) -> Result<Report,
             progress.update(rows.len(), total, &format!("{} {name}", op.name()));
             let blocks = blocks(spec, len);
             // The C entry point has no parallel copy: it sits out those rows.
-            let c_entry = c_entry.filter(|_| spec.threads == 1);
-            check_sides(
-                op,
-                &mut bufs,
-                spec,
-                blocks[0],
-                c_entry.zip(library.as_ref()),
-                || name.clone(),
-            )?;
+            let c_library = library.filter(|_| spec.threads == 1);
+            check_sides(op, &mut bufs, spec, blocks[0], c_library, || name.clone())?;
             // Per side (glibc, pagewise, C): the GB/s of each trial.
             let mut samples: [Vec<f64>; 3] = Default::default();
             // Hot trials keep the fastest of several short runs; cold ones are
@@ -1016,7 +1071,7 @@ pub fn run(op: Op, options: &Options, progress: &dyn Progress) -> Result<Report,
                 1
             };
             for t in 0..trials {
-                let order = trial_order(t, c_entry);
+                let order = trial_order(t, c_library.is_some());
                 let mut best = [0.0f64; 3];
                 for _ in 0..runs {
                     for &side in &order {
@@ -1032,7 +1087,7 @@ pub fn run(op: Op, options: &Options, progress: &dyn Progress) -> Result<Report,
             let (Some(pagewise), Some(glibc)) = (Summary::of(ours), Summary::of(theirs)) else {
                 return Err(BenchError::NotMeasured { row: name });
             };
-            let c = match c_entry {
+            let c = match c_library {
                 Some(_) => Some(
                     Summary::of(c_samples)
                         .ok_or_else(|| BenchError::NotMeasured { row: name.clone() })?,
@@ -1075,8 +1130,7 @@ pub fn run(op: Op, options: &Options, progress: &dyn Progress) -> Result<Report,
     let fleet = match &options.fleet {
         Some(dist) => {
             progress.update(rows.len(), total, &format!("{} fleet", op.name()));
-            let c_side = c_entry.zip(library.as_ref());
-            Some(run_fleet(op, options, dist, trials, c_side)?)
+            Some(run_fleet(op, options, dist, trials, library)?)
         }
         None => None,
     };
@@ -1138,12 +1192,7 @@ fn aligned_offset(rng: &mut SplitMix64, max: usize, align: usize) -> usize {
 /// Runs the drawn calls once; memset passes an empty source. One loop for
 /// both sides, as [`timed_loop`].
 #[inline(never)]
-fn fleet_loop(
-    call: Call<'_>,
-    dst: &mut [u8],
-    src: &[u8],
-    calls: &[FleetCall],
-) -> std::time::Duration {
+fn fleet_loop(call: Call, dst: &mut [u8], src: &[u8], calls: &[FleetCall]) -> std::time::Duration {
     let call = black_box(call);
     let (dst, src) = black_box((dst, src));
     let t = Instant::now();
@@ -1165,9 +1214,9 @@ fn run_fleet(
     options: &Options,
     dist: &FleetDistribution,
     trials: u32,
-    c_side: Option<(CEntry<'_>, &Library)>,
+    c_library: Option<&Library>,
 ) -> Result<FleetRow, BenchError> {
-    let c_entry = c_side.map(|(c, _)| c);
+    let with_c = c_library.is_some();
     let max = dist.sizes.max() as usize;
     // Random offsets spread over twice the largest size (at least 256 KiB).
     let region = (2 * max + SLACK).max(256 << 10).div_ceil(4096) * 4096;
@@ -1207,25 +1256,25 @@ fn run_fleet(
             &mut bufs,
             &spec,
             (spec.src_offset, spec.dst_offset),
-            c_side,
+            c_library,
             || format!("fleet call of {} bytes", c.bytes),
         )?;
     }
 
-    let run = |side: Side<'_>, bufs: &mut TimingBuffers| -> f64 {
+    let run = |side: Side, bufs: &mut TimingBuffers| -> f64 {
         let (dst, src) = bufs.slices();
         let src = if op == Op::Memcpy { src } else { &[][..] };
         let elapsed = fleet_loop(Call::of(op, side), dst, src, &calls);
         elapsed.as_secs_f64() * 1e9 / calls.len() as f64
     };
     // Warm up every side once.
-    for side in trial_order(0, c_entry) {
+    for side in trial_order(0, with_c) {
         run(side, &mut bufs);
     }
     // Per side (glibc, pagewise, C): ns per call of each trial.
     let mut samples: [Vec<f64>; 3] = Default::default();
     for t in 0..trials {
-        let order = trial_order(t, c_entry);
+        let order = trial_order(t, with_c);
         let mut best = [f64::INFINITY; 3];
         for _ in 0..RUNS_PER_TRIAL {
             for &side in &order {
@@ -1243,9 +1292,10 @@ fn run_fleet(
     let (Some(pagewise), Some(glibc)) = (Summary::of(ours), Summary::of(theirs)) else {
         return Err(not_measured());
     };
-    let c = match c_entry {
-        Some(_) => Some(Summary::of(c_samples).ok_or_else(not_measured)?),
-        None => None,
+    let c = if with_c {
+        Some(Summary::of(c_samples).ok_or_else(not_measured)?)
+    } else {
+        None
     };
     let mean_bytes = total_bytes as f64 / calls.len() as f64;
     Ok(FleetRow {
@@ -1286,6 +1336,40 @@ mod tests {
             }
         }
         assert_eq!(aligned_offset(&mut rng, 0, 8), 0);
+    }
+
+    #[test]
+    fn every_pair_of_sides_swaps_order_every_trial() {
+        use Side::*;
+        assert_eq!(trial_order(0, false), [Glibc, Pagewise]);
+        assert_eq!(trial_order(1, false), [Pagewise, Glibc]);
+        assert_eq!(trial_order(2, true), [Glibc, Pagewise, C]);
+        assert_eq!(trial_order(3, true), [C, Pagewise, Glibc]);
+        let slots: Vec<usize> = trial_order(0, true).iter().map(|s| s.index()).collect();
+        assert_eq!(slots, [0, 1, 2]);
+    }
+
+    #[test]
+    fn without_a_library_the_c_side_says_so() {
+        // No run in this test binary loads one.
+        assert_eq!(c_copy_code(&mut [0u8; 4], &[1, 2, 3, 4]), None);
+        assert_eq!(c_fill_code(&mut [0u8; 4], 1), None);
+        let mut bufs = buffers(Op::Memcpy, 2 << 20, false).unwrap();
+        let spec = Spec {
+            bytes: 64,
+            residency: Residency::L1,
+            src_offset: 0,
+            dst_offset: 0,
+            threads: 1,
+        };
+        assert_eq!(
+            verify(Op::Memcpy, &mut bufs, &spec, (0, 0), Side::C),
+            Err("no C library is loaded".into())
+        );
+        assert_eq!(
+            verify(Op::Memcpy, &mut bufs, &spec, (0, 0), Side::Pagewise),
+            Ok(())
+        );
     }
 
     #[test]

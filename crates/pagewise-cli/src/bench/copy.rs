@@ -62,8 +62,8 @@ pub struct CopyArgs {
     pub plot: Option<PathBuf>,
     /// Load this libpagewise.so and add a third side to every row (not the
     /// rows of --parallel): its `pw_copy` (memcpy) or `pw_fill` (memset),
-    /// called through its dlsym pointer in the same loop and interleaved
-    /// with the other two. Its column `C/pagewise` is the ratio of the
+    /// called in the same loop through a wrapper that calls its dlsym
+    /// pointer, and interleaved with the other two. Its column `C/pagewise` is the ratio of the
     /// medians, C entry over pagewise (as `ratio`): the in-process A/B of
     /// the C entry point against calling pagewise from Rust.
     #[arg(long, value_name = "PATH")]
@@ -194,7 +194,7 @@ fn print_human(op: Op, r: &Report) -> Result<(), OutputError> {
     )?;
     if let Some(c) = &r.c_library {
         outln!(
-            "C entry point: {entry} of {} (pw_version {}), called through its dlsym pointer, interleaved with both; C/pagewise: its median over pagewise's, below 1: the C entry is slower",
+            "C entry point: {entry} of {} (pw_version {}), through its dlsym pointer, interleaved with both; C/pagewise: its median over pagewise's, below 1: the C entry is slower",
             c.path,
             c.version
         )?;

@@ -227,6 +227,13 @@ impl Library {
     }
 }
 
+// SAFETY: a Library is a dlopen handle and its path; the handle is only
+// passed to dlsym and dlclose, which glibc serialises with the loader's lock,
+// so it may be used from any thread and shared between threads.
+unsafe impl Send for Library {}
+// SAFETY: as for Send: `&Library` only allows dlsym, which is thread-safe.
+unsafe impl Sync for Library {}
+
 impl Drop for Library {
     fn drop(&mut self) {
         // SAFETY: the handle came from dlopen and is closed once; every entry
