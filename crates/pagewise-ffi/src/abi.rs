@@ -656,24 +656,41 @@ pub extern "C" fn pw_copy(dst: *mut c_void, src: *const c_void, n: usize) -> c_i
     {
         return copy_refused(dst, src, n);
     }
-    let code = plan_ready();
-    if code != PW_OK {
-        return code;
+    // Every path ends in a call whose result is returned, so the whole
+    // function needs no stack frame and its copy ends in a jump to the
+    // kernel, which returns the 0 (measured: pw_copy at 4 KiB ran at 0.93 of
+    // `copy` with a frame and the call, in `bench memcpy --c-library`).
+    if !PLAN_READY.load(Ordering::Acquire) {
+        return copy_first(dst, src, n);
     }
+    copy_accepted(dst, src, n)
+}
+
+/// The copy of `pw_copy` once its arguments passed the checks.
+#[inline(always)]
+fn copy_accepted(dst: *mut c_void, src: *const c_void, n: usize) -> c_int {
     // SAFETY: both pointers are non-NULL, `n` is at most isize::MAX and the
-    // ranges do not overlap (checked above, so the shared and the exclusive
-    // slice never alias); the C caller promises `n` readable bytes at `src`
-    // and `n` writable bytes at `dst` for the call, as with memcpy.
+    // ranges do not overlap (the caller checked, so the shared and the
+    // exclusive slice never alias); the C caller promises `n` readable
+    // bytes at `src` and `n` writable bytes at `dst` for the call, as with
+    // memcpy.
     let (to, from) = unsafe {
         (
             std::slice::from_raw_parts_mut(dst.cast::<u8>(), n),
             std::slice::from_raw_parts(src.cast::<u8>(), n),
         )
     };
-    match pagewise::copy::copy(to, from) {
-        Ok(()) => PW_OK,
-        // Not reached: both slices are `n` long.
-        Err(e) => error::finish(Err(Failure::invalid(e.to_string()))),
+    // Both slices are `n` long: the status is 0.
+    pagewise::copy::copy_status(to, from)
+}
+
+/// The first `pw_copy` of the process: detects the plan, then copies.
+#[cold]
+#[inline(never)]
+fn copy_first(dst: *mut c_void, src: *const c_void, n: usize) -> c_int {
+    match plan_ready() {
+        PW_OK => copy_accepted(dst, src, n),
+        code => code,
     }
 }
 

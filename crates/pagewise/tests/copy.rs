@@ -374,6 +374,19 @@ fn the_free_copy_at_every_size_up_to_4096() {
 }
 
 #[test]
+fn copy_status_is_zero_after_a_copy_and_einval_for_unequal_lengths() {
+    let src: Vec<u8> = (0..1000u32).map(|i| (i % 249) as u8).collect();
+    for n in [0, 1, 100, 256, 257, 999] {
+        let mut dst = vec![0u8; n];
+        assert_eq!(copy::copy_status(&mut dst, &src[1..n + 1]), 0, "n = {n}");
+        assert_eq!(dst, &src[1..n + 1]);
+        let mut longer = vec![7u8; n + 1];
+        assert_eq!(copy::copy_status(&mut longer, &src[..n]), -libc::EINVAL);
+        assert!(longer.iter().all(|&b| b == 7), "wrote on a refusal (n = {n})");
+    }
+}
+
+#[test]
 fn global_functions_match_the_standard_library() {
     let src: Vec<u8> = (0..100_000u32).map(|i| (i % 253) as u8).collect();
     for n in [0, 1, 31, 32, 33, 500, 4096, 99_999] {

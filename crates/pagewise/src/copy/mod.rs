@@ -335,13 +335,40 @@ fn fill_slow(dst: &mut [u8], byte: u8, stores: Stores) {
 #[inline(always)]
 pub fn copy(dst: &mut [u8], src: &[u8]) -> Result<(), LengthMismatch> {
     check(dst, src)?;
-    if crate::sys::copy::copy_process_large(dst, src, prepare_process_copier) {
-        return Ok(());
+    copy_checked(dst, src);
+    Ok(())
+}
+
+/// [`copy`] for a caller that passes a C status on: returns 0 after the
+/// copy, or `-EINVAL` (nothing written) when the lengths differ. Copies
+/// above 256 bytes end in a jump to the kernel, which returns the 0 itself,
+/// so the caller can end in a jump too (`pw_copy` does).
+#[inline(always)]
+pub fn copy_status(dst: &mut [u8], src: &[u8]) -> i32 {
+    if check(dst, src).is_err() {
+        return -libc::EINVAL;
     }
+    if let Some(zero) = crate::sys::copy::copy_process_large(dst, src, prepare_process_copier) {
+        return zero as i32;
+    }
+    copy_small(dst, src);
+    0
+}
+
+/// The copy of [`copy`], once the lengths are known to be equal.
+#[inline(always)]
+fn copy_checked(dst: &mut [u8], src: &[u8]) {
+    if crate::sys::copy::copy_process_large(dst, src, prepare_process_copier).is_none() {
+        copy_small(dst, src);
+    }
+}
+
+/// [`copy`] up to 256 bytes: the inline fast path.
+#[inline(always)]
+fn copy_small(dst: &mut [u8], src: &[u8]) {
     if !crate::sys::copy::fast_copy(dst, src, &PROCESS.copy) {
         copy_slow(dst, src, Stores::Default);
     }
-    Ok(())
 }
 
 /// Like [`copy`], but keeps temporal stores at every size, so the destination

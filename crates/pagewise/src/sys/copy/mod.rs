@@ -340,7 +340,7 @@ pub static PROCESS: ThresholdSet = ThresholdSet::unset();
 
 /// Copies `src` into `dst` with the process-wide copier when they hold more
 /// than [`PROCESS_LARGE_ABOVE`] bytes (`min` of the two lengths) and returns
-/// `true`; returns `false` and does nothing for smaller sizes. On the first
+/// `Some(0)`; returns `None` and does nothing for smaller sizes. On the first
 /// copy of the process, before the copier exists, calls `prepare` (which
 /// must build it) and copies with whatever fast path that enabled.
 ///
@@ -349,25 +349,31 @@ pub static PROCESS: ThresholdSet = ThresholdSet::unset();
 /// the Zen 5 guest, the inline fast path's loads of the thresholds' address
 /// (from the GOT, in every crate but this one) and of its entry pointer,
 /// then a jump through that pointer, made a hot 512-byte copy 12-15%
-/// slower than the kernel called directly.
+/// slower than the kernel called directly. The 0 comes back from the
+/// kernel, so a caller that returns it (`pw_copy`) can end in a jump too.
 #[inline(always)]
-pub fn copy_process_large(dst: &mut [u8], src: &[u8], prepare: extern "sysv64" fn()) -> bool {
+pub fn copy_process_large(
+    dst: &mut [u8],
+    src: &[u8],
+    prepare: extern "sysv64" fn(),
+) -> Option<u32> {
     let n = dst.len().min(src.len());
     if n <= PROCESS_LARGE_ABOVE {
-        return false;
+        return None;
     }
     #[cfg(target_arch = "x86_64")]
     {
         // SAFETY: both slices hold at least n > 256 bytes and cannot overlap
         // (one is borrowed mutably); the entry checks which kernel the CPU
         // was proven to have before it jumps to one.
-        unsafe { x86::avx512_leaf::copy_process_large(dst.as_mut_ptr(), src.as_ptr(), n, prepare) };
-        true
+        Some(unsafe {
+            x86::avx512_leaf::copy_process_large(dst.as_mut_ptr(), src.as_ptr(), n, prepare)
+        })
     }
     #[cfg(not(target_arch = "x86_64"))]
     {
         let _ = prepare;
-        false
+        None
     }
 }
 
@@ -376,7 +382,7 @@ pub const PROCESS_LARGE_ABOVE: usize = 256;
 
 /// The first copy of the process through [`copy_process_large`]: builds the
 /// copier with `prepare`, then copies with the fast path it enabled (SSE2's
-/// kernel, part of x86-64, if it enabled none).
+/// kernel, part of x86-64, if it enabled none). Returns 0, as the kernels.
 ///
 /// # Safety
 /// As the kernels: `dst` valid for `n` writes, `src` for `n` reads, no overlap.
@@ -386,7 +392,7 @@ unsafe extern "sysv64" fn copy_process_first(
     src: *const u8,
     n: usize,
     prepare: extern "sysv64" fn(),
-) {
+) -> u32 {
     prepare();
     // SAFETY: passed on from the caller (the entry got them from two slices).
     let (d, s) = unsafe {
@@ -399,6 +405,7 @@ unsafe extern "sysv64" fn copy_process_first(
         // SAFETY: SSE2 is part of x86-64.
         unsafe { copy_with(Isa::Sse2, d, s, &PROCESS.copy) }
     }
+    0
 }
 
 /// The bit of `Thresholds::avx512_copy` that has copies of up to 128 bytes

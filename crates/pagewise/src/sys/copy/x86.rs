@@ -347,7 +347,8 @@ pub(super) mod avx512_leaf {
 
     /// Copies `n > 128` bytes: up to 512 with four or eight vectors from
     /// both ends, every load before the first store; larger sizes in the
-    /// general kernel. The fast path with [`super::super::Small::Masked`]
+    /// general kernel. Returns with `eax` = 0 (the process entry passes that
+    /// on as `pw_copy`'s status). The fast path with [`super::super::Small::Masked`]
     /// calls it directly (it does smaller sizes inline).
     ///
     /// # Safety
@@ -372,6 +373,7 @@ pub(super) mod avx512_leaf {
             "vmovdqu64 zmmword ptr [rdi + 64], zmm17",
             "vmovdqu64 zmmword ptr [rdi + rdx - 128], zmm18",
             "vmovdqu64 zmmword ptr [rdi + rdx - 64], zmm19",
+            "xor eax, eax",
             "ret",
             ".p2align 4",
             "6:",
@@ -393,6 +395,7 @@ pub(super) mod avx512_leaf {
             "vmovdqu64 zmmword ptr [rdi + rdx - 192], zmm21",
             "vmovdqu64 zmmword ptr [rdi + rdx - 128], zmm22",
             "vmovdqu64 zmmword ptr [rdi + rdx - 64], zmm23",
+            "xor eax, eax",
             "ret",
             // From 513 bytes: the vector loop up to the table's first
             // special class, the table from there.
@@ -446,6 +449,7 @@ pub(super) mod avx512_leaf {
             "vmovdqu64 zmmword ptr [r8 + 64], zmm19",
             "vmovdqu64 zmmword ptr [r8], zmm20",
             "vmovdqu64 zmmword ptr [r9], zmm16",
+            "xor eax, eax",
             "ret",
             // Backwards: the first four vectors and the last one are loaded
             // first; aligned blocks of four from the end down while a block
@@ -479,6 +483,7 @@ pub(super) mod avx512_leaf {
             "vmovdqu64 zmmword ptr [rdi + 128], zmm18",
             "vmovdqu64 zmmword ptr [rdi + 192], zmm19",
             "vmovdqu64 zmmword ptr [rdi + rdx - 64], zmm20",
+            "xor eax, eax",
             "ret",
             // From the first special class at any placement: this
             // placement's own first special class decides (placement 0 when
@@ -514,7 +519,7 @@ pub(super) mod avx512_leaf {
     /// kernel its fast path allows, with `rcx` set to its `copy` thresholds:
     /// [`copy_129_512`], or AVX2's or SSE2's `copy_gt16`. Before any fast
     /// path is on, jumps to `copy_process_first` with `prepare` still in
-    /// `rcx`.
+    /// `rcx`. Returns 0 (each kernel it jumps to does).
     ///
     /// # Safety
     /// As every kernel (see the module), with `n > 256`.
@@ -524,7 +529,7 @@ pub(super) mod avx512_leaf {
         src: *const u8,
         n: usize,
         prepare: extern "sysv64" fn(),
-    ) {
+    ) -> u32 {
         // The fast path's fields are set only by `enable_fast_path`, after a
         // `Kernel` proved the CPU has that instruction set.
         naked_asm!(
@@ -564,9 +569,17 @@ pub(super) mod avx512_leaf {
 
     /// Copies `n > 512` bytes from the table's first special class up.
     #[target_feature(enable = "avx512f,avx512bw")]
-    unsafe extern "sysv64" fn copy_large(dst: *mut u8, src: *const u8, n: usize, t: &Thresholds) {
+    ///
+    /// Returns 0, as the leaf does (see [`copy_129_512`]).
+    unsafe extern "sysv64" fn copy_large(
+        dst: *mut u8,
+        src: *const u8,
+        n: usize,
+        t: &Thresholds,
+    ) -> u32 {
         // SAFETY: passed on from the leaf, with n > 512 = 8 vectors.
-        unsafe { super::avx512::copy_large(dst, src, n, t) }
+        unsafe { super::avx512::copy_large(dst, src, n, t) };
+        0
     }
 
     /// Fills `n` bytes (any `n`): below 64 bytes one masked store (it loads
@@ -842,7 +855,7 @@ macro_rules! vector_kernels {
 
             /// [`copy_gt16`] with the C calling convention, for the jump of
             /// [`super::avx512_leaf::copy_process_large`] (with AVX-512,
-            /// unused).
+            /// unused); returns 0, which the entry passes on.
             ///
             /// # Safety
             /// As [`copy_gt16`].
@@ -853,9 +866,10 @@ macro_rules! vector_kernels {
                 src: *const u8,
                 n: usize,
                 t: &Thresholds,
-            ) {
+            ) -> u32 {
                 // SAFETY: passed on from the caller.
-                unsafe { copy_gt16(dst, src, n, t) }
+                unsafe { copy_gt16(dst, src, n, t) };
+                0
             }
 
             /// Copies `n > 16` bytes. `#[inline]` so that each caller's code unit
