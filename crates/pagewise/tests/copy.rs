@@ -382,7 +382,10 @@ fn copy_status_is_zero_after_a_copy_and_einval_for_unequal_lengths() {
         assert_eq!(dst, &src[1..n + 1]);
         let mut longer = vec![7u8; n + 1];
         assert_eq!(copy::copy_status(&mut longer, &src[..n]), -libc::EINVAL);
-        assert!(longer.iter().all(|&b| b == 7), "wrote on a refusal (n = {n})");
+        assert!(
+            longer.iter().all(|&b| b == 7),
+            "wrote on a refusal (n = {n})"
+        );
     }
 }
 

@@ -151,7 +151,7 @@ impl Copier {
     fn sets(&self) -> &ThresholdSet {
         match &self.sets {
             Sets::Own(set) => set,
-            Sets::Process => &PROCESS,
+            Sets::Process => &PROCESS.set,
         }
     }
 

@@ -553,10 +553,13 @@ pub(super) mod avx512_leaf {
             "4:",
             "jmp {first}",
             process = sym super::super::PROCESS,
-            copy = const offset_of!(super::super::ThresholdSet, copy),
-            fast_avx512 = const offset_of!(super::super::ThresholdSet, copy)
+            copy = const offset_of!(super::super::ProcessPage, set)
+                + offset_of!(super::super::ThresholdSet, copy),
+            fast_avx512 = const offset_of!(super::super::ProcessPage, set)
+                + offset_of!(super::super::ThresholdSet, copy)
                 + offset_of!(Thresholds, fast_avx512),
-            fast_isa = const offset_of!(super::super::ThresholdSet, copy)
+            fast_isa = const offset_of!(super::super::ProcessPage, set)
+                + offset_of!(super::super::ThresholdSet, copy)
                 + offset_of!(Thresholds, fast_isa),
             avx2_code = const super::super::Isa::Avx2.code(),
             sse2_code = const super::super::Isa::Sse2.code(),
