@@ -110,7 +110,11 @@ fn print_human(r: &Report) -> Result<(), OutputError> {
             format!("{:?}", c.table).to_lowercase(),
             bytes(c.class_from as u64),
             c.placement.name().to_owned(),
-            c.chosen.clone(),
+            if c.hot_evicted {
+                format!("{} (hot evicted: kept)", c.chosen)
+            } else {
+                c.chosen.clone()
+            },
             format!("{:.2}", c.score),
             c.default.clone(),
             format!("{:.2}", c.default_score),
@@ -120,7 +124,8 @@ fn print_human(r: &Report) -> Result<(), OutputError> {
     outln!("{t}")?;
     outln!(
         "score: median ratio to a direct glibc call at the worst of hot and cold; a \
-         choice other than the default beat it by the margin; the smallest sizes: {}",
+         choice other than the default beat it by the margin (never where the hot data was \
+         evicted while timed: \"hot evicted: kept\"); the smallest sizes: {}",
         r.tuned.tables.small.name()
     )?;
     outln!("measured in {:.1} s", r.seconds)?;

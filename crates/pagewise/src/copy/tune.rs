@@ -140,6 +140,13 @@ pub struct Cell {
     pub glibc_gbps: f64,
     /// Every candidate.
     pub timings: Vec<Timing>,
+    /// Hot cells: whether the data stayed in the cache while they were
+    /// timed (direct glibc at least [`HOT_OVER_COLD_MIN`] times its cold
+    /// speed, after one retry); `None` for cold cells. On a shared machine a
+    /// neighbour can evict the "hot" buffers, and a hot cell that measured
+    /// memory once let non-temporal fills win at 8 MiB, where with the data
+    /// in the cache they run at a third of glibc's speed.
+    pub stayed_in_cache: Option<bool>,
 }
 
 /// The choice for one class and placement, and why.
@@ -161,6 +168,9 @@ pub struct Choice {
     pub default_score: f64,
     /// The glibc candidate's score.
     pub glibc_score: f64,
+    /// The class's hot data did not stay in the cache while it was timed
+    /// (see [`Cell::stayed_in_cache`]): the default was kept unchallenged.
+    pub hot_evicted: bool,
 }
 
 /// A `pagewise tune` run.
@@ -440,6 +450,19 @@ fn verify(op: Op, copier: &Copier, bufs: &mut TimingBuffers, n: usize, at: (usiz
             d.iter().all(|&b| b == 0x5a)
         }
     }
+}
+
+/// How much faster than cold a hot cell's direct glibc must run for its
+/// data to count as having stayed in the cache. Measured on the Zen 5 guest
+/// (`bench memcpy|memset`, 1-10 MB): hot/cold 3x for copies, 4x for fills,
+/// more for smaller sizes.
+pub const HOT_OVER_COLD_MIN: f64 = 1.25;
+
+/// Whether a hot measurement at `hot_gbps` (direct glibc) saw the cache,
+/// against the same size cold at `cold_gbps` (a speed that is not a number
+/// counts as not: the default is then kept).
+fn stayed_in_cache(hot_gbps: f64, cold_gbps: f64) -> bool {
+    hot_gbps >= HOT_OVER_COLD_MIN * cold_gbps
 }
 
 /// The candidates of one cell and their copiers.
@@ -808,22 +831,38 @@ pub fn tune(options: &Options, progress: &dyn Progress) -> Result<Report, TuneEr
             let hot = footprint(n) <= options.llc_bytes / 3;
             let mut class_cells = Vec::new();
             for &p in placements {
-                for residency in [true, false] {
-                    if residency && !hot {
-                        continue;
+                // Cold first: the hot cell is checked against it.
+                let (timings, cold_gbps) =
+                    measure_cell(op, &cands, &mut bufs, n, false, p, rounds)?;
+                let cold = Cell {
+                    op: name,
+                    class_from: from,
+                    bytes: n,
+                    residency: "cold",
+                    placement: p,
+                    glibc_gbps: cold_gbps,
+                    timings,
+                    stayed_in_cache: None,
+                };
+                if hot {
+                    let mut measured = measure_cell(op, &cands, &mut bufs, n, true, p, rounds)?;
+                    if !stayed_in_cache(measured.1, cold_gbps) {
+                        // Once more: a neighbour may have passed.
+                        measured = measure_cell(op, &cands, &mut bufs, n, true, p, rounds)?;
                     }
-                    let (timings, glibc_gbps) =
-                        measure_cell(op, &cands, &mut bufs, n, residency, p, rounds)?;
+                    let (timings, glibc_gbps) = measured;
                     class_cells.push(Cell {
                         op: name,
                         class_from: from,
                         bytes: n,
-                        residency: if residency { "hot" } else { "cold" },
+                        residency: "hot",
                         placement: p,
                         glibc_gbps,
                         timings,
+                        stayed_in_cache: Some(stayed_in_cache(glibc_gbps, cold_gbps)),
                     });
                 }
+                class_cells.push(cold);
             }
             let (nt_table, temporal_table) = if op == Op::Copy {
                 (Table::Copy, Table::CopyTemporal)
@@ -852,8 +891,16 @@ pub fn tune(options: &Options, progress: &dyn Progress) -> Result<Report, TuneEr
                     };
                     let default =
                         strategy_at(defaults.get(table), n, p).unwrap_or(Strategy::Loop { isa });
-                    let (s, score, default_score, glibc_score) =
-                        choose(&of_p, &strategies, default, allowed, options.margin);
+                    let evicted = of_p.iter().any(|c| c.stayed_in_cache == Some(false));
+                    let (s, score, default_score, glibc_score) = if evicted {
+                        // The hot cells measured memory, not the cache: no
+                        // challenger may replace the default on them.
+                        let (_, _, default_score, glibc_score) =
+                            choose(&of_p, &strategies, default, allowed, options.margin);
+                        (default, default_score, default_score, glibc_score)
+                    } else {
+                        choose(&of_p, &strategies, default, allowed, options.margin)
+                    };
                     choices.push(Choice {
                         table,
                         class_from: from,
@@ -863,6 +910,7 @@ pub fn tune(options: &Options, progress: &dyn Progress) -> Result<Report, TuneEr
                         default: default.label(),
                         default_score,
                         glibc_score,
+                        hot_evicted: evicted,
                     });
                 }
             }
@@ -884,7 +932,23 @@ pub fn tune(options: &Options, progress: &dyn Progress) -> Result<Report, TuneEr
             .find(|&f| f > c.class_from)
             .unwrap_or(usize::MAX);
         let s = strategy_of_label(&c.chosen, isa);
-        overlay_placement(rebuilt.get_mut(c.table), c.class_from, to, c.placement, s);
+        let measured_default = strategy_of_label(&c.default, isa);
+        // Only where the defaults run what was measured against: a class
+        // measured at one size can hold a boundary of the defaults (fills
+        // switch to non-temporal stores at half the LLC, inside the 8-32 MiB
+        // class measured at 16 MiB), and a challenger that beat the
+        // non-temporal default there must not replace `rep` on the sizes
+        // that still fit in the cache (measured: non-temporal fills of 8 MiB
+        // hot in the cache at 0.33 of glibc).
+        for (from, upto) in runs_of(
+            defaults.get(c.table),
+            c.class_from,
+            to,
+            c.placement,
+            measured_default,
+        ) {
+            overlay_placement(rebuilt.get_mut(c.table), from, upto, c.placement, s);
+        }
     }
     progress.update(total, total, "done");
     let measured_at = std::time::SystemTime::now()
@@ -906,6 +970,29 @@ pub fn tune(options: &Options, progress: &dyn Progress) -> Result<Report, TuneEr
         cache_file: None,
         notes,
     })
+}
+
+/// The sub-ranges of `[from, to)` where `table` runs `strategy` at `p`.
+fn runs_of(
+    table: &[Class],
+    from: usize,
+    to: usize,
+    p: Placement,
+    strategy: Strategy,
+) -> Vec<(usize, usize)> {
+    let mut runs: Vec<(usize, usize)> = Vec::new();
+    for (i, c) in table.iter().enumerate() {
+        let end = table.get(i + 1).map_or(usize::MAX, |next| next.from);
+        let (lo, hi) = (c.from.max(from), end.min(to));
+        if lo >= hi || c.by_placement[p as usize] != strategy {
+            continue;
+        }
+        match runs.last_mut() {
+            Some(last) if last.1 == lo => last.1 = hi,
+            _ => runs.push((lo, hi)),
+        }
+    }
+    runs
 }
 
 /// The strategy a [`Strategy::label`] names.
@@ -932,6 +1019,46 @@ mod tests {
         assert_eq!(g.last(), Some(&(32 << 10, 64 << 10)));
     }
 
+    #[test]
+    fn a_challenger_replaces_the_default_only_where_the_default_runs_what_was_measured() {
+        let nt = Strategy::NonTemporal { streams: 1 };
+        let table = vec![
+            Class {
+                from: 0,
+                by_placement: [Strategy::Loop { isa: Isa::Sse2 }; 3],
+            },
+            Class {
+                from: 8 << 10,
+                by_placement: [Strategy::Rep; 3],
+            },
+            Class {
+                from: 16 << 20,
+                by_placement: [nt, nt, Strategy::Rep],
+            },
+        ];
+        let class = (8 << 20, 32 << 20);
+        assert_eq!(
+            runs_of(&table, class.0, class.1, Placement::Aligned, nt),
+            vec![(16 << 20, 32 << 20)],
+            "rep below 16 MiB stays"
+        );
+        assert_eq!(
+            runs_of(&table, class.0, class.1, Placement::Other, Strategy::Rep),
+            vec![(8 << 20, 32 << 20)],
+            "one run across the default's boundary when both sides are the same"
+        );
+        assert!(runs_of(&table, 0, 4096, Placement::Aligned, nt).is_empty());
+    }
+
+    #[test]
+    fn a_hot_cell_counts_as_cached_only_when_clearly_faster_than_cold() {
+        assert!(stayed_in_cache(140.0, 34.0));
+        assert!(stayed_in_cache(1.25 * 20.0, 20.0));
+        assert!(!stayed_in_cache(24.0, 20.0), "about memory speed: evicted");
+        assert!(!stayed_in_cache(f64::NAN, 20.0));
+        assert!(!stayed_in_cache(30.0, f64::NAN));
+    }
+
     fn cell(residency: &'static str, timings: &[(&str, f64)]) -> Cell {
         Cell {
             op: "copy",
@@ -940,6 +1067,7 @@ mod tests {
             residency,
             placement: Placement::Aligned,
             glibc_gbps: 10.0,
+            stayed_in_cache: (residency == "hot").then_some(true),
             timings: timings
                 .iter()
                 .map(|&(c, r)| Timing {
