@@ -346,7 +346,7 @@ pub fn copy(dst: &mut [u8], src: &[u8]) -> Result<(), LengthMismatch> {
 #[inline(always)]
 pub fn copy_status(dst: &mut [u8], src: &[u8]) -> i32 {
     if check(dst, src).is_err() {
-        return -libc::EINVAL;
+        return -crate::sys::Errno::INVAL.raw();
     }
     if let Some(zero) = crate::sys::copy::copy_process_large(dst, src, prepare_process_copier) {
         return zero as i32;
