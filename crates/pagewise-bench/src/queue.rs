@@ -81,8 +81,14 @@ pub enum Transport {
 pub enum Pretouch {
     /// No pre-touch: the writer faults on every new page.
     Off,
-    /// The pre-touch thread.
+    /// The pre-touch thread, asked for (`PreTouchMode::Thread`).
     Background,
+    /// Default options (`PreTouchMode::Auto`: the thread with a CPU to
+    /// spare, else idle-time work or a lowest-priority thread, following
+    /// the writer's pattern); the writer calls `Writer::idle_work` while it
+    /// waits for the next record's send time, as the API asks of a paced
+    /// writer.
+    Auto,
     /// No thread: the writer calls `Writer::idle_work` while it waits for the
     /// next record's send time (the latency phase; the throughput phase
     /// never waits, so the writer prepares pieces when it catches up).
@@ -131,6 +137,10 @@ pub struct ChildResult {
     pub writer_ns: u64,
     /// Writer: pieces the writer prepared itself (caught up with the pre-toucher).
     pub pieces_inline: u64,
+    /// Writer: what pre-touched at the end of the phase, and why
+    /// (`WindowReport::mode_description`); None without a queue.
+    #[serde(default)]
+    pub pretouch: Option<String>,
     /// Reader: records received.
     pub received: u64,
     /// Reader: `CLOCK_MONOTONIC` ns after the last record.
@@ -170,6 +180,10 @@ trait Sink {
     /// Pieces of the pre-touch window the writer prepared itself.
     fn pieces_inline(&self) -> u64 {
         0
+    }
+    /// What pre-touches now, and why (None: no queue).
+    fn pretouch(&self) -> Option<String> {
+        None
     }
     /// Called while the writer waits for a record's send time.
     fn idle(&mut self) -> Result<(), String> {
@@ -225,6 +239,10 @@ impl Sink for QueueSink {
 
     fn pieces_inline(&self) -> u64 {
         self.writer.report().window.pieces_inline
+    }
+
+    fn pretouch(&self) -> Option<String> {
+        Some(self.writer.report().window.mode_description())
     }
 
     fn idle(&mut self) -> Result<(), String> {
@@ -317,10 +335,10 @@ fn open_sink(spec: &ChildSpec) -> Result<Box<dyn Sink>, String> {
             let options = Options {
                 pretouch: pretouch.then(|| PreTouch {
                     window: spec.window,
-                    mode: if spec.pretouch == Pretouch::Background {
-                        PreTouchMode::Thread
-                    } else {
-                        PreTouchMode::Idle
+                    mode: match spec.pretouch {
+                        Pretouch::Background => PreTouchMode::Thread,
+                        Pretouch::Auto => PreTouchMode::Auto,
+                        Pretouch::Idle | Pretouch::Off => PreTouchMode::Idle,
                     },
                     ..PreTouch::default()
                 }),
@@ -335,7 +353,7 @@ fn open_sink(spec: &ChildSpec) -> Result<Box<dyn Sink>, String> {
             }
             Ok(Box::new(QueueSink {
                 writer,
-                idle_pretouch: spec.pretouch == Pretouch::Idle,
+                idle_pretouch: matches!(spec.pretouch, Pretouch::Idle | Pretouch::Auto),
             }))
         }
         Transport::Floor => {
@@ -438,6 +456,7 @@ fn run_writer(spec: &ChildSpec, out: &mut dyn Write) -> Result<ChildResult, Stri
         first_send_ns,
         writer_ns,
         pieces_inline: sink.pieces_inline(),
+        pretouch: sink.pretouch(),
         ..ChildResult::default()
     })
 }
@@ -529,8 +548,9 @@ pub struct Config {
 
 impl Config {
     /// The default rows: the shared-memory floor on tmpfs, then the queue on
-    /// tmpfs (pre-touch thread, idle-time pre-touch, none) and on a disk
-    /// directory (thread, none); all copy with `copy`.
+    /// tmpfs (default options, the pre-touch thread asked for, idle-time
+    /// pre-touch asked for, none) and on a disk directory (thread, none);
+    /// all copy with `copy`.
     pub fn default_rows(tmpfs: &Path, disk: &Path, copy: Routine) -> Vec<RowSpec> {
         let row = |name: &str, dir: &Path, pretouch, transport| RowSpec {
             name: name.to_owned(),
@@ -539,10 +559,11 @@ impl Config {
             transport,
             copy,
         };
-        use Pretouch::{Background, Idle, Off};
+        use Pretouch::{Auto, Background, Idle, Off};
         vec![
             row("floor", tmpfs, Off, Transport::Floor),
-            row("tmpfs+pretouch", tmpfs, Background, Transport::Queue),
+            row("tmpfs+pretouch", tmpfs, Auto, Transport::Queue),
+            row("tmpfs+thread-pretouch", tmpfs, Background, Transport::Queue),
             row("tmpfs+idle-pretouch", tmpfs, Idle, Transport::Queue),
             row("tmpfs", tmpfs, Off, Transport::Queue),
             row("disk+pretouch", disk, Background, Transport::Queue),
@@ -578,8 +599,14 @@ pub struct Row {
     pub fs: String,
     /// Whether the writer pre-touched.
     pub pretouch: bool,
-    /// How: `off`, `background` (thread) or `idle` (in the writer's waits).
+    /// How: `off`, `background` (thread), `idle` (in the writer's waits)
+    /// or `auto` (default options).
     pub pretouch_mode: Pretouch,
+    /// What pre-touched at the end of the last trial's throughput phase,
+    /// and why (`WindowReport::mode_description`); None without a queue.
+    pub pretouch_throughput: Option<String>,
+    /// The same for the latency phase; None without a queue or the phase.
+    pub pretouch_latency: Option<String>,
     /// Queue or the shared-memory floor.
     pub transport: Transport,
     /// The routine that copied payloads in and out.
@@ -669,6 +696,8 @@ struct Trial {
     faults_throughput: Option<u64>,
     faults_note: Option<String>,
     pieces_inline: u64,
+    pretouch_throughput: Option<String>,
+    pretouch_latency: Option<String>,
 }
 
 /// Starts a child process for a spec, with its stdout piped.
@@ -846,6 +875,10 @@ fn run_trial(config: &Config, row: &RowSpec, spawn: Spawn<'_>) -> Result<Trial, 
         faults_throughput: tw.append_faults,
         faults_note,
         pieces_inline: tw.pieces_inline,
+        pretouch_throughput: tw.pretouch.clone(),
+        pretouch_latency: latency_phase
+            .as_ref()
+            .and_then(|(lw, _, _)| lw.pretouch.clone()),
     })
 }
 
@@ -921,6 +954,8 @@ pub fn run(config: &Config, progress: &dyn Progress, spawn: Spawn<'_>) -> Report
             fs: fs_of(&spec.dir),
             pretouch: spec.pretouch != Pretouch::Off,
             pretouch_mode: spec.pretouch,
+            pretouch_throughput: t.last().and_then(|x| x.pretouch_throughput.clone()),
+            pretouch_latency: t.last().and_then(|x| x.pretouch_latency.clone()),
             transport: spec.transport,
             copy: spec.copy,
             records_per_s: rate.median,
