@@ -264,9 +264,10 @@ pub struct WindowReport {
     pub switches: u64,
     /// The last switches, oldest first (at most [`SWITCH_LOG`]).
     pub switch_log: Vec<PreTouchSwitch>,
-    /// How the running thread lowered its priority (`SCHED_IDLE`, or nice 19
-    /// and why `SCHED_IDLE` was refused); None when no low-priority thread
-    /// has run.
+    /// How the low-priority thread lowered its priority (`SCHED_IDLE`, or
+    /// nice 19 and why `SCHED_IDLE` was refused). The thread is created
+    /// asleep when the writer opens, so that none is created on the append
+    /// path; None when there is none (or it has not started yet).
     pub thread_priority: Option<String>,
     /// Bytes per piece.
     pub piece_bytes: u64,
@@ -358,9 +359,10 @@ struct Shared {
     /// Signalled to wake the background thread early.
     wake: Condvar,
     stop: AtomicBool,
-    /// The generation of the running thread: a thread whose generation is
-    /// not this one stops (a stopped low-priority thread is not waited for).
-    generation: AtomicU64,
+    /// The thread prepares pieces; while false it sleeps until woken (the
+    /// low-priority thread waits so, started at open, until the writer's
+    /// pattern calls for it: no thread is created on the append path).
+    active: AtomicBool,
     window_now: AtomicU64,
     peak_window: AtomicU64,
     pieces_background: AtomicU64,
@@ -523,8 +525,6 @@ pub(crate) struct Window {
     /// When the current pre-toucher started (the open, or the last switch),
     /// ns since the Unix epoch.
     since_unix_ns: u64,
-    /// Threads told to stop, joined on drop.
-    stopped: Vec<JoinHandle<()>>,
 }
 
 impl std::fmt::Debug for Window {
@@ -571,7 +571,7 @@ impl Window {
             finished: Condvar::new(),
             wake: Condvar::new(),
             stop: AtomicBool::new(false),
-            generation: AtomicU64::new(0),
+            active: AtomicBool::new(background),
             window_now: AtomicU64::new(config.window),
             peak_window: AtomicU64::new(if background { config.window } else { 0 }),
             pieces_background: AtomicU64::new(0),
@@ -591,18 +591,29 @@ impl Window {
             switches: 0,
             switch_log: VecDeque::new(),
             since_unix_ns: now_unix_ns(),
-            stopped: Vec::new(),
         };
         if background {
             window.thread = Some(window.spawn(false).map_err(QueueError::Thread)?);
+        } else if resolved.adaptive {
+            match window.spawn(true) {
+                Ok(t) => window.thread = Some(t),
+                Err(e) => {
+                    window.watch = None;
+                    window.follows_pattern = false;
+                    window.reason = format!(
+                        "{}; but the low-priority thread could not be created ({e}), so idle-time work only",
+                        window.reason
+                    );
+                }
+            }
         }
         Ok(window)
     }
 
-    /// Starts the background thread; `low_priority`: at the lowest priority.
+    /// Starts the background thread; `low_priority`: at the lowest priority,
+    /// and asleep until [`Window::set_active`] wakes it.
     fn spawn(&self, low_priority: bool) -> std::io::Result<JoinHandle<()>> {
         let worker = Arc::clone(&self.shared);
-        let generation = worker.generation.load(Ordering::Relaxed);
         std::thread::Builder::new()
             .name("pagewise-pretouch".into())
             .spawn(move || {
@@ -620,48 +631,35 @@ impl Window {
                     };
                     *worker.priority.lock().unwrap_or_else(|e| e.into_inner()) = Some(how);
                 }
-                run(&worker, generation)
+                run(&worker)
             })
     }
 
-    /// Tells the background thread, if one runs, to stop after the piece
-    /// it is preparing, without waiting for it (a lowest-priority thread may
-    /// get no CPU for a while); it is joined when the window is dropped.
-    fn stop_thread(&mut self) {
+    /// Wakes the background thread to work (`true`), or lets it finish the
+    /// piece it is preparing and sleep (`false`), without waiting for it: a
+    /// lowest-priority thread may get no CPU for a while. One futex wake.
+    fn set_active(&self, active: bool) {
         let s = &*self.shared;
-        s.generation.fetch_add(1, Ordering::Relaxed);
-        // Take the lock so the thread is either before its stop check or waiting.
+        s.active.store(active, Ordering::Relaxed);
+        if !active {
+            s.window_now.store(s.config.window, Ordering::Relaxed);
+        }
+        // Take the lock so the thread is either before its check or waiting.
         drop(s.lock());
         s.wake.notify_all();
-        // Finished ones need no join.
-        self.stopped.retain(|t| !t.is_finished());
-        self.stopped.extend(self.thread.take());
-        s.window_now.store(s.config.window, Ordering::Relaxed);
     }
 
     /// Acts on the pattern watcher's decision at writer position `pos`;
-    /// returns whether the pre-toucher changed. A thread that cannot be
-    /// started is reported in the reason and the mode stops following the
-    /// pattern (the writer goes on in idle-time mode).
+    /// returns whether the pre-toucher changed (always: the watcher exists
+    /// only with the thread created and asleep).
     fn switch(&mut self, switch: Switch, pos: u64) -> bool {
         let (to, why) = match switch {
-            Switch::ToThread(why) => match self.spawn(true) {
-                Ok(t) => {
-                    self.thread = Some(t);
-                    (PreToucher::LowPriorityThread, why)
-                }
-                Err(e) => {
-                    self.watch = None;
-                    self.follows_pattern = false;
-                    self.reason = format!(
-                        "{}; {why}, but the low-priority thread could not be started ({e}), so idle-time work stays",
-                        self.reason
-                    );
-                    return false;
-                }
-            },
+            Switch::ToThread(why) => {
+                self.set_active(true);
+                (PreToucher::LowPriorityThread, why)
+            }
             Switch::ToIdle(why) => {
-                self.stop_thread();
+                self.set_active(false);
                 (PreToucher::Idle, why)
             }
         };
@@ -741,7 +739,7 @@ impl Window {
         if f >= need {
             return Ok(f);
         }
-        if self.thread.is_some() {
+        if self.thread.is_some() && s.active.load(Ordering::Relaxed) {
             s.wake.notify_one();
         }
         let need_piece = (need - 1).saturating_sub(s.origin) / s.piece;
@@ -758,9 +756,11 @@ impl Window {
                 let pos = s.writer_pos.load(Ordering::Relaxed);
                 s.prepare_run(state, i, u64::MAX, pos, Preparer::Inline)?;
                 state = s.lock();
-            } else if self.mode == PreToucher::LowPriorityThread {
-                // The pieces we need are the low-priority thread's, which may
-                // get no CPU while this one is busy: never wait for it.
+            } else if self.follows_pattern {
+                // The pieces we need are the low-priority thread's (also
+                // when it was just told to sleep: it finishes its run
+                // first), and it may get no CPU while this one is busy:
+                // never wait for it.
                 // Prepare them again (both calls are idempotent) and mark
                 // them done; the thread's own completion then changes nothing.
                 *inline = true;
@@ -865,8 +865,8 @@ impl Window {
 impl Drop for Window {
     fn drop(&mut self) {
         self.shared.stop.store(true, Ordering::Relaxed);
-        self.stop_thread();
-        for t in self.stopped.drain(..) {
+        self.set_active(false);
+        if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
     }
@@ -898,11 +898,10 @@ impl Rate {
     }
 }
 
-/// The background thread's loop; it stops when the window is dropped or
-/// when the generation moves past `generation`.
-fn run(s: &Shared, generation: u64) {
-    let stopped =
-        || s.stop.load(Ordering::Relaxed) || s.generation.load(Ordering::Relaxed) != generation;
+/// The background thread's loop, until the window is dropped; while not
+/// active it sleeps until woken.
+fn run(s: &Shared) {
+    let stopped = || s.stop.load(Ordering::Relaxed);
     let mut rate = Rate {
         at: Instant::now(),
         pos: s.writer_pos.load(Ordering::Relaxed),
@@ -910,7 +909,9 @@ fn run(s: &Shared, generation: u64) {
     };
     let cfg = s.config;
     loop {
-        s.prep.housekeeping();
+        if s.active.load(Ordering::Relaxed) {
+            s.prep.housekeeping();
+        }
         if stopped() {
             return;
         }
@@ -923,6 +924,16 @@ fn run(s: &Shared, generation: u64) {
         let state = s.lock();
         if stopped() {
             return;
+        }
+        if !s.active.load(Ordering::Relaxed) {
+            drop(s.wake.wait(state).unwrap_or_else(|e| e.into_inner()));
+            // Measure the rate afresh when woken.
+            rate = Rate {
+                at: Instant::now(),
+                pos: s.writer_pos.load(Ordering::Relaxed),
+                bytes_per_s: 0.0,
+            };
+            continue;
         }
         let backing_off = state.backoff_until.is_some_and(|t| Instant::now() < t);
         let i = state.lowest_unclaimed();
@@ -1148,7 +1159,10 @@ mod tests {
         );
         assert_eq!(w.report().mode, PreToucher::Idle);
         assert_eq!(w.report().switches, 2);
-        assert!(w.thread.is_none());
+        assert!(
+            !w.shared.active.load(Ordering::Relaxed),
+            "the thread sleeps"
+        );
     }
 
     #[test]
