@@ -141,6 +141,9 @@ pub struct ChildResult {
     /// (`WindowReport::mode_description`); None without a queue.
     #[serde(default)]
     pub pretouch: Option<String>,
+    /// Writer: switches of the pre-toucher during the phase.
+    #[serde(default)]
+    pub pretouch_switches: u64,
     /// Reader: records received.
     pub received: u64,
     /// Reader: `CLOCK_MONOTONIC` ns after the last record.
@@ -184,6 +187,10 @@ trait Sink {
     /// What pre-touches now, and why (None: no queue).
     fn pretouch(&self) -> Option<String> {
         None
+    }
+    /// Switches of the pre-toucher so far.
+    fn pretouch_switches(&self) -> u64 {
+        0
     }
     /// Called while the writer waits for a record's send time.
     fn idle(&mut self) -> Result<(), String> {
@@ -243,6 +250,10 @@ impl Sink for QueueSink {
 
     fn pretouch(&self) -> Option<String> {
         Some(self.writer.report().window.mode_description())
+    }
+
+    fn pretouch_switches(&self) -> u64 {
+        self.writer.report().window.switches
     }
 
     fn idle(&mut self) -> Result<(), String> {
@@ -457,6 +468,7 @@ fn run_writer(spec: &ChildSpec, out: &mut dyn Write) -> Result<ChildResult, Stri
         writer_ns,
         pieces_inline: sink.pieces_inline(),
         pretouch: sink.pretouch(),
+        pretouch_switches: sink.pretouch_switches(),
         ..ChildResult::default()
     })
 }
@@ -607,6 +619,11 @@ pub struct Row {
     pub pretouch_throughput: Option<String>,
     /// The same for the latency phase; None without a queue or the phase.
     pub pretouch_latency: Option<String>,
+    /// The most switches of the pre-toucher in one trial's throughput phase.
+    pub pretouch_switches_throughput: u64,
+    /// The most in one trial's latency phase (a writer that falls behind its
+    /// schedule sends in a burst, and may switch).
+    pub pretouch_switches_latency: u64,
     /// Queue or the shared-memory floor.
     pub transport: Transport,
     /// The routine that copied payloads in and out.
@@ -698,6 +715,8 @@ struct Trial {
     pieces_inline: u64,
     pretouch_throughput: Option<String>,
     pretouch_latency: Option<String>,
+    switches_throughput: u64,
+    switches_latency: u64,
 }
 
 /// Starts a child process for a spec, with its stdout piped.
@@ -879,6 +898,10 @@ fn run_trial(config: &Config, row: &RowSpec, spawn: Spawn<'_>) -> Result<Trial, 
         pretouch_latency: latency_phase
             .as_ref()
             .and_then(|(lw, _, _)| lw.pretouch.clone()),
+        switches_throughput: tw.pretouch_switches,
+        switches_latency: latency_phase
+            .as_ref()
+            .map_or(0, |(lw, _, _)| lw.pretouch_switches),
     })
 }
 
@@ -956,6 +979,12 @@ pub fn run(config: &Config, progress: &dyn Progress, spawn: Spawn<'_>) -> Report
             pretouch_mode: spec.pretouch,
             pretouch_throughput: t.last().and_then(|x| x.pretouch_throughput.clone()),
             pretouch_latency: t.last().and_then(|x| x.pretouch_latency.clone()),
+            pretouch_switches_throughput: t
+                .iter()
+                .map(|x| x.switches_throughput)
+                .max()
+                .unwrap_or(0),
+            pretouch_switches_latency: t.iter().map(|x| x.switches_latency).max().unwrap_or(0),
             transport: spec.transport,
             copy: spec.copy,
             records_per_s: rate.median,

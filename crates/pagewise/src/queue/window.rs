@@ -739,7 +739,11 @@ impl Window {
         if f >= need {
             return Ok(f);
         }
-        if self.thread.is_some() && s.active.load(Ordering::Relaxed) {
+        // Wake the thread of normal priority early. Not the low-priority
+        // one: it runs only on an idle CPU, where its naps (50 µs to 5 ms)
+        // end soon enough, and a futex wake per catch-up would cost the
+        // writer more than it saves.
+        if self.mode == PreToucher::Thread {
             s.wake.notify_one();
         }
         let need_piece = (need - 1).saturating_sub(s.origin) / s.piece;
