@@ -618,18 +618,27 @@ impl Window {
             .name("pagewise-pretouch".into())
             .spawn(move || {
                 if low_priority {
-                    let how = match crate::sys::process::lowest_priority_for_this_thread() {
-                        Ok((crate::sys::process::LowPriority::SchedIdle, _)) => {
-                            "SCHED_IDLE".to_owned()
-                        }
-                        Ok((crate::sys::process::LowPriority::Nice19, refused)) => format!(
-                            "nice 19 ({} refused: {})",
-                            "SCHED_IDLE",
-                            refused.map_or_else(|| "no reason given".to_owned(), |e| e.to_string())
+                    use crate::sys::process::{lowest_priority_for_this_thread, LowPriority};
+                    let (how, lowered) = match lowest_priority_for_this_thread() {
+                        Ok((LowPriority::SchedIdle, _)) => ("SCHED_IDLE".to_owned(), true),
+                        Ok((LowPriority::Nice19, refused)) => (
+                            format!(
+                                "nice 19 (SCHED_IDLE refused: {})",
+                                refused.map_or_else(|| "no reason given".to_owned(), |e| e.to_string())
+                            ),
+                            true,
                         ),
-                        Err(e) => format!("normal priority (could not lower it: {e})"),
+                        Err(e) => (
+                            format!("none: its priority could not be lowered ({e}), so it does no work and the writer prepares its window itself"),
+                            false,
+                        ),
                     };
                     *worker.priority.lock().unwrap_or_else(|e| e.into_inner()) = Some(how);
+                    if !lowered {
+                        // A thread of normal priority is what this mode avoids;
+                        // the writer never waits for this one.
+                        return;
+                    }
                 }
                 run(&worker)
             })
