@@ -81,8 +81,14 @@ pub enum Transport {
 pub enum Pretouch {
     /// No pre-touch: the writer faults on every new page.
     Off,
-    /// The pre-touch thread.
+    /// The pre-touch thread, asked for (`PreTouchMode::Thread`).
     Background,
+    /// Default options (`PreTouchMode::Auto`: the thread with a CPU to
+    /// spare, else idle-time work or a lowest-priority thread, following
+    /// the writer's pattern); the writer calls `Writer::idle_work` while it
+    /// waits for the next record's send time, as the API asks of a paced
+    /// writer.
+    Auto,
     /// No thread: the writer calls `Writer::idle_work` while it waits for the
     /// next record's send time (the latency phase; the throughput phase
     /// never waits, so the writer prepares pieces when it catches up).
@@ -131,6 +137,13 @@ pub struct ChildResult {
     pub writer_ns: u64,
     /// Writer: pieces the writer prepared itself (caught up with the pre-toucher).
     pub pieces_inline: u64,
+    /// Writer: what pre-touched at the end of the phase, and why
+    /// (`WindowReport::mode_description`); None without a queue.
+    #[serde(default)]
+    pub pretouch: Option<String>,
+    /// Writer: switches of the pre-toucher during the phase.
+    #[serde(default)]
+    pub pretouch_switches: u64,
     /// Reader: records received.
     pub received: u64,
     /// Reader: `CLOCK_MONOTONIC` ns after the last record.
@@ -169,6 +182,14 @@ trait Sink {
     fn send(&mut self, payload: &[u8]) -> Result<(), String>;
     /// Pieces of the pre-touch window the writer prepared itself.
     fn pieces_inline(&self) -> u64 {
+        0
+    }
+    /// What pre-touches now, and why (None: no queue).
+    fn pretouch(&self) -> Option<String> {
+        None
+    }
+    /// Switches of the pre-toucher so far.
+    fn pretouch_switches(&self) -> u64 {
         0
     }
     /// Called while the writer waits for a record's send time.
@@ -225,6 +246,14 @@ impl Sink for QueueSink {
 
     fn pieces_inline(&self) -> u64 {
         self.writer.report().window.pieces_inline
+    }
+
+    fn pretouch(&self) -> Option<String> {
+        Some(self.writer.report().window.mode_description())
+    }
+
+    fn pretouch_switches(&self) -> u64 {
+        self.writer.report().window.switches
     }
 
     fn idle(&mut self) -> Result<(), String> {
@@ -317,10 +346,10 @@ fn open_sink(spec: &ChildSpec) -> Result<Box<dyn Sink>, String> {
             let options = Options {
                 pretouch: pretouch.then(|| PreTouch {
                     window: spec.window,
-                    mode: if spec.pretouch == Pretouch::Background {
-                        PreTouchMode::Thread
-                    } else {
-                        PreTouchMode::Idle
+                    mode: match spec.pretouch {
+                        Pretouch::Background => PreTouchMode::Thread,
+                        Pretouch::Auto => PreTouchMode::Auto,
+                        Pretouch::Idle | Pretouch::Off => PreTouchMode::Idle,
                     },
                     ..PreTouch::default()
                 }),
@@ -335,7 +364,7 @@ fn open_sink(spec: &ChildSpec) -> Result<Box<dyn Sink>, String> {
             }
             Ok(Box::new(QueueSink {
                 writer,
-                idle_pretouch: spec.pretouch == Pretouch::Idle,
+                idle_pretouch: matches!(spec.pretouch, Pretouch::Idle | Pretouch::Auto),
             }))
         }
         Transport::Floor => {
@@ -438,6 +467,8 @@ fn run_writer(spec: &ChildSpec, out: &mut dyn Write) -> Result<ChildResult, Stri
         first_send_ns,
         writer_ns,
         pieces_inline: sink.pieces_inline(),
+        pretouch: sink.pretouch(),
+        pretouch_switches: sink.pretouch_switches(),
         ..ChildResult::default()
     })
 }
@@ -529,8 +560,9 @@ pub struct Config {
 
 impl Config {
     /// The default rows: the shared-memory floor on tmpfs, then the queue on
-    /// tmpfs (pre-touch thread, idle-time pre-touch, none) and on a disk
-    /// directory (thread, none); all copy with `copy`.
+    /// tmpfs (default options, the pre-touch thread asked for, idle-time
+    /// pre-touch asked for, none) and on a disk directory (thread, none);
+    /// all copy with `copy`.
     pub fn default_rows(tmpfs: &Path, disk: &Path, copy: Routine) -> Vec<RowSpec> {
         let row = |name: &str, dir: &Path, pretouch, transport| RowSpec {
             name: name.to_owned(),
@@ -539,10 +571,11 @@ impl Config {
             transport,
             copy,
         };
-        use Pretouch::{Background, Idle, Off};
+        use Pretouch::{Auto, Background, Idle, Off};
         vec![
             row("floor", tmpfs, Off, Transport::Floor),
-            row("tmpfs+pretouch", tmpfs, Background, Transport::Queue),
+            row("tmpfs+pretouch", tmpfs, Auto, Transport::Queue),
+            row("tmpfs+thread-pretouch", tmpfs, Background, Transport::Queue),
             row("tmpfs+idle-pretouch", tmpfs, Idle, Transport::Queue),
             row("tmpfs", tmpfs, Off, Transport::Queue),
             row("disk+pretouch", disk, Background, Transport::Queue),
@@ -578,8 +611,19 @@ pub struct Row {
     pub fs: String,
     /// Whether the writer pre-touched.
     pub pretouch: bool,
-    /// How: `off`, `background` (thread) or `idle` (in the writer's waits).
+    /// How: `off`, `background` (thread), `idle` (in the writer's waits)
+    /// or `auto` (default options).
     pub pretouch_mode: Pretouch,
+    /// What pre-touched at the end of the last trial's throughput phase,
+    /// and why (`WindowReport::mode_description`); None without a queue.
+    pub pretouch_throughput: Option<String>,
+    /// The same for the latency phase; None without a queue or the phase.
+    pub pretouch_latency: Option<String>,
+    /// The most switches of the pre-toucher in one trial's throughput phase.
+    pub pretouch_switches_throughput: u64,
+    /// The most in one trial's latency phase (a writer that falls behind its
+    /// schedule sends in a burst, and may switch).
+    pub pretouch_switches_latency: u64,
     /// Queue or the shared-memory floor.
     pub transport: Transport,
     /// The routine that copied payloads in and out.
@@ -669,6 +713,10 @@ struct Trial {
     faults_throughput: Option<u64>,
     faults_note: Option<String>,
     pieces_inline: u64,
+    pretouch_throughput: Option<String>,
+    pretouch_latency: Option<String>,
+    switches_throughput: u64,
+    switches_latency: u64,
 }
 
 /// Starts a child process for a spec, with its stdout piped.
@@ -846,6 +894,14 @@ fn run_trial(config: &Config, row: &RowSpec, spawn: Spawn<'_>) -> Result<Trial, 
         faults_throughput: tw.append_faults,
         faults_note,
         pieces_inline: tw.pieces_inline,
+        pretouch_throughput: tw.pretouch.clone(),
+        pretouch_latency: latency_phase
+            .as_ref()
+            .and_then(|(lw, _, _)| lw.pretouch.clone()),
+        switches_throughput: tw.pretouch_switches,
+        switches_latency: latency_phase
+            .as_ref()
+            .map_or(0, |(lw, _, _)| lw.pretouch_switches),
     })
 }
 
@@ -921,6 +977,14 @@ pub fn run(config: &Config, progress: &dyn Progress, spawn: Spawn<'_>) -> Report
             fs: fs_of(&spec.dir),
             pretouch: spec.pretouch != Pretouch::Off,
             pretouch_mode: spec.pretouch,
+            pretouch_throughput: t.last().and_then(|x| x.pretouch_throughput.clone()),
+            pretouch_latency: t.last().and_then(|x| x.pretouch_latency.clone()),
+            pretouch_switches_throughput: t
+                .iter()
+                .map(|x| x.switches_throughput)
+                .max()
+                .unwrap_or(0),
+            pretouch_switches_latency: t.iter().map(|x| x.switches_latency).max().unwrap_or(0),
             transport: spec.transport,
             copy: spec.copy,
             records_per_s: rate.median,

@@ -145,13 +145,7 @@ fn inspect(args: &InspectArgs) -> anyhow::Result<ExitCode> {
                 )
             },
         ),
-        (
-            "writer's pre-touch",
-            info.last_writer_pretouch.map_or_else(
-                || "not recorded (an earlier pagewise)".to_owned(),
-                |m| m.name().to_owned(),
-            ),
-        ),
+        ("writer's pre-touch", pretouch_summary(&info)),
         (
             "after the end",
             if info.uncommitted_bytes_after_end {
@@ -170,6 +164,45 @@ fn inspect(args: &InspectArgs) -> anyhow::Result<ExitCode> {
         outln!("problem: {p}")?;
     }
     Ok(status)
+}
+
+/// The last writer's pre-toucher in one line: what, the CPUs `Auto` found,
+/// the switches it made and since when the current one runs.
+fn pretouch_summary(info: &queue::Inspection) -> String {
+    let Some(mode) = info.last_writer_pretouch else {
+        return "not recorded (an earlier pagewise, or a newer one's mode)".to_owned();
+    };
+    let mut out = mode.name().to_owned();
+    let mut notes = Vec::new();
+    if let Some(n) = info.last_writer_usable_cpus {
+        notes.push(format!(
+            "auto, {n} usable CPU{}",
+            if n == 1 { "" } else { "s" }
+        ));
+    }
+    match info.last_writer_pretouch_switches {
+        0 => {}
+        1 => notes.push("1 switch".to_owned()),
+        n => notes.push(format!("{n} switches")),
+    }
+    if let Some(since) = info.last_writer_pretouch_since_unix_ns {
+        notes.push(format!("current one started {}", ago(since)));
+    }
+    if !notes.is_empty() {
+        out.push_str(&format!(" ({})", notes.join("; ")));
+    }
+    out
+}
+
+/// How long ago `ns` (since the Unix epoch) was: `12.3 s ago`.
+fn ago(ns: u64) -> String {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    match now.checked_sub(ns) {
+        Some(d) => format!("{:.1} s ago", d as f64 / 1e9),
+        None => "in the future (the clock moved back)".to_owned(),
+    }
 }
 
 /// Escapes a payload for one line: `\n`, `\r`, `\t`, `\\`, other control

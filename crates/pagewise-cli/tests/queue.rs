@@ -404,7 +404,12 @@ fn bench_queue_json_has_the_rows_asked_for() {
         .iter()
         .map(|r| r["pretouch_mode"].as_str().unwrap())
         .collect();
-    assert_eq!(modes, ["background", "off", "background", "off", "idle"]);
+    assert_eq!(modes, ["auto", "off", "background", "off", "idle"]);
+    // Queue rows say what pre-touched and why; the floor has no queue.
+    let how = rows[0]["pretouch_throughput"].as_str().unwrap();
+    assert!(how.contains("auto:"), "{how}");
+    assert!(rows[0]["pretouch_latency"].as_str().is_some());
+    assert!(rows[3]["pretouch_throughput"].is_null());
     assert_eq!(rows[3]["transport"], "floor");
     assert!(rows.iter().all(|r| r["copy"] == "glibc"));
     // The children count faults as this process would.
@@ -679,4 +684,60 @@ fn bench_queue_rtt_refuses_an_unknown_row_and_a_bad_pin() {
         .clone();
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("--pin takes two CPUs"), "{err}");
+}
+
+#[test]
+fn inspect_shows_the_low_priority_pre_toucher_and_its_switch() {
+    use pagewise::queue::{Options, PreToucher, Writer};
+    let d = shm_dir();
+    let q = d.path().join("q");
+    // A writer on at most two CPUs that never idles: PreTouchMode::Auto
+    // starts the low-priority thread. It stays open while inspect runs.
+    let (tx, rx) = std::sync::mpsc::channel();
+    let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+    let path = q.clone();
+    let writer = std::thread::spawn(move || {
+        let cpus = pagewise::os::process::usable_cpus().unwrap();
+        pagewise::os::process::restrict_this_thread(&cpus[..cpus.len().min(2)]).unwrap();
+        let mut w = Writer::create(
+            &path,
+            Options {
+                chunk_size: 1 << 20,
+                ..Options::default()
+            },
+        )
+        .unwrap();
+        while w.position().0 < 4 << 20 {
+            w.append(&[1u8; 120]).unwrap();
+        }
+        tx.send(w.report().window).unwrap();
+        let _ = done_rx.recv_timeout(Duration::from_secs(60));
+    });
+    let report = rx.recv().unwrap();
+    assert_eq!(report.mode, PreToucher::LowPriorityThread, "{report:?}");
+    let v = inspect_json(&q);
+    assert_eq!(v["last_writer_pretouch"], "low-priority-thread");
+    assert_eq!(v["last_writer_pretouch_switches"], 1);
+    assert!(v["last_writer_pretouch_since_unix_ns"].as_u64().unwrap() > 0);
+    assert_eq!(
+        v["last_writer_usable_cpus"].as_u64(),
+        report.usable_cpus.map(|n| n as u64)
+    );
+    let out = pagewise()
+        .args(["queue", "inspect"])
+        .arg(&q)
+        .assert()
+        .success()
+        .get_output()
+        .clone();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let line = text
+        .lines()
+        .find(|l| l.contains("writer's pre-touch"))
+        .expect("a pre-touch row");
+    assert!(line.contains("low-priority-thread"), "{line}");
+    assert!(line.contains("1 switch"), "{line}");
+    assert!(line.contains("usable CPU"), "{line}");
+    done_tx.send(()).unwrap();
+    writer.join().unwrap();
 }

@@ -8,7 +8,7 @@
 //! without the queue's file format; `pagewise bench mmap-prefault` compares it
 //! with the other ways of prefaulting a file.
 
-use crate::queue::{PreTouch, PreToucher, Prepare, QueueError, Window, WindowReport};
+use crate::queue::{PreTouch, PreToucher, Prepare, QueueError, Resolved, Window, WindowReport};
 use crate::sys::file;
 use crate::sys::file_map::{FileAdvice, MapPopulator, WriteMap};
 use std::fs::File;
@@ -76,10 +76,12 @@ impl FileWindow {
             0,
             pretouch,
             Box::new(prep),
-            (
-                PreToucher::Thread,
-                "FileWindow always runs the thread".into(),
-            ),
+            Resolved {
+                mode: PreToucher::Thread,
+                reason: "FileWindow always runs the thread".into(),
+                usable_cpus: None,
+                adaptive: false,
+            },
         )?;
         Ok(FileWindow { window })
     }

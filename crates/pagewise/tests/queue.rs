@@ -1204,3 +1204,158 @@ fn an_explicit_pretouch_mode_is_kept_and_reported() {
         Some(PreToucher::Off)
     );
 }
+
+/// Runs `f` on a thread that may use at most two CPUs (so `PreTouchMode::Auto`
+/// finds fewer than `THREAD_MIN_CPUS`), as on a 2-CPU machine.
+fn on_two_cpus<T: Send>(f: impl FnOnce() -> T + Send) -> T {
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let cpus = pagewise::os::process::usable_cpus().unwrap();
+            let two = &cpus[..cpus.len().min(2)];
+            pagewise::os::process::restrict_this_thread(two).unwrap();
+            assert_eq!(
+                pagewise::os::process::usable_cpus().unwrap().len(),
+                two.len()
+            );
+            f()
+        })
+        .join()
+        .unwrap()
+    })
+}
+
+fn auto_options() -> Options {
+    Options {
+        chunk_size: 1 << 20,
+        ..Options::default()
+    }
+}
+
+#[test]
+fn auto_pretouch_on_two_cpus_starts_a_low_priority_thread_for_a_writer_without_idle_time() {
+    use pagewise::queue::PreToucher;
+    let d = dir();
+    let path = d.path().join("q");
+    let (report, records) = on_two_cpus(|| {
+        let mut w = Writer::create(&path, auto_options()).unwrap();
+        let first = w.report().window;
+        assert_eq!(first.mode, PreToucher::Idle, "{first:?}");
+        assert!(first.follows_pattern && first.switches == 0, "{first:?}");
+        // Back to back, never idle: 8 MiB of 120-byte payloads.
+        let payload = [7u8; 120];
+        let mut records = 0u64;
+        while w.position().0 < 8 << 20 {
+            w.append(&payload).unwrap();
+            records += 1;
+        }
+        // The thread says how it lowered its priority when it starts.
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while w.report().window.thread_priority.is_none() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let report = w.report().window;
+        // The choice is in the header while the writer runs.
+        let seen = inspect(&path).unwrap();
+        assert_eq!(
+            seen.last_writer_pretouch,
+            Some(PreToucher::LowPriorityThread)
+        );
+        assert_eq!(seen.last_writer_pretouch_switches, 1);
+        assert!(seen.last_writer_pretouch_since_unix_ns.is_some());
+        assert_eq!(
+            seen.last_writer_usable_cpus,
+            report.usable_cpus.map(|n| n as u32)
+        );
+        (report, records)
+    });
+    assert_eq!(report.mode, PreToucher::LowPriorityThread, "{report:?}");
+    assert_eq!(report.switches, 1, "{report:?}");
+    assert_eq!(report.switch_log.len(), 1);
+    assert_eq!(report.switch_log[0].to, PreToucher::LowPriorityThread);
+    assert!(
+        report.switch_log[0]
+            .why
+            .contains("caught up with the window 8 times"),
+        "{report:?}"
+    );
+    // It switched within the first MiB, not at the end.
+    assert!(
+        report.switch_log[0].at_position < 4096 + (1 << 20),
+        "{report:?}"
+    );
+    assert!(report.mode_reason.contains("usable CPUs"), "{report:?}");
+    let priority = report.thread_priority.clone().expect("the thread started");
+    assert!(
+        priority == "SCHED_IDLE" || priority.starts_with("nice 19"),
+        "{priority}"
+    );
+    println!("low-priority pre-toucher: {priority}; {report:?}");
+    // Nothing was lost to pieces prepared twice (by the thread and by the
+    // writer, which never waits for it).
+    let mut r = Reader::open(&path).unwrap();
+    let all = read_all(&mut r);
+    assert_eq!(all.len() as u64, records);
+    assert!(all.iter().all(|(_, p)| p[..] == [7u8; 120][..]));
+}
+
+#[test]
+fn auto_pretouch_on_two_cpus_stays_in_idle_time_for_a_writer_that_idles() {
+    use pagewise::queue::PreToucher;
+    let d = dir();
+    let path = d.path().join("q");
+    let report = on_two_cpus(|| {
+        let mut w = Writer::create(&path, auto_options()).unwrap();
+        // A paced writer: idle_work while it waits for each record (a few
+        // calls: one 4 KiB page each, against 136 bytes per record).
+        let payload = [3u8; 120];
+        while w.position().0 < 8 << 20 {
+            for _ in 0..3 {
+                w.idle_work().unwrap();
+            }
+            w.append(&payload).unwrap();
+        }
+        w.report().window
+    });
+    assert_eq!(report.mode, PreToucher::Idle, "{report:?}");
+    assert_eq!(report.switches, 0, "{report:?}");
+    assert!(report.pieces_idle > 0, "{report:?}");
+    // The low-priority thread exists (created asleep at open) but did no work.
+    assert_eq!(report.pieces_background, 0, "{report:?}");
+    let seen = inspect(&path).unwrap();
+    assert_eq!(seen.last_writer_pretouch, Some(PreToucher::Idle));
+    assert_eq!(seen.last_writer_pretouch_switches, 0);
+}
+
+#[test]
+fn auto_pretouch_on_two_cpus_goes_back_to_idle_time_when_the_writer_idles_again() {
+    use pagewise::queue::PreToucher;
+    let d = dir();
+    let path = d.path().join("q");
+    let report = on_two_cpus(|| {
+        let mut w = Writer::create(&path, auto_options()).unwrap();
+        let payload = [5u8; 120];
+        while w.report().window.mode != PreToucher::LowPriorityThread {
+            assert!(w.position().0 < 4 << 20, "no switch to the thread");
+            w.append(&payload).unwrap();
+        }
+        // Now a paced writer again: idle_work between records.
+        for _ in 0..20_000 {
+            w.idle_work().unwrap();
+            if w.report().window.mode == PreToucher::Idle {
+                break;
+            }
+            w.append(&payload).unwrap();
+        }
+        w.report().window
+    });
+    assert_eq!(report.mode, PreToucher::Idle, "{report:?}");
+    assert_eq!(report.switches, 2, "{report:?}");
+    assert_eq!(report.switch_log[1].to, PreToucher::Idle);
+    assert!(
+        report.switch_log[1].why.contains("called idle_work"),
+        "{report:?}"
+    );
+    let seen = inspect(&path).unwrap();
+    assert_eq!(seen.last_writer_pretouch, Some(PreToucher::Idle));
+    assert_eq!(seen.last_writer_pretouch_switches, 2);
+}

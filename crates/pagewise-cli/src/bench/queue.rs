@@ -34,7 +34,7 @@ pub struct QueueArgs {
     /// Directory on a disk file system.
     #[arg(long, default_value = "/var/tmp")]
     disk_dir: PathBuf,
-    /// Rows to run, comma-separated (floor, tmpfs+pretouch, tmpfs+idle-pretouch, tmpfs, disk+pretouch, disk); all by default.
+    /// Rows to run, comma-separated (floor, tmpfs+pretouch (default options), tmpfs+thread-pretouch, tmpfs+idle-pretouch, tmpfs, disk+pretouch, disk); all by default.
     /// With --rtt: floor, queue, queue+idle-work, queue+thread, queue+no-pretouch, queue+unguarded; floor and queue by default.
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
@@ -147,6 +147,14 @@ pub fn run(args: &QueueArgs) -> anyhow::Result<ExitCode> {
                 r.trials,
                 report.trials
             )?;
+        }
+    }
+    for r in &report.rows {
+        if let Some(how) = &r.pretouch_throughput {
+            outln!("{}: pre-touch, throughput phase: {how}", r.name)?;
+        }
+        if let Some(how) = &r.pretouch_latency {
+            outln!("{}: pre-touch, latency phase: {how}", r.name)?;
         }
     }
     for r in &report.rows {

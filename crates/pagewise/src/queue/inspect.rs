@@ -64,10 +64,22 @@ pub struct Inspection {
     pub last_writer_pid: u32,
     /// How many times a writer opened the queue.
     pub writer_opens: u64,
-    /// What prepared the file ahead of the writer that last opened the
-    /// queue: `thread`, `idle` (the writer's idle time) or `off`; null when
+    /// What prepares (or prepared, when it has gone) the file ahead of the
+    /// writer that last opened the queue: `thread`, `idle` (the writer's
+    /// idle time), `low-priority-thread` (started because the writer showed
+    /// no idle time on a machine with no CPU to spare) or `off`; null when
     /// that writer did not record it (an earlier pagewise).
     pub last_writer_pretouch: Option<PreToucher>,
+    /// How many times that writer switched between idle-time work and the
+    /// low-priority thread (`PreTouchMode::Auto` following its pattern).
+    pub last_writer_pretouch_switches: u32,
+    /// When that writer's current pre-toucher started (its open, or its
+    /// last switch), ns since the Unix epoch; null when not recorded.
+    pub last_writer_pretouch_since_unix_ns: Option<u64>,
+    /// The usable CPUs `PreTouchMode::Auto` found when that writer opened;
+    /// null when the mode was asked for, the CPUs were unknown, or the
+    /// writer did not record them.
+    pub last_writer_usable_cpus: Option<u32>,
     /// Non-zero bytes right after the end: a writer is filling a record, or
     /// one died mid-record (the next writer discards them).
     pub uncommitted_bytes_after_end: bool,
@@ -146,6 +158,11 @@ pub fn inspect(path: impl AsRef<Path>) -> Result<Inspection, QueueError> {
         last_writer_pid: state.writer_pid,
         writer_opens: state.writer_opens,
         last_writer_pretouch: PreToucher::from_code(state.writer_pretouch),
+        last_writer_pretouch_switches: state.writer_pretouch_switches,
+        last_writer_pretouch_since_unix_ns: (state.writer_pretouch_since_unix_ns != 0)
+            .then_some(state.writer_pretouch_since_unix_ns),
+        last_writer_usable_cpus: (state.writer_usable_cpus != 0)
+            .then_some(state.writer_usable_cpus),
         uncommitted_bytes_after_end: uncommitted,
         problem,
     })

@@ -67,6 +67,15 @@ pub(crate) const OFF_WRITER_OPENS: usize = 264;
 /// What prepares the file ahead of the writer that last opened the queue,
 /// u32 (see `PreToucher::code`; 0: an earlier pagewise did not say).
 pub(crate) const OFF_WRITER_PRETOUCH: usize = 272;
+/// How many times that writer switched its pre-toucher (`PreTouchMode::Auto`
+/// following the writer's pattern), u32; 0 from an earlier pagewise.
+pub(crate) const OFF_WRITER_PRETOUCH_SWITCHES: usize = 276;
+/// When that writer's current pre-toucher started (its open, or its last
+/// switch), ns since the Unix epoch, u64; 0 from an earlier pagewise.
+pub(crate) const OFF_WRITER_PRETOUCH_SINCE: usize = 280;
+/// The usable CPUs `PreTouchMode::Auto` found when that writer opened, u32;
+/// 0 when the mode was asked for, unknown, or from an earlier pagewise.
+pub(crate) const OFF_WRITER_USABLE_CPUS: usize = 288;
 
 /// The writer lock: an exclusive open-file-description lock on this byte
 /// range (the first byte of the file), held by the one writer. The kernel
@@ -289,6 +298,12 @@ pub struct HeaderState {
     pub writer_opens: u64,
     /// The last writer's pre-touch mode code (0: not recorded).
     pub writer_pretouch: u32,
+    /// Its pre-toucher switches so far (0 also from an earlier pagewise).
+    pub writer_pretouch_switches: u32,
+    /// When its current pre-toucher started, ns since the Unix epoch (0: not recorded).
+    pub writer_pretouch_since_unix_ns: u64,
+    /// The usable CPUs its `PreTouchMode::Auto` found (0: not recorded).
+    pub writer_usable_cpus: u32,
 }
 
 /// Validates the header page (at least [`HEADER_LEN`] bytes) and returns the geometry.
@@ -356,6 +371,9 @@ pub fn decode_header(path: &Path, h: &[u8]) -> Result<(Geometry, HeaderState), Q
         writer_pid: u32_at(h, OFF_WRITER_PID),
         writer_opens: u64_at(h, OFF_WRITER_OPENS),
         writer_pretouch: u32_at(h, OFF_WRITER_PRETOUCH),
+        writer_pretouch_switches: u32_at(h, OFF_WRITER_PRETOUCH_SWITCHES),
+        writer_pretouch_since_unix_ns: u64_at(h, OFF_WRITER_PRETOUCH_SINCE),
+        writer_usable_cpus: u32_at(h, OFF_WRITER_USABLE_CPUS),
     };
     Ok((g, state))
 }

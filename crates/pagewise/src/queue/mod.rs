@@ -69,6 +69,7 @@ pub mod layout;
 mod lock;
 mod maps;
 mod notify;
+mod pattern;
 mod reader;
 mod recovery;
 mod window;
@@ -81,8 +82,10 @@ pub use lock::lock_path;
 pub use notify::wait_path;
 pub use reader::{Reader, ReaderOptions, Record, Start, TruncationCheck, Wait};
 pub use recovery::Recovery;
-pub use window::{PreTouch, PreTouchMode, PreToucher, WindowReport, THREAD_MIN_CPUS};
-pub(crate) use window::{Prepare, Window};
+pub use window::{
+    PreTouch, PreTouchMode, PreTouchSwitch, PreToucher, WindowReport, SWITCH_LOG, THREAD_MIN_CPUS,
+};
+pub(crate) use window::{Prepare, Resolved, Window};
 pub use writer::{Options, Reservation, RetainReport, Retention, Writer, WriterReport};
 
 /// Where a record is: its byte offset in the queue file. Positions grow

@@ -25,7 +25,9 @@
 //! returns the error from `append`.
 
 use super::error::QueueError;
-use std::collections::BTreeSet;
+use super::pattern::{PatternWatch, Switch};
+use super::writer::now_unix_ns;
+use std::collections::{BTreeSet, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
@@ -34,11 +36,14 @@ use std::time::{Duration, Instant};
 /// Where the pre-touch work runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum PreTouchMode {
-    /// Chosen when the writer opens, from the CPUs this process may use
-    /// (`sched_getaffinity`): a thread when there are at least
-    /// [`THREAD_MIN_CPUS`], else idle-time work. On a machine with no core to
-    /// spare, a third runnable thread beside a spinning writer and reader
-    /// takes a CPU from one of them every time it wakes.
+    /// Chosen from the CPUs this process may use (`sched_getaffinity`) and
+    /// the writer's pattern: a thread when there are at least
+    /// [`THREAD_MIN_CPUS`]; else idle-time work while the writer has idle
+    /// time, and a thread at the lowest priority (`SCHED_IDLE`) while it has
+    /// none (it keeps catching up with the window). On a machine with no
+    /// core to spare, a third runnable thread of normal priority beside a
+    /// spinning writer and reader takes a CPU from one of them every time it
+    /// wakes; one at the lowest priority runs only when a CPU would idle.
     #[default]
     Auto,
     /// A background thread (`pagewise-pretouch`) keeps the window ready and
@@ -91,25 +96,32 @@ pub enum PreToucher {
     Thread,
     /// Idle-time work on the writer's thread.
     Idle,
+    /// The background thread at the lowest priority (`SCHED_IDLE`, or nice
+    /// 19 where that is refused), started by [`PreTouchMode::Auto`] on a
+    /// machine with no CPU to spare when the writer showed no idle time.
+    LowPriorityThread,
 }
 
 impl PreToucher {
-    /// `off`, `thread` or `idle`.
+    /// `off`, `thread`, `idle` or `low-priority-thread`.
     pub fn name(self) -> &'static str {
         match self {
             PreToucher::Off => "off",
             PreToucher::Thread => "thread",
             PreToucher::Idle => "idle",
+            PreToucher::LowPriorityThread => "low-priority-thread",
         }
     }
 
     /// The code stored in the queue header for `inspect` (0 means a writer
-    /// that did not say: an earlier pagewise).
+    /// that did not say: an earlier pagewise). Codes are never reused: an
+    /// earlier pagewise shows a code it does not know as "not recorded".
     pub(crate) fn code(self) -> u32 {
         match self {
             PreToucher::Off => 1,
             PreToucher::Thread => 2,
             PreToucher::Idle => 3,
+            PreToucher::LowPriorityThread => 4,
         }
     }
 
@@ -119,6 +131,7 @@ impl PreToucher {
             1 => Some(PreToucher::Off),
             2 => Some(PreToucher::Thread),
             3 => Some(PreToucher::Idle),
+            4 => Some(PreToucher::LowPriorityThread),
             _ => None,
         }
     }
@@ -139,31 +152,47 @@ impl PreTouch {
         Ok(())
     }
 
-    /// Resolves the mode: what runs, and why (for reports). `Auto` asks the
-    /// kernel which CPUs this thread may use (one system call).
+    /// Resolves the mode: what runs first, and why (for reports). `Auto`
+    /// asks the kernel which CPUs this thread may use (one system call).
     pub fn resolve(&self) -> (PreToucher, String) {
+        let r = self.resolve_auto();
+        (r.mode, r.reason)
+    }
+
+    /// As [`PreTouch::resolve`], with what `Auto` found.
+    pub(crate) fn resolve_auto(&self) -> Resolved {
+        let fixed = |mode, reason: &str| Resolved {
+            mode,
+            reason: reason.to_owned(),
+            usable_cpus: None,
+            adaptive: false,
+        };
         match self.mode {
-            PreTouchMode::Thread => (PreToucher::Thread, "asked for (PreTouchMode::Thread)".into()),
-            PreTouchMode::Idle => (PreToucher::Idle, "asked for (PreTouchMode::Idle)".into()),
+            PreTouchMode::Thread => fixed(PreToucher::Thread, "asked for (PreTouchMode::Thread)"),
+            PreTouchMode::Idle => fixed(PreToucher::Idle, "asked for (PreTouchMode::Idle)"),
             PreTouchMode::Auto => match crate::sys::process::usable_cpus() {
-                Ok(cpus) if cpus.len() >= THREAD_MIN_CPUS => (
-                    PreToucher::Thread,
-                    format!(
+                Ok(cpus) if cpus.len() >= THREAD_MIN_CPUS => Resolved {
+                    mode: PreToucher::Thread,
+                    reason: format!(
                         "auto: {} usable CPUs (sched_getaffinity), one to spare for the thread beside a writer and a reader",
                         cpus.len()
                     ),
-                ),
-                Ok(cpus) => (
-                    PreToucher::Idle,
-                    format!(
-                        "auto: {} usable CPU{} (sched_getaffinity), none to spare for a thread beside a spinning writer and reader",
+                    usable_cpus: Some(cpus.len()),
+                    adaptive: false,
+                },
+                Ok(cpus) => Resolved {
+                    mode: PreToucher::Idle,
+                    reason: format!(
+                        "auto: {} usable CPU{} (sched_getaffinity), none to spare for a thread of normal priority beside a spinning writer and reader; idle-time work while the writer has idle time, a lowest-priority thread while it has none",
                         cpus.len(),
                         if cpus.len() == 1 { "" } else { "s" }
                     ),
-                ),
-                Err(e) => (
+                    usable_cpus: Some(cpus.len()),
+                    adaptive: true,
+                },
+                Err(e) => fixed(
                     PreToucher::Idle,
-                    format!("auto: the usable CPUs are unknown ({e}), so no thread"),
+                    &format!("auto: the usable CPUs are unknown ({e}), so no thread"),
                 ),
             },
         }
@@ -180,6 +209,20 @@ impl PreTouch {
             .clamp(64 << 10, 1 << 20)
             .next_power_of_two()
     }
+}
+
+/// What [`PreTouch::resolve_auto`] chose.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Resolved {
+    /// What runs first.
+    pub mode: PreToucher,
+    /// Why.
+    pub reason: String,
+    /// The usable CPUs `Auto` found (None: not `Auto`, or unknown).
+    pub usable_cpus: Option<usize>,
+    /// Whether the writer's pattern may switch idle-time work to a
+    /// low-priority thread and back.
+    pub adaptive: bool,
 }
 
 /// The piece size of idle-time preparation.
@@ -207,8 +250,25 @@ pub(crate) trait Prepare: Send + Sync + 'static {
 pub struct WindowReport {
     /// What prepares the window: the thread, idle-time work, or nothing.
     pub mode: PreToucher,
-    /// Why that mode (what `PreTouchMode::Auto` found, or that it was asked for).
+    /// Why that mode (what `PreTouchMode::Auto` found, or that it was asked
+    /// for); after a switch, what the writer's pattern showed.
     pub mode_reason: String,
+    /// The usable CPUs `PreTouchMode::Auto` found; None when the mode was
+    /// asked for (or the CPUs are unknown).
+    pub usable_cpus: Option<usize>,
+    /// Whether the mode follows the writer's pattern (`Auto` with fewer than
+    /// [`THREAD_MIN_CPUS`] usable CPUs): idle-time work while the writer has
+    /// idle time, [`PreToucher::LowPriorityThread`] while it has none.
+    pub follows_pattern: bool,
+    /// Switches between idle-time work and the low-priority thread so far.
+    pub switches: u64,
+    /// The last switches, oldest first (at most [`SWITCH_LOG`]).
+    pub switch_log: Vec<PreTouchSwitch>,
+    /// How the low-priority thread lowered its priority (`SCHED_IDLE`, or
+    /// nice 19 and why `SCHED_IDLE` was refused). The thread is created
+    /// asleep when the writer opens, so that none is created on the append
+    /// path; None when there is none (or it has not started yet).
+    pub thread_priority: Option<String>,
     /// Bytes per piece.
     pub piece_bytes: u64,
     /// Configured smallest window.
@@ -233,10 +293,35 @@ pub struct WindowReport {
 }
 
 impl WindowReport {
-    /// The mode and why, in one line: `idle (auto: 2 usable CPUs …)`.
+    /// The mode and why, in one line: `idle (auto: 2 usable CPUs …)`, with
+    /// the number of switches when there were any.
     pub fn mode_description(&self) -> String {
-        format!("{} ({})", self.mode.name(), self.mode_reason)
+        match self.switches {
+            0 => format!("{} ({})", self.mode.name(), self.mode_reason),
+            n => format!(
+                "{} ({}; {n} switch{} so far)",
+                self.mode.name(),
+                self.mode_reason,
+                if n == 1 { "" } else { "es" }
+            ),
+        }
     }
+}
+
+/// How many switches [`WindowReport::switch_log`] keeps.
+pub const SWITCH_LOG: usize = 16;
+
+/// One switch of the pre-toucher, for reports.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct PreTouchSwitch {
+    /// What runs after the switch.
+    pub to: PreToucher,
+    /// What the writer's pattern showed.
+    pub why: String,
+    /// Where the writer was (its position, a file offset).
+    pub at_position: u64,
+    /// When, ns since the Unix epoch.
+    pub at_unix_ns: u64,
 }
 
 #[derive(Debug, Default)]
@@ -262,8 +347,6 @@ impl State {
 }
 
 struct Shared {
-    mode: PreToucher,
-    mode_reason: String,
     origin: u64,
     piece: u64,
     config: PreTouch,
@@ -276,12 +359,18 @@ struct Shared {
     /// Signalled to wake the background thread early.
     wake: Condvar,
     stop: AtomicBool,
+    /// The thread prepares pieces; while false it sleeps until woken (the
+    /// low-priority thread waits so, started at open, until the writer's
+    /// pattern calls for it: no thread is created on the append path).
+    active: AtomicBool,
     window_now: AtomicU64,
     peak_window: AtomicU64,
     pieces_background: AtomicU64,
     pieces_inline: AtomicU64,
     pieces_idle: AtomicU64,
     writer_waits: AtomicU64,
+    /// How the low-priority thread lowered its priority (it says so when it starts).
+    priority: Mutex<Option<String>>,
 }
 
 /// Who prepared a piece, for the counters.
@@ -304,6 +393,52 @@ impl Shared {
     fn claim(state: &mut State, i: u64) {
         state.inflight.insert(i);
         state.next = i + 1;
+    }
+
+    /// Claims piece `i` (unclaimed) and the unclaimed pieces after it, up to
+    /// `last` and within one 64 KiB run from the origin (small pieces are
+    /// prepared in runs: one system call per 4 KiB would cost more than the
+    /// faults; a run never crosses a chunk, since chunks are power-of-two
+    /// multiples of 64 KiB), prepares them in one call without the lock, and
+    /// completes them. Returns the error for the caller.
+    fn prepare_run<'a>(
+        &'a self,
+        mut state: MutexGuard<'a, State>,
+        i: u64,
+        last: u64,
+        pos: u64,
+        by: Preparer,
+    ) -> Result<(), QueueError> {
+        let per_run = (INLINE_RUN / self.piece).max(1);
+        let mut run = 1;
+        Shared::claim(&mut state, i);
+        while !(i + run).is_multiple_of(per_run)
+            && i + run <= last
+            && !state.inflight.contains(&(i + run))
+            && !state.done.contains(&(i + run))
+        {
+            Shared::claim(&mut state, i + run);
+            run += 1;
+        }
+        self.peak_window.fetch_max(
+            self.piece_start(i + run).saturating_sub(pos),
+            Ordering::Relaxed,
+        );
+        drop(state);
+        let result = self.prep.prepare(self.piece_start(i), self.piece * run);
+        state = self.lock();
+        if result.is_ok() {
+            for k in 1..run {
+                self.complete(state, i + k, Ok(()), by)?;
+                state = self.lock();
+            }
+        } else {
+            // Give the rest of the run back; `complete` does the first.
+            for k in 1..run {
+                state.inflight.remove(&(i + k));
+            }
+        }
+        self.complete(state, i, result, by)
     }
 
     /// Claims piece `i` (found unclaimed under `state`), prepares it without
@@ -378,6 +513,18 @@ impl Shared {
 pub(crate) struct Window {
     shared: Arc<Shared>,
     thread: Option<JoinHandle<()>>,
+    /// What prepares the window now, and why.
+    mode: PreToucher,
+    reason: String,
+    usable_cpus: Option<usize>,
+    /// The writer's pattern, when the mode follows it.
+    watch: Option<PatternWatch>,
+    follows_pattern: bool,
+    switches: u64,
+    switch_log: VecDeque<PreTouchSwitch>,
+    /// When the current pre-toucher started (the open, or the last switch),
+    /// ns since the Unix epoch.
+    since_unix_ns: u64,
 }
 
 impl std::fmt::Debug for Window {
@@ -387,6 +534,7 @@ impl std::fmt::Debug for Window {
             .field("piece", &self.shared.piece)
             .field("frontier", &self.frontier())
             .field("background", &self.thread.is_some())
+            .field("mode", &self.mode)
             .finish()
     }
 }
@@ -395,20 +543,20 @@ impl Window {
     /// A window over pieces of `piece` bytes counted from `origin`, starting
     /// with the piece that holds `start` (the writer's position). With
     /// `mode` [`PreToucher::Thread`], a thread named `pagewise-pretouch` runs
-    /// ahead of the writer; `reason` says why that mode, for reports.
+    /// ahead of the writer; `resolved` also says why that mode, for reports,
+    /// and whether the mode follows the writer's pattern.
     pub(crate) fn start(
         origin: u64,
         piece: u64,
         start: u64,
         config: PreTouch,
         prep: Box<dyn Prepare>,
-        (mode, mode_reason): (PreToucher, String),
+        resolved: Resolved,
     ) -> Result<Window, QueueError> {
+        let mode = resolved.mode;
         let background = mode == PreToucher::Thread;
         let first = start.saturating_sub(origin) / piece;
         let shared = Arc::new(Shared {
-            mode,
-            mode_reason,
             origin,
             piece,
             config,
@@ -423,25 +571,137 @@ impl Window {
             finished: Condvar::new(),
             wake: Condvar::new(),
             stop: AtomicBool::new(false),
+            active: AtomicBool::new(background),
             window_now: AtomicU64::new(config.window),
             peak_window: AtomicU64::new(if background { config.window } else { 0 }),
             pieces_background: AtomicU64::new(0),
             pieces_inline: AtomicU64::new(0),
             pieces_idle: AtomicU64::new(0),
             writer_waits: AtomicU64::new(0),
+            priority: Mutex::new(None),
         });
-        let thread = if background {
-            let worker = Arc::clone(&shared);
-            Some(
-                std::thread::Builder::new()
-                    .name("pagewise-pretouch".into())
-                    .spawn(move || run(&worker))
-                    .map_err(QueueError::Thread)?,
-            )
-        } else {
-            None
+        let mut window = Window {
+            shared,
+            thread: None,
+            mode,
+            reason: resolved.reason,
+            usable_cpus: resolved.usable_cpus,
+            watch: resolved.adaptive.then(|| PatternWatch::new(start)),
+            follows_pattern: resolved.adaptive,
+            switches: 0,
+            switch_log: VecDeque::new(),
+            since_unix_ns: now_unix_ns(),
         };
-        Ok(Window { shared, thread })
+        if background {
+            window.thread = Some(window.spawn(false).map_err(QueueError::Thread)?);
+        } else if resolved.adaptive {
+            match window.spawn(true) {
+                Ok(t) => window.thread = Some(t),
+                Err(e) => {
+                    window.watch = None;
+                    window.follows_pattern = false;
+                    window.reason = format!(
+                        "{}; but the low-priority thread could not be created ({e}), so idle-time work only",
+                        window.reason
+                    );
+                }
+            }
+        }
+        Ok(window)
+    }
+
+    /// Starts the background thread; `low_priority`: at the lowest priority,
+    /// and asleep until [`Window::set_active`] wakes it.
+    fn spawn(&self, low_priority: bool) -> std::io::Result<JoinHandle<()>> {
+        let worker = Arc::clone(&self.shared);
+        std::thread::Builder::new()
+            .name("pagewise-pretouch".into())
+            .spawn(move || {
+                if low_priority {
+                    use crate::sys::process::{lowest_priority_for_this_thread, LowPriority};
+                    let (how, lowered) = match lowest_priority_for_this_thread() {
+                        Ok((LowPriority::SchedIdle, _)) => ("SCHED_IDLE".to_owned(), true),
+                        Ok((LowPriority::Nice19, refused)) => (
+                            format!(
+                                "nice 19 (SCHED_IDLE refused: {})",
+                                refused.map_or_else(|| "no reason given".to_owned(), |e| e.to_string())
+                            ),
+                            true,
+                        ),
+                        Err(e) => (
+                            format!("none: its priority could not be lowered ({e}), so it does no work and the writer prepares its window itself"),
+                            false,
+                        ),
+                    };
+                    *worker.priority.lock().unwrap_or_else(|e| e.into_inner()) = Some(how);
+                    if !lowered {
+                        // A thread of normal priority is what this mode avoids;
+                        // the writer never waits for this one.
+                        return;
+                    }
+                }
+                run(&worker)
+            })
+    }
+
+    /// Wakes the background thread to work (`true`), or lets it finish the
+    /// piece it is preparing and sleep (`false`), without waiting for it: a
+    /// lowest-priority thread may get no CPU for a while. One futex wake.
+    fn set_active(&self, active: bool) {
+        let s = &*self.shared;
+        s.active.store(active, Ordering::Relaxed);
+        if !active {
+            s.window_now.store(s.config.window, Ordering::Relaxed);
+        }
+        // Take the lock so the thread is either before its check or waiting.
+        drop(s.lock());
+        s.wake.notify_all();
+    }
+
+    /// Acts on the pattern watcher's decision at writer position `pos`;
+    /// returns whether the pre-toucher changed (always: the watcher exists
+    /// only with the thread created and asleep).
+    fn switch(&mut self, switch: Switch, pos: u64) -> bool {
+        let (to, why) = match switch {
+            Switch::ToThread(why) => {
+                self.set_active(true);
+                (PreToucher::LowPriorityThread, why)
+            }
+            Switch::ToIdle(why) => {
+                self.set_active(false);
+                (PreToucher::Idle, why)
+            }
+        };
+        let cpus = self
+            .usable_cpus
+            .map_or_else(|| "auto".to_owned(), |n| format!("auto: {n} usable CPUs"));
+        self.mode = to;
+        self.reason = format!("{cpus}, {why}");
+        self.switches += 1;
+        self.since_unix_ns = now_unix_ns();
+        if self.switch_log.len() == SWITCH_LOG {
+            self.switch_log.pop_front();
+        }
+        self.switch_log.push_back(PreTouchSwitch {
+            to,
+            why,
+            at_position: pos,
+            at_unix_ns: self.since_unix_ns,
+        });
+        true
+    }
+
+    /// What the header records for `inspect`: the pre-toucher's code, the
+    /// switches so far, when the current one started (ns since the Unix
+    /// epoch) and the usable CPUs `Auto` found (0: not `Auto`).
+    pub(crate) fn header_words(&self) -> (u32, u32, u64, u32) {
+        (
+            self.mode.code(),
+            self.switches.min(u64::from(u32::MAX)) as u32,
+            self.since_unix_ns,
+            self.usable_cpus
+                .map_or(0, |n| n.min(u32::MAX as usize) as u32),
+        )
     }
 
     /// Publishes the writer's position. One relaxed store: call it per append.
@@ -460,12 +720,39 @@ impl Window {
     /// pieces itself while any it needs is unclaimed. An error from preparing
     /// a piece (`NoSpace`) is returned and nothing is left half-done.
     pub(crate) fn wait_ready(&self, need: u64) -> Result<u64, QueueError> {
+        self.ready(need, &mut false)
+    }
+
+    /// As [`Window::wait_ready`], for a writer that reached the end of the
+    /// prepared window on its append path: with `PreTouchMode::Auto` on a
+    /// machine with no CPU to spare, a catch-up is what the pattern watcher
+    /// counts, and may start the low-priority thread. Returns the new
+    /// frontier and whether the pre-toucher switched.
+    pub(crate) fn catch_up(&mut self, need: u64) -> Result<(u64, bool), QueueError> {
+        let mut inline = false;
+        let ready = self.ready(need, &mut inline)?;
+        let mut switched = false;
+        if inline {
+            let pos = self.shared.writer_pos.load(Ordering::Relaxed);
+            if let Some(switch) = self.watch.as_mut().and_then(|w| w.caught_up(pos)) {
+                switched = self.switch(switch, pos);
+            }
+        }
+        Ok((ready, switched))
+    }
+
+    /// `wait_ready`; sets `inline` when this call prepared pieces itself.
+    fn ready(&self, need: u64, inline: &mut bool) -> Result<u64, QueueError> {
         let s = &*self.shared;
         let f = self.frontier();
         if f >= need {
             return Ok(f);
         }
-        if self.thread.is_some() {
+        // Wake the thread of normal priority early. Not the low-priority
+        // one: it runs only on an idle CPU, where its naps (50 µs to 5 ms)
+        // end soon enough, and a futex wake per catch-up would cost the
+        // writer more than it saves.
+        if self.mode == PreToucher::Thread {
             s.wake.notify_one();
         }
         let need_piece = (need - 1).saturating_sub(s.origin) / s.piece;
@@ -478,36 +765,31 @@ impl Window {
             }
             let i = state.lowest_unclaimed();
             if i <= need_piece {
-                // Small (idle-time) pieces are prepared in runs of up to 64 KiB
-                // here: one system call per 4 KiB would cost more than the faults.
-                // A run ends at a multiple of 64 KiB from the origin, so it never
-                // crosses a chunk (chunks are power-of-two multiples of 64 KiB).
-                let per_run = (INLINE_RUN / s.piece).max(1);
-                let mut run = 1;
-                Shared::claim(&mut state, i);
-                while !(i + run).is_multiple_of(per_run)
-                    && !state.inflight.contains(&(i + run))
-                    && !state.done.contains(&(i + run))
-                {
-                    Shared::claim(&mut state, i + run);
-                    run += 1;
-                }
-                drop(state);
-                let result = s.prep.prepare(s.piece_start(i), s.piece * run);
+                *inline = true;
+                let pos = s.writer_pos.load(Ordering::Relaxed);
+                s.prepare_run(state, i, u64::MAX, pos, Preparer::Inline)?;
                 state = s.lock();
-                if result.is_ok() {
-                    for k in 1..run {
-                        s.complete(state, i + k, Ok(()), Preparer::Inline)?;
+            } else if self.follows_pattern {
+                // The pieces we need are the low-priority thread's (also
+                // when it was just told to sleep: it finishes its run
+                // first), and it may get no CPU while this one is busy:
+                // never wait for it.
+                // Prepare them again (both calls are idempotent) and mark
+                // them done; the thread's own completion then changes nothing.
+                *inline = true;
+                let first = state.frontier_piece;
+                let per_run = (INLINE_RUN / s.piece).max(1);
+                let last = need_piece.min((first / per_run + 1) * per_run - 1);
+                drop(state);
+                s.prep
+                    .prepare(s.piece_start(first), s.piece * (last - first + 1))?;
+                state = s.lock();
+                for k in first..=last {
+                    if k >= state.frontier_piece && !state.done.contains(&k) {
+                        s.complete(state, k, Ok(()), Preparer::Inline)?;
                         state = s.lock();
                     }
-                } else {
-                    // Give the rest of the run back; `complete` does the first.
-                    for k in 1..run {
-                        state.inflight.remove(&(i + k));
-                    }
                 }
-                s.complete(state, i, result, Preparer::Inline)?;
-                state = s.lock();
             } else if may_help
                 && s.piece_start(i + 1)
                     <= s.writer_pos.load(Ordering::Relaxed) + s.window_now.load(Ordering::Relaxed)
@@ -538,12 +820,22 @@ impl Window {
 
     /// One step of idle-time work on the writer's thread: prepares the
     /// lowest unprepared piece if it ends inside `window` bytes of the
-    /// writer, else one housekeeping step. Returns whether it did anything.
-    /// An error (for example `ENOSPC`) leaves the piece for `append` to retry
-    /// and report.
-    pub(crate) fn idle_step(&self) -> Result<bool, QueueError> {
+    /// writer, else one housekeeping step. Returns whether it did anything,
+    /// and whether the pre-toucher switched (the call is what the pattern
+    /// watcher counts as idle time). An error (for example `ENOSPC`) leaves
+    /// the piece for `append` to retry and report.
+    pub(crate) fn idle_step(&mut self) -> Result<(bool, bool), QueueError> {
+        let pos = self.shared.writer_pos.load(Ordering::Relaxed);
+        let mut switched = false;
+        if let Some(switch) = self.watch.as_mut().and_then(|w| w.idled(pos)) {
+            switched = self.switch(switch, pos);
+        }
+        Ok((self.idle_piece(pos)?, switched))
+    }
+
+    /// The work of [`Window::idle_step`].
+    fn idle_piece(&self, pos: u64) -> Result<bool, QueueError> {
         let s = &*self.shared;
-        let pos = s.writer_pos.load(Ordering::Relaxed);
         let target = pos.saturating_add(s.config.window);
         if s.frontier.load(Ordering::Acquire) >= target {
             return Ok(s.prep.housekeeping_step());
@@ -562,8 +854,13 @@ impl Window {
     pub(crate) fn report(&self) -> WindowReport {
         let s = &*self.shared;
         WindowReport {
-            mode: s.mode,
-            mode_reason: s.mode_reason.clone(),
+            mode: self.mode,
+            mode_reason: self.reason.clone(),
+            usable_cpus: self.usable_cpus,
+            follows_pattern: self.follows_pattern,
+            switches: self.switches,
+            switch_log: self.switch_log.iter().cloned().collect(),
+            thread_priority: s.priority.lock().unwrap_or_else(|e| e.into_inner()).clone(),
             piece_bytes: s.piece,
             window_bytes: s.config.window,
             max_window_bytes: s.config.max_window,
@@ -581,9 +878,7 @@ impl Window {
 impl Drop for Window {
     fn drop(&mut self) {
         self.shared.stop.store(true, Ordering::Relaxed);
-        // Take the lock so the thread is either before its stop check or waiting.
-        drop(self.shared.lock());
-        self.shared.wake.notify_all();
+        self.set_active(false);
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
@@ -616,7 +911,10 @@ impl Rate {
     }
 }
 
+/// The background thread's loop, until the window is dropped; while not
+/// active it sleeps until woken.
 fn run(s: &Shared) {
+    let stopped = || s.stop.load(Ordering::Relaxed);
     let mut rate = Rate {
         at: Instant::now(),
         pos: s.writer_pos.load(Ordering::Relaxed),
@@ -624,8 +922,10 @@ fn run(s: &Shared) {
     };
     let cfg = s.config;
     loop {
-        s.prep.housekeeping();
-        if s.stop.load(Ordering::Relaxed) {
+        if s.active.load(Ordering::Relaxed) {
+            s.prep.housekeeping();
+        }
+        if stopped() {
             return;
         }
         let pos = s.writer_pos.load(Ordering::Relaxed);
@@ -635,14 +935,26 @@ fn run(s: &Shared) {
         s.window_now.store(window, Ordering::Relaxed);
         let target = pos.saturating_add(window);
         let state = s.lock();
-        if s.stop.load(Ordering::Relaxed) {
+        if stopped() {
             return;
+        }
+        if !s.active.load(Ordering::Relaxed) {
+            drop(s.wake.wait(state).unwrap_or_else(|e| e.into_inner()));
+            // Measure the rate afresh when woken.
+            rate = Rate {
+                at: Instant::now(),
+                pos: s.writer_pos.load(Ordering::Relaxed),
+                bytes_per_s: 0.0,
+            };
+            continue;
         }
         let backing_off = state.backoff_until.is_some_and(|t| Instant::now() < t);
         let i = state.lowest_unclaimed();
         let end = s.piece_start(i + 1);
         if !backing_off && end <= target {
-            let _ = s.prepare_one(state, i, pos, Preparer::Background);
+            // The last piece that ends inside the window.
+            let last = (target - s.origin) / s.piece - 1;
+            let _ = s.prepare_run(state, i, last, pos, Preparer::Background);
             continue;
         }
         // Sleep for about the time the writer needs to use half the slack.
@@ -689,12 +1001,21 @@ mod tests {
         })
     }
 
-    fn idle() -> (PreToucher, String) {
-        (PreToucher::Idle, "test".into())
+    fn resolved(mode: PreToucher, adaptive: bool) -> Resolved {
+        Resolved {
+            mode,
+            reason: "test".into(),
+            usable_cpus: adaptive.then_some(2),
+            adaptive,
+        }
     }
 
-    fn thread() -> (PreToucher, String) {
-        (PreToucher::Thread, "test".into())
+    fn idle() -> Resolved {
+        resolved(PreToucher::Idle, false)
+    }
+
+    fn thread() -> Resolved {
+        resolved(PreToucher::Thread, false)
     }
 
     const CFG: PreTouch = PreTouch {
@@ -767,6 +1088,94 @@ mod tests {
         sorted.sort();
         sorted.dedup();
         assert_eq!(sorted.len(), pieces.len(), "no piece prepared twice");
+    }
+
+    /// Prepares nothing; stalls for `stall` on the background thread, as a
+    /// lowest-priority thread that gets no CPU would.
+    struct Stalling {
+        stall: Duration,
+    }
+
+    impl Prepare for Stalling {
+        fn prepare(&self, _offset: u64, _len: u64) -> Result<(), QueueError> {
+            if std::thread::current().name() == Some("pagewise-pretouch") {
+                std::thread::sleep(self.stall);
+            }
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_writer_without_idle_time_gets_a_low_priority_thread_and_never_waits_for_it() {
+        let cfg = PreTouch {
+            window: 1 << 20,
+            max_window: 1 << 20,
+            lead: Duration::from_millis(1),
+            mode: PreTouchMode::Auto,
+        };
+        let stall = Duration::from_secs(3);
+        let mut w = Window::start(
+            0,
+            IDLE_PIECE,
+            0,
+            cfg,
+            Box::new(Stalling { stall }),
+            resolved(PreToucher::Idle, true),
+        )
+        .unwrap();
+        // Back to back: each catch-up prepares one 64 KiB run.
+        let mut pos = 0;
+        let mut switched_at = None;
+        for k in 1..=16u64 {
+            pos = k * INLINE_RUN;
+            w.note(pos - 8);
+            let (ready, switched) = w.catch_up(pos).unwrap();
+            assert!(ready >= pos);
+            if switched {
+                switched_at = Some(k);
+                break;
+            }
+        }
+        assert_eq!(
+            switched_at,
+            Some(crate::queue::pattern::CATCH_UPS_TO_THREAD as u64)
+        );
+        let report = w.report();
+        assert_eq!(report.mode, PreToucher::LowPriorityThread);
+        assert_eq!(report.switches, 1);
+        assert_eq!(w.header_words().0, PreToucher::LowPriorityThread.code());
+        // The thread claims the next run and stalls in it; the writer
+        // prepares what it needs itself instead of waiting.
+        std::thread::sleep(Duration::from_millis(50));
+        let started = Instant::now();
+        for _ in 0..8 {
+            pos += INLINE_RUN;
+            w.note(pos - 8);
+            assert!(w.catch_up(pos).unwrap().0 >= pos);
+        }
+        assert!(
+            started.elapsed() < stall / 2,
+            "the writer waited for the stalled thread: {:?}",
+            started.elapsed()
+        );
+        // Idle time again: enough idle_work calls stop the thread.
+        let mut back = false;
+        let started = Instant::now();
+        for _ in 0..crate::queue::pattern::IDLE_CALLS_TO_RETURN {
+            back |= w.idle_step().unwrap().1;
+        }
+        assert!(back);
+        assert!(
+            started.elapsed() < stall / 2,
+            "idle_work waited for the stalled thread to stop: {:?}",
+            started.elapsed()
+        );
+        assert_eq!(w.report().mode, PreToucher::Idle);
+        assert_eq!(w.report().switches, 2);
+        assert!(
+            !w.shared.active.load(Ordering::Relaxed),
+            "the thread sleeps"
+        );
     }
 
     #[test]

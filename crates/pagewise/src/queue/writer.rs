@@ -4,13 +4,14 @@ use super::error::QueueError;
 use super::layout::{
     self, encode_header, read_header, Geometry, CHUNK_HEADER_LEN, CHUNK_MAGIC, CHUNK_OFF_CREATED,
     CHUNK_OFF_INDEX, HEADER_LEN, MARK_LEN, OFF_FIRST_CHUNK, OFF_TAIL_CHUNK, OFF_WRITER_OPENS,
-    OFF_WRITER_PID, OFF_WRITER_PRETOUCH,
+    OFF_WRITER_PID, OFF_WRITER_PRETOUCH, OFF_WRITER_PRETOUCH_SINCE, OFF_WRITER_PRETOUCH_SWITCHES,
+    OFF_WRITER_USABLE_CPUS,
 };
 use super::lock::{self, WriterLock};
 use super::maps::{ChunkMaps, QueuePrepare};
 use super::notify::Waker;
 use super::recovery::{self, Recovery};
-use super::window::{PreTouch, PreTouchMode, PreToucher, Window, WindowReport};
+use super::window::{PreTouch, PreTouchMode, PreToucher, Resolved, Window, WindowReport};
 use super::Position;
 use crate::copy::Routine;
 use crate::sys::create::{self, NewFile};
@@ -152,7 +153,8 @@ impl std::fmt::Debug for Writer {
     }
 }
 
-fn now_unix_ns() -> u64 {
+/// Now, ns since the Unix epoch (0 if the clock is before it).
+pub(super) fn now_unix_ns() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos() as u64)
@@ -299,13 +301,16 @@ impl Writer {
 
         let chunk = geometry.chunk_of(end.0);
         let populate = options.pretouch.is_some();
-        let (mode, reason) = match &options.pretouch {
-            Some(p) => p.resolve(),
-            None => (
-                PreToucher::Off,
-                "off (Options::pretouch is None)".to_owned(),
-            ),
+        let resolved = match &options.pretouch {
+            Some(p) => p.resolve_auto(),
+            None => Resolved {
+                mode: PreToucher::Off,
+                reason: "off (Options::pretouch is None)".to_owned(),
+                usable_cpus: None,
+                adaptive: false,
+            },
         };
+        let mode = resolved.mode;
         let pretouch = options.pretouch.unwrap_or(PreTouch {
             window: 1 << 20,
             max_window: 1 << 20,
@@ -327,14 +332,7 @@ impl Writer {
             maps: Arc::clone(&maps),
             populate,
         };
-        let window = Window::start(
-            HEADER_LEN,
-            piece,
-            end.0,
-            pretouch,
-            Box::new(prep),
-            (mode, reason),
-        )?;
+        let window = Window::start(HEADER_LEN, piece, end.0, pretouch, Box::new(prep), resolved)?;
         let map = maps.take(chunk)?;
         let chunk_base = geometry.chunk_base(chunk).unwrap_or(u64::MAX);
         let waker = Waker::open(&header);
@@ -375,11 +373,7 @@ impl Writer {
         writer
             .header
             .store_u32(OFF_WRITER_PID, std::process::id(), Ordering::Relaxed);
-        writer.header.store_u32(
-            OFF_WRITER_PRETOUCH,
-            writer.window.report().mode.code(),
-            Ordering::Relaxed,
-        );
+        writer.record_pretouch();
         let opens = writer
             .header
             .load_u64(OFF_WRITER_OPENS, Ordering::Relaxed)
@@ -391,6 +385,21 @@ impl Writer {
             .header
             .store_u64(OFF_TAIL_CHUNK, chunk, Ordering::Release);
         Ok(writer)
+    }
+
+    /// Records the pre-toucher in the queue header for `inspect`: at open,
+    /// and after every switch.
+    #[cold]
+    fn record_pretouch(&mut self) {
+        let (code, switches, since, cpus) = self.window.header_words();
+        self.header
+            .store_u32(OFF_WRITER_PRETOUCH, code, Ordering::Relaxed);
+        self.header
+            .store_u32(OFF_WRITER_PRETOUCH_SWITCHES, switches, Ordering::Relaxed);
+        self.header
+            .store_u64(OFF_WRITER_PRETOUCH_SINCE, since, Ordering::Relaxed);
+        self.header
+            .store_u32(OFF_WRITER_USABLE_CPUS, cpus, Ordering::Relaxed);
     }
 
     /// Writes the current chunk's header if it is not there yet.
@@ -465,7 +474,11 @@ impl Writer {
         if !self.pretouch {
             return Ok(false);
         }
-        self.window.idle_step()
+        let (worked, switched) = self.window.idle_step()?;
+        if switched {
+            self.record_pretouch();
+        }
+        Ok(worked)
     }
 
     /// Appends one record and returns its position. The record is visible to
@@ -538,10 +551,22 @@ impl Writer {
                 end + MARK_LEN
             };
             if need > self.ready_end {
-                self.ready_end = self.window.wait_ready(need)?;
+                self.catch_up(need)?;
             }
             return Ok(self.pos);
         }
+    }
+
+    /// Waits until `[.., need)` is prepared, preparing it itself if need be
+    /// (the writer caught up with the pre-toucher); records a switch of the
+    /// pre-toucher that the catch-up caused.
+    fn catch_up(&mut self, need: u64) -> Result<(), QueueError> {
+        let (ready, switched) = self.window.catch_up(need)?;
+        self.ready_end = ready;
+        if switched {
+            self.record_pretouch();
+        }
+        Ok(())
     }
 
     /// Moves to the next chunk, padding the rest of this one.
@@ -557,7 +582,7 @@ impl Writer {
         let first = next_base + CHUNK_HEADER_LEN;
         // Readers jump to `first` when they see the pad: its mark must be allocated first.
         if first + MARK_LEN > self.ready_end {
-            self.ready_end = self.window.wait_ready(first + MARK_LEN)?;
+            self.catch_up(first + MARK_LEN)?;
         }
         let new_map = self.maps.take(next)?;
         let rest = self.chunk_end - self.pos;

@@ -439,6 +439,36 @@ pub fn lower_this_thread_priority(nice: i32) -> SysResult<()> {
     Ok(())
 }
 
+/// How [`lowest_priority_for_this_thread`] lowered the thread.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LowPriority {
+    /// `SCHED_IDLE`: the thread runs only when a CPU would otherwise idle.
+    SchedIdle,
+    /// Nice 19, because `SCHED_IDLE` was refused: a small share (about 1.5%
+    /// of a nice-0 thread's) when the CPUs are busy.
+    Nice19,
+}
+
+/// Gives the calling thread the lowest priority it can take: `SCHED_IDLE`
+/// (`sched_setscheduler`), or nice 19 if that is refused (a seccomp filter,
+/// an old kernel). Either way no thread of normal priority waits for it;
+/// with `SCHED_IDLE` it may get no CPU at all while the CPUs are busy, so
+/// nothing must wait for it either. Returns which, with the refusal of
+/// `SCHED_IDLE` if there was one; fails only if both were refused. One or
+/// two system calls.
+pub fn lowest_priority_for_this_thread() -> SysResult<(LowPriority, Option<SysError>)> {
+    let param = libc::sched_param { sched_priority: 0 };
+    // SAFETY: pid 0 is the calling thread; `param` is a valid sched_param
+    // (priority 0, the only one SCHED_IDLE takes).
+    let rc = unsafe { libc::sched_setscheduler(0, libc::SCHED_IDLE, &param) };
+    if rc == 0 {
+        return Ok((LowPriority::SchedIdle, None));
+    }
+    let refused = SysError::last("sched_setscheduler(SCHED_IDLE)");
+    lower_this_thread_priority(19)?;
+    Ok((LowPriority::Nice19, Some(refused)))
+}
+
 /// The CPUs the calling thread may run on (`sched_getaffinity`), in
 /// increasing order: what a process started under `taskset`, a cpuset or a
 /// container limit can actually use. One system call.
@@ -462,8 +492,15 @@ pub fn usable_cpus() -> SysResult<Vec<usize>> {
 /// starts afterwards inherit the restriction. Fails with `EINVAL` for a CPU
 /// this process may not use. One system call.
 pub fn pin_this_thread(cpu: usize) -> SysResult<()> {
+    restrict_this_thread(&[cpu])
+}
+
+/// Restricts the calling thread to the CPUs in `cpus` (`sched_setaffinity`);
+/// threads it starts afterwards inherit the restriction. Fails with `EINVAL`
+/// for an empty list or a CPU this process may not use. One system call.
+pub fn restrict_this_thread(cpus: &[usize]) -> SysResult<()> {
     let max = 8 * std::mem::size_of::<libc::cpu_set_t>();
-    if cpu >= max {
+    if cpus.is_empty() || cpus.iter().any(|&c| c >= max) {
         return Err(SysError {
             call: "sched_setaffinity",
             source: std::io::Error::from_raw_os_error(libc::EINVAL),
@@ -471,8 +508,10 @@ pub fn pin_this_thread(cpu: usize) -> SysResult<()> {
     }
     // SAFETY: an all-zero cpu_set_t is the empty set, a valid value.
     let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    // SAFETY: cpu is below the set's size (checked above).
-    unsafe { libc::CPU_SET(cpu, &mut set) };
+    for &cpu in cpus {
+        // SAFETY: cpu is below the set's size (checked above).
+        unsafe { libc::CPU_SET(cpu, &mut set) };
+    }
     // SAFETY: pid 0 is the calling thread; `set` is a valid set of the size passed.
     let rc = unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) };
     if rc != 0 {
