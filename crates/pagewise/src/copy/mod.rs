@@ -307,7 +307,7 @@ fn copy_slow(dst: &mut [u8], src: &[u8], stores: Stores) {
 /// Builds the process-wide copier: what the process entry of large copies
 /// ([`crate::sys::copy::copy_process_large`]) calls on the first copy of the
 /// process, before it has a fast path to jump to.
-extern "sysv64" fn prepare_process_copier() {
+extern "sysv64-unwind" fn prepare_process_copier() {
     global();
 }
 

@@ -26,6 +26,9 @@ struct Slot {
 #[derive(Debug, Default)]
 struct Inner {
     slots: BTreeMap<u64, Slot>,
+    /// Chunks below this one were left by the writer (retired, or dropped by
+    /// retention): a pre-toucher that comes late must not map them again.
+    live_from: u64,
     retired: Vec<WriteMap>,
     /// Bytes of `retired[0]` whose page-table entries are already dropped.
     retired_dropped: usize,
@@ -97,10 +100,22 @@ impl ChunkMaps {
         }
     }
 
-    /// The populator of chunk `c`, mapping the chunk if nobody has yet.
-    pub(crate) fn populator(&self, c: u64) -> Result<MapPopulator, QueueError> {
+    /// The populator of chunk `c`, mapping the chunk if nobody has yet;
+    /// `None` when the writer has already left the chunk (a low-priority
+    /// pre-toucher can finish a run long after the writer prepared the same
+    /// pieces itself and moved on: mapping the chunk again would keep a
+    /// mapping nobody retires).
+    pub(crate) fn populator(&self, c: u64) -> Result<Option<MapPopulator>, QueueError> {
         let mut inner = self.lock();
-        Ok(self.slot(&mut inner, c)?.populator.clone())
+        if c < inner.live_from {
+            return Ok(None);
+        }
+        Ok(Some(self.slot(&mut inner, c)?.populator.clone()))
+    }
+
+    /// Whether the writer has left chunk `c`.
+    pub(crate) fn left(&self, c: u64) -> bool {
+        c < self.lock().live_from
     }
 
     /// Hands chunk `c`'s writable mapping to the writer (mapping it now if the
@@ -120,6 +135,7 @@ impl ChunkMaps {
     pub(crate) fn retire(&self, c: u64, old: WriteMap) {
         let mut inner = self.lock();
         inner.slots.remove(&c);
+        inner.live_from = inner.live_from.max(c + 1);
         if self.deferred_unmap {
             inner.retired.push(old);
             // A writer that never idles (and has no thread) must not pile them
@@ -138,6 +154,7 @@ impl ChunkMaps {
     /// Forgets every chunk below `c` (retention dropped them).
     pub(crate) fn forget_below(&self, c: u64) {
         let mut inner = self.lock();
+        inner.live_from = inner.live_from.max(c);
         let keep = inner.slots.split_off(&c);
         let dropped = std::mem::replace(&mut inner.slots, keep);
         drop(inner);
@@ -183,6 +200,11 @@ pub(crate) struct QueuePrepare {
 impl Prepare for QueuePrepare {
     fn prepare(&self, offset: u64, len: u64) -> Result<(), QueueError> {
         let m = &self.maps;
+        if m.left(m.geometry.chunk_of(offset)) {
+            // Behind the writer already (a late low-priority run): nothing
+            // to prepare, and a punched chunk must stay punched.
+            return Ok(());
+        }
         file::allocate(&m.file, offset, len).map_err(|e| match e.errno() {
             Some(Errno::NOSPC) | Some(Errno::FBIG) | Some(Errno::DQUOT) => QueueError::NoSpace {
                 path: m.path.clone(),
@@ -198,7 +220,9 @@ impl Prepare for QueuePrepare {
         if self.populate {
             let c = m.geometry.chunk_of(offset);
             let base = m.geometry.chunk_base(c).unwrap_or(u64::MAX);
-            let populator = m.populator(c)?;
+            let Some(populator) = m.populator(c)? else {
+                return Ok(());
+            };
             populator
                 .advise(
                     (offset - base) as usize,
@@ -222,5 +246,44 @@ impl Prepare for QueuePrepare {
 
     fn housekeeping_step(&self) -> bool {
         self.maps.unmap_retired_step()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::queue::layout::{Geometry, HEADER_LEN, MIN_CHUNK, VERSION};
+
+    #[test]
+    fn a_late_preparation_of_a_chunk_the_writer_left_maps_nothing() {
+        let file = Arc::new(tempfile::tempfile().unwrap());
+        let path = PathBuf::from("q");
+        let geometry = Geometry {
+            version: VERSION,
+            chunk_size: MIN_CHUNK,
+            flags: 0,
+            created_unix_ns: 1,
+        };
+        let maps = Arc::new(ChunkMaps::new(path, file.clone(), geometry, false));
+        let prep = QueuePrepare {
+            maps: maps.clone(),
+            populate: true,
+        };
+        prep.prepare(HEADER_LEN, 4096).unwrap();
+        assert!(maps.populator(0).unwrap().is_some());
+        let map = maps.take(0).unwrap();
+        maps.retire(0, map);
+        assert!(maps.left(0));
+        // The late run: succeeds, and neither maps chunk 0 again nor
+        // allocates past what was there.
+        let len_before = file.metadata().unwrap().len();
+        prep.prepare(HEADER_LEN + 4096, 4096).unwrap();
+        assert!(maps.populator(0).unwrap().is_none());
+        assert!(maps.lock().slots.is_empty(), "chunk 0 mapped again");
+        assert_eq!(file.metadata().unwrap().len(), len_before);
+        // Chunks ahead still work, and retention's forget moves the line too.
+        assert!(maps.populator(1).unwrap().is_some());
+        maps.forget_below(3);
+        assert!(maps.left(2) && !maps.left(3));
     }
 }

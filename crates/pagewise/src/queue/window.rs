@@ -876,6 +876,10 @@ impl Window {
 }
 
 impl Drop for Window {
+    /// Stops the pre-touch thread and waits for it. A low-priority thread in
+    /// the middle of a run (at most 64 KiB) finishes it first, and it runs
+    /// only when a CPU would otherwise idle: on a machine kept busy, closing
+    /// the writer waits until it gets one.
     fn drop(&mut self) {
         self.shared.stop.store(true, Ordering::Relaxed);
         self.set_active(false);

@@ -138,6 +138,13 @@ impl Library {
     /// Loads the shared library at `path`. A path without a `/` is taken
     /// relative to the current directory (never searched for in the
     /// loader's library path, as `dlopen` would).
+    ///
+    /// **Trust:** the library is taken to be a pagewise C library
+    /// (`libpagewise.so`). Loading runs its initialisers, and [`Library::pw_copy`]
+    /// and [`Library::pw_fill`] call whatever it exports under those names
+    /// with the header's signatures: a library that exports them with other
+    /// types makes those calls undefined behaviour. That is why this exists
+    /// only for `bench memcpy|memset --c-library`, on a path the user names.
     pub fn open(path: &Path) -> Result<Library, DlError> {
         let path = if path.as_os_str().as_bytes().contains(&b'/') {
             path.to_path_buf()

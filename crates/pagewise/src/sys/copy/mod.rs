@@ -388,7 +388,7 @@ pub static PROCESS: ProcessPage = ProcessPage {
 pub fn copy_process_large(
     dst: &mut [u8],
     src: &[u8],
-    prepare: extern "sysv64" fn(),
+    prepare: extern "sysv64-unwind" fn(),
 ) -> Option<u32> {
     let n = dst.len().min(src.len());
     if n <= PROCESS_LARGE_ABOVE {
@@ -420,11 +420,11 @@ pub const PROCESS_LARGE_ABOVE: usize = 256;
 /// # Safety
 /// As the kernels: `dst` valid for `n` writes, `src` for `n` reads, no overlap.
 #[cfg(target_arch = "x86_64")]
-unsafe extern "sysv64" fn copy_process_first(
+unsafe extern "sysv64-unwind" fn copy_process_first(
     dst: *mut u8,
     src: *const u8,
     n: usize,
-    prepare: extern "sysv64" fn(),
+    prepare: extern "sysv64-unwind" fn(),
 ) -> u32 {
     prepare();
     // SAFETY: passed on from the caller (the entry got them from two slices).

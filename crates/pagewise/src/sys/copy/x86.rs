@@ -524,11 +524,11 @@ pub(super) mod avx512_leaf {
     /// # Safety
     /// As every kernel (see the module), with `n > 256`.
     #[unsafe(naked)]
-    pub(in crate::sys::copy) unsafe extern "sysv64" fn copy_process_large(
+    pub(in crate::sys::copy) unsafe extern "sysv64-unwind" fn copy_process_large(
         dst: *mut u8,
         src: *const u8,
         n: usize,
-        prepare: extern "sysv64" fn(),
+        prepare: extern "sysv64-unwind" fn(),
     ) -> u32 {
         // The fast path's fields are set only by `enable_fast_path`, after a
         // `Kernel` proved the CPU has that instruction set.
