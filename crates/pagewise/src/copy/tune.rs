@@ -950,6 +950,20 @@ pub fn tune(options: &Options, progress: &dyn Progress) -> Result<Report, TuneEr
             overlay_placement(rebuilt.get_mut(c.table), from, upto, c.placement, s);
         }
     }
+    // The kernels read at most MAX_CLASSES classes per table (further ones
+    // would be dropped without a word): a tuned table past that keeps the
+    // defaults, and says so.
+    for table in Table::ALL {
+        let classes = rebuilt.get(table).len();
+        if classes > crate::sys::copy::MAX_CLASSES {
+            *rebuilt.get_mut(table) = defaults.get(table).clone();
+            notes.push(format!(
+                "{table:?}: the tuned table had {classes} size classes, more than the \
+                 {} the kernels hold; it keeps the defaults",
+                crate::sys::copy::MAX_CLASSES
+            ));
+        }
+    }
     progress.update(total, total, "done");
     let measured_at = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)

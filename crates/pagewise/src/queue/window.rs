@@ -371,6 +371,9 @@ struct Shared {
     writer_waits: AtomicU64,
     /// How the low-priority thread lowered its priority (it says so when it starts).
     priority: Mutex<Option<String>>,
+    /// The low-priority thread could not lower its priority and exited: a
+    /// switch to it would name a pre-toucher that does no work.
+    thread_gave_up: AtomicBool,
 }
 
 /// Who prepared a piece, for the counters.
@@ -471,7 +474,16 @@ impl Shared {
         by: Preparer,
     ) -> Result<(), QueueError> {
         state.inflight.remove(&i);
+        // Behind the frontier already: someone else (the writer, when it
+        // would not wait for a low-priority thread) prepared this piece and
+        // was counted; a late result, good or bad, changes nothing.
+        let late = i < state.frontier_piece;
         let out = match result {
+            _ if late => {
+                drop(state);
+                self.finished.notify_all();
+                return Ok(());
+            }
             Ok(()) => {
                 if i >= state.frontier_piece {
                     state.done.insert(i);
@@ -579,6 +591,7 @@ impl Window {
             pieces_idle: AtomicU64::new(0),
             writer_waits: AtomicU64::new(0),
             priority: Mutex::new(None),
+            thread_gave_up: AtomicBool::new(false),
         });
         let mut window = Window {
             shared,
@@ -637,6 +650,7 @@ impl Window {
                     if !lowered {
                         // A thread of normal priority is what this mode avoids;
                         // the writer never waits for this one.
+                        worker.thread_gave_up.store(true, Ordering::Relaxed);
                         return;
                     }
                 }
@@ -659,9 +673,20 @@ impl Window {
     }
 
     /// Acts on the pattern watcher's decision at writer position `pos`;
-    /// returns whether the pre-toucher changed (always: the watcher exists
-    /// only with the thread created and asleep).
+    /// returns whether the pre-toucher changed (always, unless the thread
+    /// could not lower its priority and exited: then it stays idle-time work).
     fn switch(&mut self, switch: Switch, pos: u64) -> bool {
+        if matches!(switch, Switch::ToThread(_))
+            && self.shared.thread_gave_up.load(Ordering::Relaxed)
+        {
+            // No thread to hand the work to: idle-time work stays, and the
+            // watcher stops asking.
+            self.watch = None;
+            self.reason.push_str(
+                "; the low-priority thread could not lower its priority, so idle-time work stays",
+            );
+            return false;
+        }
         let (to, why) = match switch {
             Switch::ToThread(why) => {
                 self.set_active(true);
@@ -1180,6 +1205,14 @@ mod tests {
             !w.shared.active.load(Ordering::Relaxed),
             "the thread sleeps"
         );
+        // The stalled run ends long after the writer prepared those pieces
+        // itself: its late completion counts nothing.
+        let inline_before = w.report().pieces_inline;
+        std::thread::sleep(stall + Duration::from_millis(300));
+        let after = w.report();
+        assert_eq!(after.pieces_background, 0, "{after:?}");
+        assert_eq!(after.pieces_inline, inline_before);
+        assert_eq!(after.last_error, None);
     }
 
     #[test]
