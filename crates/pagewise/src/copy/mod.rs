@@ -335,7 +335,9 @@ fn fill_slow(dst: &mut [u8], byte: u8, stores: Stores) {
 #[inline(always)]
 pub fn copy(dst: &mut [u8], src: &[u8]) -> Result<(), LengthMismatch> {
     check(dst, src)?;
-    copy_checked(dst, src);
+    if crate::sys::copy::copy_process_large(dst, src, prepare_process_copier).is_none() {
+        copy_small(dst, src);
+    }
     Ok(())
 }
 
@@ -353,14 +355,6 @@ pub fn copy_status(dst: &mut [u8], src: &[u8]) -> i32 {
     }
     copy_small(dst, src);
     0
-}
-
-/// The copy of [`copy`], once the lengths are known to be equal.
-#[inline(always)]
-fn copy_checked(dst: &mut [u8], src: &[u8]) {
-    if crate::sys::copy::copy_process_large(dst, src, prepare_process_copier).is_none() {
-        copy_small(dst, src);
-    }
 }
 
 /// [`copy`] up to 256 bytes: the inline fast path.

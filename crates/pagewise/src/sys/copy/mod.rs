@@ -14,7 +14,7 @@
 mod x86;
 
 use serde::Serialize;
-use std::sync::atomic::{AtomicPtr, AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 
 /// An instruction set with its own copy and fill kernels.
 #[derive(
@@ -294,15 +294,14 @@ pub struct Thresholds {
     /// has its instructions). Kept here, beside the values the kernels read,
     /// so the fast path needs one address.
     fast_isa: AtomicU8,
-    /// How the AVX-512 kernel enters a copy for the [`Small`] choice: a
-    /// [`CopyLeaf`], with [`INLINE_MASKED`] set when copies of up to 128
-    /// bytes are done inline instead (never null on x86-64).
-    avx512_copy: AtomicPtr<()>,
+    /// How the AVX-512 kernel enters a copy for the [`Small`] choice: an
+    /// [`Avx512Entry`] code (never 0).
+    avx512_copy: AtomicUsize,
     /// `avx512_copy` once [`enable_fast_path`] allowed the AVX-512 kernel,
-    /// null before: the fast path's first and, with AVX-512, only test (a
+    /// 0 before: the fast path's first and, with AVX-512, only test (a
     /// compare chain on `fast_isa` put the AVX-512 case third, two
     /// branches more on every call).
-    fast_avx512: AtomicPtr<()>,
+    fast_avx512: AtomicUsize,
 }
 
 /// The thresholds of the four kinds of call of one copier. `copy` last and
@@ -441,36 +440,25 @@ unsafe extern "sysv64-unwind" fn copy_process_first(
     0
 }
 
-/// The bit of `Thresholds::avx512_copy` that has copies of up to 128 bytes
-/// done inline, in the caller, with no call at all ([`Small::Masked`];
-/// function addresses are aligned, so the bit is free).
-const INLINE_MASKED: usize = 1;
+/// How the AVX-512 kernel enters a copy, as `Thresholds::avx512_copy`
+/// holds it (non-zero: 0 in `fast_avx512` means the fast path is off).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(usize)]
+enum Avx512Entry {
+    /// Every size through `x86::avx512_leaf::copy_guarded`.
+    Guarded = 1,
+    /// Up to 128 bytes inline in the caller ([`Small::Masked`]), larger
+    /// sizes straight to `x86::avx512_leaf::copy_129_512`.
+    InlineSmall = 2,
+}
 
-/// The signature of the AVX-512 copy leaves (see `x86::avx512_leaf`).
-type CopyLeaf = unsafe extern "sysv64" fn(*mut u8, *const u8, usize, &Thresholds);
-
-/// How the AVX-512 kernel enters a copy for `small`, as a pointer for
-/// [`Thresholds`]: with [`Small::Masked`], sizes up to 128 bytes never reach
-/// a leaf (they are done inline) and the others go straight to the part for
-/// larger sizes; otherwise the leaf that does every size.
-const fn avx512_copy_entry(small: Small) -> *mut () {
-    #[cfg(target_arch = "x86_64")]
-    {
-        let leaf: CopyLeaf = match small {
-            Small::Masked => x86::avx512_leaf::copy_129_512,
-            Small::MaskedGuarded | Small::Plain => x86::avx512_leaf::copy_guarded,
-        };
-        let leaf = leaf as *mut ();
-        if matches!(small, Small::Masked) {
-            leaf.wrapping_byte_add(INLINE_MASKED)
-        } else {
-            leaf
+impl Avx512Entry {
+    /// The entry for `small`.
+    const fn of(small: Small) -> Avx512Entry {
+        match small {
+            Small::Masked => Avx512Entry::InlineSmall,
+            Small::MaskedGuarded | Small::Plain => Avx512Entry::Guarded,
         }
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        let _ = small;
-        std::ptr::null_mut()
     }
 }
 
@@ -496,8 +484,8 @@ impl Thresholds {
             guards: [NO_GUARD; MAX_GUARDS],
             backward_below: AtomicUsize::new(DEFAULT_BACKWARD_BELOW),
             fast_isa: AtomicU8::new(0),
-            avx512_copy: AtomicPtr::new(avx512_copy_entry(Small::MaskedGuarded)),
-            fast_avx512: AtomicPtr::new(std::ptr::null_mut()),
+            avx512_copy: AtomicUsize::new(Avx512Entry::of(Small::MaskedGuarded) as usize),
+            fast_avx512: AtomicUsize::new(0),
         }
     }
 
@@ -559,13 +547,13 @@ impl Thresholds {
     pub fn set_small(&self, small: Small) {
         self.small_scalar_below
             .store(small.scalar_below(), Ordering::Relaxed);
-        let entry = avx512_copy_entry(small);
+        let entry = Avx512Entry::of(small) as usize;
         self.avx512_copy.store(entry, Ordering::Relaxed);
         // Only a fast path already allowed the AVX-512 kernel follows.
         let _ = self
             .fast_avx512
-            .fetch_update(Ordering::Release, Ordering::Relaxed, |p| {
-                (!p.is_null()).then_some(entry)
+            .fetch_update(Ordering::Release, Ordering::Relaxed, |e| {
+                (e != 0).then_some(entry)
             });
     }
 
@@ -750,14 +738,14 @@ pub fn enable_fast_path(kernel: Kernel, t: &Thresholds) {
 /// what [`Kernel::copy`] does.
 #[inline(always)]
 pub fn fast_copy(dst: &mut [u8], src: &[u8], t: &Thresholds) -> bool {
-    let leaf = t.fast_avx512.load(Ordering::Acquire);
-    if !leaf.is_null() {
+    let entry = t.fast_avx512.load(Ordering::Acquire);
+    if entry != 0 {
         #[cfg(target_arch = "x86_64")]
         {
             // SAFETY: only `enable_fast_path` and `set_small` store a
-            // non-null pointer here, an `avx512_copy_entry`, and only after a
+            // non-zero code here, an `Avx512Entry`, and only after a
             // `Kernel` proved the CPU has AVX-512.
-            unsafe { avx512_copy(dst, src, t, leaf) };
+            unsafe { avx512_copy(dst, src, t, entry) };
             return true;
         }
     }
@@ -773,8 +761,7 @@ pub fn fast_copy(dst: &mut [u8], src: &[u8], t: &Thresholds) -> bool {
 /// Fills `dst` as [`fast_copy`] copies.
 #[inline(always)]
 pub fn fast_fill(dst: &mut [u8], byte: u8, t: &Thresholds) -> bool {
-    let leaf = t.fast_avx512.load(Ordering::Acquire);
-    if !leaf.is_null() {
+    if t.fast_avx512.load(Ordering::Acquire) != 0 {
         #[cfg(target_arch = "x86_64")]
         {
             // Not inline, unlike copies: measured on the Zen 5 guest, a fill
@@ -794,28 +781,26 @@ pub fn fast_fill(dst: &mut [u8], byte: u8, t: &Thresholds) -> bool {
     true
 }
 
-/// Copies with the AVX-512 kernel entered at `entry` (an
-/// `avx512_copy_entry`): up to 128 bytes inline with [`INLINE_MASKED`],
+/// Copies with the AVX-512 kernel entered as `entry` (an [`Avx512Entry`]
+/// code) says: up to 128 bytes inline with [`Avx512Entry::InlineSmall`],
 /// otherwise a direct call of the leaf. The fast path and [`Kernel::copy`]
 /// both come here, so the tests of copiers cover the fast path's code.
 ///
 /// # Safety
-/// The CPU has AVX-512 F, BW, VL and BMI2; `entry` came from
-/// `avx512_copy_entry`.
+/// The CPU has AVX-512 F, BW, VL and BMI2; `entry` is an [`Avx512Entry`].
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
-unsafe fn avx512_copy(dst: &mut [u8], src: &[u8], t: &Thresholds, entry: *mut ()) {
+unsafe fn avx512_copy(dst: &mut [u8], src: &[u8], t: &Thresholds, entry: usize) {
     let n = dst.len().min(src.len());
     let (d, s) = (dst.as_mut_ptr(), src.as_ptr());
     // One branch per test (`&`, not `&&`); the first case of each `if` is
     // the one LLVM lets fall through: the smallest sizes then take no
     // branch at all.
-    let inline = entry.addr() & INLINE_MASKED != 0;
-    // SAFETY (all four calls): AVX-512 as the caller guarantees; both slices
+    let inline = entry == Avx512Entry::InlineSmall as usize;
+    // SAFETY (all five calls): AVX-512 as the caller guarantees; both slices
     // hold n bytes and cannot overlap (one is borrowed mutably); each inline
-    // copy gets the sizes it needs; with INLINE_MASKED the entry is
-    // `copy_129_512`, called only for n > 128 as it needs, otherwise a leaf
-    // that takes any size.
+    // copy gets the sizes it needs; `copy_129_512` is called only for
+    // n > 128 as it needs, `copy_guarded` takes any size.
     unsafe {
         if inline & (n <= 128) {
             if n <= 32 {
@@ -826,11 +811,10 @@ unsafe fn avx512_copy(dst: &mut [u8], src: &[u8], t: &Thresholds, entry: *mut ()
                 x86::copy_64_128_inline(d, s, n);
             }
         } else if inline {
-            // Direct calls, not a call through `entry`: measured on the
-            // Zen 5 guest, the indirect jump cost a 512-byte copy 15% (a
+            // Direct calls, not a call through a stored pointer: measured on
+            // the Zen 5 guest, the indirect jump cost a 512-byte copy 15% (a
             // replica of the leaf in a C harness: 243 GB/s called directly,
-            // 208 through a pointer; glibc 188). `entry` holds one of the
-            // two leaves (see `avx512_copy_entry`), so its bit says which.
+            // 208 through a pointer; glibc 188).
             x86::avx512_leaf::copy_129_512(d, s, n, t);
         } else {
             x86::avx512_leaf::copy_guarded(d, s, n, t);
@@ -854,7 +838,7 @@ unsafe fn copy_with(isa: Isa, dst: &mut [u8], src: &[u8], t: &Thresholds) {
         // SAFETY (all three calls): the caller guarantees `isa`; both slices
         // hold at least n bytes and cannot overlap (one is borrowed mutably);
         // the `copy_gt16` kernels get n > 32; `avx512_copy` only ever holds
-        // an AVX-512 copy entry (see `avx512_copy_entry`).
+        // an `Avx512Entry`.
         if isa == Isa::Avx512 {
             return unsafe { avx512_copy(dst, src, t, t.avx512_copy.load(Ordering::Relaxed)) };
         }
