@@ -688,7 +688,7 @@ fn copy_accepted(dst: *mut c_void, src: *const c_void, n: usize) -> c_int {
 #[cold]
 #[inline(never)]
 fn copy_first(dst: *mut c_void, src: *const c_void, n: usize) -> c_int {
-    match plan_ready() {
+    match detect_plan() {
         PW_OK => copy_accepted(dst, src, n),
         code => code,
     }

@@ -403,7 +403,8 @@ impl Shared {
     /// prepared in runs: one system call per 4 KiB would cost more than the
     /// faults; a run never crosses a chunk, since chunks are power-of-two
     /// multiples of 64 KiB), prepares them in one call without the lock, and
-    /// completes them. Returns the error for the caller.
+    /// completes them (`last == i`: that piece alone). `pos` is the writer's
+    /// position, for the peak-window report. Returns the error for the caller.
     fn prepare_run<'a>(
         &'a self,
         mut state: MutexGuard<'a, State>,
@@ -444,27 +445,6 @@ impl Shared {
         self.complete(state, i, result, by)
     }
 
-    /// Claims piece `i` (found unclaimed under `state`), prepares it without
-    /// the lock, and completes it; `pos` is the writer's position, for the
-    /// peak-window report.
-    fn prepare_one(
-        &self,
-        mut state: MutexGuard<'_, State>,
-        i: u64,
-        pos: u64,
-        by: Preparer,
-    ) -> Result<(), QueueError> {
-        self.peak_window.fetch_max(
-            self.piece_start(i + 1).saturating_sub(pos),
-            Ordering::Relaxed,
-        );
-        Shared::claim(&mut state, i);
-        drop(state);
-        let result = self.prep.prepare(self.piece_start(i), self.piece);
-        let state = self.lock();
-        self.complete(state, i, result, by)
-    }
-
     /// Records a finished piece; returns the error for the caller.
     fn complete(
         &self,
@@ -485,9 +465,7 @@ impl Shared {
                 return Ok(());
             }
             Ok(()) => {
-                if i >= state.frontier_piece {
-                    state.done.insert(i);
-                }
+                state.done.insert(i);
                 while {
                     let f = state.frontier_piece;
                     state.done.remove(&f)
@@ -827,7 +805,8 @@ impl Window {
                 // if it needs that piece).
                 s.writer_waits.fetch_add(1, Ordering::Relaxed);
                 let pos = s.writer_pos.load(Ordering::Relaxed);
-                if s.prepare_one(state, i, pos, Preparer::Inline).is_err() {
+                // One piece (a run that ends at `i`).
+                if s.prepare_run(state, i, i, pos, Preparer::Inline).is_err() {
                     may_help = false;
                 }
                 state = s.lock();
@@ -871,7 +850,8 @@ impl Window {
         if end > target {
             return Ok(false);
         }
-        s.prepare_one(state, i, pos, Preparer::Idle)?;
+        // One piece (a run that ends at `i`): idle-time work goes a page at a time.
+        s.prepare_run(state, i, i, pos, Preparer::Idle)?;
         Ok(true)
     }
 
