@@ -469,16 +469,7 @@ fn every_instruction_set_copies_and_fills_correctly_through_the_free_functions()
 /// The `libpagewise.so` of the code under test, built once for this test
 /// binary (`cargo test` builds no cdylib).
 fn ffi_library() -> std::path::PathBuf {
-    static LIB: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
-    LIB.get_or_init(|| {
-        let workspace = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-        let exe = std::env::current_exe().unwrap();
-        let build_dir = exe.parent().and_then(|d| d.parent()).unwrap();
-        pagewise_testkit::build_ffi_library(&workspace, build_dir)
-            .unwrap_or_else(|e| panic!("{e}"))
-            .join("libpagewise.so")
-    })
-    .clone()
+    pagewise_testkit::ffi_library_dir().join("libpagewise.so")
 }
 
 /// `--c-library` adds `pw_copy` / `pw_fill` as a third side of every row

@@ -153,7 +153,7 @@ macro_rules! skip_part {
 /// of its own under `build_dir` (the test binary's `target/debug`; the outer
 /// `cargo test` holds the lock on `target/`): a no-op when nothing changed, a
 /// build of the library and its dependencies the first time. Call it once
-/// per test binary (behind a `OnceLock`). The error is cargo's output.
+/// per test binary ([`ffi_library_dir`] does). The error is cargo's output.
 pub fn build_ffi_library(workspace: &Path, build_dir: &Path) -> Result<PathBuf, String> {
     let target = build_dir.join("ffi-for-tests");
     let mut cargo = std::process::Command::new(env!("CARGO"));
@@ -187,6 +187,24 @@ pub fn build_ffi_library(workspace: &Path, build_dir: &Path) -> Result<PathBuf, 
         ));
     }
     Ok(target.join("debug"))
+}
+
+/// The folder holding `libpagewise.so` and `libpagewise.a` of the code under
+/// test: [`build_ffi_library`] run once per test binary, for the workspace
+/// this crate is in, into the test binary's build folder (`target/debug`:
+/// the binary is in its `deps/`). Panics with cargo's output if the build
+/// fails.
+pub fn ffi_library_dir() -> &'static Path {
+    static DIR: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    DIR.get_or_init(|| {
+        let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+        let exe = std::env::current_exe().expect("the test binary's path");
+        let build_dir = exe
+            .parent()
+            .and_then(Path::parent)
+            .expect("the test binary is in target/<profile>/deps");
+        build_ffi_library(&workspace, build_dir).unwrap_or_else(|e| panic!("{e}"))
+    })
 }
 
 /// Whether this process runs as root (effective uid 0), from `/proc/self/status`.

@@ -16,13 +16,9 @@ pub fn build_dir() -> PathBuf {
 }
 
 /// Where `libpagewise.so` and `libpagewise.a` of the code under test are:
-/// built once per test binary by [`pagewise_testkit::build_ffi_library`].
+/// built once per test binary ([`pagewise_testkit::ffi_library_dir`]).
 pub fn library_dir() -> &'static Path {
-    static DIR: OnceLock<PathBuf> = OnceLock::new();
-    DIR.get_or_init(|| {
-        pagewise_testkit::build_ffi_library(&workspace(), &build_dir())
-            .unwrap_or_else(|e| panic!("{e}"))
-    })
+    pagewise_testkit::ffi_library_dir()
 }
 
 /// The workspace root.
