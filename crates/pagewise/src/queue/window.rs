@@ -334,6 +334,8 @@ struct State {
     frontier_piece: u64,
     last_error: Option<String>,
     backoff_until: Option<Instant>,
+    /// Threads waiting on `Shared::finished`.
+    waiters: usize,
 }
 
 impl State {
@@ -430,42 +432,35 @@ impl Shared {
         );
         drop(state);
         let result = self.prep.prepare(self.piece_start(i), self.piece * run);
-        state = self.lock();
-        if result.is_ok() {
-            for k in 1..run {
-                self.complete(state, i + k, Ok(()), by)?;
-                state = self.lock();
-            }
-        } else {
-            // Give the rest of the run back; `complete` does the first.
-            for k in 1..run {
-                state.inflight.remove(&(i + k));
-            }
-        }
-        self.complete(state, i, result, by)
+        self.complete(self.lock(), i, run, result, by)
     }
 
-    /// Records a finished piece; returns the error for the caller.
+    /// Records the run of `count` pieces from `first` as finished (all of
+    /// them, or none on an error), under one lock; returns the error for the
+    /// caller. Pieces already behind the frontier or already done were
+    /// prepared by someone else (the writer, when it would not wait for a
+    /// low-priority thread), who counted them: a late result, good or bad,
+    /// changes nothing for them. Waiters are woken only if there are any: a
+    /// condition variable's wake is a system call even when no one waits,
+    /// and a run of 4 KiB pieces would pay it per piece.
     fn complete(
         &self,
         mut state: MutexGuard<'_, State>,
-        i: u64,
+        first: u64,
+        count: u64,
         result: Result<(), QueueError>,
         by: Preparer,
     ) -> Result<(), QueueError> {
-        state.inflight.remove(&i);
-        // Behind the frontier already: someone else (the writer, when it
-        // would not wait for a low-priority thread) prepared this piece and
-        // was counted; a late result, good or bad, changes nothing.
-        let late = i < state.frontier_piece;
+        for k in first..first + count {
+            state.inflight.remove(&k);
+        }
+        let fresh = (first..first + count)
+            .filter(|k| *k >= state.frontier_piece && !state.done.contains(k))
+            .collect::<Vec<_>>();
         let out = match result {
-            _ if late => {
-                drop(state);
-                self.finished.notify_all();
-                return Ok(());
-            }
+            _ if fresh.is_empty() => Ok(()),
             Ok(()) => {
-                state.done.insert(i);
+                state.done.extend(fresh.iter().copied());
                 while {
                     let f = state.frontier_piece;
                     state.done.remove(&f)
@@ -479,12 +474,12 @@ impl Shared {
                     Preparer::Inline => &self.pieces_inline,
                     Preparer::Idle => &self.pieces_idle,
                 };
-                counter.fetch_add(1, Ordering::Relaxed);
+                counter.fetch_add(fresh.len() as u64, Ordering::Relaxed);
                 Ok(())
             }
             Err(e) => {
-                // Give the piece back so that someone can retry it.
-                state.next = state.next.min(i);
+                // Give the pieces back so that someone can retry them.
+                state.next = state.next.min(fresh[0]);
                 if by == Preparer::Background {
                     state.last_error = Some(e.to_string());
                     state.backoff_until = Some(Instant::now() + Duration::from_millis(20));
@@ -492,8 +487,11 @@ impl Shared {
                 Err(e)
             }
         };
+        let wake = state.waiters > 0;
         drop(state);
-        self.finished.notify_all();
+        if wake {
+            self.finished.notify_all();
+        }
         out
     }
 }
@@ -786,13 +784,8 @@ impl Window {
                 drop(state);
                 s.prep
                     .prepare(s.piece_start(first), s.piece * (last - first + 1))?;
+                s.complete(s.lock(), first, last - first + 1, Ok(()), Preparer::Inline)?;
                 state = s.lock();
-                for k in first..=last {
-                    if k >= state.frontier_piece && !state.done.contains(&k) {
-                        s.complete(state, k, Ok(()), Preparer::Inline)?;
-                        state = s.lock();
-                    }
-                }
             } else if may_help
                 && s.piece_start(i + 1)
                     <= s.writer_pos.load(Ordering::Relaxed) + s.window_now.load(Ordering::Relaxed)
@@ -813,11 +806,13 @@ impl Window {
             } else {
                 // Every piece we need is being prepared by the thread.
                 s.writer_waits.fetch_add(1, Ordering::Relaxed);
+                state.waiters += 1;
                 state = s
                     .finished
                     .wait_timeout(state, Duration::from_millis(1))
                     .unwrap_or_else(|e| e.into_inner())
                     .0;
+                state.waiters -= 1;
             }
         }
     }
@@ -1072,6 +1067,28 @@ mod tests {
             [100, 100 + (1 << 16), 100 + 2 * (1 << 16)]
         );
         assert_eq!(w.report().pieces_inline, 3);
+    }
+
+    #[test]
+    fn a_run_of_small_pieces_is_one_call_and_a_failed_run_is_given_back_whole() {
+        let piece = 4 << 10;
+        let l = log(u64::MAX);
+        let w = Window::start(0, piece, 0, CFG, Box::new(Arc::clone(&l)), idle()).unwrap();
+        // One byte past the first piece: the catch-up prepares a whole
+        // 64 KiB run in one call and counts each of its 16 pieces.
+        assert_eq!(w.wait_ready(piece + 1).unwrap(), INLINE_RUN);
+        assert_eq!(*l.pieces.lock().unwrap(), [0]);
+        assert_eq!(w.report().pieces_inline, INLINE_RUN / piece);
+        // The next run fails: nothing of it counts, and the retry starts at
+        // its first piece, not past it.
+        l.fail_from.store(INLINE_RUN, Ordering::Relaxed);
+        assert!(w.wait_ready(INLINE_RUN + 1).is_err());
+        assert_eq!(w.frontier(), INLINE_RUN);
+        assert_eq!(w.report().pieces_inline, INLINE_RUN / piece);
+        l.fail_from.store(u64::MAX, Ordering::Relaxed);
+        assert_eq!(w.wait_ready(INLINE_RUN + 1).unwrap(), 2 * INLINE_RUN);
+        assert_eq!(*l.pieces.lock().unwrap(), [0, INLINE_RUN]);
+        assert_eq!(w.report().pieces_inline, 2 * INLINE_RUN / piece);
     }
 
     #[test]
