@@ -233,7 +233,7 @@ const INLINE_RUN: u64 = 64 << 10;
 
 /// Makes a range of the file ready for the writer.
 pub(crate) trait Prepare: Send + Sync + 'static {
-    /// Prepares `[offset, offset+len)`; `len` is one piece.
+    /// Prepares `[offset, offset+len)`: a run of whole pieces.
     fn prepare(&self, offset: u64, len: u64) -> Result<(), QueueError>;
     /// Called by the background thread between pieces: a place to do
     /// deferred work off the writer's path (unmapping retired chunks).
@@ -356,7 +356,8 @@ struct Shared {
     writer_pos: AtomicU64,
     frontier: AtomicU64,
     state: Mutex<State>,
-    /// Signalled when a piece finishes (the writer waits on it).
+    /// Signalled when a run of pieces finishes and a writer waits on it
+    /// (`State::waiters`).
     finished: Condvar,
     /// Signalled to wake the background thread early.
     wake: Condvar,
@@ -438,11 +439,11 @@ impl Shared {
     /// Records the run of `count` pieces from `first` as finished (all of
     /// them, or none on an error), under one lock; returns the error for the
     /// caller. Pieces already behind the frontier or already done were
-    /// prepared by someone else (the writer, when it would not wait for a
-    /// low-priority thread), who counted them: a late result, good or bad,
-    /// changes nothing for them. Waiters are woken only if there are any: a
-    /// condition variable's wake is a system call even when no one waits,
-    /// and a run of 4 KiB pieces would pay it per piece.
+    /// prepared by the other side (the writer that would not wait for a
+    /// low-priority thread, or that thread when the writer got there first),
+    /// who counted them: a late result, good or bad, changes nothing for
+    /// them. Waiters are woken only if there are any: a condition variable's
+    /// wake is a system call even when no one waits.
     fn complete(
         &self,
         mut state: MutexGuard<'_, State>,
@@ -454,13 +455,19 @@ impl Shared {
         for k in first..first + count {
             state.inflight.remove(&k);
         }
-        let fresh = (first..first + count)
-            .filter(|k| *k >= state.frontier_piece && !state.done.contains(k))
-            .collect::<Vec<_>>();
-        let out = match result {
-            _ if fresh.is_empty() => Ok(()),
-            Ok(()) => {
-                state.done.extend(fresh.iter().copied());
+        let is_fresh =
+            |state: &State, k: u64| k >= state.frontier_piece && !state.done.contains(&k);
+        let first_fresh = (first..first + count).find(|k| is_fresh(&state, *k));
+        let out = match (first_fresh, result) {
+            (None, _) => Ok(()),
+            (Some(first_fresh), Ok(())) => {
+                let mut fresh = 0;
+                for k in first_fresh..first + count {
+                    if is_fresh(&state, k) {
+                        state.done.insert(k);
+                        fresh += 1;
+                    }
+                }
                 while {
                     let f = state.frontier_piece;
                     state.done.remove(&f)
@@ -474,12 +481,12 @@ impl Shared {
                     Preparer::Inline => &self.pieces_inline,
                     Preparer::Idle => &self.pieces_idle,
                 };
-                counter.fetch_add(fresh.len() as u64, Ordering::Relaxed);
+                counter.fetch_add(fresh, Ordering::Relaxed);
                 Ok(())
             }
-            Err(e) => {
+            (Some(first_fresh), Err(e)) => {
                 // Give the pieces back so that someone can retry them.
-                state.next = state.next.min(fresh[0]);
+                state.next = state.next.min(first_fresh);
                 if by == Preparer::Background {
                     state.last_error = Some(e.to_string());
                     state.backoff_until = Some(Instant::now() + Duration::from_millis(20));
