@@ -528,6 +528,48 @@ fn record_crcs_catch_damaged_payloads() {
 }
 
 #[test]
+fn a_spinning_reader_at_the_end_gets_records_and_learns_of_a_truncation() {
+    // A reader that waits with `Wait::Spin` polls the next mark alone
+    // between full looks: a record must still arrive, and a truncation of
+    // the file under the mark must still end the wait with `Truncated`,
+    // long before the timeout.
+    let d = dir();
+    let path = d.path().join("q");
+    let mut w = Writer::create(&path, small(false)).unwrap();
+    w.append(&payload(0)).unwrap();
+    let mut r = Reader::open(&path).unwrap();
+    assert!(r.next().unwrap().is_some());
+    let (tx, rx) = std::sync::mpsc::channel();
+    let waiter = std::thread::spawn(move || {
+        let first = r
+            .next_wait(Wait::Spin, Some(Duration::from_secs(20)))
+            .map(|rec| rec.map(|rec| rec.payload.to_vec()));
+        tx.send(()).unwrap();
+        let t = Instant::now();
+        let second = r.next_wait(Wait::Spin, Some(Duration::from_secs(20)));
+        (first, second.map(|_| ()), t.elapsed())
+    });
+    std::thread::sleep(Duration::from_millis(20));
+    w.append(&payload(1)).unwrap();
+    rx.recv().unwrap();
+    std::thread::sleep(Duration::from_millis(20));
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&path)
+        .unwrap()
+        .set_len(4096)
+        .unwrap();
+    let (first, second, waited) = waiter.join().unwrap();
+    assert_eq!(first.unwrap().unwrap(), payload(1));
+    assert!(
+        matches!(second, Err(QueueError::Truncated { .. })),
+        "{second:?}"
+    );
+    assert!(waited < Duration::from_secs(10), "{waited:?}");
+    drop(w);
+}
+
+#[test]
 fn retention_drops_old_chunks_and_tells_a_reader_how_far_behind_it_is() {
     let d = dir();
     let path = d.path().join("q");

@@ -17,8 +17,9 @@
 //!   only if the word is eager or `now` is later than `P`; otherwise for at
 //!   most [`SHORT_SLEEP`] at a time.
 //! - **Writer**, on each commit: stores the new word (new `seq`, `P` = its
-//!   previous clock reading, eager if its last wake woke someone), issues a
-//!   `SeqCst` fence, then calls `FUTEX_WAKE` if the *previous* word was
+//!   previous clock reading, eager if its last wake woke someone) with a
+//!   full barrier after it (a `SeqCst` fence; on x86-64 the store is a
+//!   locked exchange, which is one), then calls `FUTEX_WAKE` if the *previous* word was
 //!   eager, or if the coarse clock it reads now is later than the previous
 //!   word's `P`. Otherwise no system call: a store, a fence and a vDSO read
 //!   of memory (a few nanoseconds).
@@ -53,7 +54,7 @@ use super::layout::OFF_WAKE;
 use crate::sys::clock::monotonic_coarse_ns;
 use crate::sys::file_map::WriteMap;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{fence, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 /// The longest nap of a reader whose writer may not wake it.
@@ -172,10 +173,9 @@ impl Waker {
             eager: self.eager,
             time: self.last_now,
         };
-        header.store_u64(OFF_WAKE, self.word.encode(), Ordering::Release);
         // Makes the new word visible to all before the clock is read (the
         // order the module doc's argument rests on).
-        fence(Ordering::SeqCst);
+        header.store_u64_then_full_fence(OFF_WAKE, self.word.encode());
         let wake = previous.eager || {
             self.last_now = coarse_now();
             later(self.last_now, previous.time)
