@@ -1099,6 +1099,41 @@ mod tests {
     }
 
     #[test]
+    fn a_failed_run_whose_first_pieces_were_done_by_the_other_side_gives_back_the_rest() {
+        // The thread claimed pieces 0-3; the writer, not waiting for it,
+        // prepared and recorded 0 and 1 itself; then the thread's run fails.
+        // Pieces 2 and 3 must be claimable again (before, a failed run whose
+        // first piece was late returned early and left them unclaimed below
+        // `next`, so `lowest_unclaimed` skipped them), and 0-1 stay counted once.
+        let piece = 4 << 10;
+        let l = log(u64::MAX);
+        let w = Window::start(0, piece, 0, CFG, Box::new(Arc::clone(&l)), idle()).unwrap();
+        let s = &*w.shared;
+        let mut state = s.lock();
+        for i in 0..4 {
+            Shared::claim(&mut state, i);
+        }
+        s.complete(state, 0, 2, Ok(()), Preparer::Inline).unwrap();
+        assert_eq!(w.frontier(), 2 * piece);
+        let failed = Err(QueueError::InvalidOptions("no space".into()));
+        assert!(s
+            .complete(s.lock(), 0, 4, failed, Preparer::Background)
+            .is_err());
+        let state = s.lock();
+        assert!(state.inflight.is_empty());
+        assert_eq!(state.lowest_unclaimed(), 2);
+        assert_eq!(state.next, 2);
+        drop(state);
+        assert_eq!(w.report().pieces_inline, 2);
+        assert_eq!(w.report().pieces_background, 0);
+        // A late success of pieces the writer already recorded counts nothing.
+        s.complete(s.lock(), 0, 2, Ok(()), Preparer::Background)
+            .unwrap();
+        assert_eq!(w.report().pieces_background, 0);
+        assert_eq!(w.frontier(), 2 * piece);
+    }
+
+    #[test]
     fn background_thread_keeps_the_window_but_no_more() {
         let l = log(u64::MAX);
         let w = Window::start(0, 1 << 16, 0, CFG, Box::new(Arc::clone(&l)), thread()).unwrap();
