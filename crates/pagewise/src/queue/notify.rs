@@ -21,7 +21,7 @@
 //!   full barrier after it (a `SeqCst` fence; on x86-64 the store is a
 //!   locked exchange, which is one), then calls `FUTEX_WAKE` if the *previous* word was
 //!   eager, or if the coarse clock it reads now is later than the previous
-//!   word's `P`. Otherwise no system call: a store, a fence and a vDSO read
+//!   word's `P`. Otherwise no system call: the store with its barrier and a vDSO read
 //!   of memory (a few nanoseconds).
 //!
 //! Why a sleeping reader is never missed: say a reader loaded word `k`
@@ -163,7 +163,7 @@ impl Waker {
         waker
     }
 
-    /// Publishes a commit: a store, a fence, a coarse clock read, and a
+    /// Publishes a commit: a store with a full barrier, a coarse clock read, and a
     /// `FUTEX_WAKE` only when a reader may be asleep.
     #[inline]
     pub(crate) fn notify(&mut self, header: &WriteMap) {

@@ -486,7 +486,8 @@ impl Writer {
     ///
     /// Hot path: a bounds check, a copy of the payload into the mapping, one
     /// release store of the mark, one relaxed store for the pre-toucher, one
-    /// store of the wake word, a fence and a coarse clock read (vDSO). No
+    /// store of the wake word with a full barrier after it (a locked exchange
+    /// on x86-64) and a coarse clock read (vDSO). No
     /// system call while no reader sleeps and (with pre-touch) no page
     /// fault, except when the writer crosses into a new chunk or catches up
     /// with the pre-toucher. Errors: [`QueueError::RecordTooLarge`],
