@@ -21,6 +21,7 @@ use crate::sys::file::{self, LockKind};
 use std::fs::File;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 /// The writer's lock file of the queue at `queue`: `<queue>.lock`. It stays
 /// beside the queue after the writer exits (removing it while another
@@ -120,12 +121,22 @@ fn open_lock_file(queue: &Path) -> Result<(File, std::fs::Metadata), QueueError>
     Ok((file, meta))
 }
 
+/// How long a new writer waits for the writer locks (the lock file's, then
+/// byte 0 of the queue file) while another open file still holds one: a
+/// writer closing in this or another process lets go within this time; a
+/// live one does not, and the new writer gets `WriterLocked`. (Seen without
+/// the wait: `bench queue --rtt`'s in-process test, whose sides open
+/// writers on files just created and closed, failed with `WriterLocked`
+/// about once in 20 runs as user nobody.)
+const CLOSING_WRITER_WAIT: Duration = Duration::from_millis(100);
+
 /// Takes the writer lock of the queue at `queue`, whose open file is
 /// `queue_file`: the lock file first, then (when no reader's read lock is in
 /// the way) byte 0 of the queue file as a sign of life. Fails with
 /// [`QueueError::WriterLocked`] when another writer holds either,
 /// [`QueueError::Refused`] for a lock file that is not this user's own
-/// regular file. Costs an `open`, two `stat`s and two or three `fcntl` calls.
+/// regular file. Costs an `open`, two `stat`s and two or three `fcntl` calls
+/// (and up to [`CLOSING_WRITER_WAIT`] while a closing writer lets go).
 pub(crate) fn lock(queue: &Path, queue_file: &File) -> Result<WriterLock, QueueError> {
     let path = lock_path(queue);
     let locked = |e| QueueError::sys(queue, "lock the writer's lock file", e);
@@ -133,9 +144,14 @@ pub(crate) fn lock(queue: &Path, queue_file: &File) -> Result<WriterLock, QueueE
     // writer that opened that file just before locks a file with no name.
     // Then it tries the name again (a new file, or another's lock).
     let mut tries = 0;
+    let deadline = Instant::now() + CLOSING_WRITER_WAIT;
     let lock_file = loop {
         let (lock_file, meta) = open_lock_file(queue)?;
         if !file::try_lock(&lock_file, LOCK_START, LOCK_LEN, LockKind::Exclusive).map_err(locked)? {
+            if Instant::now() < deadline {
+                std::thread::sleep(Duration::from_micros(200));
+                continue;
+            }
             return Err(QueueError::WriterLocked {
                 path: queue.to_owned(),
             });
@@ -150,17 +166,28 @@ pub(crate) fn lock(queue: &Path, queue_file: &File) -> Result<WriterLock, QueueE
             });
         }
     };
-    match file::try_lock(queue_file, LOCK_START, LOCK_LEN, LockKind::Exclusive) {
-        Ok(true) => {}
-        // Only a read lock (any reader may take one): the writer runs anyway;
-        // `inspect` then tells liveness from the lock file where it can.
-        Ok(false) if matches!(lock_holder(queue_file), Ok(Some(LockKind::Shared))) => {}
-        Ok(false) => {
-            return Err(QueueError::WriterLocked {
-                path: queue.to_owned(),
-            })
+    // With the lock file held, no other writer is live. A writer that is
+    // closing may hold byte 0 a little longer (until the last reference to
+    // its open file, its mappings included, goes away): wait for that too.
+    loop {
+        match file::try_lock(queue_file, LOCK_START, LOCK_LEN, LockKind::Exclusive) {
+            Ok(true) => break,
+            Ok(false) => match lock_holder(queue_file) {
+                // Only a read lock (any reader may take one): the writer runs
+                // anyway; `inspect` then tells liveness from the lock file
+                // where it can.
+                Ok(Some(LockKind::Shared)) => break,
+                _ if Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_micros(200));
+                }
+                _ => {
+                    return Err(QueueError::WriterLocked {
+                        path: queue.to_owned(),
+                    })
+                }
+            },
+            Err(e) => return Err(QueueError::sys(queue, "lock the queue for writing", e)),
         }
-        Err(e) => return Err(QueueError::sys(queue, "lock the queue for writing", e)),
     }
     Ok(WriterLock {
         _lock_file: lock_file,
