@@ -481,16 +481,31 @@ impl WriteMap {
         self.raw.load_u32(offset, order)
     }
 
+    /// The 8-aligned `u64` at `offset` as an atomic; `None` if out of range or
+    /// misaligned.
+    #[inline]
+    fn word_u64(&self, offset: usize) -> Option<&AtomicU64> {
+        let p = self.raw.at(offset, 8, 8)?;
+        // SAFETY: p is 8-aligned inside the writable mapping, which lives as
+        // long as `self`; all access to the word is atomic.
+        Some(unsafe { AtomicU64::from_ptr(p.cast()) })
+    }
+
+    /// As [`WriteMap::word_u64`], for the 4-aligned `u32` at `offset`.
+    #[inline]
+    fn word_u32(&self, offset: usize) -> Option<&AtomicU32> {
+        let p = self.raw.at(offset, 4, 4)?;
+        // SAFETY: as word_u64, for a 4-aligned word.
+        Some(unsafe { AtomicU32::from_ptr(p.cast()) })
+    }
+
     /// Atomically stores the 8-aligned `u64` at `offset`; `false` if out of range
     /// or misaligned (nothing stored).
     #[inline]
     pub fn store_u64(&self, offset: usize, value: u64, order: Ordering) -> bool {
-        let Some(p) = self.raw.at(offset, 8, 8) else {
-            return false;
-        };
-        // SAFETY: p is 8-aligned inside the live writable mapping; all access to the word is atomic.
-        unsafe { AtomicU64::from_ptr(p.cast()) }.store(value, order);
-        true
+        self.word_u64(offset)
+            .map(|w| w.store(value, order))
+            .is_some()
     }
 
     /// Stores the 8-aligned `u64` at `offset` and then acts as a full
@@ -502,11 +517,9 @@ impl WriteMap {
     /// misaligned (nothing stored, no barrier).
     #[inline]
     pub fn store_u64_then_full_fence(&self, offset: usize, value: u64) -> bool {
-        let Some(p) = self.raw.at(offset, 8, 8) else {
+        let Some(word) = self.word_u64(offset) else {
             return false;
         };
-        // SAFETY: p is 8-aligned inside the live writable mapping; all access to the word is atomic.
-        let word = unsafe { AtomicU64::from_ptr(p.cast()) };
         if cfg!(target_arch = "x86_64") {
             // A locked instruction drains the store buffer and orders every
             // later load after it (Intel SDM vol. 3 §9.2.3, AMD APM vol. 2
@@ -522,21 +535,16 @@ impl WriteMap {
     /// Atomically stores the 4-aligned `u32` at `offset`; `false` if out of range.
     #[inline]
     pub fn store_u32(&self, offset: usize, value: u32, order: Ordering) -> bool {
-        let Some(p) = self.raw.at(offset, 4, 4) else {
-            return false;
-        };
-        // SAFETY: as store_u64, for a 4-aligned word.
-        unsafe { AtomicU32::from_ptr(p.cast()) }.store(value, order);
-        true
+        self.word_u32(offset)
+            .map(|w| w.store(value, order))
+            .is_some()
     }
 
     /// Atomically adds to the 4-aligned `u32` at `offset` (wrapping) and returns
     /// the previous value; `None` if out of range.
     #[inline]
     pub fn fetch_add_u32(&self, offset: usize, value: u32, order: Ordering) -> Option<u32> {
-        let p = self.raw.at(offset, 4, 4)?;
-        // SAFETY: as store_u32.
-        Some(unsafe { AtomicU32::from_ptr(p.cast()) }.fetch_add(value, order))
+        Some(self.word_u32(offset)?.fetch_add(value, order))
     }
 
     /// Atomically replaces the 8-aligned `u64` at `offset` with `new` if it
@@ -548,9 +556,7 @@ impl WriteMap {
         current: u64,
         new: u64,
     ) -> Option<Result<u64, u64>> {
-        let p = self.raw.at(offset, 8, 8)?;
-        // SAFETY: as store_u64.
-        Some(unsafe { AtomicU64::from_ptr(p.cast()) }.compare_exchange(
+        Some(self.word_u64(offset)?.compare_exchange(
             current,
             new,
             Ordering::SeqCst,
