@@ -122,12 +122,16 @@ fn open_lock_file(queue: &Path) -> Result<(File, std::fs::Metadata), QueueError>
 }
 
 /// How long a new writer waits for the writer locks (the lock file's, then
-/// byte 0 of the queue file) while another open file still holds one: a
-/// writer closing in this or another process lets go within this time; a
-/// live one does not, and the new writer gets `WriterLocked`. (Seen without
-/// the wait: `bench queue --rtt`'s in-process test, whose sides open
-/// writers on files just created and closed, failed with `WriterLocked`
-/// about once in 20 runs as user nobody.)
+/// byte 0 of the queue file) while another open file still holds one. The
+/// locks are open-file-description locks: they last while anything refers
+/// to the open file, so a writer that was just dropped can hold them a
+/// moment longer (its mappings, or a child that another thread forked
+/// before it closed and that has not yet reached `exec`, where the
+/// close-on-exec descriptors go). Such holders let go within this time; a
+/// live writer does not, and the new writer gets `WriterLocked`. (Seen
+/// without the wait: `bench queue --rtt`'s in-process test, whose sides
+/// open writers on files just created and closed while other tests spawn
+/// processes, failed with `WriterLocked` in 1 of 20–80 runs as user nobody.)
 const CLOSING_WRITER_WAIT: Duration = Duration::from_millis(100);
 
 /// Takes the writer lock of the queue at `queue`, whose open file is
@@ -140,35 +144,39 @@ const CLOSING_WRITER_WAIT: Duration = Duration::from_millis(100);
 pub(crate) fn lock(queue: &Path, queue_file: &File) -> Result<WriterLock, QueueError> {
     let path = lock_path(queue);
     let locked = |e| QueueError::sys(queue, "lock the writer's lock file", e);
+    let writer_locked = || QueueError::WriterLocked {
+        path: queue.to_owned(),
+    };
+    // Ok after a short sleep while the deadline has not passed; then the
+    // lock is another writer's.
+    let deadline = Instant::now() + CLOSING_WRITER_WAIT;
+    let wait_for_closing_writer = || {
+        if Instant::now() >= deadline {
+            return Err(writer_locked());
+        }
+        std::thread::sleep(Duration::from_micros(200));
+        Ok(())
+    };
     // A failed create removes its lock file while it holds the lock; a
     // writer that opened that file just before locks a file with no name.
     // Then it tries the name again (a new file, or another's lock).
     let mut tries = 0;
-    let deadline = Instant::now() + CLOSING_WRITER_WAIT;
     let lock_file = loop {
         let (lock_file, meta) = open_lock_file(queue)?;
         if !file::try_lock(&lock_file, LOCK_START, LOCK_LEN, LockKind::Exclusive).map_err(locked)? {
-            if Instant::now() < deadline {
-                std::thread::sleep(Duration::from_micros(200));
-                continue;
-            }
-            return Err(QueueError::WriterLocked {
-                path: queue.to_owned(),
-            });
+            wait_for_closing_writer()?;
+            continue;
         }
         if still_named(&path, &meta) {
             break lock_file;
         }
         tries += 1;
         if tries == 8 {
-            return Err(QueueError::WriterLocked {
-                path: queue.to_owned(),
-            });
+            return Err(writer_locked());
         }
     };
-    // With the lock file held, no other writer is live. A writer that is
-    // closing may hold byte 0 a little longer (until the last reference to
-    // its open file, its mappings included, goes away): wait for that too.
+    // With the lock file held, no other writer is live; a writer that was
+    // just dropped may still hold byte 0 (see CLOSING_WRITER_WAIT).
     loop {
         match file::try_lock(queue_file, LOCK_START, LOCK_LEN, LockKind::Exclusive) {
             Ok(true) => break,
@@ -177,14 +185,7 @@ pub(crate) fn lock(queue: &Path, queue_file: &File) -> Result<WriterLock, QueueE
                 // anyway; `inspect` then tells liveness from the lock file
                 // where it can.
                 Ok(Some(LockKind::Shared)) => break,
-                _ if Instant::now() < deadline => {
-                    std::thread::sleep(Duration::from_micros(200));
-                }
-                _ => {
-                    return Err(QueueError::WriterLocked {
-                        path: queue.to_owned(),
-                    })
-                }
+                _ => wait_for_closing_writer()?,
             },
             Err(e) => return Err(QueueError::sys(queue, "lock the queue for writing", e)),
         }
