@@ -82,6 +82,13 @@
 #define PW_QUEUE_NO_CREATE 8
 
 /**
+ * `pw_queue_options.flags`: when recovery finds a record whose CRC fails
+ * with intact records after it (damage, not a torn write), drop it and all
+ * after it instead of failing with `-EBADMSG`.
+ */
+#define PW_QUEUE_DISCARD_DAMAGED 16
+
+/**
  * Page policy: the ladder hugetlb 1 GiB, hugetlb 2 MiB, THP, 4 KiB.
  */
 #define PW_PAGES_AUTO 0

@@ -74,6 +74,11 @@ pub struct AppendArgs {
     /// Do not flush (msync) before exiting.
     #[arg(long)]
     no_flush: bool,
+    /// When a record whose CRC fails has intact records after it (the file
+    /// was damaged, not torn by a crash), drop it and everything after it
+    /// instead of refusing. What was dropped is printed.
+    #[arg(long)]
+    discard_damaged: bool,
 }
 
 /// Runs a queue command.
@@ -422,9 +427,11 @@ fn append(args: &AppendArgs) -> anyhow::Result<ExitCode> {
         chunk_size: args.chunk_size.unwrap_or(queue::layout::DEFAULT_CHUNK),
         record_crc: args.crc,
         pretouch: args.pretouch.then(PreTouch::default),
+        discard_damaged: args.discard_damaged,
         ..Options::default()
     };
     let mut writer = Writer::open_or_create(&args.path, options)?;
+    report_recovery(&args.path, writer.recovery());
     check_settings(args, &writer)?;
     let appended = append_lines(args, &mut writer);
     // What was appended stays, also when a line failed.
@@ -441,6 +448,27 @@ fn append(args: &AppendArgs) -> anyhow::Result<ExitCode> {
         (_, None) => errln!("appended 0 records"),
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Says on stderr what the writer's recovery threw away, if anything: a
+/// record whose CRC failed and those after it, or the bytes of a record torn
+/// by a crash. Silent when the queue ended cleanly.
+fn report_recovery(path: &std::path::Path, r: &queue::Recovery) {
+    if let Some(at) = r.crc_failed_at {
+        errln!(
+            "pagewise: warning: {}: recovery dropped {} records from position {at} on ({} of them intact): the record there failed its CRC check; the queue now ends at {}",
+            path.display(),
+            r.discarded_records,
+            r.discarded_intact,
+            r.end
+        );
+    } else if r.torn_record_discarded {
+        errln!(
+            "pagewise: warning: {}: recovery zeroed the bytes of an uncommitted record at position {} (a writer stopped while appending it)",
+            path.display(),
+            r.end
+        );
+    }
 }
 
 /// Refuses `--chunk-size` and `--crc` when the queue already existed with

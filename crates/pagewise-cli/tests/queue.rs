@@ -531,6 +531,23 @@ fn a_fifo_or_a_directory_is_refused_at_once() {
     }
 }
 
+/// Runs `pagewise queue append FLAGS Q` with `stdin`, asserts its exit
+/// status (success or failure) and returns its stderr.
+fn append_stderr(q: &Path, flags: &[&str], stdin: &str, succeeds: bool) -> String {
+    let mut cmd = pagewise();
+    cmd.args(["queue", "append"])
+        .args(flags)
+        .arg(q)
+        .write_stdin(stdin);
+    let assert = cmd.assert();
+    let assert = if succeeds {
+        assert.success()
+    } else {
+        assert.failure()
+    };
+    String::from_utf8_lossy(&assert.get_output().stderr).into_owned()
+}
+
 #[test]
 fn settings_for_a_new_queue_are_not_silently_ignored_on_an_existing_one() {
     let d = shm_dir();
@@ -542,16 +559,7 @@ fn settings_for_a_new_queue_are_not_silently_ignored_on_an_existing_one() {
         .assert()
         .success();
     for flags in [&["--crc"][..], &["--chunk-size", "1MiB"]] {
-        let out = pagewise()
-            .args(["queue", "append"])
-            .args(flags)
-            .arg(&q)
-            .write_stdin("two\n")
-            .assert()
-            .failure()
-            .get_output()
-            .clone();
-        let err = String::from_utf8_lossy(&out.stderr);
+        let err = append_stderr(&q, flags, "two\n", false);
         assert!(
             err.contains("already exists with 64 KiB chunks, without record CRCs"),
             "{flags:?}: {err}"
@@ -594,6 +602,50 @@ fn a_damaged_first_chunk_word_is_reported_not_hidden() {
         assert!(err.contains("first-chunk word"), "{cmd:?}: {err}");
         assert_eq!(err.trim_end().lines().count(), 1, "{err}");
     }
+}
+
+#[test]
+fn append_refuses_a_damaged_crc_queue_and_discards_only_when_asked() {
+    let d = shm_dir();
+    let q = d.path().join("q");
+    pagewise()
+        .args(["queue", "append", "--crc"])
+        .arg(&q)
+        .write_stdin("one\ntwo\nthree\nfour\n")
+        .assert()
+        .success();
+    let mut bytes = std::fs::read(&q).unwrap();
+    let at = bytes.windows(3).position(|w| w == b"two").unwrap();
+    bytes[at] ^= 0xFF;
+    std::fs::write(&q, &bytes).unwrap();
+    // "three" and "four" are intact: the append refuses, one line, nothing changed.
+    let err = append_stderr(&q, &[], "five\n", false);
+    assert!(
+        err.contains("fails its CRC check and 2 intact records follow it"),
+        "{err}"
+    );
+    assert!(err.contains("--discard-damaged"), "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    assert!(
+        std::fs::read(&q).unwrap() == bytes,
+        "the refused append changed the file"
+    );
+    // Asked to, it drops the damaged record and the two after it, and says so.
+    let err = append_stderr(&q, &["--discard-damaged"], "five\n", true);
+    assert!(
+        err.contains("recovery dropped 3 records from position")
+            && err.contains("(2 of them intact)"),
+        "{err}"
+    );
+    let tail = pagewise()
+        .args(["queue", "tail"])
+        .arg(&q)
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    assert_eq!(String::from_utf8_lossy(&tail), "one\nfive\n");
 }
 
 #[test]

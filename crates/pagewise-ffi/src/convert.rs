@@ -45,7 +45,11 @@ pub fn queue_options(c: Option<&pw_queue_options>) -> Result<(Options, OpenMode)
     no_reserved(&c.reserved, "pw_queue_options")?;
     unknown_flags(
         c.flags,
-        PW_QUEUE_RECORD_CRC | PW_QUEUE_NO_PRETOUCH | PW_QUEUE_CREATE_NEW | PW_QUEUE_NO_CREATE,
+        PW_QUEUE_RECORD_CRC
+            | PW_QUEUE_NO_PRETOUCH
+            | PW_QUEUE_CREATE_NEW
+            | PW_QUEUE_NO_CREATE
+            | PW_QUEUE_DISCARD_DAMAGED,
         "pw_queue_options",
     )?;
     let mode = match (
@@ -98,6 +102,7 @@ pub fn queue_options(c: Option<&pw_queue_options>) -> Result<(Options, OpenMode)
         pretouch,
         mode: if c.mode == 0 { defaults.mode } else { c.mode },
         copy: defaults.copy,
+        discard_damaged: c.flags & PW_QUEUE_DISCARD_DAMAGED != 0,
     };
     Ok((options, mode))
 }
@@ -293,6 +298,19 @@ mod tests {
         }))
         .unwrap();
         assert!(o.record_crc);
+        assert!(!o.discard_damaged);
+        let (o, _) = queue_options(Some(&pw_queue_options {
+            flags: PW_QUEUE_DISCARD_DAMAGED,
+            ..z
+        }))
+        .unwrap();
+        assert!(o.discard_damaged);
+        let (o, _) = queue_options(Some(&pw_queue_options {
+            pretouch_window: 256 << 20,
+            flags: PW_QUEUE_RECORD_CRC,
+            ..z
+        }))
+        .unwrap();
         let p = o.pretouch.unwrap();
         assert_eq!((p.window, p.max_window), (256 << 20, 256 << 20));
         assert!(p.check().is_ok());

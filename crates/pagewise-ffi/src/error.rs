@@ -62,7 +62,8 @@ impl From<QueueError> for Failure {
             | QueueError::HeaderChecksum { .. }
             | QueueError::BadHeader { .. }
             | QueueError::Corrupt { .. }
-            | QueueError::CrcMismatch { .. } => libc::EBADMSG,
+            | QueueError::CrcMismatch { .. }
+            | QueueError::DamagedRecord { .. } => libc::EBADMSG,
             QueueError::UnsupportedVersion { .. } => libc::ENOTSUP,
             QueueError::InvalidOptions(_) | QueueError::InvalidPosition { .. } => libc::EINVAL,
             QueueError::RecordTooLarge { .. } => libc::EMSGSIZE,

@@ -498,21 +498,32 @@ fn a_damaged_end_hint_does_not_make_the_next_writer_skip_chunks() {
     assert_eq!(got.len(), 301);
 }
 
-#[test]
-fn record_crcs_catch_damaged_payloads() {
-    let d = dir();
+/// A queue with record CRCs holding `records` records, the payload of record
+/// `damaged` then damaged in place: its path, options and the positions.
+fn crc_queue_with_a_damaged_record(
+    d: &tempfile::TempDir,
+    records: u64,
+    damaged: usize,
+) -> (PathBuf, Options, Vec<Position>) {
     let path = d.path().join("q");
     let options = Options {
         record_crc: true,
         ..small(false)
     };
     let mut w = Writer::create(&path, options.clone()).unwrap();
-    let p = (0..10)
+    let p = (0..records)
         .map(|s| w.append(&payload(s)).unwrap())
         .collect::<Vec<_>>();
     drop(w);
     let f = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
-    f.write_all_at(&[0xFF], p[4].0 + 12).unwrap();
+    f.write_all_at(&[0xFF], p[damaged].0 + 12).unwrap();
+    (path, options, p)
+}
+
+#[test]
+fn record_crcs_catch_damaged_payloads() {
+    let d = dir();
+    let (path, options, p) = crc_queue_with_a_damaged_record(&d, 10, 4);
     let mut r = Reader::open(&path).unwrap();
     for _ in 0..4 {
         r.next().unwrap().unwrap();
@@ -521,9 +532,91 @@ fn record_crcs_catch_damaged_payloads() {
         Err(QueueError::CrcMismatch { position, .. }) => assert_eq!(position, p[4]),
         other => panic!("{other:?}"),
     }
-    // Recovery treats a committed record with a bad CRC as torn: it and what follows go.
+    // Intact records after it: damage, not a torn write. The writer refuses
+    // and leaves every byte as it was.
+    let before = std::fs::read(&path).unwrap();
+    {
+        let _no_children = no_children();
+        match Writer::open(&path, options.clone()) {
+            Err(QueueError::DamagedRecord {
+                position,
+                intact_after,
+                ..
+            }) => {
+                assert_eq!(position, p[4]);
+                assert_eq!(intact_after, 5);
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+    assert!(
+        std::fs::read(&path).unwrap() == before,
+        "a refused open changed the file"
+    );
+    // Asked to, recovery drops it and everything after it, and says how much.
+    let w = reopen(
+        &path,
+        Options {
+            discard_damaged: true,
+            ..options
+        },
+    );
+    let r = w.recovery();
+    assert_eq!(r.crc_failed_at, Some(p[4]));
+    assert_eq!((r.discarded_records, r.discarded_intact), (6, 5));
+    assert_eq!(w.position(), p[4]);
+}
+
+#[test]
+fn intact_records_in_later_chunks_count_as_damage_not_a_torn_write() {
+    // Recovery walks from the chunk the header's hint names. With the hint
+    // one chunk behind (as after a lost header write), damage near the end
+    // of that chunk has the next chunk's records after it: they are counted
+    // across the padding and the chunk header, so it is not taken for a
+    // torn write and the next chunk is not thrown away.
+    let d = dir();
+    let path = d.path().join("q");
+    let options = Options {
+        record_crc: true,
+        ..small(false)
+    };
+    let mut w = Writer::create(&path, options.clone()).unwrap();
+    let mut p = Vec::new();
+    let mut s = 0;
+    while w.position().0 < 2 * CHUNK + CHUNK / 2 {
+        p.push(w.append(&payload(s)).unwrap());
+        s += 1;
+    }
+    drop(w);
+    let last_in_chunk_1 = p.iter().rposition(|q| q.0 < 2 * CHUNK).unwrap();
+    assert!(p[last_in_chunk_1].0 > CHUNK);
+    let f = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+    f.write_all_at(&[0xFF], p[last_in_chunk_1].0 + 12).unwrap();
+    f.write_all_at(&1u64.to_le_bytes(), 128).unwrap();
+    let _no_children = no_children();
+    match Writer::open(&path, options) {
+        Err(QueueError::DamagedRecord {
+            position,
+            intact_after,
+            ..
+        }) => {
+            assert_eq!(position, p[last_in_chunk_1]);
+            assert_eq!(intact_after, (p.len() - last_in_chunk_1 - 1) as u64);
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn a_last_record_with_a_bad_crc_is_a_torn_write_and_is_dropped() {
+    // A power cut can persist the last record's mark without all of its
+    // payload: nothing intact follows it, so recovery drops it without being asked.
+    let d = dir();
+    let (path, options, p) = crc_queue_with_a_damaged_record(&d, 5, 4);
     let w = reopen(&path, options);
-    assert_eq!(w.recovery().crc_failed_at, Some(p[4]));
+    let r = w.recovery();
+    assert_eq!(r.crc_failed_at, Some(p[4]));
+    assert_eq!((r.discarded_records, r.discarded_intact), (1, 0));
     assert_eq!(w.position(), p[4]);
 }
 

@@ -122,6 +122,18 @@ pub enum QueueError {
         /// CRC of the bytes read.
         computed: u32,
     },
+    /// Recovery found a committed record whose CRC fails with intact records
+    /// after it: the bytes were damaged in place, not torn by a crash at the
+    /// end. The writer did not open and nothing was changed.
+    #[error("{path}: the record at position {position} fails its CRC check and {intact_after} intact records follow it: the file was damaged, not torn by a crash; nothing was changed. A reader still reads the records before it; to drop it and everything after it, open the writer with discard_damaged (pagewise queue append --discard-damaged)")]
+    DamagedRecord {
+        /// The file.
+        path: PathBuf,
+        /// The record whose CRC fails.
+        position: Position,
+        /// Records after it whose CRCs are sound.
+        intact_after: u64,
+    },
     /// The payload is larger than a chunk can hold.
     #[error("a record of {len} bytes does not fit in a chunk (at most {max} bytes): use a larger chunk size")]
     RecordTooLarge {

@@ -2,6 +2,12 @@
 //! the end of the committed records (walking from the chunk the header's hint
 //! names) and zeroes everything after it, so the bytes of a torn record
 //! (payload written, mark not) can never be taken for a record later.
+//!
+//! With record CRCs, a committed record whose CRC fails ends the queue when
+//! nothing intact follows it (a write torn by a crash). When records with
+//! sound CRCs do follow, the bytes were damaged in place: recovery refuses
+//! ([`QueueError::DamagedRecord`]) rather than drop the records after it,
+//! unless the writer was opened with `Options::discard_damaged`.
 
 use super::error::QueueError;
 use super::layout::{self, decode_mark, Geometry, HeaderState, Mark, CHUNK_HEADER_LEN, MARK_LEN};
@@ -23,8 +29,15 @@ pub struct Recovery {
     /// end and discarded.
     pub torn_record_discarded: bool,
     /// A committed record whose CRC failed (a torn write on disk after a
-    /// power cut); it and everything after it were discarded.
+    /// power cut, or damage with `Options::discard_damaged`); it and
+    /// everything after it were discarded.
     pub crc_failed_at: Option<Position>,
+    /// Records with a committed mark from the end on that were discarded:
+    /// the one whose CRC failed and those after it (0 when only the bytes of
+    /// an uncommitted record were).
+    pub discarded_records: u64,
+    /// Of those, the ones whose own CRC was sound.
+    pub discarded_intact: u64,
     /// Records walked to find the end (from the chunk the header's hint names).
     pub records_scanned: u64,
 }
@@ -32,21 +45,106 @@ pub struct Recovery {
 /// Finds the end of the committed records and discards what lies after it.
 /// Costs a walk over the records of the chunk the header's hint names (about
 /// a millisecond per 64 MiB chunk) and a hole punch after the end.
+///
+/// A record whose CRC fails with intact records after it is
+/// [`QueueError::DamagedRecord`] and nothing is changed, unless
+/// `discard_damaged`; counting what follows costs a read of those records.
 pub(crate) fn recover(
     path: &Path,
     file: &File,
     g: &Geometry,
     state: HeaderState,
     size: u64,
+    discard_damaged: bool,
 ) -> Result<Recovery, QueueError> {
     let (end, scan) = find_end(path, file, g, state, size)?;
+    let after = match scan.crc_failed_at {
+        Some(at) => records_from(file, g, at.0, size),
+        None => After::default(),
+    };
+    if let Some(at) = scan.crc_failed_at {
+        if after.intact > 0 && !discard_damaged {
+            return Err(QueueError::DamagedRecord {
+                path: path.to_owned(),
+                position: at,
+                intact_after: after.intact,
+            });
+        }
+    }
     let torn = discard_after(path, file, end.0, size)?;
     Ok(Recovery {
         end,
         torn_record_discarded: torn,
         crc_failed_at: scan.crc_failed_at,
+        discarded_records: after.committed,
+        discarded_intact: after.intact,
         records_scanned: scan.records,
     })
+}
+
+/// Records with a committed mark from a position on.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct After {
+    /// Records whose mark decodes as a record, the first included.
+    committed: u64,
+    /// Of those, the ones whose CRC matches their bytes.
+    intact: u64,
+}
+
+/// Walks the records from `from` (the start of a record) as their marks
+/// say, across padding into later chunks, to the first position that holds
+/// no committed record, and counts them. One `pread` per mark and per
+/// payload; a mark that does not decode, or a record running past its chunk
+/// or the file, ends the walk.
+fn records_from(file: &File, g: &Geometry, from: u64, size: u64) -> After {
+    let mut after = After::default();
+    let mut pos = from;
+    while pos.saturating_add(MARK_LEN) <= size {
+        let mut word = [0u8; 8];
+        if file.read_exact_at(&mut word, pos).is_err() {
+            break;
+        }
+        let raw = u64::from_le_bytes(word);
+        let chunk_end = g.chunk_base(g.chunk_of(pos) + 1).unwrap_or(u64::MAX);
+        match decode_mark(raw, pos) {
+            Ok(Mark::Data(len)) => {
+                let rec = g.record_size(u64::from(len));
+                if pos + rec > chunk_end || pos + rec > size {
+                    break;
+                }
+                after.committed += 1;
+                if record_intact(file, g, pos, raw, len) {
+                    after.intact += 1;
+                }
+                pos += rec;
+                if pos == chunk_end {
+                    pos = g.first_record(g.chunk_of(pos)).unwrap_or(u64::MAX);
+                }
+            }
+            Ok(Mark::Pad(_)) => match g.first_record(g.chunk_of(pos) + 1) {
+                Some(next) => pos = next,
+                None => break,
+            },
+            Ok(Mark::Empty) | Err(_) => break,
+        }
+    }
+    after
+}
+
+/// Whether the record at `pos` with mark `raw` has a CRC matching its bytes
+/// (always, in a queue without record CRCs).
+fn record_intact(file: &File, g: &Geometry, pos: u64, raw: u64, len: u32) -> bool {
+    if !g.record_crc() {
+        return true;
+    }
+    let mut payload = vec![0u8; len as usize];
+    let mut stored = [0u8; 4];
+    let data = pos + MARK_LEN;
+    file.read_exact_at(&mut payload, data).is_ok()
+        && file
+            .read_exact_at(&mut stored, data + u64::from(len))
+            .is_ok()
+        && layout::record_crc(raw, &payload) == u32::from_le_bytes(stored)
 }
 
 #[derive(Debug, Default)]

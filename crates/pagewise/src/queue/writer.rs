@@ -47,6 +47,11 @@ pub struct Options {
     /// The routine that copies payloads into the file in [`Writer::append`]
     /// (default [`Routine::Pagewise`]).
     pub copy: Routine,
+    /// When recovery finds a record whose CRC fails with intact records
+    /// after it (damage, not a torn write at the end), drop it and all after
+    /// it (see [`Recovery::discarded_records`]) instead of refusing with
+    /// [`QueueError::DamagedRecord`] (default off).
+    pub discard_damaged: bool,
 }
 
 impl Default for Options {
@@ -57,6 +62,7 @@ impl Default for Options {
             pretouch: Some(PreTouch::default()),
             mode: 0o644,
             copy: Routine::default(),
+            discard_damaged: false,
         }
     }
 }
@@ -296,7 +302,8 @@ impl Writer {
         let file = Arc::new(file);
         let header = WriteMap::map(&file, 0, HEADER_LEN as usize, false)
             .map_err(|e| QueueError::sys(path, "map the header", e))?;
-        let recovery = recovery::recover(path, &file, &geometry, state, size)?;
+        let recovery =
+            recovery::recover(path, &file, &geometry, state, size, options.discard_damaged)?;
         let end = recovery.end;
 
         let chunk = geometry.chunk_of(end.0);
