@@ -605,6 +605,27 @@ fn a_damaged_first_chunk_word_is_reported_not_hidden() {
 }
 
 #[test]
+fn refusing_a_file_that_is_no_queue_leaves_no_lock_file() {
+    let d = shm_dir();
+    for (name, bytes) in [
+        ("empty", &b""[..]),
+        ("text", &b"hello\n"[..]),
+        ("noise", &[0x5Au8; 8192][..]),
+    ] {
+        let q = d.path().join(name);
+        std::fs::write(&q, bytes).unwrap();
+        append_stderr(&q, &[], "x\n", false);
+        let lock = d.path().join(format!("{name}.lock"));
+        assert!(
+            !lock.exists(),
+            "{name}: refused, yet {} was made",
+            lock.display()
+        );
+        assert_eq!(std::fs::read(&q).unwrap(), bytes, "{name}: changed");
+    }
+}
+
+#[test]
 fn append_refuses_a_damaged_crc_queue_and_discards_only_when_asked() {
     let d = shm_dir();
     let q = d.path().join("q");

@@ -274,6 +274,9 @@ impl Writer {
         let path = path.as_ref();
         check_options(&options)?;
         let file = open_for_writing(path)?;
+        // A file that is no queue is refused before the lock file is made:
+        // refusing it must not leave `<path>.lock` behind.
+        read_header(path, &file)?;
         let lock = lock::lock(path, &file)?;
         Writer::start(path, file, lock, &options)
     }
