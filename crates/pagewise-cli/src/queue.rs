@@ -5,6 +5,7 @@ use crate::output::{errln, outln, OutputError};
 use anyhow::Context;
 use pagewise::queue::{self, Options, PreTouch, Reader, ReaderOptions, Start, Wait, Writer};
 use std::io::{BufRead, Write};
+use std::os::fd::AsFd;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -381,6 +382,10 @@ impl Unescaper {
     }
 }
 
+/// How long `tail --follow` waits for a record before it checks whether its
+/// output was closed: the longest it lingers after `| head` exits.
+const FOLLOW_CHECK: std::time::Duration = std::time::Duration::from_millis(200);
+
 fn tail(args: &TailArgs) -> anyhow::Result<ExitCode> {
     let options = ReaderOptions {
         start: if args.from_end {
@@ -399,7 +404,15 @@ fn tail(args: &TailArgs) -> anyhow::Result<ExitCode> {
             if !reader.poll()? {
                 out.flush().map_err(OutputError)?;
             }
-            reader.next_wait(Wait::Block { spins: 100 }, None)?
+            match reader.next_wait(Wait::Block { spins: 100 }, Some(FOLLOW_CHECK))? {
+                Some(record) => Some(record),
+                // No record for a while: end quietly if nobody reads our
+                // output any more (`tail -f | head -1`), as a write would.
+                None if pagewise::os::file::output_closed(std::io::stdout().as_fd()) => {
+                    return Err(OutputError(std::io::ErrorKind::BrokenPipe.into()).into());
+                }
+                None => continue,
+            }
         } else {
             reader.next()?
         };

@@ -155,6 +155,20 @@ fn raw_kind(kind: LockKind) -> libc::c_short {
         LockKind::Exclusive => libc::F_WRLCK as libc::c_short,
     }
 }
+/// Whether nothing can read what is written to `fd` any more: the read end
+/// of a pipe or the peer of a socket was closed (`poll` reports `POLLERR`
+/// or `POLLHUP` at once). `false` for files and terminals, and when `poll`
+/// fails. One `poll` system call that does not wait.
+pub fn output_closed(fd: std::os::fd::BorrowedFd<'_>) -> bool {
+    let mut p = libc::pollfd {
+        fd: fd.as_raw_fd(),
+        events: 0,
+        revents: 0,
+    };
+    // SAFETY: p is one valid pollfd, and the length passed is 1.
+    let n = unsafe { libc::poll(&mut p, 1, 0) };
+    n > 0 && p.revents & (libc::POLLERR | libc::POLLHUP) != 0
+}
 
 /// Tries to take an open-file-description lock on `[start, start+len)`
 /// without waiting (`F_OFD_SETLK`). Returns `Ok(false)` when another open file
@@ -361,6 +375,17 @@ impl Inotify {
 mod tests {
     use super::*;
     use std::fs::OpenOptions;
+    use std::os::fd::AsFd;
+
+    #[test]
+    fn output_closed_sees_a_pipe_whose_reader_is_gone() {
+        let (reader, writer) = std::io::pipe().unwrap();
+        assert!(!output_closed(writer.as_fd()));
+        drop(reader);
+        assert!(output_closed(writer.as_fd()));
+        let f = tempfile::tempfile().unwrap();
+        assert!(!output_closed(f.as_fd()));
+    }
 
     #[test]
     fn allocate_extends_and_punch_keeps_size() {
