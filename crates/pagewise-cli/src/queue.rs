@@ -192,7 +192,11 @@ fn pretouch_summary(info: &queue::Inspection) -> String {
         n => notes.push(format!("{n} switches")),
     }
     if let Some(since) = info.last_writer_pretouch_since_unix_ns {
-        notes.push(format!("current one started {}", ago(since)));
+        notes.push(if info.writer_alive {
+            format!("current one started {}", ago(since))
+        } else {
+            format!("the last one started {}; no writer now", ago(since))
+        });
     }
     if !notes.is_empty() {
         out.push_str(&format!(" ({})", notes.join("; ")));

@@ -639,6 +639,32 @@ fn refusing_a_file_that_is_no_queue_leaves_no_lock_file() {
 }
 
 #[test]
+fn inspect_finds_a_length_damaged_to_swallow_the_records_after_it() {
+    // Without record CRCs a length made longer reads as one record holding
+    // the next ones; inspect sees their marks inside it and says so.
+    let d = shm_dir();
+    let q = d.path().join("q");
+    append_stderr(&q, &[], "hello\nworld\nthree\n", true);
+    let mut bytes = std::fs::read(&q).unwrap();
+    // The first record's mark is at 4160; its length is the low 4 bytes.
+    assert_eq!(&bytes[4160..4164], &5u32.to_le_bytes());
+    bytes[4160] = 48;
+    std::fs::write(&q, &bytes).unwrap();
+    let out = pagewise()
+        .args(["queue", "inspect"])
+        .arg(&q)
+        .assert()
+        .failure()
+        .get_output()
+        .clone();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("holds the mark of a record at position 4176 in its payload"),
+        "{text}"
+    );
+}
+
+#[test]
 fn append_refuses_a_damaged_crc_queue_and_discards_only_when_asked() {
     let d = shm_dir();
     let q = d.path().join("q");

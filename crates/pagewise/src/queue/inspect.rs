@@ -113,6 +113,15 @@ pub fn inspect(path: impl AsRef<Path>) -> Result<Inspection, QueueError> {
                 payload_bytes += r.payload.len() as u64;
                 first_position.get_or_insert(r.position);
                 last_position = Some(r.position);
+                if let Some(hidden) = mark_inside(r.position, r.payload) {
+                    problem = Some(format!(
+                        "{}: the record at position {} ({} bytes) holds the mark of a record at position {hidden} in its payload: its length was probably damaged, and the records from {hidden} on are hidden in it",
+                        path.display(),
+                        r.position,
+                        r.payload.len()
+                    ));
+                    break;
+                }
             }
             Ok(None) => break,
             Err(e) => {
@@ -166,4 +175,45 @@ pub fn inspect(path: impl AsRef<Path>) -> Result<Inspection, QueueError> {
         uncommitted_bytes_after_end: uncommitted,
         problem,
     })
+}
+
+/// The position of a valid record or padding mark inside the payload of the
+/// record at `position`, if there is one: the sign of a length damaged to
+/// be longer than it was (the records after it then lie inside it). A mark
+/// carries 28 bits of its own position and a commit bit, so payload bytes
+/// pass for one at their own offset about once in 2^31 8-byte words. Costs
+/// a pass over the payload.
+fn mark_inside(position: Position, payload: &[u8]) -> Option<u64> {
+    let start = position.0 + layout::MARK_LEN;
+    payload.chunks_exact(8).enumerate().find_map(|(i, word)| {
+        let at = start + 8 * i as u64;
+        let raw = u64::from_le_bytes(word.try_into().expect("8 bytes"));
+        matches!(
+            layout::decode_mark(raw, at),
+            Ok(layout::Mark::Data(_) | layout::Mark::Pad(_))
+        )
+        .then_some(at)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_mark_for_its_own_position_inside_a_payload_is_found() {
+        let position = Position(4160);
+        // Records at 4160 (5 bytes: 16 in all) and 4176, as a length damaged
+        // from 5 to 48 would make them look: one payload.
+        let mut payload = vec![0u8; 48];
+        payload[..5].copy_from_slice(b"hello");
+        payload[8..16].copy_from_slice(&layout::data_mark(4176, 5).to_le_bytes());
+        assert_eq!(mark_inside(position, &payload), Some(4176));
+        // The same mark at another offset belongs to another position: not a sign.
+        let mut shifted = vec![0u8; 48];
+        shifted[16..24].copy_from_slice(&layout::data_mark(4176, 5).to_le_bytes());
+        assert_eq!(mark_inside(position, &shifted), None);
+        assert_eq!(mark_inside(position, &[0xFF; 64]), None);
+        assert_eq!(mark_inside(position, b"short"), None);
+    }
 }
