@@ -341,7 +341,12 @@ fn hugetlb_for_trial(config: &Config) -> Result<Option<PoolReservation>, String>
     if free >= needed {
         return Ok(None);
     }
-    if !(config.reserve_hugetlb && pagewise::os::libc_info::is_root()) {
+    if !config.reserve_hugetlb {
+        return Err(format!(
+            "the 2 MiB pool has {free} free pages, needs {needed}, and --no-reserve keeps it as it is: `sysctl vm.nr_hugepages={needed}` first, or leave out --no-reserve"
+        ));
+    }
+    if !pagewise::os::libc_info::is_root() {
         return Err(format!(
             "the 2 MiB pool has {free} free pages, needs {needed}: run as root, or `sysctl vm.nr_hugepages={needed}`"
         ));

@@ -460,7 +460,11 @@ fn append(args: &AppendArgs) -> anyhow::Result<ExitCode> {
     }
     match appended? {
         (count, Some((first, last))) => {
-            errln!("appended {count} records, positions {first} to {last}")
+            if count == 1 {
+                errln!("appended 1 record, at position {first}")
+            } else {
+                errln!("appended {count} records, positions {first} to {last}")
+            }
         }
         (_, None) => errln!("appended 0 records"),
     }

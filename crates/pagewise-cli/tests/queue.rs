@@ -692,6 +692,7 @@ fn append_refuses_a_damaged_crc_queue_and_discards_only_when_asked() {
     );
     // Asked to, it drops the damaged record and the two after it, and says so.
     let err = append_stderr(&q, &["--discard-damaged"], "five\n", true);
+    assert!(err.contains("appended 1 record, at position"), "{err}");
     assert!(
         err.contains("recovery dropped 3 records from position")
             && err.contains("(2 of them intact)"),
