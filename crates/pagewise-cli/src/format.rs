@@ -1,6 +1,6 @@
 //! Shared output helpers: byte sizes, one-line errors, tables.
 
-use comfy_table::{presets::UTF8_BORDERS_ONLY, ContentArrangement, Table};
+use comfy_table::{presets::UTF8_BORDERS_ONLY, ColumnConstraint, ContentArrangement, Table, Width};
 use std::io::IsTerminal;
 use std::process::ExitCode;
 
@@ -68,7 +68,7 @@ fn first_paragraph(rendered: &str) -> String {
 }
 
 /// A borderless table with the given header.
-pub fn table(header: &[&str]) -> Table {
+pub fn table(header: &[&str]) -> TextTable {
     let mut table = Table::new();
     table
         .load_preset(UTF8_BORDERS_ONLY)
@@ -78,12 +78,77 @@ pub fn table(header: &[&str]) -> Table {
         // Pipes and files get no terminal width; wrap at a readable one.
         table.set_width(140);
     }
-    table
+    TextTable(table)
+}
+
+/// Words longer than this may still be broken across lines (a long path),
+/// so that one cell cannot make a table far wider than the terminal.
+const LONGEST_WHOLE_WORD: usize = 32;
+
+/// A [`Table`] that wraps its cells between words: comfy-table fits columns
+/// to the width by breaking words anywhere (`region-backgrou` / `nd`), so
+/// each column is given at least the width of its longest word (up to
+/// [`LONGEST_WHOLE_WORD`]) when printed. Dereferences to the table.
+pub struct TextTable(Table);
+
+impl std::ops::Deref for TextTable {
+    type Target = Table;
+
+    fn deref(&self) -> &Table {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for TextTable {
+    fn deref_mut(&mut self) -> &mut Table {
+        &mut self.0
+    }
+}
+
+impl std::fmt::Display for TextTable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut t = self.0.clone();
+        for i in 0..t.column_count() {
+            let longest = t
+                .column_cells_with_header_iter(i)
+                .flatten()
+                .filter_map(|cell| {
+                    cell.content()
+                        .split_whitespace()
+                        .map(|w| w.chars().count())
+                        .max()
+                })
+                .max()
+                .unwrap_or(0)
+                .min(LONGEST_WHOLE_WORD);
+            if let Some(column) = t.column_mut(i) {
+                // The bound counts the column's padding too.
+                let width = longest as u16 + column.padding_width();
+                column.set_constraint(ColumnConstraint::LowerBoundary(Width::Fixed(width)));
+            }
+        }
+        write!(f, "{t}")
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_narrow_table_wraps_between_words_not_inside_them() {
+        let mut t = table(&["row", "what"]);
+        t.set_width(40);
+        t.add_row(vec![
+            "region-background",
+            "a long explanation that has to wrap onto several lines of the cell",
+        ]);
+        let text = t.to_string();
+        assert!(text.contains("region-background"), "{text}");
+        for word in ["explanation", "several"] {
+            assert!(text.contains(word), "{word} broken: {text}");
+        }
+    }
 
     #[test]
     fn an_unmeasured_value_is_n_a_with_its_reason_never_zero() {
