@@ -494,14 +494,16 @@ fn candidate_runs(
     hot: Option<&[u64]>,
 ) -> Result<Vec<(u64, u64)>, String> {
     let (start, end) = (range.start, range.end);
+    // A refusal first: it holds whatever the size (the C library is
+    // refused, not "too small").
+    if let Some(why) = refusal {
+        return Err(why);
+    }
     if end - start < HUGE {
         return Err(format!(
             "the 2 MiB-aligned part of its {} KiB of text is under 2 MiB",
             memsz.div_ceil(1024)
         ));
-    }
-    if let Some(why) = refusal {
-        return Err(why);
     }
     let Some(hot) = hot else {
         return Ok(around_mover(start, end));
@@ -834,6 +836,34 @@ pub fn summary(report: &RunReport) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_c_library_is_refused_whatever_its_size() {
+        const M: u64 = 1 << 20;
+        let range = |start: u64, end: u64| RangeReport {
+            object: "libc.so.6".into(),
+            bias: 0,
+            start,
+            end,
+            huge_bytes: 0,
+            page_kind: None,
+            skipped: None,
+            note: None,
+            move_micros: None,
+        };
+        let refused = refusal(true, Some(1));
+        // Under 2 MiB: still "refused", not "too small".
+        let why = candidate_runs(&range(0, 0), 1400 * 1024, refused.clone(), 0, None);
+        assert_eq!(
+            why,
+            Err("the C library and the dynamic loader run the move itself".into())
+        );
+        let why = candidate_runs(&range(2 * M, 6 * M), 4 * M, refused, 0, None);
+        assert!(why.unwrap_err().contains("run the move itself"));
+        // Not refused and under 2 MiB: too small.
+        let why = candidate_runs(&range(0, 0), 1400 * 1024, None, 0, None);
+        assert!(why.unwrap_err().contains("under 2 MiB"));
+    }
 
     #[test]
     fn only_pages_holding_ordinary_code_are_worth_moving() {
