@@ -476,10 +476,13 @@ fn append(args: &AppendArgs) -> anyhow::Result<ExitCode> {
 /// by a crash. Silent when the queue ended cleanly.
 fn report_recovery(path: &std::path::Path, r: &queue::Recovery) {
     if let Some(at) = r.crc_failed_at {
+        let records = match r.discarded_records {
+            1 => "1 record".to_owned(),
+            n => format!("{n} records"),
+        };
         errln!(
-            "pagewise: warning: {}: recovery dropped {} records from position {at} on ({} of them intact): the record there failed its CRC check; the queue now ends at {}",
+            "pagewise: warning: {}: recovery dropped {records} from position {at} on ({} of them intact): the record there failed its CRC check; the queue now ends at {}",
             path.display(),
-            r.discarded_records,
             r.discarded_intact,
             r.end
         );

@@ -608,6 +608,67 @@ fn intact_records_in_later_chunks_count_as_damage_not_a_torn_write() {
 }
 
 #[test]
+fn on_disk_a_bad_crc_past_the_last_flush_is_a_tear_and_before_it_damage() {
+    // On a disk file, dirty pages reach the disk in any order: after a power
+    // cut a record past the last flush can be torn with later ones intact,
+    // and recovery must drop it (as it always has), not refuse. Before the
+    // end the last flush made durable nothing can tear: that is damage.
+    let d = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let path = d.path().join("q");
+    let probe = std::fs::File::create(d.path().join("probe")).unwrap();
+    if matches!(
+        pagewise::os::file::fs_kind(&probe),
+        Ok(pagewise::os::file::FsKind::Tmpfs)
+    ) {
+        pagewise_testkit::skip!(
+            pagewise_testkit::Need::Other,
+            "the target directory is on tmpfs; this needs a disk file system"
+        );
+    }
+    let options = Options {
+        record_crc: true,
+        ..small(false)
+    };
+    let mut w = Writer::create(&path, options.clone()).unwrap();
+    let flushed = (0..4)
+        .map(|s| w.append(&payload(s)).unwrap())
+        .collect::<Vec<_>>();
+    w.flush().unwrap();
+    let unflushed = (4..10)
+        .map(|s| w.append(&payload(s)).unwrap())
+        .collect::<Vec<_>>();
+    drop(w); // no flush: the last six records are past the durable end
+    let f = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+    // Past the durable end, intact records after it: a tear.
+    f.write_all_at(&[0xFF], unflushed[2].0 + 12).unwrap();
+    let _no_children = no_children();
+    let w = Writer::open(&path, options.clone()).unwrap();
+    let r = w.recovery();
+    assert_eq!(r.crc_failed_at, Some(unflushed[2]));
+    assert_eq!((r.discarded_records, r.discarded_intact), (4, 3));
+    assert_eq!(w.position(), unflushed[2]);
+    drop(w);
+    // Before it: damage, refused, the file unchanged.
+    f.write_all_at(&[0xFF], flushed[1].0 + 12).unwrap();
+    let before = std::fs::read(&path).unwrap();
+    match Writer::open(&path, options) {
+        Err(QueueError::DamagedRecord {
+            position,
+            intact_after,
+            ..
+        }) => {
+            assert_eq!(position, flushed[1]);
+            assert_eq!(intact_after, 4);
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(
+        std::fs::read(&path).unwrap() == before,
+        "a refused open changed the file"
+    );
+}
+
+#[test]
 fn a_last_record_with_a_bad_crc_is_a_torn_write_and_is_dropped() {
     // A power cut can persist the last record's mark without all of its
     // payload: nothing intact follows it, so recovery drops it without being asked.

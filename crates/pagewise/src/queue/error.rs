@@ -123,9 +123,10 @@ pub enum QueueError {
         computed: u32,
     },
     /// Recovery found a committed record whose CRC fails with intact records
-    /// after it: the bytes were damaged in place, not torn by a crash at the
-    /// end. The writer did not open and nothing was changed.
-    #[error("{path}: the record at position {position} fails its CRC check and {intact_after} intact records follow it: the file was damaged, not torn by a crash; nothing was changed. A reader still reads the records before it; to drop it and everything after it, open the writer with discard_damaged (pagewise queue append --discard-damaged)")]
+    /// after it, where no crash can have torn it (on tmpfs, or before the
+    /// end the last flush made durable): the bytes were damaged in place.
+    /// The writer did not open and nothing was changed.
+    #[error("{path}: the record at position {position} fails its CRC check and {intact_after} intact records follow it; no crash tears a record there (tmpfs, or before the last flush), so the file was damaged: nothing was changed. A reader still reads the records before it; to drop it and everything after it, open the writer with discard_damaged (pagewise queue append --discard-damaged)")]
     DamagedRecord {
         /// The file.
         path: PathBuf,

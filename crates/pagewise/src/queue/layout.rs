@@ -76,6 +76,11 @@ pub(crate) const OFF_WRITER_PRETOUCH_SINCE: usize = 280;
 /// The usable CPUs `PreTouchMode::Auto` found when that writer opened, u32;
 /// 0 when the mode was asked for, unknown, or from an earlier pagewise.
 pub(crate) const OFF_WRITER_USABLE_CPUS: usize = 288;
+/// The end of the records the last `Writer::flush` made durable (the queue
+/// position it flushed up to), u64, stored after the records' `msync` and
+/// flushed with the header; 0 when no flush recorded it (an earlier
+/// pagewise). Records before it cannot have been torn by a power cut.
+pub(crate) const OFF_FLUSHED_END: usize = 320;
 
 /// The writer lock: an exclusive open-file-description lock on this byte
 /// range (the first byte of the file), held by the one writer. The kernel
@@ -304,6 +309,8 @@ pub struct HeaderState {
     pub writer_pretouch_since_unix_ns: u64,
     /// The usable CPUs its `PreTouchMode::Auto` found (0: not recorded).
     pub writer_usable_cpus: u32,
+    /// The end of the records last flushed to disk (0: not recorded).
+    pub flushed_end: u64,
 }
 
 /// Validates the header page (at least [`HEADER_LEN`] bytes) and returns the geometry.
@@ -374,6 +381,7 @@ pub fn decode_header(path: &Path, h: &[u8]) -> Result<(Geometry, HeaderState), Q
         writer_pretouch_switches: u32_at(h, OFF_WRITER_PRETOUCH_SWITCHES),
         writer_pretouch_since_unix_ns: u64_at(h, OFF_WRITER_PRETOUCH_SINCE),
         writer_usable_cpus: u32_at(h, OFF_WRITER_USABLE_CPUS),
+        flushed_end: u64_at(h, OFF_FLUSHED_END),
     };
     Ok((g, state))
 }

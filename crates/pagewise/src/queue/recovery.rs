@@ -4,10 +4,14 @@
 //! (payload written, mark not) can never be taken for a record later.
 //!
 //! With record CRCs, a committed record whose CRC fails ends the queue when
-//! nothing intact follows it (a write torn by a crash). When records with
-//! sound CRCs do follow, the bytes were damaged in place: recovery refuses
-//! ([`QueueError::DamagedRecord`]) rather than drop the records after it,
-//! unless the writer was opened with `Options::discard_damaged`.
+//! a power cut can have torn it: on a disk file, past the end the last
+//! flush made durable (the header's flushed-end word), dirty pages reach the
+//! disk in any order, so a record can be torn with records after it intact.
+//! Where nothing can tear it — on tmpfs (memory: a committed mark always has
+//! its whole payload before it), or before the durable end — a bad CRC with
+//! intact records after it is damage: recovery refuses
+//! ([`QueueError::DamagedRecord`]) rather than drop those records, unless
+//! the writer was opened with `Options::discard_damaged`.
 
 use super::error::QueueError;
 use super::layout::{self, decode_mark, Geometry, HeaderState, Mark, CHUNK_HEADER_LEN, MARK_LEN};
@@ -28,9 +32,10 @@ pub struct Recovery {
     /// Whether bytes of an uncommitted (torn) record were found after the
     /// end and discarded.
     pub torn_record_discarded: bool,
-    /// A committed record whose CRC failed (a torn write on disk after a
-    /// power cut, or damage with `Options::discard_damaged`); it and
-    /// everything after it were discarded.
+    /// A committed record whose CRC failed and that was discarded with
+    /// everything after it: on a disk file past the end the last flush made
+    /// durable (a power cut can have torn it), or anywhere with
+    /// `Options::discard_damaged`.
     pub crc_failed_at: Option<Position>,
     /// Records with a committed mark from the end on that were discarded:
     /// the one whose CRC failed and those after it (0 when only the bytes of
@@ -63,7 +68,9 @@ pub(crate) fn recover(
         None => After::default(),
     };
     if let Some(at) = scan.crc_failed_at {
-        if after.intact > 0 && !discard_damaged {
+        let in_memory = matches!(file::fs_kind(file), Ok(file::FsKind::Tmpfs));
+        let tearable = !in_memory && at.0 >= state.flushed_end;
+        if after.intact > 0 && !tearable && !discard_damaged {
             return Err(QueueError::DamagedRecord {
                 path: path.to_owned(),
                 position: at,
@@ -94,10 +101,13 @@ struct After {
 /// Walks the records from `from` (the start of a record) as their marks
 /// say, across padding into later chunks, to the first position that holds
 /// no committed record, and counts them. One `pread` per mark and per
-/// payload; a mark that does not decode, or a record running past its chunk
-/// or the file, ends the walk.
+/// record (the walk can reach the end of the file: it runs only when a CRC
+/// failed); a mark that does not decode, padding that does not reach the
+/// end of its chunk, or a record running past its chunk or the file ends
+/// the walk.
 fn records_from(file: &File, g: &Geometry, from: u64, size: u64) -> After {
     let mut after = After::default();
+    let mut buf = Vec::new();
     let mut pos = from;
     while pos.saturating_add(MARK_LEN) <= size {
         let mut word = [0u8; 8];
@@ -113,7 +123,7 @@ fn records_from(file: &File, g: &Geometry, from: u64, size: u64) -> After {
                     break;
                 }
                 after.committed += 1;
-                if record_intact(file, g, pos, raw, len) {
+                if record_intact(file, g, pos, raw, len, &mut buf) {
                     after.intact += 1;
                 }
                 pos += rec;
@@ -121,10 +131,13 @@ fn records_from(file: &File, g: &Geometry, from: u64, size: u64) -> After {
                     pos = g.first_record(g.chunk_of(pos)).unwrap_or(u64::MAX);
                 }
             }
-            Ok(Mark::Pad(_)) => match g.first_record(g.chunk_of(pos) + 1) {
-                Some(next) => pos = next,
-                None => break,
-            },
+            Ok(Mark::Pad(rest)) if u64::from(rest) + MARK_LEN == chunk_end - pos => {
+                match g.first_record(g.chunk_of(pos) + 1) {
+                    Some(next) => pos = next,
+                    None => break,
+                }
+            }
+            Ok(Mark::Pad(_)) => break,
             Ok(Mark::Empty) | Err(_) => break,
         }
     }
@@ -132,19 +145,27 @@ fn records_from(file: &File, g: &Geometry, from: u64, size: u64) -> After {
 }
 
 /// Whether the record at `pos` with mark `raw` has a CRC matching its bytes
-/// (always, in a queue without record CRCs).
-fn record_intact(file: &File, g: &Geometry, pos: u64, raw: u64, len: u32) -> bool {
+/// (always, in a queue without record CRCs). Reads the payload and the CRC
+/// into `buf` with one `pread`.
+fn record_intact(
+    file: &File,
+    g: &Geometry,
+    pos: u64,
+    raw: u64,
+    len: u32,
+    buf: &mut Vec<u8>,
+) -> bool {
     if !g.record_crc() {
         return true;
     }
-    let mut payload = vec![0u8; len as usize];
-    let mut stored = [0u8; 4];
-    let data = pos + MARK_LEN;
-    file.read_exact_at(&mut payload, data).is_ok()
-        && file
-            .read_exact_at(&mut stored, data + u64::from(len))
-            .is_ok()
-        && layout::record_crc(raw, &payload) == u32::from_le_bytes(stored)
+    let len = len as usize;
+    buf.resize(len + 4, 0);
+    if file.read_exact_at(buf, pos + MARK_LEN).is_err() {
+        return false;
+    }
+    let (payload, stored) = buf.split_at(len);
+    let stored: [u8; 4] = stored.try_into().expect("4 bytes");
+    layout::record_crc(raw, payload) == u32::from_le_bytes(stored)
 }
 
 #[derive(Debug, Default)]

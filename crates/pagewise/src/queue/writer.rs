@@ -3,9 +3,9 @@
 use super::error::QueueError;
 use super::layout::{
     self, encode_header, read_header, Geometry, CHUNK_HEADER_LEN, CHUNK_MAGIC, CHUNK_OFF_CREATED,
-    CHUNK_OFF_INDEX, HEADER_LEN, MARK_LEN, OFF_FIRST_CHUNK, OFF_TAIL_CHUNK, OFF_WRITER_OPENS,
-    OFF_WRITER_PID, OFF_WRITER_PRETOUCH, OFF_WRITER_PRETOUCH_SINCE, OFF_WRITER_PRETOUCH_SWITCHES,
-    OFF_WRITER_USABLE_CPUS,
+    CHUNK_OFF_INDEX, HEADER_LEN, MARK_LEN, OFF_FIRST_CHUNK, OFF_FLUSHED_END, OFF_TAIL_CHUNK,
+    OFF_WRITER_OPENS, OFF_WRITER_PID, OFF_WRITER_PRETOUCH, OFF_WRITER_PRETOUCH_SINCE,
+    OFF_WRITER_PRETOUCH_SWITCHES, OFF_WRITER_USABLE_CPUS,
 };
 use super::lock::{self, WriterLock};
 use super::maps::{ChunkMaps, QueuePrepare};
@@ -48,9 +48,12 @@ pub struct Options {
     /// (default [`Routine::Pagewise`]).
     pub copy: Routine,
     /// When recovery finds a record whose CRC fails with intact records
-    /// after it (damage, not a torn write at the end), drop it and all after
-    /// it (see [`Recovery::discarded_records`]) instead of refusing with
-    /// [`QueueError::DamagedRecord`] (default off).
+    /// after it where no crash can have torn it (on tmpfs, or before the end
+    /// the last [`Writer::flush`] made durable), drop it and all after it
+    /// (see [`Recovery::discarded_records`]) instead of refusing with
+    /// [`QueueError::DamagedRecord`] (default off). Past the durable end of
+    /// a disk file such a record is taken for a torn write and dropped
+    /// either way.
     pub discard_damaged: bool,
 }
 
@@ -267,9 +270,12 @@ impl Writer {
     /// and starts the pre-toucher. Fails with [`QueueError::WriterLocked`] if
     /// another writer is alive, and with [`QueueError::Refused`] for a
     /// symbolic link, a file that is not regular, or a file another user
-    /// owns (its owner could truncate it under the writer). Costs a walk
-    /// over the records of the chunk the writer was last in (about a
-    /// millisecond per 64 MiB chunk).
+    /// owns (its owner could truncate it under the writer), and with
+    /// [`QueueError::DamagedRecord`] for a record whose CRC fails where no
+    /// crash can have torn it (see [`Options::discard_damaged`]). Costs a
+    /// walk over the records of the chunk the writer was last in (about a
+    /// millisecond per 64 MiB chunk); after a failed CRC, a read of every
+    /// record after it.
     pub fn open(path: impl AsRef<Path>, options: Options) -> Result<Writer, QueueError> {
         let path = path.as_ref();
         check_options(&options)?;
@@ -308,6 +314,14 @@ impl Writer {
         let recovery =
             recovery::recover(path, &file, &geometry, state, size, options.discard_damaged)?;
         let end = recovery.end;
+        if state.flushed_end > end.0 {
+            // Records were dropped below the durable end: records written
+            // there from now on are not durable until the next flush.
+            header.store_u64(OFF_FLUSHED_END, end.0, Ordering::Release);
+            header
+                .sync(0, HEADER_LEN as usize)
+                .map_err(|e| QueueError::sys(path, "flush the header", e))?;
+        }
 
         let chunk = geometry.chunk_of(end.0);
         let populate = options.pretouch.is_some();
@@ -652,8 +666,10 @@ impl Writer {
 
     /// Makes every record appended so far durable (`msync(MS_SYNC)` of the
     /// current chunk's new bytes and the header; `fdatasync` if the writer
-    /// crossed chunks since the last flush). On tmpfs this is cheap and
-    /// changes nothing (there is no disk).
+    /// crossed chunks since the last flush), then records in the header how
+    /// far that reaches, so that recovery can tell a later bad CRC before it
+    /// (damage) from one after it (a power cut's torn write). On tmpfs this
+    /// is cheap and changes nothing (there is no disk).
     pub fn flush(&mut self) -> Result<(), QueueError> {
         if self.unflushed_from >= self.chunk_base {
             let off = (self.unflushed_from - self.chunk_base) as usize;
@@ -666,6 +682,10 @@ impl Writer {
                 .sync_data()
                 .map_err(QueueError::io(&self.path, "flush records (fdatasync)"))?;
         }
+        // Only once the records are durable: recovery takes a bad CRC
+        // before this position for damage, not for a write a power cut tore.
+        self.header
+            .store_u64(OFF_FLUSHED_END, self.pos, Ordering::Release);
         self.header
             .sync(0, HEADER_LEN as usize)
             .map_err(|e| QueueError::sys(&self.path, "flush the header", e))?;

@@ -155,9 +155,11 @@ fn raw_kind(kind: LockKind) -> libc::c_short {
         LockKind::Exclusive => libc::F_WRLCK as libc::c_short,
     }
 }
-/// Whether nothing can read what is written to `fd` any more: the read end
-/// of a pipe or the peer of a socket was closed (`poll` reports `POLLERR`
-/// or `POLLHUP` at once). `false` for files and terminals, and when `poll`
+/// Whether nothing can read what is written to `fd` any more, as far as
+/// `poll` tells without writing: the read end of a pipe was closed
+/// (`POLLERR`), a Unix socket's peer closed (`POLLHUP`), a terminal hung up
+/// (`POLLHUP`). `false` for regular files, `/dev/null`, a TCP socket whose
+/// peer only shut down (no `POLLHUP` until a write fails), and when `poll`
 /// fails. One `poll` system call that does not wait.
 pub fn output_closed(fd: std::os::fd::BorrowedFd<'_>) -> bool {
     let mut p = libc::pollfd {
