@@ -354,16 +354,18 @@ fn glibc_rows(rows: &mut Rows, glibc: &Glibc) {
 
 /// Process limits and VM policy.
 fn limits_rows(rows: &mut Rows, limits: &Limits) {
-    add_row(
-        rows,
-        "limits",
-        "RLIMIT_MEMLOCK",
-        match (limits.memlock_unlimited, limits.memlock_soft_bytes) {
-            (Some(true), _) => "unlimited".into(),
+    add_row(rows, "limits", "RLIMIT_MEMLOCK", {
+        let shown = |unlimited: Option<bool>, n: Option<u64>| match (unlimited, n) {
+            (Some(true), _) => "unlimited".to_owned(),
             (_, Some(n)) => bytes(n),
-            _ => "(not readable)".into(),
-        },
-    );
+            _ => "(not readable)".to_owned(),
+        };
+        format!(
+            "{} (hard limit {})",
+            shown(limits.memlock_unlimited, limits.memlock_soft_bytes),
+            shown(limits.memlock_hard_unlimited, limits.memlock_hard_bytes)
+        )
+    });
     add_row(
         rows,
         "limits",
