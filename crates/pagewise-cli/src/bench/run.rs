@@ -64,7 +64,8 @@ Each pair runs the command once as given and once per variant, in an order drawn
 for every pair; the first pair (--warmup) is discarded. Each run is timed from start to
 exit; user and system time, page faults and peak RSS come from wait4 (the largest
 process of the run: a fix's `pagewise run` parent counts, as it would for you). The
-program's output is discarded; every run must exit with the warm-up baseline's status.
+program's output is discarded; every run must exit with the first baseline run's status
+(a status that varies between runs of one variant, the baseline included, is said to).
 
 For each variant against the baseline: the median of the per-pair ratios with a sign-test
 confidence interval (order statistics, exact for any distribution of the noise), and a
