@@ -617,13 +617,7 @@ pub fn run(
     progress: &dyn Progress,
 ) -> Result<Report, String> {
     check_variants(config)?;
-    std::fs::create_dir_all(&config.work_dir).map_err(|e| {
-        let what = match std::fs::metadata(&config.work_dir) {
-            Ok(m) if !m.is_dir() => "not a folder".to_owned(),
-            _ => format!("cannot create the folder: {e}"),
-        };
-        format!("work folder {}: {what}", config.work_dir.display())
-    })?;
+    crate::work_folder(&config.work_dir)?;
     let machine = Machine::describe();
     let load_start = Load::now();
     let mut state = config.seed | 1;

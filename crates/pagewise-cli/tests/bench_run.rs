@@ -233,7 +233,17 @@ fn bad_input_is_one_line() {
         &["--work-dir", work_file, "--variant", "same=", "--", "true"],
         "not a folder",
     );
-    for (args, expected) in cases.into_iter().chain([damaged_case, file_as_work_dir]) {
+    // A mistyped --work-dir creates no tree of folders.
+    let typo = dir.path().join("typo/work");
+    let typo = typo.to_str().unwrap();
+    let work_dir_typo: (&[&str], &str) = (
+        &["--work-dir", typo, "--variant", "same=", "--", "true"],
+        "typo does not exist",
+    );
+    for (args, expected) in cases
+        .into_iter()
+        .chain([damaged_case, file_as_work_dir, work_dir_typo])
+    {
         let out = pagewise()
             .args(["bench", "run", "-q"])
             .args(args)
@@ -246,6 +256,7 @@ fn bad_input_is_one_line() {
         assert_eq!(err.trim().lines().count(), 1, "{args:?}: {err}");
         assert!(out.stdout.is_empty(), "{args:?}");
     }
+    assert!(!dir.path().join("typo").exists());
 }
 
 #[test]

@@ -30,7 +30,8 @@ pub struct ItlbArgs {
     /// Seed of the generated program.
     #[arg(long, default_value_t = 42)]
     seed: u64,
-    /// Folder for the source, builds, profiles and order file [default: a temporary folder].
+    /// Folder for the source, builds, profiles and order file, created if
+    /// missing (its parent must exist) [default: a temporary folder].
     #[arg(long)]
     work_dir: Option<PathBuf>,
     #[command(flatten)]

@@ -45,7 +45,8 @@ pub struct BenchRunArgs {
     /// (off by default: a benchmark would leave one per run).
     #[arg(long)]
     perf_maps: bool,
-    /// Folder for the runs' stderr and reports [default: a temporary folder].
+    /// Folder for the runs' stderr and reports, created if missing (its parent
+    /// must exist) [default: a temporary folder].
     #[arg(long)]
     work_dir: Option<PathBuf>,
     /// Print JSON (schema pagewise.bench.run/1) instead of a table.
