@@ -4,6 +4,7 @@ use crate::format::bytes;
 use crate::output::errln;
 use crate::preload;
 use anyhow::{bail, Context};
+use pagewise::host::user_cache::{self, Purpose};
 use pagewise::launch::huge_text::{self, ReportDir};
 use pagewise::launch::{self, keep_heap, LaunchError};
 use pagewise::text::hot_cache::{self, HotSource};
@@ -47,7 +48,8 @@ const RUN_HELP: &str = "\
 onto huge pages, makes it executable and moves it over the original with one mremap,
 before main and before any other thread exists; any failure leaves the original text
 in place. The library is carried inside this binary and written on first use to a
-private cache ($XDG_CACHE_HOME/pagewise, ~/.cache/pagewise or $TMPDIR/pagewise-UID);
+private cache ($XDG_CACHE_HOME/pagewise, else ~/.cache/pagewise, else $TMPDIR/pagewise-UID,
+the first that is safe; every pagewise cache uses the same directory);
 PAGEWISE_PRELOAD=FILE uses another. Children started by the program (e.g. a compiler
 driver's back end) are handled too. pagewise stays as the program's parent: it writes
 /tmp/perf-PID.map for each process that moved text (so profilers can name the moved
@@ -188,12 +190,10 @@ fn run_with_huge_text(
                 .with_context(|| format!("--huge-text=hot:{profile}"))?;
             // Resolved here (or reused from the cache), so the program reads a short
             // list of pages instead of parsing a profile and symbol tables before main.
-            let (hot, source) = hot_cache::hot_pages(
-                &profile,
-                &args.huge_text_lib,
-                pagewise::host::user_cache::directory(),
-            )
-            .map_err(|e| anyhow::anyhow!(e))?;
+            // Places passed over are said once, for the preload library below.
+            let cache = user_cache::directory(Purpose::Write).map(|c| c.path);
+            let (hot, source) = hot_cache::hot_pages(&profile, &args.huge_text_lib, cache)
+                .map_err(|e| anyhow::anyhow!(e))?;
             hot_note = Some(match source {
                 HotSource::Cached(at) => format!("hot pages reused from {}", at.display()),
                 HotSource::Saved(at) => format!("hot pages resolved and saved to {}", at.display()),

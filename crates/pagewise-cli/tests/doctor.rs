@@ -1,7 +1,5 @@
 //! CLI tests for `pagewise doctor` and argument errors: they run the real binary.
 
-use std::os::unix::fs::PermissionsExt;
-
 mod common;
 use common::pagewise;
 
@@ -154,47 +152,15 @@ fn help_and_version_succeed() {
     pagewise().arg("--version").assert().success();
 }
 
-/// A copy of the binary that the nobody user can run (the build folder may
-/// not be reachable), or why not: it needs root and `setpriv`.
-fn binary_for_nobody(
-) -> Result<(tempfile::TempDir, std::path::PathBuf), (pagewise_testkit::Need, &'static str)> {
-    if !pagewise_testkit::is_root() {
-        return Err((
-            pagewise_testkit::Need::Root,
-            "needs root to drop to the nobody user",
-        ));
-    }
-    if std::process::Command::new("setpriv")
-        .arg("--version")
-        .output()
-        .is_err()
-    {
-        return Err((pagewise_testkit::Need::Tool, "setpriv is not installed"));
-    }
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-    let bin = dir.path().join("pagewise");
-    pagewise_testkit::copy_executable(&assert_cmd::cargo::cargo_bin("pagewise"), &bin);
-    std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
-    Ok((dir, bin))
-}
-
-/// `setpriv` as the nobody user, then `bin ARGS`.
-fn as_nobody(bin: &std::path::Path, args: &[&str]) -> std::process::Command {
-    let mut c = std::process::Command::new("setpriv");
-    c.args(["--reuid=65534", "--regid=65534", "--clear-groups"])
-        .arg(bin)
-        .args(args);
-    c
-}
-
 #[test]
 fn doctor_runs_unprivileged_and_says_what_it_could_not_read() {
-    let (_dir, bin) = match binary_for_nobody() {
+    let (_dir, bin) = match common::binary_for_nobody() {
         Ok(found) => found,
         Err((need, why)) => pagewise_testkit::skip!(need, "{why}"),
     };
-    let out = as_nobody(&bin, &["doctor", "--json"]).output().unwrap();
+    let out = common::as_nobody(&bin, &["doctor", "--json"])
+        .output()
+        .unwrap();
     assert!(
         out.status.success(),
         "stderr: {}",
@@ -207,7 +173,7 @@ fn doctor_runs_unprivileged_and_says_what_it_could_not_read() {
         assert!(p["status"].is_string() && p["detail"].is_string());
     }
     // Text output also works and prints the same sections.
-    let text = as_nobody(&bin, &["doctor"]).output().unwrap();
+    let text = common::as_nobody(&bin, &["doctor"]).output().unwrap();
     assert!(text.status.success());
     assert!(String::from_utf8_lossy(&text.stdout).contains("unprivileged user"));
 }
@@ -216,7 +182,7 @@ fn doctor_runs_unprivileged_and_says_what_it_could_not_read() {
 /// (`ulimit -l` up to it, or what root must change when it is too low).
 #[test]
 fn memlock_advice_fits_the_users_hard_limit() {
-    let (_dir, bin) = match binary_for_nobody() {
+    let (_dir, bin) = match common::binary_for_nobody() {
         Ok(found) => found,
         Err((need, why)) => pagewise_testkit::skip!(need, "{why}"),
     };
@@ -230,7 +196,7 @@ fn memlock_advice_fits_the_users_hard_limit() {
     // `None` when this root cannot set the limits (no CAP_SYS_RESOURCE to
     // raise a hard limit, as in some containers).
     let memlock_fix = |soft: u64, hard: &str| -> Option<String> {
-        let doctor = as_nobody(&bin, &["doctor", "--json"]);
+        let doctor = common::as_nobody(&bin, &["doctor", "--json"]);
         let out = std::process::Command::new("prlimit")
             .arg(format!("--memlock={soft}:{hard}"))
             .arg("--")

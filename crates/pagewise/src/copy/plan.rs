@@ -606,13 +606,24 @@ impl Plan {
         let f = crate::sys::cpu::cpu_features();
         let key = MachineKey::current();
         let env_plan = std::env::var(ENV_PLAN).ok();
-        let (cached, cache_file, cache_note) = if env_plan.as_deref() == Some("default") {
-            (None, None, None)
+        let (cached, cache_file, cache_notes) = if env_plan.as_deref() == Some("default") {
+            (None, None, Vec::new())
         } else {
             match super::cache::load(&key) {
-                Ok(Some((tuned, path))) => (Some(tuned), Some(path.display().to_string()), None),
-                Ok(None) => (None, None, None),
-                Err(e) => (None, None, Some(e.to_string())),
+                Ok(found) => {
+                    let notes = found
+                        .passed_over
+                        .iter()
+                        .map(|why| format!("copy plan: passed over {why}"))
+                        .collect();
+                    match found.plan {
+                        Some((tuned, path)) => {
+                            (Some(tuned), Some(path.display().to_string()), notes)
+                        }
+                        None => (None, None, notes),
+                    }
+                }
+                Err(e) => (None, None, vec![e.to_string()]),
             }
         };
         let mut plan = Plan::decide(&Inputs {
@@ -633,9 +644,7 @@ impl Plan {
             env_rep_movsb: std::env::var(ENV_REP_MOVSB).ok(),
             env_rep_stosb: std::env::var(ENV_REP_STOSB).ok(),
         });
-        if let Some(note) = cache_note {
-            plan.notes.push(note);
-        }
+        plan.notes.extend(cache_notes);
         plan
     }
 
