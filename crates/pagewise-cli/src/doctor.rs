@@ -85,7 +85,7 @@ fn copy_rows(rows: &mut Vec<[String; 3]>, copy: Option<&Choices>) {
         "plan".into(),
         format!(
             "{}{when}{file}; machine key {}; defaults for {}",
-            p.tables_source.describe(),
+            p.describe_source(p.tables_source),
             p.key.cpu(),
             p.cpu_kind.describe()
         ),
@@ -101,7 +101,7 @@ fn copy_rows(rows: &mut Vec<[String; 3]>, copy: Option<&Choices>) {
             "copy {}, fill {} ({}{})",
             nt(p.copy_nontemporal()),
             nt(p.fill_nontemporal()),
-            p.nontemporal_source.describe(),
+            p.describe_source(p.nontemporal_source),
             match (p.nontemporal_source, p.llc_bytes) {
                 (Source::Default, Some(llc)) =>
                     format!(", from the last-level cache {}", bytes(llc)),

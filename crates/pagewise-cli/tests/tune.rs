@@ -23,13 +23,19 @@ fn json(out: &[u8]) -> Value {
     })
 }
 
-fn doctor_plan(cache_home: &Path, default_plan: bool) -> Value {
+/// The stdout of `pagewise doctor ARGS`, with `PAGEWISE_PLAN` set to
+/// `plan_variable` (or unset).
+fn doctor(cache_home: &Path, plan_variable: Option<&str>, args: &[&str]) -> Vec<u8> {
     let mut c = pagewise(cache_home);
-    if default_plan {
-        c.env("PAGEWISE_PLAN", "default");
+    if let Some(value) = plan_variable {
+        c.env("PAGEWISE_PLAN", value);
     }
-    let out = c.args(["doctor", "--json"]).assert().success();
-    json(&out.get_output().stdout)["copy"]["plan"].clone()
+    let out = c.arg("doctor").args(args).assert().success();
+    out.get_output().stdout.clone()
+}
+
+fn doctor_plan(cache_home: &Path, plan_variable: Option<&str>) -> Value {
+    json(&doctor(cache_home, plan_variable, &["--json"]))["copy"]["plan"].clone()
 }
 
 #[test]
@@ -57,13 +63,27 @@ fn a_measured_plan_is_cached_privately_and_used_by_the_next_process() {
     assert_eq!(mode(&dir), 0o700);
     assert_eq!(mode(file), 0o600);
 
-    let plan = doctor_plan(home.path(), false);
+    let plan = doctor_plan(home.path(), None);
     assert_eq!(plan["tables_source"], "cached", "{plan:#}");
     assert_eq!(plan["cache_file"], v["cache_file"], "{plan:#}");
-    // PAGEWISE_PLAN=default ignores the cache.
-    let plan = doctor_plan(home.path(), true);
+    // PAGEWISE_PLAN=default sets the measured plan aside, and says so.
+    let plan = doctor_plan(home.path(), Some("default"));
     assert_eq!(plan["tables_source"], "default", "{plan:#}");
     assert!(plan["cache_file"].is_null(), "{plan:#}");
+    assert_eq!(plan["set_aside"], v["cache_file"], "{plan:#}");
+    let text = String::from_utf8(doctor(home.path(), Some("default"), &[])).unwrap();
+    assert!(text.contains("a measured plan exists"), "{text}");
+    assert!(!text.contains("not measured here"), "{text}");
+    // Any other value is ignored, and said to be.
+    let plan = doctor_plan(home.path(), Some("bogus"));
+    assert_eq!(plan["tables_source"], "cached", "{plan:#}");
+    let notes = plan["notes"].as_array().unwrap();
+    assert!(
+        notes.iter().any(|n| n
+            .as_str()
+            .is_some_and(|n| n.starts_with("PAGEWISE_PLAN=\"bogus\" ignored"))),
+        "{notes:?}"
+    );
 }
 
 #[test]
@@ -78,7 +98,7 @@ fn no_save_measures_and_writes_nothing() {
     assert!(v["cache_file"].is_null(), "{v:#}");
     assert!(!v["choices"].as_array().unwrap().is_empty());
     assert!(!home.path().join("pagewise").exists());
-    assert_eq!(doctor_plan(home.path(), false)["tables_source"], "default");
+    assert_eq!(doctor_plan(home.path(), None)["tables_source"], "default");
 }
 
 /// A cache folder others can write is passed over, said to be, and never
