@@ -1,9 +1,9 @@
 //! `pagewise run`: start an unmodified program with memory-path fixes applied.
 
-use crate::format::bytes;
+use crate::format::{bytes, usage};
 use crate::output::errln;
 use crate::preload;
-use anyhow::{bail, Context};
+use anyhow::Context;
 use pagewise::host::user_cache::{self, Purpose};
 use pagewise::launch::huge_text::{self, ReportDir};
 use pagewise::launch::{self, keep_heap, LaunchError};
@@ -21,7 +21,8 @@ pub struct RunArgs {
     /// Move the 2 MiB-aligned part of the program's text onto huge pages before main
     /// (hugetlb when a pool has room, else THP). `--huge-text=hot:PROFILE` moves only
     /// the 2 MiB pages holding the profile's hot code. Children inherit it.
-    #[arg(long, value_name = "all|hot:PROFILE", num_args = 0..=1, require_equals = true, default_missing_value = "all")]
+    #[arg(long, value_name = "all|hot:PROFILE", num_args = 0..=1, require_equals = true,
+          default_missing_value = "all", value_parser = huge_text_mode)]
     pub(crate) huge_text: Option<String>,
     /// With --huge-text: also move this shared library's text (file name or prefix,
     /// e.g. libc.so.6, libpython); repeatable.
@@ -69,6 +70,16 @@ so its RSS no longer falls after a burst. Settings already in GLIBC_TUNABLES are
 Programs not dynamically linked against glibc (musl, static) are refused: the tunables
 would change nothing. The program's exit status is pagewise's exit status.";
 
+/// `--huge-text`'s value: `all` or `hot:PROFILE`.
+fn huge_text_mode(text: &str) -> Result<String, String> {
+    match text.strip_prefix("hot:") {
+        Some("") => Err("hot: needs a profile: hot:PROFILE".into()),
+        Some(_) => Ok(text.to_owned()),
+        None if text == "all" => Ok(text.to_owned()),
+        None => Err("expected all or hot:PROFILE".into()),
+    }
+}
+
 /// Sets up the environment and replaces this process with the program (or,
 /// with --huge-text, starts it and waits). A program that cannot start gives
 /// the status a shell would (127 not found, 126 not executable), as
@@ -86,10 +97,12 @@ pub fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
 /// [`run`], with a program that cannot start as a [`LaunchError`].
 fn start(args: &RunArgs) -> anyhow::Result<ExitCode> {
     if !args.keep_heap && args.huge_text.is_none() {
-        bail!("nothing to apply: choose a fix such as --keep-heap or --huge-text (see 'pagewise run --help')");
+        return Err(usage(
+            "nothing to apply: choose a fix such as --keep-heap or --huge-text (see 'pagewise run --help')",
+        ));
     }
     if !args.huge_text_lib.is_empty() && args.huge_text.is_none() {
-        bail!("--huge-text-lib needs --huge-text");
+        return Err(usage("--huge-text-lib needs --huge-text"));
     }
     let program = &args.command[0];
     let path = launch::resolve_program(program.as_ref())?;
@@ -180,12 +193,10 @@ fn run_with_huge_text(
 ) -> anyhow::Result<ExitCode> {
     let dir = ReportDir::create()?;
     let mut hot_note = None;
-    let mode = match mode {
-        "all" => "all".to_owned(),
-        other => {
-            let profile = other.strip_prefix("hot:").ok_or_else(|| {
-                anyhow::anyhow!("--huge-text={other}: expected all or hot:PROFILE")
-            })?;
+    // `all` or `hot:PROFILE` (checked as it was parsed).
+    let mode = match mode.strip_prefix("hot:") {
+        None => "all".to_owned(),
+        Some(profile) => {
             let profile = std::fs::canonicalize(profile)
                 .with_context(|| format!("--huge-text=hot:{profile}"))?;
             // Resolved here (or reused from the cache), so the program reads a short

@@ -146,6 +146,35 @@ fn unknown_flag_is_one_line_error() {
     assert_one_line_usage_error(&["doctor", "--no-such-flag"]);
 }
 
+/// `pagewise` alone, or a command without its subcommand, prints the usage
+/// (on stderr, as clap does) with the usage status, not as an error line.
+#[test]
+fn a_missing_command_prints_the_usage_with_status_2() {
+    for args in [&[][..], &["bench"], &["queue"], &["text"]] {
+        let out = pagewise().args(args).assert().code(2).get_output().clone();
+        let stderr = String::from_utf8(out.stderr).unwrap();
+        assert!(!stderr.starts_with("pagewise: "), "{args:?}: {stderr}");
+        assert!(stderr.contains("Usage: pagewise"), "{args:?}: {stderr}");
+        assert!(stderr.contains("Commands:"), "{args:?}: {stderr}");
+        assert!(out.stdout.is_empty(), "{args:?}");
+    }
+}
+
+/// A value or combination of arguments a command checks itself is a usage
+/// error too: one line, status 2, as clap's own.
+#[test]
+fn usage_errors_found_after_parsing_exit_2() {
+    for args in [
+        &["queue", "append", "--chunk-size", "3MiB", "/nonexistent/q"][..],
+        &["run", "--huge-text=foo", "--", "true"],
+        &["run", "--", "true"],
+        &["bench", "run", "--", "true"],
+        &["text", "merge", "x.profile:zero", "-o", "/dev/null"],
+    ] {
+        assert_one_line_usage_error(args);
+    }
+}
+
 #[test]
 fn help_and_version_succeed() {
     pagewise().arg("--help").assert().success();

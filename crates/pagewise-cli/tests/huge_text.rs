@@ -452,7 +452,7 @@ fn bad_huge_text_arguments_are_one_line_errors() {
     let out = pagewise()
         .args(["run", "--huge-text=warm", "--", "true"])
         .assert()
-        .failure()
+        .code(2)
         .get_output()
         .clone();
     let stderr = String::from_utf8(out.stderr).unwrap();
@@ -461,7 +461,7 @@ fn bad_huge_text_arguments_are_one_line_errors() {
     let out = pagewise()
         .args(["run", "--huge-text=hot:/no/such/profile", "--", "true"])
         .assert()
-        .failure()
+        .code(1)
         .get_output()
         .clone();
     assert_eq!(

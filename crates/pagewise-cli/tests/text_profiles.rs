@@ -151,7 +151,7 @@ fn a_damaged_profile_is_a_one_line_error() {
     let out = pagewise()
         .args(["text", "merge", "x.profile:zero", "-o", "/dev/null"])
         .assert()
-        .failure()
+        .code(2)
         .get_output()
         .clone();
     assert!(String::from_utf8(out.stderr)

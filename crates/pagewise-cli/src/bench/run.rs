@@ -1,7 +1,7 @@
 //! `pagewise bench run`: a user's own command with and without a fix, in
 //! randomised pairs (the experiment is `pagewise_bench::program`).
 
-use crate::format::{bytes, table};
+use crate::format::{bytes, table, usage, usage_unless};
 use crate::output::{outln, OutputError};
 use anyhow::{anyhow, Context};
 use pagewise_bench::paired::Interval;
@@ -84,11 +84,10 @@ fn parse_confidence(text: &str) -> Result<f64, String> {
 fn parse_variant(text: &str) -> anyhow::Result<Variant> {
     let (name, args) = text
         .split_once('=')
-        .ok_or_else(|| anyhow!("--variant {text:?}: expected NAME=ARGS"))?;
-    anyhow::ensure!(
-        !name.is_empty() && name != "baseline",
-        "--variant {text:?}: the name must be non-empty and not 'baseline'"
-    );
+        .ok_or_else(|| usage(format!("--variant {text:?}: expected NAME=ARGS")))?;
+    usage_unless(!name.is_empty() && name != "baseline", || {
+        format!("--variant {text:?}: the name must be non-empty and not 'baseline'")
+    })?;
     Ok(Variant {
         name: name.to_owned(),
         kind: VariantKind::Arguments {
@@ -104,7 +103,7 @@ fn variants(args: &BenchRunArgs) -> anyhow::Result<Vec<Variant>> {
     }];
     let mut any_huge_text = false;
     for text in &args.fixes {
-        let mut fixes = Fix::parse_set(text).map_err(|e| anyhow!("--fix: {e}"))?;
+        let mut fixes = Fix::parse_set(text).map_err(|e| usage(format!("--fix: {e}")))?;
         for fix in &mut fixes {
             if let Fix::HugeText { libs, hot_profile } = fix {
                 any_huge_text = true;
@@ -124,17 +123,15 @@ fn variants(args: &BenchRunArgs) -> anyhow::Result<Vec<Variant>> {
             kind: VariantKind::Fixes { fixes },
         });
     }
-    anyhow::ensure!(
-        args.huge_text_lib.is_empty() || any_huge_text,
-        "--huge-text-lib needs a huge-text fix"
-    );
+    usage_unless(args.huge_text_lib.is_empty() || any_huge_text, || {
+        "--huge-text-lib needs a huge-text fix".into()
+    })?;
     for text in &args.variants {
         list.push(parse_variant(text)?);
     }
-    anyhow::ensure!(
-        list.len() > 1,
-        "nothing to compare: give --fix (e.g. --fix huge-text) or --variant NAME=ARGS"
-    );
+    usage_unless(list.len() > 1, || {
+        "nothing to compare: give --fix (e.g. --fix huge-text) or --variant NAME=ARGS".into()
+    })?;
     Ok(list)
 }
 
