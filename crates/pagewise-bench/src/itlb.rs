@@ -343,8 +343,7 @@ pub fn run(
     progress: &dyn Progress,
 ) -> Result<Report, String> {
     let machine = Machine::describe();
-    std::fs::create_dir_all(&config.work_dir)
-        .map_err(|e| format!("{}: {e}", config.work_dir.display()))?;
+    crate::work_folder(&config.work_dir)?;
     let steps = 5 + config.trials * 4;
     let source = config.work_dir.join("itlb.c");
     let baseline = config.work_dir.join("itlb-baseline");

@@ -41,6 +41,8 @@
 // Benchmarks are safe Rust on pagewise's API; `unsafe` stays in pagewise's private `sys` layer (reached through `pagewise::os`).
 #![forbid(unsafe_code)]
 
+use std::path::Path;
+
 pub mod first_touch;
 pub mod fleet;
 pub mod heap_churn;
@@ -191,6 +193,28 @@ impl Progress for NoProgress {
     fn update(&self, _done: usize, _total: usize, _what: &str) {}
 }
 
+/// Makes the folder an experiment works in (its runs' stderr, reports,
+/// builds): an existing folder is used as it is; a missing one is created
+/// only when its parent exists, so a mistyped path never creates a tree of
+/// folders. Costs a `mkdir` and a `stat`.
+pub fn work_folder(dir: &Path) -> Result<(), String> {
+    let say = |what: String| format!("work folder {}: {what}", dir.display());
+    match std::fs::create_dir(dir) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => match std::fs::metadata(dir) {
+            Ok(m) if m.is_dir() => Ok(()),
+            Ok(_) => Err(say("not a folder".into())),
+            Err(e) => Err(say(e.to_string())),
+        },
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(say(format!(
+            "{} does not exist (only the last folder of the path is created)",
+            dir.parent()
+                .map_or("its parent".into(), |p| p.display().to_string())
+        ))),
+        Err(e) => Err(say(format!("cannot create it: {e}"))),
+    }
+}
+
 /// Touches the next 256 KiB of this thread's stack, so that a measured loop
 /// whose rare slow path (a system call, a lock) reaches deeper than before
 /// does not take a page fault for the stack.
@@ -203,6 +227,22 @@ pub(crate) fn grow_stack() {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_work_folder_is_created_only_below_an_existing_parent() {
+        let root = tempfile::tempdir().unwrap();
+        let dir = root.path().join("work");
+        work_folder(&dir).unwrap();
+        assert!(dir.is_dir());
+        work_folder(&dir).unwrap();
+        let deep = root.path().join("typo/work");
+        let err = work_folder(&deep).unwrap_err();
+        assert!(err.contains("typo does not exist"), "{err}");
+        assert!(!root.path().join("typo").exists());
+        let file = root.path().join("file");
+        std::fs::write(&file, "").unwrap();
+        assert!(work_folder(&file).unwrap_err().contains("not a folder"));
+    }
 
     #[test]
     fn summary_of_odd_and_even_counts() {

@@ -17,8 +17,9 @@
 //! sign-test confidence interval for it ([`crate::paired`]), and a verdict
 //! from the wall-time interval. The program's output goes nowhere; its
 //! standard error is kept for the error message when a run's exit status
-//! differs from the warm-up baseline's (a fix must not change what the
-//! program does).
+//! differs from the first baseline run's (a fix must not change what the
+//! program does) or from an earlier run of the same variant (a program whose
+//! status varies on its own cannot be timed).
 //!
 //! The experiment does not know the `pagewise` command line: the caller
 //! passes a [`FixRunner`] that builds the command running a program under
@@ -437,12 +438,19 @@ fn read_moved(report: &Path) -> Result<(u64, u64, Vec<String>), String> {
     Ok((moved, hugetlb, skipped))
 }
 
-/// The last lines of a file (a failed run's standard error).
-fn tail(path: &Path) -> String {
+/// ` (its stderr: …)` with the last lines of a run's standard error, or
+/// nothing when it wrote none. One read of the file.
+fn stderr_note(path: &Path) -> String {
     let text = std::fs::read(path).unwrap_or_default();
     let text = String::from_utf8_lossy(&text);
-    let lines: Vec<&str> = text.lines().collect();
-    lines[lines.len().saturating_sub(5)..].join(" | ")
+    let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
+    if lines.is_empty() {
+        return String::new();
+    }
+    format!(
+        " (its stderr: {})",
+        lines[lines.len().saturating_sub(5)..].join(" | ")
+    )
 }
 
 /// Runs one variant once and measures it.
@@ -475,16 +483,16 @@ fn run_once(
     let status = exit.shell_status();
     if let ExitKind::Signaled { signal, .. } = exit {
         return Err(format!(
-            "{} was killed by signal {signal}: {}",
+            "{} was killed by signal {signal}{}",
             variant.name,
-            tail(&stderr_path)
+            stderr_note(&stderr_path)
         ));
     }
     let huge_text = matches!(&variant.kind, VariantKind::Fixes { fixes }
         if fixes.iter().any(|f| matches!(f, Fix::HugeText { .. })));
     let (moved_bytes, moved_hugetlb_bytes, not_moved) = if huge_text {
         let (moved, hugetlb, skipped) = read_moved(&report)
-            .map_err(|e| format!("{}: {e}; its stderr: {}", variant.name, tail(&stderr_path)))?;
+            .map_err(|e| format!("{}: {e}{}", variant.name, stderr_note(&stderr_path)))?;
         let skipped = if moved == 0 { skipped } else { Vec::new() };
         (Some(moved), Some(hugetlb), skipped)
     } else {
@@ -540,6 +548,68 @@ fn check_variants(config: &Config) -> Result<(), String> {
     Ok(())
 }
 
+/// That the program's exit status varies between runs of one variant.
+fn varies(config: &Config, i: usize, first: i32, now: i32) -> String {
+    let who = match i {
+        0 => "the baseline".to_owned(),
+        _ => format!("the variant {}", config.variants[i].name),
+    };
+    format!(
+        "the program's exit status varies between runs of {who} itself ({first}, then {now}): \
+         its runs do not all do the same work, so their times cannot be compared{}",
+        stderr_note(&config.work_dir.join("stderr"))
+    )
+}
+
+/// Checks the exit status of a run of variant `i`, just made, against the
+/// earlier runs: of the same variant (a program whose status varies on its
+/// own cannot be timed), then of the baseline (a variant that changes the
+/// status changes what the program does). Before a variant is blamed for a
+/// status that differs from the baseline's, each runs [`STATUS_RERUNS`] more
+/// times, so that a program whose status varies from run to run is named as
+/// such. `statuses` holds each variant's first status.
+fn check_status(
+    config: &Config,
+    runner: FixRunner<'_>,
+    statuses: &mut [Option<i32>],
+    i: usize,
+    status: i32,
+) -> Result<(), String> {
+    match statuses[i] {
+        Some(first) if first != status => return Err(varies(config, i, first, status)),
+        Some(_) => {}
+        None => statuses[i] = Some(status),
+    }
+    let Some(baseline) = statuses[0] else {
+        return Ok(());
+    };
+    let Some(j) = (1..statuses.len()).find(|&j| statuses[j].is_some_and(|s| s != baseline)) else {
+        return Ok(());
+    };
+    let variant = statuses[j].unwrap_or_default();
+    for _ in 0..STATUS_RERUNS {
+        for (k, first) in [(0, baseline), (j, variant)] {
+            let (again, _) = run_once(config, &config.variants[k], runner)?;
+            if again.status != first {
+                return Err(varies(config, k, first, again.status));
+            }
+        }
+    }
+    Err(format!(
+        "{} exited with status {variant} in {runs} runs where the baseline exited with \
+         {baseline} in {runs}: the variant changes what the program does, so its times mean \
+         nothing{}",
+        config.variants[j].name,
+        stderr_note(&config.work_dir.join("stderr")),
+        runs = STATUS_RERUNS + 1,
+    ))
+}
+
+/// How many more times the baseline and a variant run, in turn, when their
+/// exit statuses differ, before the variant is blamed: a program whose status
+/// is a coin flip then shows it with probability 15/16.
+const STATUS_RERUNS: usize = 2;
+
 /// Runs the experiment: `warmup` blocks, then `blocks` measured ones.
 pub fn run(
     config: &Config,
@@ -547,13 +617,7 @@ pub fn run(
     progress: &dyn Progress,
 ) -> Result<Report, String> {
     check_variants(config)?;
-    std::fs::create_dir_all(&config.work_dir).map_err(|e| {
-        let what = match std::fs::metadata(&config.work_dir) {
-            Ok(m) if !m.is_dir() => "not a folder".to_owned(),
-            _ => format!("cannot create the folder: {e}"),
-        };
-        format!("work folder {}: {what}", config.work_dir.display())
-    })?;
+    crate::work_folder(&config.work_dir)?;
     let machine = Machine::describe();
     let load_start = Load::now();
     let mut state = config.seed | 1;
@@ -561,7 +625,8 @@ pub fn run(
     let total = (config.warmup + config.blocks) * n;
     let mut blocks = Vec::new();
     let mut not_moved: Vec<Vec<String>> = vec![Vec::new(); n];
-    let mut expected_status = None;
+    // Each variant's first exit status.
+    let mut statuses: Vec<Option<i32>> = vec![None; n];
     for b in 0..config.warmup + config.blocks {
         let warmup = b < config.warmup;
         let order = shuffled(n, &mut state);
@@ -580,23 +645,11 @@ pub fn run(
             };
             progress.update(b * n + step, total, &label);
             let (run, why) = run_once(config, variant, runner)?;
-            if i == 0 && expected_status.is_none() {
-                expected_status = Some(run.status);
-            }
+            check_status(config, runner, &mut statuses, i, run.status)?;
             not_moved[i].extend(why);
             runs[i] = Some(run);
         }
         let runs: Vec<Run> = runs.into_iter().flatten().collect();
-        // The baseline ran in this block, so the expected status is known.
-        let expected = expected_status.unwrap_or(0);
-        if let Some((i, r)) = runs.iter().enumerate().find(|(_, r)| r.status != expected) {
-            return Err(format!(
-                "{} exited with status {} where the baseline exited with {expected}: the variant changes what the program does, so its times mean nothing (its stderr: {})",
-                config.variants[i].name,
-                r.status,
-                tail(&config.work_dir.join("stderr"))
-            ));
-        }
         blocks.push(Block {
             order: order
                 .iter()
@@ -670,7 +723,7 @@ pub fn run(
         machine,
         load,
         load_warning: load.warning(),
-        exit_status: expected_status.unwrap_or(0),
+        exit_status: statuses[0].unwrap_or(0),
         rss_floor_bytes: own_peak_rss(),
         variants,
         comparisons,
@@ -979,5 +1032,80 @@ mod tests {
         // `sh -c 'exit 4' -c 'exit 3'`: the inserted script runs and exits 4.
         let err = run(&config, never, &crate::NoProgress).unwrap_err();
         assert!(err.contains("exited with status 4"), "{err}");
+    }
+
+    /// A program whose exit status changes between its own runs is named as
+    /// such, for the side it happens on, and never blamed on the other side
+    /// (also when the first runs of the two sides differ); a run that wrote
+    /// nothing to stderr adds no empty `(its stderr: )`.
+    #[test]
+    fn a_status_that_varies_on_its_own_is_named_not_blamed_on_the_variant() {
+        let dir = tempfile::tempdir().unwrap();
+        let never: FixRunner<'_> = &|_, _, _| unreachable!("no fixes in this test");
+        // `sh -c FLIP`: exits 0, 1, 0, … (from `start`) on its own runs, counted in a file.
+        let flip = |name: &str, start: u32| {
+            let counter = dir.path().join(name);
+            format!(
+                "n=$(cat {c} 2>/dev/null || echo {start}); echo $((n + 1)) > {c}; exit $((n % 2))",
+                c = counter.display()
+            )
+        };
+        let config = |command: [String; 3], variant_args: [String; 2]| Config {
+            command: command.map(OsString::from).into(),
+            variants: vec![
+                Variant {
+                    name: "baseline".into(),
+                    kind: VariantKind::Baseline,
+                },
+                Variant {
+                    name: "other".into(),
+                    kind: VariantKind::Arguments {
+                        args: variant_args.into(),
+                    },
+                },
+            ],
+            blocks: 3,
+            warmup: 1,
+            seed: 5,
+            confidence: 0.95,
+            work_dir: dir.path().join("work"),
+        };
+        let sh = |script: String| ["sh".to_owned(), "-c".to_owned(), script];
+        let c = |script: String| ["-c".to_owned(), script];
+        let cases = [
+            // The baseline flips; the variant (`sh -c 'exit 0' -c FLIP`) always exits 0.
+            (
+                sh(flip("a", 0)),
+                c("exit 0".into()),
+                "of the baseline itself (0, then 1)",
+            ),
+            // The variant flips; the baseline always exits 0.
+            (
+                sh("exit 0".into()),
+                c(flip("b", 0)),
+                "of the variant other itself (0, then 1)",
+            ),
+            // The variant's first run differs from the baseline's; its second shows it flips.
+            (
+                sh("exit 0".into()),
+                c(flip("c", 1)),
+                "of the variant other itself (1, then 0)",
+            ),
+        ];
+        for (command, args, expected) in cases {
+            let err = run(&config(command, args), never, &crate::NoProgress).unwrap_err();
+            assert!(err.contains(expected), "{err}");
+            assert!(!err.contains("changes what the program does"), "{err}");
+            assert!(!err.contains("stderr"), "{err}");
+        }
+        // What a run writes to stderr is quoted.
+        let loud = format!("echo oops >&2; {}", flip("d", 0));
+        let err = run(
+            &config(sh(loud), c("exit 0".into())),
+            never,
+            &crate::NoProgress,
+        )
+        .unwrap_err();
+        assert!(err.ends_with("(its stderr: oops)"), "{err}");
     }
 }

@@ -85,7 +85,7 @@ fn copy_rows(rows: &mut Vec<[String; 3]>, copy: Option<&Choices>) {
         "plan".into(),
         format!(
             "{}{when}{file}; machine key {}; defaults for {}",
-            p.tables_source.describe(),
+            p.describe_source(p.tables_source),
             p.key.cpu(),
             p.cpu_kind.describe()
         ),
@@ -101,7 +101,7 @@ fn copy_rows(rows: &mut Vec<[String; 3]>, copy: Option<&Choices>) {
             "copy {}, fill {} ({}{})",
             nt(p.copy_nontemporal()),
             nt(p.fill_nontemporal()),
-            p.nontemporal_source.describe(),
+            p.describe_source(p.nontemporal_source),
             match (p.nontemporal_source, p.llc_bytes) {
                 (Source::Default, Some(llc)) =>
                     format!(", from the last-level cache {}", bytes(llc)),
@@ -354,16 +354,18 @@ fn glibc_rows(rows: &mut Rows, glibc: &Glibc) {
 
 /// Process limits and VM policy.
 fn limits_rows(rows: &mut Rows, limits: &Limits) {
-    add_row(
-        rows,
-        "limits",
-        "RLIMIT_MEMLOCK",
-        match (limits.memlock_unlimited, limits.memlock_soft_bytes) {
-            (Some(true), _) => "unlimited".into(),
+    add_row(rows, "limits", "RLIMIT_MEMLOCK", {
+        let shown = |unlimited: Option<bool>, n: Option<u64>| match (unlimited, n) {
+            (Some(true), _) => "unlimited".to_owned(),
             (_, Some(n)) => bytes(n),
-            _ => "(not readable)".into(),
-        },
-    );
+            _ => "(not readable)".to_owned(),
+        };
+        format!(
+            "{} (hard limit {})",
+            shown(limits.memlock_unlimited, limits.memlock_soft_bytes),
+            shown(limits.memlock_hard_unlimited, limits.memlock_hard_bytes)
+        )
+    });
     add_row(
         rows,
         "limits",

@@ -28,8 +28,43 @@ pub fn one_line(err: &anyhow::Error) -> String {
         .replace('\n', " ")
 }
 
-/// Prints a clap error: help and version as clap renders them, anything else
-/// as one line on stderr with exit status 2.
+/// The exit status of every usage error: clap's, and [`UsageError`]s found
+/// after parsing (as `grep`, `diff` and clap itself use it).
+pub const USAGE_STATUS: u8 = 2;
+
+/// A command line that parses but asks for what cannot be done: a missing
+/// choice, options that contradict each other, a value only the command can
+/// check. `main` reports it as clap's own usage errors are reported (one
+/// line, [`USAGE_STATUS`]); errors of files, programs and the system stay
+/// status 1.
+#[derive(Debug)]
+pub struct UsageError(pub String);
+
+impl std::fmt::Display for UsageError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for UsageError {}
+
+/// A [`UsageError`] as the `anyhow::Error` commands return.
+pub fn usage(message: impl Into<String>) -> anyhow::Error {
+    UsageError(message.into()).into()
+}
+
+/// `anyhow::ensure!` for usage errors: `Err(usage(message()))` unless `ok`.
+pub fn usage_unless(ok: bool, message: impl FnOnce() -> String) -> anyhow::Result<()> {
+    match ok {
+        true => Ok(()),
+        false => Err(usage(message())),
+    }
+}
+
+/// Prints a clap error: help and version as clap renders them; the help that
+/// a command without its subcommand (or bare `pagewise`) gets, as clap
+/// renders it (on stderr) with [`USAGE_STATUS`]; anything else as one line
+/// on stderr with [`USAGE_STATUS`].
 pub fn usage_error(err: clap::Error) -> ExitCode {
     use clap::error::ErrorKind;
     match err.kind() {
@@ -37,13 +72,18 @@ pub fn usage_error(err: clap::Error) -> ExitCode {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => crate::output::exit_status(&crate::output::OutputError(e)),
         },
+        ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
+            // To stderr: nowhere left to report a failure to write it.
+            let _ = err.print();
+            ExitCode::from(USAGE_STATUS)
+        }
         _ => {
             let rendered = err.render().to_string();
             crate::output::errln!(
                 "pagewise: {} (see 'pagewise --help')",
                 first_paragraph(&rendered)
             );
-            ExitCode::from(2)
+            ExitCode::from(USAGE_STATUS)
         }
     }
 }

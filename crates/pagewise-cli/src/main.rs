@@ -82,7 +82,10 @@ fn main() -> ExitCode {
             Some(out) => output::exit_status(out),
             None => {
                 output::errln!("pagewise: {}", format::one_line(&err));
-                ExitCode::FAILURE
+                match err.chain().any(|e| e.is::<format::UsageError>()) {
+                    true => ExitCode::from(format::USAGE_STATUS),
+                    false => ExitCode::FAILURE,
+                }
             }
         },
         (Ok(_), Err(out)) => output::exit_status(&out),

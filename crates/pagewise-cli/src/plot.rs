@@ -5,6 +5,7 @@
 //! needs neither font-kit nor fontconfig; without such a font the plot is
 //! refused with a message that says so.
 
+use crate::format::usage;
 use anyhow::{bail, Context};
 use pagewise::units::format_bytes_exact;
 use pagewise_bench::memcpy::{Op, Report, Residency};
@@ -38,10 +39,10 @@ fn format_of(path: &Path) -> anyhow::Result<Format> {
     {
         Some("svg") => Ok(Format::Svg),
         Some("png") => Ok(Format::Png),
-        _ => bail!(
+        _ => Err(usage(format!(
             "--plot {}: the file name must end in .svg or .png",
             path.display()
-        ),
+        ))),
     }
 }
 

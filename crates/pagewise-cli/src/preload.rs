@@ -4,6 +4,7 @@
 //! `libpagewise_preload.so` beside the binary (a developer's build).
 
 use anyhow::Context;
+use pagewise::host::user_cache;
 use pagewise::launch::huge_text::PreloadUsed;
 use pagewise::launch::preload_cache;
 use std::path::{Path, PathBuf};
@@ -36,11 +37,7 @@ pub fn choose() -> anyhow::Result<(PreloadUsed, Vec<String>)> {
     if EMBEDDED.is_empty() {
         notes.push("this pagewise was built without its preload library".to_owned());
     } else {
-        match preload_cache::install(
-            EMBEDDED,
-            &cached_name(),
-            &preload_cache::candidates_from_env(),
-        ) {
+        match preload_cache::install(EMBEDDED, &cached_name(), &user_cache::candidates_from_env()) {
             Ok(installed) => {
                 let source = if installed.written {
                     "embedded (written to the cache now)"

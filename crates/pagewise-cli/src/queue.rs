@@ -63,7 +63,7 @@ pub struct AppendArgs {
     raw: bool,
     /// Chunk size of a new queue (a power of two, 64KiB to 1GiB; default
     /// 64MiB). An existing queue with another chunk size is an error.
-    #[arg(long, value_parser = crate::args::size_in(queue::layout::MIN_CHUNK, queue::layout::MAX_CHUNK))]
+    #[arg(long, value_parser = chunk_size)]
     chunk_size: Option<u64>,
     /// Give every record of a new queue a CRC-32. An existing queue without
     /// record CRCs is an error.
@@ -80,6 +80,14 @@ pub struct AppendArgs {
     /// instead of refusing. What was dropped is printed.
     #[arg(long)]
     discard_damaged: bool,
+}
+
+/// `--chunk-size`: a size a new queue can have (a power of two in range),
+/// refused as it is parsed.
+fn chunk_size(text: &str) -> Result<u64, String> {
+    let n = crate::args::size_in(queue::layout::MIN_CHUNK, queue::layout::MAX_CHUNK)(text)?;
+    queue::layout::Geometry::check_new(n)?;
+    Ok(n)
 }
 
 /// Runs a queue command.

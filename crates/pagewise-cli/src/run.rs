@@ -1,9 +1,10 @@
 //! `pagewise run`: start an unmodified program with memory-path fixes applied.
 
-use crate::format::bytes;
+use crate::format::{bytes, usage};
 use crate::output::errln;
 use crate::preload;
-use anyhow::{bail, Context};
+use anyhow::Context;
+use pagewise::host::user_cache::{self, Purpose};
 use pagewise::launch::huge_text::{self, ReportDir};
 use pagewise::launch::{self, keep_heap, LaunchError};
 use pagewise::text::hot_cache::{self, HotSource};
@@ -20,7 +21,8 @@ pub struct RunArgs {
     /// Move the 2 MiB-aligned part of the program's text onto huge pages before main
     /// (hugetlb when a pool has room, else THP). `--huge-text=hot:PROFILE` moves only
     /// the 2 MiB pages holding the profile's hot code. Children inherit it.
-    #[arg(long, value_name = "all|hot:PROFILE", num_args = 0..=1, require_equals = true, default_missing_value = "all")]
+    #[arg(long, value_name = "all|hot:PROFILE", num_args = 0..=1, require_equals = true,
+          default_missing_value = "all", value_parser = huge_text_mode)]
     pub(crate) huge_text: Option<String>,
     /// With --huge-text: also move this shared library's text (file name or prefix,
     /// e.g. libc.so.6, libpython); repeatable.
@@ -47,7 +49,8 @@ const RUN_HELP: &str = "\
 onto huge pages, makes it executable and moves it over the original with one mremap,
 before main and before any other thread exists; any failure leaves the original text
 in place. The library is carried inside this binary and written on first use to a
-private cache ($XDG_CACHE_HOME/pagewise, ~/.cache/pagewise or $TMPDIR/pagewise-UID);
+private cache ($XDG_CACHE_HOME/pagewise, else ~/.cache/pagewise, else $TMPDIR/pagewise-UID,
+the first that is safe; every pagewise cache uses the same directory);
 PAGEWISE_PRELOAD=FILE uses another. Children started by the program (e.g. a compiler
 driver's back end) are handled too. pagewise stays as the program's parent: it writes
 /tmp/perf-PID.map for each process that moved text (so profilers can name the moved
@@ -67,6 +70,16 @@ so its RSS no longer falls after a burst. Settings already in GLIBC_TUNABLES are
 Programs not dynamically linked against glibc (musl, static) are refused: the tunables
 would change nothing. The program's exit status is pagewise's exit status.";
 
+/// `--huge-text`'s value: `all` or `hot:PROFILE`.
+fn huge_text_mode(text: &str) -> Result<String, String> {
+    match text.strip_prefix("hot:") {
+        Some("") => Err("hot: needs a profile: hot:PROFILE".into()),
+        Some(_) => Ok(text.to_owned()),
+        None if text == "all" => Ok(text.to_owned()),
+        None => Err("expected all or hot:PROFILE".into()),
+    }
+}
+
 /// Sets up the environment and replaces this process with the program (or,
 /// with --huge-text, starts it and waits). A program that cannot start gives
 /// the status a shell would (127 not found, 126 not executable), as
@@ -84,10 +97,12 @@ pub fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
 /// [`run`], with a program that cannot start as a [`LaunchError`].
 fn start(args: &RunArgs) -> anyhow::Result<ExitCode> {
     if !args.keep_heap && args.huge_text.is_none() {
-        bail!("nothing to apply: choose a fix such as --keep-heap or --huge-text (see 'pagewise run --help')");
+        return Err(usage(
+            "nothing to apply: choose a fix such as --keep-heap or --huge-text (see 'pagewise run --help')",
+        ));
     }
     if !args.huge_text_lib.is_empty() && args.huge_text.is_none() {
-        bail!("--huge-text-lib needs --huge-text");
+        return Err(usage("--huge-text-lib needs --huge-text"));
     }
     let program = &args.command[0];
     let path = launch::resolve_program(program.as_ref())?;
@@ -178,22 +193,18 @@ fn run_with_huge_text(
 ) -> anyhow::Result<ExitCode> {
     let dir = ReportDir::create()?;
     let mut hot_note = None;
-    let mode = match mode {
-        "all" => "all".to_owned(),
-        other => {
-            let profile = other.strip_prefix("hot:").ok_or_else(|| {
-                anyhow::anyhow!("--huge-text={other}: expected all or hot:PROFILE")
-            })?;
+    // `all` or `hot:PROFILE` (checked as it was parsed).
+    let mode = match mode.strip_prefix("hot:") {
+        None => "all".to_owned(),
+        Some(profile) => {
             let profile = std::fs::canonicalize(profile)
                 .with_context(|| format!("--huge-text=hot:{profile}"))?;
             // Resolved here (or reused from the cache), so the program reads a short
             // list of pages instead of parsing a profile and symbol tables before main.
-            let (hot, source) = hot_cache::hot_pages(
-                &profile,
-                &args.huge_text_lib,
-                pagewise::host::user_cache::directory(),
-            )
-            .map_err(|e| anyhow::anyhow!(e))?;
+            // Places passed over are said once, for the preload library below.
+            let cache = user_cache::directory(Purpose::Write).map(|c| c.path);
+            let (hot, source) = hot_cache::hot_pages(&profile, &args.huge_text_lib, cache)
+                .map_err(|e| anyhow::anyhow!(e))?;
             hot_note = Some(match source {
                 HotSource::Cached(at) => format!("hot pages reused from {}", at.display()),
                 HotSource::Saved(at) => format!("hot pages resolved and saved to {}", at.display()),

@@ -1,6 +1,6 @@
 //! `pagewise text …`: function ordering and hot-text footprints from profiles.
 
-use crate::format::table;
+use crate::format::{table, usage};
 use crate::output::{errln, outln, OutputError};
 use anyhow::Context;
 use pagewise::host::user_files;
@@ -97,7 +97,7 @@ fn merged(inputs: &ProfileInputs, binary: Option<&Path>) -> anyhow::Result<Profi
     let sources = inputs
         .profiles
         .iter()
-        .map(|arg| ProfileSource::parse(arg).map_err(|e| anyhow::anyhow!(e)))
+        .map(|arg| ProfileSource::parse(arg).map_err(usage))
         .collect::<anyhow::Result<Vec<_>>>()?;
     let locate = |object: &str| match binary {
         Some(b) if order::same_object(object, b) => Some(b.to_owned()),

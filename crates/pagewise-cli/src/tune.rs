@@ -40,10 +40,12 @@ impl tune::Progress for Adapter {
 
 /// Runs `pagewise tune`.
 pub fn run(args: &TuneArgs) -> anyhow::Result<ExitCode> {
-    if !args.no_save {
-        // Refuse a cache that could not be written now, not after measuring.
-        cache::prepare(&cache::directory()?)?;
-    }
+    // Chosen (and made) now: a cache that could not be written is refused
+    // now, not after measuring.
+    let cache_dir = match args.no_save {
+        true => None,
+        false => Some(cache::directory()?),
+    };
     let machine = MachineReport::probe();
     let level = |l: u32| {
         machine
@@ -82,9 +84,14 @@ pub fn run(args: &TuneArgs) -> anyhow::Result<ExitCode> {
                 .into(),
         );
     }
-    if !args.no_save {
-        let path = cache::save(&report.tuned)?;
+    if let Some(dir) = cache_dir {
+        let path = cache::save_to(&dir.path, &report.tuned)?;
         report.cache_file = Some(path.display().to_string());
+        report.notes.extend(
+            dir.passed_over
+                .iter()
+                .map(|why| format!("cache: passed over {why}")),
+        );
     }
     if args.json {
         outln!("{}", serde_json::to_string_pretty(&report)?)?;

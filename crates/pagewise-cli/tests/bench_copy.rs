@@ -292,7 +292,7 @@ fn bad_arguments_exit_2() {
     let out = pagewise()
         .args(["bench", "memcpy", "-q", "--sizes", "64", "--plot", "x.jpg"])
         .assert()
-        .failure()
+        .code(2)
         .get_output()
         .clone();
     assert!(String::from_utf8(out.stderr)

@@ -178,19 +178,32 @@ fn the_table_says_the_verdict_in_words() {
 }
 
 /// Bad input is refused with one line on stderr that says what is wrong,
-/// before anything runs.
+/// before anything runs: a usage error (a bad fix, variant or option) with
+/// status 2, a file, program or folder that is not there with status 1.
 #[test]
 fn bad_input_is_one_line() {
-    let cases: [(&[&str], &str); 6] = [
+    let dir = tempfile::tempdir().unwrap();
+    let damaged = dir.path().join("damaged.profile");
+    std::fs::write(&damaged, [0x08u8, 0xff, 0xff, 0x1e, 0x00]).unwrap();
+    let damaged_fix = format!("huge-text=hot:{}", damaged.display());
+    let work_file = dir.path().join("a-file");
+    std::fs::write(&work_file, "").unwrap();
+    let work_file = work_file.to_str().unwrap();
+    // A mistyped --work-dir creates no tree of folders.
+    let typo = dir.path().join("typo/work");
+    let typo = typo.to_str().unwrap();
+    let cases: [(&[&str], &str, i32); 9] = [
         (
             &["--fix", "huge-text=hot:/nonexistent/profile", "--", "true"],
             "/nonexistent/profile",
+            1,
         ),
         (
             &["--fix", "keep-heap+keep-heap", "--", "true"],
             "the same fix twice",
+            2,
         ),
-        (&["--variant", "noequals", "--", "true"], "NAME=ARGS"),
+        (&["--variant", "noequals", "--", "true"], "NAME=ARGS", 2),
         (
             &[
                 "--huge-text-lib",
@@ -201,10 +214,12 @@ fn bad_input_is_one_line() {
                 "true",
             ],
             "needs a huge-text fix",
+            2,
         ),
         (
             &["--variant", "same=", "--confidence", "1.5", "--", "true"],
             "--confidence",
+            2,
         ),
         (
             &[
@@ -216,29 +231,30 @@ fn bad_input_is_one_line() {
                 "/nonexistent/program",
             ],
             "cannot start",
+            1,
+        ),
+        (
+            &["--fix", &damaged_fix, "--", "true"],
+            "not a pprof profile",
+            1,
+        ),
+        (
+            &["--work-dir", work_file, "--variant", "same=", "--", "true"],
+            "not a folder",
+            1,
+        ),
+        (
+            &["--work-dir", typo, "--variant", "same=", "--", "true"],
+            "typo does not exist",
+            1,
         ),
     ];
-    let dir = tempfile::tempdir().unwrap();
-    let damaged = dir.path().join("damaged.profile");
-    std::fs::write(&damaged, [0x08u8, 0xff, 0xff, 0x1e, 0x00]).unwrap();
-    let damaged_fix = format!("huge-text=hot:{}", damaged.display());
-    let damaged_case: (&[&str], &str) = (
-        &["--fix", &damaged_fix, "--", "true"],
-        "not a pprof profile",
-    );
-    let work_file = dir.path().join("a-file");
-    std::fs::write(&work_file, "").unwrap();
-    let work_file = work_file.to_str().unwrap();
-    let file_as_work_dir: (&[&str], &str) = (
-        &["--work-dir", work_file, "--variant", "same=", "--", "true"],
-        "not a folder",
-    );
-    for (args, expected) in cases.into_iter().chain([damaged_case, file_as_work_dir]) {
+    for (args, expected, status) in cases {
         let out = pagewise()
             .args(["bench", "run", "-q"])
             .args(args)
             .assert()
-            .failure()
+            .code(status)
             .get_output()
             .clone();
         let err = String::from_utf8(out.stderr).unwrap();
@@ -246,6 +262,7 @@ fn bad_input_is_one_line() {
         assert_eq!(err.trim().lines().count(), 1, "{args:?}: {err}");
         assert!(out.stdout.is_empty(), "{args:?}");
     }
+    assert!(!dir.path().join("typo").exists());
 }
 
 #[test]
@@ -275,7 +292,7 @@ fn nothing_to_compare_is_refused() {
     let out = pagewise()
         .args(["bench", "run", "-q", "--", "true"])
         .assert()
-        .failure()
+        .code(2)
         .get_output()
         .clone();
     let err = String::from_utf8(out.stderr).unwrap();
@@ -283,7 +300,7 @@ fn nothing_to_compare_is_refused() {
     let out = pagewise()
         .args(["bench", "run", "--fix", "huge-txt", "--", "true"])
         .assert()
-        .failure()
+        .code(2)
         .get_output()
         .clone();
     assert!(String::from_utf8(out.stderr)

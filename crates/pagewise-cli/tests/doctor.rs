@@ -1,7 +1,5 @@
 //! CLI tests for `pagewise doctor` and argument errors: they run the real binary.
 
-use std::os::unix::fs::PermissionsExt;
-
 mod common;
 use common::pagewise;
 
@@ -88,6 +86,7 @@ fn doctor_json_holds_every_field() {
         "/glibc/mmap_threshold_tunable",
         "/glibc/non_temporal_threshold_bytes",
         "/limits/memlock_soft_bytes",
+        "/limits/memlock_hard_unlimited",
         "/limits/overcommit_memory",
         "/advice",
         "/not_read",
@@ -147,6 +146,35 @@ fn unknown_flag_is_one_line_error() {
     assert_one_line_usage_error(&["doctor", "--no-such-flag"]);
 }
 
+/// `pagewise` alone, or a command without its subcommand, prints the usage
+/// (on stderr, as clap does) with the usage status, not as an error line.
+#[test]
+fn a_missing_command_prints_the_usage_with_status_2() {
+    for args in [&[][..], &["bench"], &["queue"], &["text"]] {
+        let out = pagewise().args(args).assert().code(2).get_output().clone();
+        let stderr = String::from_utf8(out.stderr).unwrap();
+        assert!(!stderr.starts_with("pagewise: "), "{args:?}: {stderr}");
+        assert!(stderr.contains("Usage: pagewise"), "{args:?}: {stderr}");
+        assert!(stderr.contains("Commands:"), "{args:?}: {stderr}");
+        assert!(out.stdout.is_empty(), "{args:?}");
+    }
+}
+
+/// A value or combination of arguments a command checks itself is a usage
+/// error too: one line, status 2, as clap's own.
+#[test]
+fn usage_errors_found_after_parsing_exit_2() {
+    for args in [
+        &["queue", "append", "--chunk-size", "3MiB", "/nonexistent/q"][..],
+        &["run", "--huge-text=foo", "--", "true"],
+        &["run", "--", "true"],
+        &["bench", "run", "--", "true"],
+        &["text", "merge", "x.profile:zero", "-o", "/dev/null"],
+    ] {
+        assert_one_line_usage_error(args);
+    }
+}
+
 #[test]
 fn help_and_version_succeed() {
     pagewise().arg("--help").assert().success();
@@ -155,29 +183,11 @@ fn help_and_version_succeed() {
 
 #[test]
 fn doctor_runs_unprivileged_and_says_what_it_could_not_read() {
-    if !pagewise_testkit::is_root() {
-        pagewise_testkit::skip!(
-            pagewise_testkit::Need::Root,
-            "needs root to drop to the nobody user"
-        );
-    }
-    if std::process::Command::new("setpriv")
-        .arg("--version")
-        .output()
-        .is_err()
-    {
-        pagewise_testkit::skip!(pagewise_testkit::Need::Tool, "setpriv is not installed");
-    }
-    // Copy the binary where nobody can execute it (the build folder may not be reachable).
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-    let bin = dir.path().join("pagewise");
-    pagewise_testkit::copy_executable(&assert_cmd::cargo::cargo_bin("pagewise"), &bin);
-    std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let out = std::process::Command::new("setpriv")
-        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
-        .arg(&bin)
-        .args(["doctor", "--json"])
+    let (_dir, bin) = match common::binary_for_nobody() {
+        Ok(found) => found,
+        Err((need, why)) => pagewise_testkit::skip!(need, "{why}"),
+    };
+    let out = common::as_nobody(&bin, &["doctor", "--json"])
         .output()
         .unwrap();
     assert!(
@@ -192,12 +202,77 @@ fn doctor_runs_unprivileged_and_says_what_it_could_not_read() {
         assert!(p["status"].is_string() && p["detail"].is_string());
     }
     // Text output also works and prints the same sections.
-    let text = std::process::Command::new("setpriv")
-        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
-        .arg(&bin)
-        .arg("doctor")
-        .output()
-        .unwrap();
+    let text = common::as_nobody(&bin, &["doctor"]).output().unwrap();
     assert!(text.status.success());
     assert!(String::from_utf8_lossy(&text.stdout).contains("unprivileged user"));
+}
+
+/// Unprivileged with a low memlock limit: the fix fits the hard limit
+/// (`ulimit -l` up to it, or what root must change when it is too low).
+#[test]
+fn memlock_advice_fits_the_users_hard_limit() {
+    let (_dir, bin) = match common::binary_for_nobody() {
+        Ok(found) => found,
+        Err((need, why)) => pagewise_testkit::skip!(need, "{why}"),
+    };
+    if std::process::Command::new("prlimit")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        pagewise_testkit::skip!(pagewise_testkit::Need::Tool, "prlimit is not installed");
+    }
+    // `None` when this root cannot set the limits (no CAP_SYS_RESOURCE to
+    // raise a hard limit, as in some containers).
+    let memlock_fix = |soft: u64, hard: &str| -> Option<String> {
+        let doctor = common::as_nobody(&bin, &["doctor", "--json"]);
+        let out = std::process::Command::new("prlimit")
+            .arg(format!("--memlock={soft}:{hard}"))
+            .arg("--")
+            .arg(doctor.get_program())
+            .args(doctor.get_args())
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        if stderr.contains("failed to set") {
+            return None;
+        }
+        assert!(out.status.success(), "{stderr}");
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(v["limits"]["memlock_soft_bytes"], soft, "{:#}", v["limits"]);
+        let fix = v["advice"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|a| a["finding"].as_str().unwrap().contains("RLIMIT_MEMLOCK"))
+            .map(|a| a["fix"].as_str().unwrap().to_owned());
+        Some(fix.expect("no memlock advice"))
+    };
+    for (hard, expected) in [
+        ("unlimited", "ulimit -l unlimited"),
+        ("134217728", "ulimit -l 131072"),
+    ] {
+        match memlock_fix(8 << 20, hard) {
+            Some(fix) => assert_eq!(fix, expected),
+            None => pagewise_testkit::skip_part!(
+                hard,
+                pagewise_testkit::Need::Other,
+                "root here cannot raise the hard memlock limit (no CAP_SYS_RESOURCE)"
+            ),
+        }
+    }
+    // Lowering a hard limit needs no privilege (unless it is lower already).
+    for soft in [4 << 20, 8 << 20] {
+        match memlock_fix(soft, "8388608") {
+            Some(stuck) => assert!(
+                stuck.starts_with("as root") && !stuck.contains("ulimit"),
+                "{stuck}"
+            ),
+            None => pagewise_testkit::skip_part!(
+                "8 MiB",
+                pagewise_testkit::Need::Other,
+                "the hard memlock limit is below 8 MiB here"
+            ),
+        }
+    }
 }

@@ -452,7 +452,7 @@ fn bad_huge_text_arguments_are_one_line_errors() {
     let out = pagewise()
         .args(["run", "--huge-text=warm", "--", "true"])
         .assert()
-        .failure()
+        .code(2)
         .get_output()
         .clone();
     let stderr = String::from_utf8(out.stderr).unwrap();
@@ -461,7 +461,7 @@ fn bad_huge_text_arguments_are_one_line_errors() {
     let out = pagewise()
         .args(["run", "--huge-text=hot:/no/such/profile", "--", "true"])
         .assert()
-        .failure()
+        .code(1)
         .get_output()
         .clone();
     assert_eq!(
@@ -662,6 +662,67 @@ fn the_embedded_library_goes_to_a_private_cache_once() {
     let (stderr, _) = run(&dir.path().join("r3.json"));
     assert!(stderr.contains("written to the cache now"), "{stderr}");
     assert_eq!(std::fs::metadata(&libs[0]).unwrap().len(), size);
+}
+
+/// As a user whose home cannot hold a cache (nobody, whose home is
+/// /nonexistent), every cache falls back to the same private directory in
+/// the temporary one: the preload library and the moved text's functions
+/// (for the perf map) both go to `$TMPDIR/pagewise-65534`, made 0700, and no
+/// run says a cache could not be used.
+#[test]
+fn without_a_usable_home_every_cache_falls_back_to_one_private_directory() {
+    let _s = serial();
+    let (dir, bin) = match common::binary_for_nobody() {
+        Ok(found) => found,
+        Err((need, why)) => skip!(need, "{why}"),
+    };
+    let program = movable_fixture!(dir.path(), "big_text_pie", true);
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    std::fs::set_permissions(&program, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let tmp = dir.path().join("tmp");
+    std::fs::create_dir(&tmp).unwrap();
+    std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o1777)).unwrap();
+    let run = || {
+        let out = common::as_nobody(&bin, &["run", "--huge-text", "--report", "--"])
+            .arg(&program)
+            .env_remove("XDG_CACHE_HOME")
+            .env_remove("PAGEWISE_PRELOAD")
+            .env_remove("PAGEWISE_PERF_MAP")
+            .env("HOME", "/nonexistent")
+            .env("TMPDIR", &tmp)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8(out.stderr).unwrap();
+        assert!(out.status.success(), "{stderr}");
+        for line in stderr.lines() {
+            if let Some(map) = line.split("perf map ").nth(1) {
+                let _ = std::fs::remove_file(map.trim());
+            }
+        }
+        stderr
+    };
+    let stderr = run();
+    assert!(stderr.contains("moved"), "nothing moved: {stderr}");
+    assert!(stderr.contains("passed over"), "{stderr}");
+    assert!(!stderr.contains("not cached"), "{stderr}");
+    let cache = tmp.join("pagewise-65534");
+    let meta = std::fs::symlink_metadata(&cache).unwrap();
+    assert!(meta.is_dir());
+    assert_eq!((meta.uid(), meta.mode() & 0o777), (65534, 0o700));
+    let names: Vec<String> = std::fs::read_dir(&cache)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    for prefix in ["libpagewise_preload-", "functions-"] {
+        assert!(
+            names.iter().any(|n| n.starts_with(prefix)),
+            "no {prefix}* in {names:?}"
+        );
+    }
+    // The next run finds both there.
+    let stderr = run();
+    assert!(stderr.contains("embedded (cached)"), "{stderr}");
+    assert!(!stderr.contains("not cached"), "{stderr}");
 }
 
 #[test]

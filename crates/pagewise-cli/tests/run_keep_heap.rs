@@ -104,22 +104,28 @@ fn missing_command_exits_127() {
 }
 
 #[test]
-fn no_fix_and_no_command_are_errors() {
-    pagewise().args(["run", "--", "true"]).assert().failure();
-    let out = pagewise()
-        .args(["run", "--keep-heap"])
-        .assert()
-        .code(2)
-        .get_output()
-        .clone();
-    assert_eq!(
-        String::from_utf8(out.stderr)
-            .unwrap()
-            .trim_end()
-            .lines()
-            .count(),
-        1
-    );
+fn no_fix_and_no_command_are_usage_errors() {
+    // No fix, no command, a bad --huge-text value, a library without
+    // --huge-text: each one line and the usage status, 2.
+    for args in [
+        &["run", "--", "true"][..],
+        &["run", "--keep-heap"],
+        &["run", "--huge-text=foo", "--", "true"],
+        &["run", "--huge-text=hot:", "--", "true"],
+        &[
+            "run",
+            "--keep-heap",
+            "--huge-text-lib",
+            "libc",
+            "--",
+            "true",
+        ],
+    ] {
+        let out = pagewise().args(args).assert().code(2).get_output().clone();
+        let stderr = String::from_utf8(out.stderr).unwrap();
+        assert_eq!(stderr.trim_end().lines().count(), 1, "{args:?}: {stderr}");
+        assert!(stderr.starts_with("pagewise: "), "{args:?}: {stderr}");
+    }
 }
 
 fn assert_refused(bin: &Path, expected: &str) {

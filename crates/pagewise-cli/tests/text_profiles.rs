@@ -151,12 +151,60 @@ fn a_damaged_profile_is_a_one_line_error() {
     let out = pagewise()
         .args(["text", "merge", "x.profile:zero", "-o", "/dev/null"])
         .assert()
-        .failure()
+        .code(2)
         .get_output()
         .clone();
     assert!(String::from_utf8(out.stderr)
         .unwrap()
         .contains("positive number"));
+}
+
+/// Weights whose products pass 2^64 − 1 (the most a profile holds) are a
+/// one-line error before anything is written, with or without
+/// `--normalize`; what fits is written and reads back.
+#[test]
+fn sample_counts_past_two_to_the_64_are_refused_before_anything_is_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("p.profile");
+    std::fs::write(
+        &p,
+        "# pagewise-profile 1\nobject 0 /bin/true\nstack 3 0:10\nstack 2 0:20\n",
+    )
+    .unwrap();
+    let weighted = |w: &str| format!("{}:{w}", p.display());
+    let merged = dir.path().join("m.profile");
+    let one_line_error = |args: &[String]| {
+        let out = pagewise().args(args).assert().code(1).get_output().clone();
+        let err = String::from_utf8(out.stderr).unwrap();
+        assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+        assert!(err.contains("more than 2^64 - 1"), "{err}");
+        assert!(out.stdout.is_empty());
+    };
+    let m = merged.display().to_string();
+    for normalize in [&[][..], &["--normalize".to_owned()]] {
+        let mut args = vec!["text".to_owned(), "merge".to_owned()];
+        args.extend([weighted("3e18"), weighted("3e18"), "-o".into(), m.clone()]);
+        args.extend(normalize.iter().cloned());
+        one_line_error(&args);
+        assert!(!merged.exists(), "written anyway");
+    }
+    one_line_error(&[
+        "text".into(),
+        "footprint".into(),
+        weighted("1e308"),
+        "--binary".into(),
+        "/bin/true".into(),
+    ]);
+    // 5 samples × 3e18 fit: written, and read back by pagewise itself.
+    pagewise()
+        .args(["text", "merge", &weighted("3e18"), "-o", &m])
+        .assert()
+        .success();
+    assert_eq!(total_samples(&merged), 15_000_000_000_000_000_000);
+    pagewise()
+        .args(["text", "merge", &m, "-o", "/dev/null"])
+        .assert()
+        .success();
 }
 
 const GO_PROGRAM: &str = r#"package main

@@ -23,13 +23,19 @@ fn json(out: &[u8]) -> Value {
     })
 }
 
-fn doctor_plan(cache_home: &Path, default_plan: bool) -> Value {
+/// The stdout of `pagewise doctor ARGS`, with `PAGEWISE_PLAN` set to
+/// `plan_variable` (or unset).
+fn doctor(cache_home: &Path, plan_variable: Option<&str>, args: &[&str]) -> Vec<u8> {
     let mut c = pagewise(cache_home);
-    if default_plan {
-        c.env("PAGEWISE_PLAN", "default");
+    if let Some(value) = plan_variable {
+        c.env("PAGEWISE_PLAN", value);
     }
-    let out = c.args(["doctor", "--json"]).assert().success();
-    json(&out.get_output().stdout)["copy"]["plan"].clone()
+    let out = c.arg("doctor").args(args).assert().success();
+    out.get_output().stdout.clone()
+}
+
+fn doctor_plan(cache_home: &Path, plan_variable: Option<&str>) -> Value {
+    json(&doctor(cache_home, plan_variable, &["--json"]))["copy"]["plan"].clone()
 }
 
 #[test]
@@ -57,13 +63,27 @@ fn a_measured_plan_is_cached_privately_and_used_by_the_next_process() {
     assert_eq!(mode(&dir), 0o700);
     assert_eq!(mode(file), 0o600);
 
-    let plan = doctor_plan(home.path(), false);
+    let plan = doctor_plan(home.path(), None);
     assert_eq!(plan["tables_source"], "cached", "{plan:#}");
     assert_eq!(plan["cache_file"], v["cache_file"], "{plan:#}");
-    // PAGEWISE_PLAN=default ignores the cache.
-    let plan = doctor_plan(home.path(), true);
+    // PAGEWISE_PLAN=default sets the measured plan aside, and says so.
+    let plan = doctor_plan(home.path(), Some("default"));
     assert_eq!(plan["tables_source"], "default", "{plan:#}");
     assert!(plan["cache_file"].is_null(), "{plan:#}");
+    assert_eq!(plan["set_aside"], v["cache_file"], "{plan:#}");
+    let text = String::from_utf8(doctor(home.path(), Some("default"), &[])).unwrap();
+    assert!(text.contains("a measured plan exists"), "{text}");
+    assert!(!text.contains("not measured here"), "{text}");
+    // Any other value is ignored, and said to be.
+    let plan = doctor_plan(home.path(), Some("bogus"));
+    assert_eq!(plan["tables_source"], "cached", "{plan:#}");
+    let notes = plan["notes"].as_array().unwrap();
+    assert!(
+        notes.iter().any(|n| n
+            .as_str()
+            .is_some_and(|n| n.starts_with("PAGEWISE_PLAN=\"bogus\" ignored"))),
+        "{notes:?}"
+    );
 }
 
 #[test]
@@ -78,18 +98,38 @@ fn no_save_measures_and_writes_nothing() {
     assert!(v["cache_file"].is_null(), "{v:#}");
     assert!(!v["choices"].as_array().unwrap().is_empty());
     assert!(!home.path().join("pagewise").exists());
-    assert_eq!(doctor_plan(home.path(), false)["tables_source"], "default");
+    assert_eq!(doctor_plan(home.path(), None)["tables_source"], "default");
 }
 
+/// A cache folder others can write is passed over, said to be, and never
+/// written into; the plan goes to the next safe place (here the private one
+/// in the temporary folder), and with no safe place at all `tune` refuses at
+/// once, in one line, before measuring.
 #[test]
-fn a_cache_folder_others_can_write_is_refused_at_once_with_one_line() {
+fn an_unsafe_cache_folder_is_passed_over_and_no_safe_place_is_refused_at_once() {
+    use std::os::unix::fs::MetadataExt;
     let home = tempfile::tempdir().unwrap();
     let dir = home.path().join("pagewise");
     std::fs::create_dir(&dir).unwrap();
     std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).unwrap();
+    // HOME cannot hold a cache; the private temporary folder is open to others.
+    let not_a_home = home.path().join("a-file");
+    std::fs::write(&not_a_home, "").unwrap();
+    let tmp = home.path().join("tmp");
+    std::fs::create_dir(&tmp).unwrap();
+    std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o1777)).unwrap();
+    let uid = std::fs::metadata(&tmp).unwrap().uid();
+    let private = tmp.join(format!("pagewise-{uid}"));
+    std::fs::create_dir(&private).unwrap();
+    std::fs::set_permissions(&private, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let tune = || {
+        let mut c = pagewise(home.path());
+        c.env("HOME", &not_a_home).env("TMPDIR", &tmp);
+        c
+    };
     let started = std::time::Instant::now();
     // The default sizes: measuring them would take most of a minute.
-    let out = pagewise(home.path())
+    let out = tune()
         .args(["tune", "--json", "--quiet"])
         .assert()
         .failure();
@@ -97,9 +137,17 @@ fn a_cache_folder_others_can_write_is_refused_at_once_with_one_line() {
     assert!(started.elapsed().as_secs() < 10, "{:?}", started.elapsed());
     let stderr = String::from_utf8_lossy(&out.get_output().stderr).into_owned();
     assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
-    assert!(stderr.contains("pagewise"), "{stderr}");
+    assert!(stderr.contains("no usable cache directory"), "{stderr}");
+    std::fs::set_permissions(&private, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let out = tune().args(QUICK).arg("1M").assert().success();
+    let v = json(&out.get_output().stdout);
+    let file = Path::new(v["cache_file"].as_str().expect("the plan was saved"));
+    assert_eq!(file.parent(), Some(private.as_path()));
+    let notes = v["notes"].to_string();
+    assert!(notes.contains("passed over cache"), "{notes}");
+    assert!(notes.contains("writable by group or others"), "{notes}");
     assert!(
         std::fs::read_dir(&dir).unwrap().next().is_none(),
-        "{stderr}"
+        "written into the unsafe folder"
     );
 }

@@ -124,16 +124,24 @@ proptest! {
         }
     }
 
-    /// Merging profiles adds weights and saturates at 2^64 − 1, never wraps.
+    /// Merging profiles adds weights exactly; a merge that would pass
+    /// 2^64 − 1 is refused and changes nothing. Never wraps, never clamps.
     #[test]
     fn merging_never_wraps(weights in prop::collection::vec(prop_oneof![0u64..10, u64::MAX - 5..=u64::MAX], 1..8)) {
         let frame = vec![Location::Unknown(0x1000)];
         let mut merged = Profile::default();
+        let mut exact = 0u128;
         for w in &weights {
-            merged.merge(Profile { event: "cpu-clock".into(), stacks: vec![(*w, frame.clone())] });
+            let before = merged.clone();
+            match merged.merge(Profile { event: "cpu-clock".into(), stacks: vec![(*w, frame.clone())] }) {
+                Ok(()) => exact += u128::from(*w),
+                Err(_) => {
+                    prop_assert!(exact + u128::from(*w) > u128::from(u64::MAX));
+                    prop_assert_eq!(&merged, &before);
+                }
+            }
+            prop_assert_eq!(u128::from(merged.total()), exact);
         }
-        let exact: u128 = weights.iter().map(|&w| u128::from(w)).sum();
-        prop_assert_eq!(u128::from(merged.total()), exact.min(u128::from(u64::MAX)));
     }
 }
 

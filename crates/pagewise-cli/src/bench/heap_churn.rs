@@ -2,7 +2,7 @@
 
 use crate::args::size_in;
 use crate::bench::CommonArgs;
-use crate::format::{bytes, measured, table};
+use crate::format::{bytes, measured, table, usage, usage_unless};
 use crate::output::outln;
 use anyhow::{anyhow, Context};
 use pagewise_bench::heap_churn::{self, Config, WorkerMode, Workload};
@@ -38,10 +38,9 @@ impl WorkloadArgs {
             iterations: self.iterations as usize,
             warmup: self.warmup as usize,
         };
-        anyhow::ensure!(
-            w.min_size <= w.max_size,
-            "--min-size must be at most --max-size"
-        );
+        usage_unless(w.min_size <= w.max_size, || {
+            "--min-size must be at most --max-size".into()
+        })?;
         Ok(w)
     }
 }
@@ -160,7 +159,11 @@ pub fn worker(args: &WorkerArgs) -> anyhow::Result<ExitCode> {
     let mode = match args.mode.as_str() {
         "malloc" => WorkerMode::Malloc,
         "buffer" => WorkerMode::Buffer,
-        other => anyhow::bail!("unknown worker mode {other:?}: expected malloc or buffer"),
+        other => {
+            return Err(usage(format!(
+                "unknown worker mode {other:?}: expected malloc or buffer"
+            )))
+        }
     };
     let result =
         heap_churn::run_worker(mode, &args.workload.workload()?).map_err(|e| anyhow!(e))?;

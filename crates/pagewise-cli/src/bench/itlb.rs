@@ -1,7 +1,7 @@
 //! `pagewise bench itlb`: printing for the iTLB experiment.
 
 use crate::bench::CommonArgs;
-use crate::format::{bytes, table};
+use crate::format::{bytes, table, usage_unless};
 use crate::output::outln;
 use anyhow::{anyhow, Context};
 use pagewise::observe::{profile_sampler, Target};
@@ -30,7 +30,8 @@ pub struct ItlbArgs {
     /// Seed of the generated program.
     #[arg(long, default_value_t = 42)]
     seed: u64,
-    /// Folder for the source, builds, profiles and order file [default: a temporary folder].
+    /// Folder for the source, builds, profiles and order file, created if
+    /// missing (its parent must exist) [default: a temporary folder].
     #[arg(long)]
     work_dir: Option<PathBuf>,
     #[command(flatten)]
@@ -72,11 +73,13 @@ fn huge_text_argv(program: &Path, args: &[String]) -> Vec<OsString> {
 /// Runs the experiment and prints it.
 pub fn run(args: &ItlbArgs) -> anyhow::Result<ExitCode> {
     // The generated program is linked with the small code model: text must stay well below 2 GiB.
-    anyhow::ensure!(
-        u64::from(args.functions) * args.padding <= 1 << 30,
-        "--functions x --padding must be at most 1 GiB of text, not {}",
-        bytes(u64::from(args.functions) * args.padding)
-    );
+    let text = u64::from(args.functions) * args.padding;
+    usage_unless(text <= 1 << 30, || {
+        format!(
+            "--functions x --padding must be at most 1 GiB of text, not {}",
+            bytes(text)
+        )
+    })?;
     // A fresh private folder (the benchmark compiles and runs programs from it).
     // The temporary folder (if any) is removed when `_temp` drops at the end.
     let (work_dir, _temp) = match &args.work_dir {

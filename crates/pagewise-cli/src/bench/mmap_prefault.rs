@@ -1,7 +1,7 @@
 //! `pagewise bench mmap-prefault`: printing for the mmap-prefault experiment.
 
 use crate::bench::CommonArgs;
-use crate::format::{bytes, measured, table};
+use crate::format::{bytes, measured, table, usage_unless};
 use crate::output::outln;
 use pagewise::queue::PreTouch;
 use pagewise_bench::mmap_prefault::{self, Config, Method};
@@ -47,7 +47,9 @@ fn parse_method(name: &str) -> Result<Method, String> {
 pub fn run(args: &MmapPrefaultArgs) -> anyhow::Result<ExitCode> {
     let size = usize::try_from(args.size)?;
     let record = usize::try_from(args.record)?;
-    anyhow::ensure!(size >= record, "--size must be at least one --record");
+    usage_unless(size >= record, || {
+        "--size must be at least one --record".into()
+    })?;
     let window = PreTouch {
         window: args.window,
         max_window: args.max_window,

@@ -2,7 +2,7 @@
 //! child-process entry point it re-executes the binary with.
 
 use crate::bench::CommonArgs;
-use crate::format::{bytes, measured, table};
+use crate::format::{bytes, measured, table, usage};
 use crate::output::outln;
 use pagewise::copy::Routine;
 use pagewise_bench::queue::rtt::{self, RttChildSpec, RttConfig, RttKind, RttReport};
@@ -76,7 +76,10 @@ pub fn run(args: &QueueArgs) -> anyhow::Result<ExitCode> {
         for name in &args.only {
             let row = all.iter().find(|r| &r.name == name).ok_or_else(|| {
                 let names: Vec<_> = all.iter().map(|r| r.name.as_str()).collect();
-                anyhow::anyhow!("unknown row {name:?}: expected one of {}", names.join(", "))
+                usage(format!(
+                    "unknown row {name:?}: expected one of {}",
+                    names.join(", ")
+                ))
             })?;
             rows.push(row.clone());
         }
@@ -190,10 +193,10 @@ fn run_rtt(args: &QueueArgs) -> anyhow::Result<ExitCode> {
             .map(|name| {
                 RttKind::by_name(name).ok_or_else(|| {
                     let names: Vec<_> = RttKind::ALL.iter().map(|k| k.name()).collect();
-                    anyhow::anyhow!(
+                    usage(format!(
                         "unknown --rtt row {name:?}: expected one of {}",
                         names.join(", ")
-                    )
+                    ))
                 })
             })
             .collect::<anyhow::Result<Vec<_>>>()?
@@ -201,7 +204,12 @@ fn run_rtt(args: &QueueArgs) -> anyhow::Result<ExitCode> {
     let pin = match args.pin.as_slice() {
         [] => None,
         [a, b] => Some([usize::from(*a), usize::from(*b)]),
-        other => anyhow::bail!("--pin takes two CPUs (ping,pong), not {}", other.len()),
+        other => {
+            return Err(usage(format!(
+                "--pin takes two CPUs (ping,pong), not {}",
+                other.len()
+            )))
+        }
     };
     let rtt_config = RttConfig {
         sizes: args

@@ -1,7 +1,7 @@
 //! `pagewise bench run`: a user's own command with and without a fix, in
 //! randomised pairs (the experiment is `pagewise_bench::program`).
 
-use crate::format::{bytes, table};
+use crate::format::{bytes, table, usage, usage_unless};
 use crate::output::{outln, OutputError};
 use anyhow::{anyhow, Context};
 use pagewise_bench::paired::Interval;
@@ -45,7 +45,8 @@ pub struct BenchRunArgs {
     /// (off by default: a benchmark would leave one per run).
     #[arg(long)]
     perf_maps: bool,
-    /// Folder for the runs' stderr and reports [default: a temporary folder].
+    /// Folder for the runs' stderr and reports, created if missing (its parent
+    /// must exist) [default: a temporary folder].
     #[arg(long)]
     work_dir: Option<PathBuf>,
     /// Print JSON (schema pagewise.bench.run/1) instead of a table.
@@ -64,7 +65,8 @@ Each pair runs the command once as given and once per variant, in an order drawn
 for every pair; the first pair (--warmup) is discarded. Each run is timed from start to
 exit; user and system time, page faults and peak RSS come from wait4 (the largest
 process of the run: a fix's `pagewise run` parent counts, as it would for you). The
-program's output is discarded; every run must exit with the warm-up baseline's status.
+program's output is discarded; every run must exit with the first baseline run's status
+(a status that varies between runs of one variant, the baseline included, is said to).
 
 For each variant against the baseline: the median of the per-pair ratios with a sign-test
 confidence interval (order statistics, exact for any distribution of the noise), and a
@@ -82,11 +84,10 @@ fn parse_confidence(text: &str) -> Result<f64, String> {
 fn parse_variant(text: &str) -> anyhow::Result<Variant> {
     let (name, args) = text
         .split_once('=')
-        .ok_or_else(|| anyhow!("--variant {text:?}: expected NAME=ARGS"))?;
-    anyhow::ensure!(
-        !name.is_empty() && name != "baseline",
-        "--variant {text:?}: the name must be non-empty and not 'baseline'"
-    );
+        .ok_or_else(|| usage(format!("--variant {text:?}: expected NAME=ARGS")))?;
+    usage_unless(!name.is_empty() && name != "baseline", || {
+        format!("--variant {text:?}: the name must be non-empty and not 'baseline'")
+    })?;
     Ok(Variant {
         name: name.to_owned(),
         kind: VariantKind::Arguments {
@@ -102,7 +103,7 @@ fn variants(args: &BenchRunArgs) -> anyhow::Result<Vec<Variant>> {
     }];
     let mut any_huge_text = false;
     for text in &args.fixes {
-        let mut fixes = Fix::parse_set(text).map_err(|e| anyhow!("--fix: {e}"))?;
+        let mut fixes = Fix::parse_set(text).map_err(|e| usage(format!("--fix: {e}")))?;
         for fix in &mut fixes {
             if let Fix::HugeText { libs, hot_profile } = fix {
                 any_huge_text = true;
@@ -122,17 +123,15 @@ fn variants(args: &BenchRunArgs) -> anyhow::Result<Vec<Variant>> {
             kind: VariantKind::Fixes { fixes },
         });
     }
-    anyhow::ensure!(
-        args.huge_text_lib.is_empty() || any_huge_text,
-        "--huge-text-lib needs a huge-text fix"
-    );
+    usage_unless(args.huge_text_lib.is_empty() || any_huge_text, || {
+        "--huge-text-lib needs a huge-text fix".into()
+    })?;
     for text in &args.variants {
         list.push(parse_variant(text)?);
     }
-    anyhow::ensure!(
-        list.len() > 1,
-        "nothing to compare: give --fix (e.g. --fix huge-text) or --variant NAME=ARGS"
-    );
+    usage_unless(list.len() > 1, || {
+        "nothing to compare: give --fix (e.g. --fix huge-text) or --variant NAME=ARGS".into()
+    })?;
     Ok(list)
 }
 

@@ -1,5 +1,6 @@
 //! Helpers shared by the CLI tests.
 
+use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
 use std::sync::OnceLock;
 
@@ -100,4 +101,40 @@ pub fn check_machine_line(stdout: &str) {
     for part in ["CPUs; kernel ", "; THP ", "; glibc "] {
         assert!(line.contains(part), "{part:?} missing in {line}");
     }
+}
+
+/// A copy of the binary that the nobody user can run (the build folder may
+/// not be reachable), or why not: it needs root and `setpriv`.
+#[allow(dead_code)] // each test binary uses the helpers it needs
+pub fn binary_for_nobody(
+) -> Result<(tempfile::TempDir, std::path::PathBuf), (pagewise_testkit::Need, &'static str)> {
+    if !pagewise_testkit::is_root() {
+        return Err((
+            pagewise_testkit::Need::Root,
+            "needs root to drop to the nobody user",
+        ));
+    }
+    if std::process::Command::new("setpriv")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        return Err((pagewise_testkit::Need::Tool, "setpriv is not installed"));
+    }
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let bin = dir.path().join("pagewise");
+    pagewise_testkit::copy_executable(&assert_cmd::cargo::cargo_bin("pagewise"), &bin);
+    std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
+    Ok((dir, bin))
+}
+
+/// `setpriv` as the nobody user, then `bin ARGS`.
+#[allow(dead_code)] // each test binary uses the helpers it needs
+pub fn as_nobody(bin: &std::path::Path, args: &[&str]) -> std::process::Command {
+    let mut c = std::process::Command::new("setpriv");
+    c.args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(bin)
+        .args(args);
+    c
 }

@@ -1,7 +1,8 @@
 //! The per-user cache of measured copy plans ("wisdom", as FFTW calls it).
 //!
-//! `pagewise tune` measures a plan and [`save`]s it to
-//! `$XDG_CACHE_HOME/pagewise/` (or `~/.cache/pagewise/`), one file per
+//! `pagewise tune` measures a plan and [`save`]s it to the per-user cache
+//! directory ([`crate::host::user_cache`]: `$XDG_CACHE_HOME/pagewise/`,
+//! `~/.cache/pagewise/` or `$TMPDIR/pagewise-UID`), one file per
 //! [`MachineKey`]; [`super::Plan::detect`] [`load`]s the one for this machine.
 //! A plan is only used on the machine key it was measured on: a new CPU
 //! model, stepping, microcode, kernel or glibc means measuring again.
@@ -12,7 +13,7 @@
 
 use super::plan::Tables;
 use super::Isa;
-use crate::host::user_cache::{self, UserCacheError};
+use crate::host::user_cache::{self, Chosen, Purpose, UserCacheError};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
@@ -129,23 +130,38 @@ impl From<UserCacheError> for CacheError {
     }
 }
 
-/// The cache directory ([`user_cache::directory`]).
-pub fn directory() -> Result<PathBuf, CacheError> {
-    Ok(user_cache::directory()?)
+/// The directory to save plans in ([`user_cache::directory`] to write:
+/// created if missing), and why the places before it were passed over.
+pub fn directory() -> Result<Chosen, CacheError> {
+    Ok(user_cache::directory(Purpose::Write)?)
 }
 
-/// The file a plan for `key` lives in.
-pub fn path_for(key: &MachineKey) -> Result<PathBuf, CacheError> {
-    Ok(directory()?.join(key.file_name()))
+/// What [`load`] found.
+#[derive(Debug, Clone)]
+pub struct Found {
+    /// The plan cached for the key, and its path.
+    pub plan: Option<(Tuned, PathBuf)>,
+    /// Why cache directories were passed over on the way, one line each.
+    pub passed_over: Vec<String>,
 }
 
-/// The plan cached for `key` and its path; `Ok(None)` when there is none.
-/// A file for another key (which only a hash collision could bring) is
-/// treated as none. Costs one `stat` of the directory, one `open` and a read
-/// of a few KiB.
-pub fn load(key: &MachineKey) -> Result<Option<(Tuned, PathBuf)>, CacheError> {
-    let dir = directory()?;
-    load_from(&dir, key)
+/// The plan cached for `key` and its path, looked for in the directory
+/// [`user_cache::directory`] picks to read (nothing is created); no plan
+/// when there is none. A file for another key (which only a hash collision
+/// could bring) is treated as none. Costs a few `stat`s, one `open` and a
+/// read of a few KiB.
+pub fn load(key: &MachineKey) -> Result<Found, CacheError> {
+    match user_cache::directory(Purpose::Read) {
+        Ok(chosen) => Ok(Found {
+            plan: load_from(&chosen.path, key)?,
+            passed_over: chosen.passed_over,
+        }),
+        Err(UserCacheError::NoUsableDirectory(passed_over)) => Ok(Found {
+            plan: None,
+            passed_over,
+        }),
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// [`load`] from a given directory.
@@ -168,14 +184,7 @@ pub fn load_from(dir: &Path, key: &MachineKey) -> Result<Option<(Tuned, PathBuf)
 
 /// Writes `tuned` to the cache under its key and returns the path.
 pub fn save(tuned: &Tuned) -> Result<PathBuf, CacheError> {
-    save_to(&directory()?, tuned)
-}
-
-/// Makes `dir` ready to hold plans ([`user_cache::prepare`]). `pagewise tune`
-/// calls it before measuring, so a cache it could not write fails in a
-/// moment, not after a minute of measuring.
-pub fn prepare(dir: &Path) -> Result<(), CacheError> {
-    Ok(user_cache::prepare(dir)?)
+    save_to(&directory()?.path, tuned)
 }
 
 /// [`save`] into a given directory.

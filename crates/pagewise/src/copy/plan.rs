@@ -31,8 +31,9 @@ pub const ENV_REP_MOVSB: &str = "PAGEWISE_REP_MOVSB";
 pub const ENV_REP_STOSB: &str = "PAGEWISE_REP_STOSB";
 
 /// Environment variable that chooses where the plan comes from: `default`
-/// ignores any measured plan in the cache (the vendor defaults run);
-/// anything else, or unset, uses a cached plan for this machine when there is one.
+/// sets aside any measured plan in the cache (the vendor defaults run, and
+/// the plan says a measured one was set aside); unset, a cached plan for this
+/// machine is used when there is one. Any other value is ignored, with a note.
 pub const ENV_PLAN: &str = "PAGEWISE_PLAN";
 
 /// On Intel (and unknown vendors), copies use non-temporal stores from the
@@ -158,6 +159,14 @@ pub enum PlanError {
         /// Its value.
         value: String,
     },
+    /// Not a plan choice.
+    #[error("{var}={value:?} ignored: its one value is `default` (set the measured plan aside)")]
+    BadPlan {
+        /// The variable.
+        var: &'static str,
+        /// Its value.
+        value: String,
+    },
 }
 
 /// The strategy tables of a plan: what `pagewise tune` measures and caches.
@@ -246,6 +255,9 @@ pub struct Plan {
     pub measured_at: Option<u64>,
     /// The cache file the tables were read from or written to, if any.
     pub cache_file: Option<String>,
+    /// The cache file of the measured plan for this machine that
+    /// [`ENV_PLAN`]`=default` set aside (the vendor defaults run instead).
+    pub set_aside: Option<String>,
     /// The CPU's maker.
     pub vendor: Vendor,
     /// Which defaults apply here (they are in force unless a measured plan is).
@@ -271,6 +283,7 @@ impl Serialize for Plan {
             tables_source: Source,
             measured_at: Option<u64>,
             cache_file: &'a Option<String>,
+            set_aside: &'a Option<String>,
             vendor: Vendor,
             cpu_kind: CpuKind,
             key: &'a MachineKey,
@@ -294,6 +307,7 @@ impl Serialize for Plan {
             tables_source: self.tables_source,
             measured_at: self.measured_at,
             cache_file: &self.cache_file,
+            set_aside: &self.set_aside,
             vendor: self.vendor,
             cpu_kind: self.cpu_kind,
             key: &self.key,
@@ -606,14 +620,20 @@ impl Plan {
         let f = crate::sys::cpu::cpu_features();
         let key = MachineKey::current();
         let env_plan = std::env::var(ENV_PLAN).ok();
-        let (cached, cache_file, cache_note) = if env_plan.as_deref() == Some("default") {
-            (None, None, None)
-        } else {
-            match super::cache::load(&key) {
-                Ok(Some((tuned, path))) => (Some(tuned), Some(path.display().to_string()), None),
-                Ok(None) => (None, None, None),
-                Err(e) => (None, None, Some(e.to_string())),
+        // Read even under PAGEWISE_PLAN=default, to say what it sets aside.
+        let (cached, cache_file, cache_notes) = match super::cache::load(&key) {
+            Ok(found) => {
+                let notes = found
+                    .passed_over
+                    .iter()
+                    .map(|why| format!("copy plan: passed over {why}"))
+                    .collect();
+                match found.plan {
+                    Some((tuned, path)) => (Some(tuned), Some(path.display().to_string()), notes),
+                    None => (None, None, notes),
+                }
             }
+            Err(e) => (None, None, vec![e.to_string()]),
         };
         let mut plan = Plan::decide(&Inputs {
             supported: Isa::ALL
@@ -633,9 +653,7 @@ impl Plan {
             env_rep_movsb: std::env::var(ENV_REP_MOVSB).ok(),
             env_rep_stosb: std::env::var(ENV_REP_STOSB).ok(),
         });
-        if let Some(note) = cache_note {
-            plan.notes.push(note);
-        }
+        plan.notes.extend(cache_notes);
         plan
     }
 
@@ -667,10 +685,31 @@ impl Plan {
                 FALLBACK_NT_THRESHOLD >> 20
             ));
         }
-        let cached = inputs
-            .cached
-            .as_ref()
-            .filter(|t| t.key == inputs.key && inputs.env_plan.as_deref() != Some("default"));
+        let set_defaults = match inputs.env_plan.as_deref() {
+            None => false,
+            Some(text) if text.trim().eq_ignore_ascii_case("default") => true,
+            Some(text) => {
+                notes.push(
+                    PlanError::BadPlan {
+                        var: ENV_PLAN,
+                        value: text.to_owned(),
+                    }
+                    .to_string(),
+                );
+                false
+            }
+        };
+        let measured = inputs.cached.as_ref().filter(|t| t.key == inputs.key);
+        let set_aside = measured.filter(|_| set_defaults).map(|t| {
+            let file = inputs.cache_file.as_deref().unwrap_or("the cache");
+            notes.push(format!(
+                "{ENV_PLAN}=default: the measured plan for this machine ({file}, measured at \
+                 Unix time {}) is set aside; the vendor defaults run",
+                t.measured_at
+            ));
+            file.to_owned()
+        });
+        let cached = measured.filter(|_| !set_defaults);
         let (mut tables, tables_source, measured_at, cache_file) = match cached {
             Some(t) => (
                 t.tables.clone(),
@@ -679,7 +718,7 @@ impl Plan {
                 inputs.cache_file.clone(),
             ),
             None => {
-                if inputs.env_plan.as_deref() != Some("default") {
+                if !set_defaults {
                     notes.push(
                         "no measured plan for this machine: vendor defaults in force; run \
                          `pagewise tune` to measure one (about a minute)"
@@ -755,6 +794,7 @@ impl Plan {
             nontemporal_source,
             measured_at,
             cache_file,
+            set_aside,
             vendor,
             cpu_kind: kind,
             key: inputs.key.clone(),
@@ -762,6 +802,19 @@ impl Plan {
             erms: inputs.erms,
             fsrm: inputs.fsrm,
             notes,
+        }
+    }
+
+    /// Where `source` (one of this plan's) came from, in a few words: as
+    /// [`Source::describe`], except that defaults in force while a measured
+    /// plan was [set aside](Plan::set_aside) say so instead of "not measured
+    /// here".
+    pub fn describe_source(&self, source: Source) -> String {
+        match (source, &self.set_aside) {
+            (Source::Default, Some(_)) => {
+                format!("default (a measured plan exists: {ENV_PLAN}=default sets it aside)")
+            }
+            _ => source.describe().to_owned(),
         }
     }
 
@@ -1193,11 +1246,46 @@ mod tests {
         });
         assert_eq!(p.tables_source, Source::Default);
         let p = Plan::decide(&Inputs {
-            cached: Some(tuned),
+            cached: Some(tuned.clone()),
+            cache_file: Some("/c/copy-plan-1.json".into()),
             env_plan: Some("default".into()),
             ..inputs("GenuineIntel")
         });
         assert_eq!(p.tables_source, Source::Default);
+        // Said to be set aside, not "not measured here".
+        assert_eq!(p.set_aside.as_deref(), Some("/c/copy-plan-1.json"));
+        assert!(
+            p.notes.iter().any(|n| n.contains("is set aside")),
+            "{:?}",
+            p.notes
+        );
+        assert!(!p.notes.iter().any(|n| n.contains("no measured plan")));
+        let shown = p.describe_source(p.tables_source);
+        assert!(shown.contains("a measured plan exists"), "{shown}");
+        // Without a measured plan there is nothing to set aside.
+        let p = Plan::decide(&Inputs {
+            env_plan: Some("default".into()),
+            ..inputs("GenuineIntel")
+        });
+        assert_eq!(
+            (p.set_aside.clone(), p.describe_source(Source::Default)),
+            (None, "default (not measured here)".into())
+        );
+        // Any other value is ignored, and said to be.
+        for bogus in ["bogus", "", "defaults"] {
+            let p = Plan::decide(&Inputs {
+                cached: Some(tuned.clone()),
+                env_plan: Some(bogus.into()),
+                ..inputs("GenuineIntel")
+            });
+            assert_eq!(p.tables_source, Source::Cached, "{bogus:?}");
+            let note = format!("PAGEWISE_PLAN={bogus:?} ignored");
+            assert!(
+                p.notes.iter().any(|n| n.starts_with(&note)),
+                "{:?}",
+                p.notes
+            );
+        }
     }
 
     #[test]

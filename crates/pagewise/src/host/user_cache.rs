@@ -1,15 +1,27 @@
-//! The per-user cache directory (`$XDG_CACHE_HOME/pagewise/` or
-//! `~/.cache/pagewise/`) and its files, read and written so another user can
-//! neither plant nor change what pagewise trusts there.
+//! The per-user cache directory and its files, read and written so another
+//! user can neither plant nor change what pagewise trusts there.
 //!
-//! The directory is created with mode 0700 and must be owned by this user and
-//! writable by no one else; a file must be a regular file owned by this user,
-//! not writable by group or others, and is opened with `O_NOFOLLOW` (a
-//! symbolic link is refused); it is written under a temporary name (created
-//! with `O_EXCL | O_NOFOLLOW`, mode 0600) and renamed into place, so readers
-//! never see half a file. Users: the copy plans ([`crate::copy::cache`]) and
-//! the resolved hot pages of profiles ([`crate::text::hot_cache`]).
+//! **Where.** Every pagewise cache (the copy plans, [`crate::copy::cache`];
+//! the hot pages of profiles, [`crate::text::hot_cache`]; the functions of
+//! moved objects for perf maps, [`crate::text::huge`]; the preload library,
+//! [`crate::launch::preload_cache`]) picks its directory with [`choose`],
+//! the first of these that is safe: `$XDG_CACHE_HOME/pagewise`,
+//! `$HOME/.cache/pagewise` (each only when the variable is an absolute path)
+//! and `$TMPDIR/pagewise-UID` (by default `/tmp/pagewise-UID`). Safe means: a
+//! real directory (a symbolic link is never followed) owned by this user that
+//! no one else can write to, or, for the one in the shared temporary
+//! directory, that no one else can even enter (mode 0700); whose parent no
+//! one else can write to without the sticky bit. A missing one is created
+//! with mode 0700 (its parents too, except the shared temporary directory).
+//! Each place passed over is said, with why.
+//!
+//! **Files.** A file must be a regular file owned by this user, not writable
+//! by group or others, and is opened with `O_NOFOLLOW` (a symbolic link is
+//! refused); it is written under a temporary name (created with
+//! `O_EXCL | O_NOFOLLOW`, mode 0600) and renamed into place, so readers
+//! never see half a file.
 
+use std::ffi::OsStr;
 use std::io::{Read, Write};
 use std::os::unix::fs::{DirBuilderExt, MetadataExt};
 use std::path::{Path, PathBuf};
@@ -17,15 +29,26 @@ use std::path::{Path, PathBuf};
 /// Why the cache could not be used.
 #[derive(Debug, thiserror::Error)]
 pub enum UserCacheError {
-    /// Neither `XDG_CACHE_HOME` nor `HOME` gives a directory.
-    #[error("no cache directory: set XDG_CACHE_HOME or HOME to an absolute path")]
-    NoDirectory,
+    /// No candidate directory is safe (or, to read, none exists).
+    #[error("no usable cache directory: {}", .0.join("; "))]
+    NoUsableDirectory(
+        /// Why each candidate was passed over (empty: to read, none exists).
+        Vec<String>,
+    ),
     /// The directory or file is not safe to trust.
     #[error("cache {path}: {why}; not used (remove it, or fix its owner and mode)")]
     Untrusted {
         /// The path.
         path: PathBuf,
         /// What is wrong.
+        why: String,
+    },
+    /// To read: the directory is missing, and a write could not create it.
+    #[error("cache {path}: missing, and this user could not create it ({why})")]
+    NotCreatable {
+        /// The path.
+        path: PathBuf,
+        /// What stands in the way.
         why: String,
     },
     /// A file operation failed.
@@ -40,16 +63,224 @@ pub enum UserCacheError {
     },
 }
 
-/// The cache directory: `$XDG_CACHE_HOME/pagewise` when that is an absolute
-/// path, else `$HOME/.cache/pagewise`. Costs nothing (reads the environment).
-pub fn directory() -> Result<PathBuf, UserCacheError> {
-    let abs = |v: Option<std::ffi::OsString>| v.map(PathBuf::from).filter(|p| p.is_absolute());
-    if let Some(xdg) = abs(std::env::var_os("XDG_CACHE_HOME")) {
-        return Ok(xdg.join("pagewise"));
+/// One place the cache directory may be.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CacheDir {
+    /// The directory.
+    pub path: PathBuf,
+    /// In a shared temporary directory: then it must be private (mode 0700),
+    /// and its parent is neither created nor checked (`/tmp` is sticky).
+    pub shared_parent: bool,
+}
+
+impl CacheDir {
+    /// A place in a directory of this user's (not a shared one).
+    pub fn private(path: PathBuf) -> CacheDir {
+        CacheDir {
+            path,
+            shared_parent: false,
+        }
     }
-    abs(std::env::var_os("HOME"))
-        .map(|h| h.join(".cache").join("pagewise"))
-        .ok_or(UserCacheError::NoDirectory)
+}
+
+/// Where the cache directory may be, best first: `XDG_CACHE_HOME` and `HOME`
+/// (when set to absolute paths), then `TMP/pagewise-UID`. Pure.
+pub fn candidates(
+    xdg_cache_home: Option<&OsStr>,
+    home: Option<&OsStr>,
+    tmp: &Path,
+    uid: u32,
+) -> Vec<CacheDir> {
+    fn absolute(v: Option<&OsStr>) -> Option<&Path> {
+        v.map(Path::new).filter(|p| p.is_absolute())
+    }
+    let mut dirs: Vec<CacheDir> = [
+        absolute(xdg_cache_home).map(|x| x.join("pagewise")),
+        absolute(home).map(|h| h.join(".cache").join("pagewise")),
+    ]
+    .into_iter()
+    .flatten()
+    .map(CacheDir::private)
+    .collect();
+    dirs.dedup();
+    dirs.push(CacheDir {
+        path: tmp.join(format!("pagewise-{uid}")),
+        shared_parent: true,
+    });
+    dirs
+}
+
+/// [`candidates`] from this process's environment and user: reads three
+/// variables and the effective user id.
+pub fn candidates_from_env() -> Vec<CacheDir> {
+    candidates(
+        std::env::var_os("XDG_CACHE_HOME").as_deref(),
+        std::env::var_os("HOME").as_deref(),
+        &std::env::temp_dir(),
+        crate::sys::libc_info::effective_uid(),
+    )
+}
+
+/// What the directory is chosen for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Purpose {
+    /// Reading: the directory a write would choose, found without creating
+    /// anything (it may not exist yet: then it holds nothing).
+    Read,
+    /// Writing data: a missing directory is created.
+    Write,
+    /// Writing code the loader maps: as [`Purpose::Write`], and a directory
+    /// on a `noexec` mount is passed over.
+    Code,
+}
+
+/// The directory [`choose`] picked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Chosen {
+    /// The directory, ready for [`Purpose`] (to read: it may not exist).
+    pub path: PathBuf,
+    /// Why each place before it was passed over, one line each.
+    pub passed_over: Vec<String>,
+}
+
+/// The one rule by which every pagewise cache picks its directory: the first
+/// of `dirs` that is safe (see the module doc) for `purpose`, created if it
+/// is missing and `purpose` writes; to read, the one a write would pick.
+/// Costs a `mkdir` (when writing) and a few `stat`s per candidate tried.
+pub fn choose(dirs: &[CacheDir], purpose: Purpose) -> Result<Chosen, UserCacheError> {
+    let mut passed_over = Vec::new();
+    for dir in dirs {
+        match ready(dir, purpose) {
+            Ok(()) => {
+                return Ok(Chosen {
+                    path: dir.path.clone(),
+                    passed_over,
+                })
+            }
+            Err(e) => passed_over.push(e.to_string()),
+        }
+    }
+    Err(UserCacheError::NoUsableDirectory(passed_over))
+}
+
+/// [`choose`] among [`candidates_from_env`].
+pub fn directory(purpose: Purpose) -> Result<Chosen, UserCacheError> {
+    choose(&candidates_from_env(), purpose)
+}
+
+/// Makes `dir` ready for `purpose` and checks that it is safe; to read, a
+/// missing `dir` is ready when it could be created.
+fn ready(dir: &CacheDir, purpose: Purpose) -> Result<(), UserCacheError> {
+    let path = &dir.path;
+    let parent = path.parent().filter(|_| !dir.shared_parent);
+    if purpose == Purpose::Read {
+        if !exists(path)? {
+            return creatable(path, parent);
+        }
+    } else {
+        if let Some(parent) = parent {
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(parent)
+                .map_err(io_error(parent, "create directory"))?;
+        }
+        match std::fs::DirBuilder::new().mode(0o700).create(path) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(io_error(path, "create directory")(e)),
+        }
+    }
+    let meta = std::fs::symlink_metadata(path).map_err(io_error(path, "stat"))?;
+    if meta.file_type().is_symlink() || !meta.is_dir() {
+        return Err(untrusted(
+            path,
+            "not a directory (a link is never followed)",
+        ));
+    }
+    check_owner(path, &meta, if dir.shared_parent { 0o077 } else { 0o022 })?;
+    if let Some(parent) = parent {
+        check_parent(path, parent)?;
+    }
+    if purpose == Purpose::Code {
+        match crate::sys::file::is_noexec_mount(path) {
+            Ok(false) => {}
+            Ok(true) => {
+                return Err(untrusted(
+                    path,
+                    "on a noexec mount: the loader could not map a library from it",
+                ))
+            }
+            Err(e) => return Err(untrusted(path, e.to_string())),
+        }
+    }
+    Ok(())
+}
+
+/// Whether anything is at `path` (a link counts); a path through a file or
+/// a missing directory is not there.
+fn exists(path: &Path) -> Result<bool, UserCacheError> {
+    match std::fs::symlink_metadata(path) {
+        Ok(_) => Ok(true),
+        Err(e)
+            if matches!(
+                e.kind(),
+                std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory
+            ) =>
+        {
+            Ok(false)
+        }
+        Err(e) => Err(io_error(path, "stat")(e)),
+    }
+}
+
+/// Whether a write would create the missing `path` and then trust it: its
+/// nearest existing ancestor is a directory this user may create entries in,
+/// and its `parent`, when that exists and is checked, passes
+/// [`check_parent`]. A `stat` per missing ancestor and one `faccessat`.
+fn creatable(path: &Path, parent: Option<&Path>) -> Result<(), UserCacheError> {
+    if let Some(parent) = parent.filter(|p| p.exists()) {
+        check_parent(path, parent)?;
+    }
+    let mut ancestor = path.parent();
+    while let Some(dir) = ancestor {
+        if !exists(dir)? {
+            ancestor = dir.parent();
+            continue;
+        }
+        let may = dir.is_dir()
+            && crate::sys::file::may_create_in(dir)
+                .map_err(|e| io_error(path, "create directory")(e.source))?;
+        if !may {
+            return Err(UserCacheError::NotCreatable {
+                path: path.to_owned(),
+                why: format!("{} is not a directory it may write", dir.display()),
+            });
+        }
+        return Ok(());
+    }
+    Err(UserCacheError::NotCreatable {
+        path: path.to_owned(),
+        why: "no ancestor exists".into(),
+    })
+}
+
+/// Checks that no other user can change `parent`, the directory holding
+/// `path`: it is this user's or root's, and not writable by group or others
+/// unless it has the sticky bit. One `stat`.
+fn check_parent(path: &Path, parent: &Path) -> Result<(), UserCacheError> {
+    let meta = std::fs::metadata(parent).map_err(io_error(parent, "stat"))?;
+    let (uid, mode) = (crate::sys::libc_info::effective_uid(), meta.mode());
+    if (meta.uid() != uid && meta.uid() != 0) || (mode & 0o022 != 0 && mode & 0o1000 == 0) {
+        return Err(untrusted(
+            path,
+            format!(
+                "its parent {} may be changed by another user",
+                parent.display()
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// What a file was when a cache entry was made from it: path, and device,
@@ -113,8 +344,9 @@ fn untrusted(path: &Path, why: impl Into<String>) -> UserCacheError {
     }
 }
 
-/// Checks that `meta` belongs to this user and that group and others cannot write it.
-fn check_owner(path: &Path, meta: &std::fs::Metadata) -> Result<(), UserCacheError> {
+/// Checks that `meta` belongs to this user and that none of the `others`
+/// mode bits (0o022: group and others may not write; 0o077: nor enter) is set.
+fn check_owner(path: &Path, meta: &std::fs::Metadata, others: u32) -> Result<(), UserCacheError> {
     let uid = crate::sys::libc_info::effective_uid();
     if meta.uid() != uid {
         return Err(untrusted(
@@ -122,35 +354,26 @@ fn check_owner(path: &Path, meta: &std::fs::Metadata) -> Result<(), UserCacheErr
             format!("owned by user {}, not by this user ({uid})", meta.uid()),
         ));
     }
-    if meta.mode() & 0o022 != 0 {
+    if meta.mode() & others != 0 {
+        let what = match others {
+            0o022 => "writable by group or others",
+            _ => "open to group or others",
+        };
         return Err(untrusted(
             path,
-            format!(
-                "writable by group or others (mode {:o})",
-                meta.mode() & 0o777
-            ),
+            format!("{what} (mode {:o})", meta.mode() & 0o777),
         ));
     }
     Ok(())
 }
 
-/// Makes `dir` ready to hold cache files: created with mode 0700 if missing
-/// (its parents with the default mode); refused if it is not a directory, is
-/// another user's, or group or others can write it. Costs a `mkdir` and a `stat`.
+/// Makes `dir`, a directory [`choose`] picked or one of this user's, ready
+/// to hold cache files by the same rules: created with mode 0700 if missing;
+/// refused if it is not a directory, is another user's, group or others can
+/// write it, or another user can change its parent. Costs a `mkdir` and two
+/// `stat`s.
 pub fn prepare(dir: &Path) -> Result<(), UserCacheError> {
-    if let Some(parent) = dir.parent() {
-        std::fs::create_dir_all(parent).map_err(io_error(parent, "create directory"))?;
-    }
-    match std::fs::DirBuilder::new().mode(0o700).create(dir) {
-        Ok(()) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-        Err(e) => return Err(io_error(dir, "create directory")(e)),
-    }
-    let meta = std::fs::symlink_metadata(dir).map_err(io_error(dir, "stat"))?;
-    if !meta.is_dir() {
-        return Err(untrusted(dir, "not a directory"));
-    }
-    check_owner(dir, &meta)
+    ready(&CacheDir::private(dir.to_owned()), Purpose::Write)
 }
 
 /// The text of the cache file `name` in `dir` (at most `max_bytes` of it) and
@@ -163,7 +386,7 @@ pub fn read(
 ) -> Result<Option<(String, PathBuf)>, UserCacheError> {
     match std::fs::symlink_metadata(dir) {
         Ok(meta) if !meta.is_dir() => return Err(untrusted(dir, "not a directory")),
-        Ok(meta) => check_owner(dir, &meta)?,
+        Ok(meta) => check_owner(dir, &meta, 0o022)?,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(io_error(dir, "stat")(e)),
     }
@@ -182,7 +405,7 @@ pub fn read(
     if !meta.is_file() {
         return Err(untrusted(&path, "not a regular file"));
     }
-    check_owner(&path, &meta)?;
+    check_owner(&path, &meta, 0o022)?;
     let mut text = String::new();
     file.take(max_bytes)
         .read_to_string(&mut text)
@@ -225,6 +448,121 @@ pub fn write_once(dir: &Path, name: &str, bytes: &[u8]) -> Result<PathBuf, UserC
 mod tests {
     use super::*;
     use std::os::unix::fs::PermissionsExt;
+
+    #[test]
+    fn candidates_prefer_the_users_cache() {
+        let c = candidates(
+            Some(OsStr::new("/x/cache")),
+            Some(OsStr::new("/home/u")),
+            Path::new("/tmp"),
+            1000,
+        );
+        let paths: Vec<&Path> = c.iter().map(|d| d.path.as_path()).collect();
+        assert_eq!(
+            paths,
+            [
+                Path::new("/x/cache/pagewise"),
+                Path::new("/home/u/.cache/pagewise"),
+                Path::new("/tmp/pagewise-1000")
+            ]
+        );
+        assert!(c[2].shared_parent && !c[0].shared_parent && !c[1].shared_parent);
+        let c = candidates(Some(OsStr::new("relative")), None, Path::new("/tmp"), 0);
+        assert_eq!(c.len(), 1);
+    }
+
+    /// A home that cannot hold a cache (as for the nobody user, whose home
+    /// is /nonexistent) falls back to the private directory in the shared
+    /// temporary one, created 0700; reading finds it there afterwards.
+    #[test]
+    fn an_unusable_home_falls_back_to_a_private_temporary_directory() {
+        let root = tempfile::tempdir().unwrap();
+        let not_a_dir = root.path().join("home-is-a-file");
+        std::fs::write(&not_a_dir, "").unwrap();
+        let tmp = root.path().join("tmp");
+        std::fs::create_dir(&tmp).unwrap();
+        std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o1777)).unwrap();
+        let uid = crate::sys::libc_info::effective_uid();
+        let dirs = candidates(None, Some(not_a_dir.as_os_str()), &tmp, uid);
+        let private = tmp.join(format!("pagewise-{uid}"));
+        // Reading looks where a write would go, and creates nothing.
+        let read = choose(&dirs, Purpose::Read).unwrap();
+        assert_eq!(read.path, private);
+        assert!(!private.exists());
+        let chosen = choose(&dirs, Purpose::Write).unwrap();
+        assert_eq!(chosen.path, private);
+        assert_eq!(chosen.passed_over.len(), 1, "{:?}", chosen.passed_over);
+        assert!(chosen.passed_over[0].contains("create directory failed"));
+        assert_eq!(read.passed_over.len(), 1, "{:?}", read.passed_over);
+        assert!(
+            read.passed_over[0].contains("could not create it"),
+            "{read:?}"
+        );
+        assert_eq!(std::fs::metadata(&private).unwrap().mode() & 0o777, 0o700);
+        assert_eq!(choose(&dirs, Purpose::Read).unwrap().path, private);
+        // A usable place that does not exist yet is the one read (and empty),
+        // not a later one that does.
+        let xdg = root.path().join("xdg");
+        let dirs = candidates(Some(xdg.as_os_str()), None, &tmp, uid);
+        assert_eq!(
+            choose(&dirs, Purpose::Read).unwrap().path,
+            xdg.join("pagewise")
+        );
+        assert!(!xdg.exists());
+    }
+
+    /// Links, directories others can write to (or, in the shared temporary
+    /// directory, enter) and directories whose parent others can change are
+    /// passed over, with why, for reading as for writing.
+    #[test]
+    fn unsafe_directories_are_passed_over_with_a_reason() {
+        let root = tempfile::tempdir().unwrap();
+        let elsewhere = root.path().join("elsewhere");
+        std::fs::create_dir(&elsewhere).unwrap();
+        let linked = root.path().join("linked");
+        std::os::unix::fs::symlink(&elsewhere, &linked).unwrap();
+        let open = root.path().join("open");
+        std::fs::create_dir(&open).unwrap();
+        std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o777)).unwrap();
+        let shared = root.path().join("pagewise-shared");
+        std::fs::create_dir(&shared).unwrap();
+        std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let loose_parent = root.path().join("loose");
+        std::fs::create_dir(&loose_parent).unwrap();
+        std::fs::set_permissions(&loose_parent, std::fs::Permissions::from_mode(0o777)).unwrap();
+        let under_loose = loose_parent.join("pagewise");
+        std::fs::DirBuilder::new()
+            .mode(0o700)
+            .create(&under_loose)
+            .unwrap();
+        let good = root.path().join("good");
+        std::fs::create_dir(&good).unwrap();
+        let dirs = [
+            CacheDir::private(linked),
+            CacheDir::private(open),
+            CacheDir {
+                path: shared,
+                shared_parent: true,
+            },
+            CacheDir::private(under_loose),
+            CacheDir::private(good.clone()),
+        ];
+        for purpose in [Purpose::Read, Purpose::Write] {
+            let chosen = choose(&dirs, purpose).unwrap();
+            assert_eq!(chosen.path, good);
+            let why = &chosen.passed_over;
+            assert_eq!(why.len(), 4, "{why:?}");
+            assert!(why[0].contains("a link is never followed"), "{why:?}");
+            assert!(why[1].contains("writable by group or others"), "{why:?}");
+            assert!(why[2].contains("open to group or others"), "{why:?}");
+            assert!(why[3].contains("may be changed by another user"), "{why:?}");
+        }
+        assert!(std::fs::read_dir(&elsewhere).unwrap().next().is_none());
+        let Err(UserCacheError::NoUsableDirectory(why)) = choose(&dirs[..4], Purpose::Write) else {
+            panic!("an unsafe directory was chosen");
+        };
+        assert_eq!(why.len(), 4);
+    }
 
     #[test]
     fn a_written_file_reads_back_and_is_private() {

@@ -2,78 +2,24 @@
 //! `pagewise` binary carries inside itself, so `run --huge-text` needs no
 //! second file to be installed.
 //!
-//! The loader needs a path, so the library is written out on first use: to
-//! `$XDG_CACHE_HOME/pagewise`, else `~/.cache/pagewise`, else
-//! `$TMPDIR/pagewise-UID` (by default `/tmp/pagewise-UID`), the first of these
-//! that is safe, under a name that holds a hash of its content. Safe means:
-//! a real directory (not a link) owned by this user that no one else can
-//! write to (for the one in the shared temporary directory: that no one else
-//! can enter), whose parent no one else can write to without the sticky bit,
-//! on a file system that allows mapping code (`noexec` is refused, since the
-//! loader could not map the library and would run the program without it).
+//! The loader needs a path, so the library is written out on first use, to
+//! the per-user cache directory every pagewise cache uses, chosen by the
+//! same rule ([`user_cache::choose`]: `$XDG_CACHE_HOME/pagewise`, else
+//! `~/.cache/pagewise`, else `$TMPDIR/pagewise-UID`, the first that is safe),
+//! here also refusing a file system that does not allow mapping code
+//! (`noexec`: the loader could not map the library and would run the
+//! program without it), under a name that holds a hash of its content.
 //! The file is written whole under a temporary name (exclusively, never
 //! through a link) and renamed into place, so no one ever loads half a
 //! library; an existing file is used only when it is this user's regular
 //! file, not writable by group or others, with exactly the expected bytes.
 
+use crate::host::user_cache::{self, CacheDir, Purpose, UserCacheError};
 use crate::sys::create;
 use crate::sys::file;
-use std::ffi::OsStr;
 use std::io::Read;
-use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-
-/// One place the library may go.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CacheDir {
-    /// The directory.
-    pub path: PathBuf,
-    /// In a shared temporary directory: then it must be private (mode 0700).
-    pub shared_parent: bool,
-}
-
-/// Where the library may go, best first: `XDG_CACHE_HOME` and `HOME` (when
-/// set to absolute paths), then `TMP/pagewise-UID`.
-pub fn candidates(
-    xdg_cache_home: Option<&OsStr>,
-    home: Option<&OsStr>,
-    tmp: &Path,
-    uid: u32,
-) -> Vec<CacheDir> {
-    fn absolute(v: Option<&OsStr>) -> Option<&Path> {
-        v.map(Path::new).filter(|p| p.is_absolute())
-    }
-    let mut out = Vec::new();
-    if let Some(xdg) = absolute(xdg_cache_home) {
-        out.push(xdg.join("pagewise"));
-    }
-    if let Some(home) = absolute(home) {
-        out.push(home.join(".cache").join("pagewise"));
-    }
-    let mut dirs: Vec<CacheDir> = out
-        .into_iter()
-        .map(|path| CacheDir {
-            path,
-            shared_parent: false,
-        })
-        .collect();
-    dirs.dedup();
-    dirs.push(CacheDir {
-        path: tmp.join(format!("pagewise-{uid}")),
-        shared_parent: true,
-    });
-    dirs
-}
-
-/// [`candidates`] from this process's environment and user.
-pub fn candidates_from_env() -> Vec<CacheDir> {
-    candidates(
-        std::env::var_os("XDG_CACHE_HOME").as_deref(),
-        std::env::var_os("HOME").as_deref(),
-        &std::env::temp_dir(),
-        create::effective_uid(),
-    )
-}
 
 /// A library put in place by [`install`].
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -99,22 +45,33 @@ pub const UNUSED_FOR: std::time::Duration = std::time::Duration::from_secs(14 * 
 #[error("nowhere safe to put the preload library: {}", .0.join("; "))]
 pub struct NoSafePlace(pub Vec<String>);
 
-/// Puts `bytes` at `DIR/name` in the first of `dirs` that is safe (see the
-/// module doc), or finds them already there. Cost: a few `stat`s; a read and
+/// Puts `bytes` at `DIR/name` in the first of `dirs` that is safe for code
+/// ([`user_cache::choose`] with [`Purpose::Code`]) and where the file can be
+/// written, or finds them already there. Cost: a few `stat`s; a read and
 /// compare of the existing file; a write of `bytes` when it is not right.
 pub fn install(bytes: &[u8], name: &str, dirs: &[CacheDir]) -> Result<Installed, NoSafePlace> {
     let mut passed_over = Vec::new();
-    for dir in dirs {
-        let placed = prepare(dir).and_then(|()| {
-            let path = dir.path.join(name);
-            place(&path, bytes)
-                .map(|written| (path, written))
-                .map_err(|e| format!("{}: {e}", dir.path.join(name).display()))
-        });
-        match placed {
-            Ok((path, written)) => {
+    let mut rest = dirs;
+    loop {
+        let chosen = match user_cache::choose(rest, Purpose::Code) {
+            Ok(chosen) => chosen,
+            Err(UserCacheError::NoUsableDirectory(why)) => {
+                passed_over.extend(why);
+                return Err(NoSafePlace(passed_over));
+            }
+            Err(e) => {
+                passed_over.push(e.to_string());
+                return Err(NoSafePlace(passed_over));
+            }
+        };
+        passed_over.extend(chosen.passed_over);
+        let path = chosen.path.join(name);
+        match place(&path, bytes) {
+            Ok(written) => {
                 let removed = match written {
-                    true => remove_unused_versions(&dir.path, name, std::time::SystemTime::now()),
+                    true => {
+                        remove_unused_versions(&chosen.path, name, std::time::SystemTime::now())
+                    }
                     false => Vec::new(),
                 };
                 return Ok(Installed {
@@ -124,57 +81,14 @@ pub fn install(bytes: &[u8], name: &str, dirs: &[CacheDir]) -> Result<Installed,
                     removed,
                 });
             }
-            Err(why) => passed_over.push(why),
+            Err(e) => passed_over.push(format!("{}: {e}", path.display())),
         }
-    }
-    Err(NoSafePlace(passed_over))
-}
-
-/// Makes `dir` if needed and checks it is safe to keep code in.
-fn prepare(dir: &CacheDir) -> Result<(), String> {
-    let path = &dir.path;
-    let say = |why: &dyn std::fmt::Display| format!("{}: {why}", path.display());
-    let uid = create::effective_uid();
-    if let Some(parent) = path.parent().filter(|_| !dir.shared_parent) {
-        std::fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(parent)
-            .map_err(|e| say(&e))?;
-        let meta = std::fs::metadata(parent).map_err(|e| say(&e))?;
-        let mode = meta.permissions().mode();
-        if (meta.uid() != uid && meta.uid() != 0) || (mode & 0o022 != 0 && mode & 0o1000 == 0) {
-            return Err(say(&format!(
-                "{} may be changed by another user",
-                parent.display()
-            )));
-        }
-    }
-    match std::fs::DirBuilder::new().mode(0o700).create(path) {
-        Ok(()) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-        Err(e) => return Err(say(&e)),
-    }
-    let meta = std::fs::symlink_metadata(path).map_err(|e| say(&e))?;
-    let others = if dir.shared_parent { 0o077 } else { 0o022 };
-    if meta.file_type().is_symlink() || !meta.is_dir() {
-        return Err(say(&"not a directory (a link is never followed)"));
-    }
-    if meta.uid() != uid {
-        return Err(say(&format!("belongs to user {}, not {uid}", meta.uid())));
-    }
-    if meta.permissions().mode() & others != 0 {
-        return Err(say(&format!(
-            "mode {:o} lets others in",
-            meta.permissions().mode() & 0o777
-        )));
-    }
-    match file::is_noexec_mount(path) {
-        Ok(false) => Ok(()),
-        Ok(true) => Err(say(
-            &"on a noexec mount: the loader could not map the library",
-        )),
-        Err(e) => Err(say(&e)),
+        // The places after the one that could not take the file.
+        let next = rest
+            .iter()
+            .position(|d| d.path == chosen.path)
+            .map_or(rest.len(), |i| i + 1);
+        rest = &rest[next..];
     }
 }
 
@@ -249,34 +163,10 @@ fn place(path: &Path, bytes: &[u8]) -> std::io::Result<bool> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::unix::fs::DirBuilderExt;
 
     fn private(path: PathBuf) -> CacheDir {
-        CacheDir {
-            path,
-            shared_parent: false,
-        }
-    }
-
-    #[test]
-    fn candidates_prefer_the_users_cache() {
-        let c = candidates(
-            Some(OsStr::new("/x/cache")),
-            Some(OsStr::new("/home/u")),
-            Path::new("/tmp"),
-            1000,
-        );
-        let paths: Vec<&Path> = c.iter().map(|d| d.path.as_path()).collect();
-        assert_eq!(
-            paths,
-            [
-                Path::new("/x/cache/pagewise"),
-                Path::new("/home/u/.cache/pagewise"),
-                Path::new("/tmp/pagewise-1000")
-            ]
-        );
-        assert!(c[2].shared_parent);
-        let c = candidates(Some(OsStr::new("relative")), None, Path::new("/tmp"), 0);
-        assert_eq!(c.len(), 1);
+        CacheDir::private(path)
     }
 
     #[test]
@@ -360,40 +250,34 @@ mod tests {
             .is_symlink());
     }
 
+    /// Places are chosen as every cache chooses them (an unsafe one is
+    /// passed over, see `user_cache`), and a safe place where the file
+    /// cannot be written is passed over too, with why.
     #[test]
-    fn unsafe_directories_are_passed_over_with_a_reason() {
+    fn a_place_that_cannot_take_the_file_is_passed_over() {
         let root = tempfile::tempdir().unwrap();
-        // A link where the directory should be.
-        let elsewhere = root.path().join("elsewhere");
-        std::fs::create_dir(&elsewhere).unwrap();
-        let linked = root.path().join("linked");
-        std::os::unix::fs::symlink(&elsewhere, &linked).unwrap();
-        // A directory others can write to.
         let open = root.path().join("open");
         std::fs::create_dir(&open).unwrap();
         std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o777)).unwrap();
-        // In a shared temporary directory, a directory others can enter.
-        let shared = root.path().join("pagewise-shared");
-        std::fs::create_dir(&shared).unwrap();
-        std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let blocked = root.path().join("blocked");
+        // A directory where the library's file should go.
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(blocked.join("lib.so"))
+            .unwrap();
         let good = private(root.path().join("good"));
-        let dirs = [
-            private(linked),
-            private(open),
-            CacheDir {
-                path: shared,
-                shared_parent: true,
-            },
-            good.clone(),
-        ];
+        let dirs = [private(open), private(blocked), good.clone()];
         let got = install(b"library", "lib.so", &dirs).unwrap();
         assert_eq!(got.path, good.path.join("lib.so"));
-        assert_eq!(got.passed_over.len(), 3, "{:?}", got.passed_over);
-        assert!(got.passed_over[0].contains("link"), "{:?}", got.passed_over);
-        assert!(got.passed_over[1].contains("lets others in"));
-        assert!(got.passed_over[2].contains("lets others in"));
-        assert!(std::fs::read_dir(&elsewhere).unwrap().next().is_none());
-        let err = install(b"library", "lib.so", &dirs[..3]).unwrap_err();
-        assert_eq!(err.0.len(), 3);
+        assert_eq!(got.passed_over.len(), 2, "{:?}", got.passed_over);
+        assert!(got.passed_over[0].contains("writable by group or others"));
+        assert!(
+            got.passed_over[1].contains("blocked/lib.so"),
+            "{:?}",
+            got.passed_over
+        );
+        let err = install(b"library", "lib.so", &dirs[..2]).unwrap_err();
+        assert_eq!(err.0.len(), 2, "{:?}", err.0);
     }
 }

@@ -182,17 +182,46 @@ fn limits_advice(out: &mut Vec<Advice>, report: &MachineReport) {
             Some("sysctl vm.overcommit_memory=0".into()),
         );
     }
-    if let Some(soft) = report.limits.memlock_soft_bytes {
-        if !report.root && soft < 64 << 20 {
-            push(
-                out,
-                "regions",
-                format!(
-                    "RLIMIT_MEMLOCK is {} KiB: locked regions larger than that fail",
-                    soft >> 10
-                ),
-                Some("ulimit -l unlimited".into()),
-            );
-        }
+    if !report.root {
+        memlock_advice(out, &report.limits);
     }
+}
+
+/// The locked memory pagewise advises an unprivileged user to be allowed.
+const MEMLOCK_WANTED: u64 = 64 << 20;
+
+/// A soft `RLIMIT_MEMLOCK` below [`MEMLOCK_WANTED`], with the fix this user
+/// can apply: raise the soft limit to the hard one when that is enough, else
+/// have root raise the hard one (`ulimit -l` above it fails).
+fn memlock_advice(out: &mut Vec<Advice>, limits: &super::Limits) {
+    let Some(soft) = limits.memlock_soft_bytes.filter(|&s| s < MEMLOCK_WANTED) else {
+        return;
+    };
+    let kib = |b: u64| b >> 10;
+    let low = format!(
+        "RLIMIT_MEMLOCK is {} KiB: locked regions larger than that fail",
+        kib(soft)
+    );
+    let (finding, fix) = match (limits.memlock_hard_unlimited, limits.memlock_hard_bytes) {
+        (Some(true), _) => (low, "ulimit -l unlimited".to_owned()),
+        (Some(false), Some(hard)) if hard >= MEMLOCK_WANTED => (
+            format!("{low}; the hard limit allows {} KiB", kib(hard)),
+            format!("ulimit -l {}", kib(hard)),
+        ),
+        (Some(false), Some(hard)) => (
+            format!(
+                "{low}, and the hard limit ({} KiB) keeps this user from raising it: only root can",
+                kib(hard)
+            ),
+            "as root: prlimit --memlock=unlimited --pid PID for a running shell or process; \
+             for new logins `USER hard memlock unlimited` (and `soft`) in \
+             /etc/security/limits.conf; for a systemd service LimitMEMLOCK=infinity"
+                .to_owned(),
+        ),
+        _ => (
+            format!("{low} (the hard limit was not read)"),
+            "ulimit -l unlimited (as root when the hard limit is lower)".to_owned(),
+        ),
+    };
+    push(out, "regions", finding, Some(fix));
 }

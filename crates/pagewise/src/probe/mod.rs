@@ -186,6 +186,11 @@ pub struct Limits {
     pub memlock_soft_bytes: Option<u64>,
     /// Whether the soft memlock limit is unlimited.
     pub memlock_unlimited: Option<bool>,
+    /// `RLIMIT_MEMLOCK` hard limit in bytes (the most this user may raise the
+    /// soft limit to); `None` with `memlock_hard_unlimited`.
+    pub memlock_hard_bytes: Option<u64>,
+    /// Whether the hard memlock limit is unlimited.
+    pub memlock_hard_unlimited: Option<bool>,
     /// `/proc/sys/vm/overcommit_memory`: 0 heuristic, 1 always, 2 strict.
     pub overcommit_memory: Option<i64>,
 }
@@ -334,6 +339,8 @@ impl MachineReport {
             Ok(limit) => {
                 self.limits.memlock_soft_bytes = limit.soft;
                 self.limits.memlock_unlimited = Some(limit.soft.is_none());
+                self.limits.memlock_hard_bytes = limit.hard;
+                self.limits.memlock_hard_unlimited = Some(limit.hard.is_none());
             }
             Err(e) => root.note("RLIMIT_MEMLOCK", e.to_string()),
         }

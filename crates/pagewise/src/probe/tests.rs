@@ -194,6 +194,56 @@ fn thp_never_and_no_tracefs_are_advised() {
     assert!(fixes.contains(&"sysctl vm.overcommit_memory=0"));
 }
 
+/// The memlock advice fits the limits the user has: `ulimit -l` up to the
+/// hard limit when that is enough, else what root must change (a `ulimit -l`
+/// above the hard limit fails for an unprivileged user).
+#[test]
+fn memlock_advice_fits_the_hard_limit() {
+    let dir = typical_tree();
+    let mut report = MachineReport::from_files(&SysRoot::at(dir.path()));
+    report.root = false;
+    let advice_for = |report: &mut MachineReport, soft: Option<u64>, hard: Option<u64>| {
+        report.limits = Limits {
+            memlock_soft_bytes: soft,
+            memlock_unlimited: Some(soft.is_none()),
+            memlock_hard_bytes: hard,
+            memlock_hard_unlimited: Some(hard.is_none()),
+            ..Limits::default()
+        };
+        advise(report)
+            .into_iter()
+            .find(|a| a.finding.contains("RLIMIT_MEMLOCK"))
+    };
+    let mib = |n: u64| Some(n << 20);
+    let fix = |a: Option<Advice>| a.and_then(|a| a.fix).unwrap_or_default();
+    assert_eq!(
+        fix(advice_for(&mut report, mib(8), None)),
+        "ulimit -l unlimited"
+    );
+    assert_eq!(
+        fix(advice_for(&mut report, mib(8), mib(128))),
+        "ulimit -l 131072"
+    );
+    let stuck = advice_for(&mut report, mib(8), mib(8)).unwrap();
+    assert!(stuck.finding.contains("hard limit (8192 KiB)"), "{stuck:?}");
+    let fix = stuck.fix.unwrap();
+    assert!(!fix.contains("ulimit"), "{fix}");
+    for needed in [
+        "as root",
+        "limits.conf",
+        "memlock",
+        "prlimit",
+        "LimitMEMLOCK=",
+    ] {
+        assert!(fix.contains(needed), "{needed} missing: {fix}");
+    }
+    // Enough already, or root: nothing to advise.
+    assert!(advice_for(&mut report, mib(64), mib(64)).is_none());
+    assert!(advice_for(&mut report, None, None).is_none());
+    report.root = true;
+    assert!(advice_for(&mut report, mib(8), mib(8)).is_none());
+}
+
 #[test]
 fn missing_files_are_reported_not_guessed() {
     let dir = typical_tree();

@@ -274,6 +274,30 @@ pub fn is_noexec_mount(path: &Path) -> SysResult<bool> {
     Ok(buf.f_flag & libc::ST_NOEXEC != 0)
 }
 
+/// Whether this process, by its effective user and group ids, may create
+/// entries in the directory `dir` (`faccessat(W_OK | X_OK, AT_EACCESS)`; a
+/// read-only mount says no). One system call.
+pub fn may_create_in(dir: &Path) -> SysResult<bool> {
+    let c_path = CString::new(dir.as_os_str().as_bytes()).map_err(|_| einval("faccessat"))?;
+    // SAFETY: c_path is NUL-terminated and lives through the call.
+    let rc = unsafe {
+        libc::faccessat(
+            libc::AT_FDCWD,
+            c_path.as_ptr(),
+            libc::W_OK | libc::X_OK,
+            libc::AT_EACCESS,
+        )
+    };
+    if rc == 0 {
+        return Ok(true);
+    }
+    let err = SysError::last("faccessat");
+    match err.source.raw_os_error() {
+        Some(libc::EACCES | libc::EROFS | libc::EPERM) => Ok(false),
+        _ => Err(err),
+    }
+}
+
 /// One event from an [`Inotify`] instance.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct InotifyEvent {

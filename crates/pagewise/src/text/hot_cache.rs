@@ -158,12 +158,20 @@ mod tests {
         let object = dir.path().join("prog");
         std::fs::write(&object, "x").unwrap();
         let profile = profile_of(dir.path(), &object, 0x1000);
-        let (hot, source) = hot_pages(&profile, &[], Err(UserCacheError::NoDirectory)).unwrap();
+        let (hot, source) = hot_pages(
+            &profile,
+            &[],
+            Err(UserCacheError::NoUsableDirectory(vec!["/x: denied".into()])),
+        )
+        .unwrap();
         assert_eq!(hot[0].addresses, [0x1000]);
         let HotSource::NotSaved(why) = source else {
             panic!("{source:?}")
         };
-        assert!(why.contains("no cache directory"), "{why}");
+        assert!(
+            why.contains("no usable cache directory: /x: denied"),
+            "{why}"
+        );
     }
 
     #[test]

@@ -19,7 +19,7 @@
 use super::function_table::{self, LoadedSection, SectionKind};
 use super::perfmap::{self, PerfMapWriter};
 use crate::host::proc_maps::{self, MapsEntry};
-use crate::host::user_cache::{self, FileStamp, UserCacheError};
+use crate::host::user_cache::{self, FileStamp, Purpose, UserCacheError};
 use crate::host::{hugetlb, proc_tasks, thp};
 use crate::sys::dl::{self, LoadedObject};
 use crate::sys::text::{self, HugeKind, MoveStep};
@@ -675,7 +675,11 @@ fn moved_symbols_text(report: &RunReport) -> Result<(String, Vec<String>), Strin
             .iter()
             .map(|r| (r.start.wrapping_sub(r.bias), r.end.wrapping_sub(r.bias)))
             .collect();
-        let (lines, not_cached) = moved_symbols(object, &link_time, user_cache::directory())?;
+        let (lines, not_cached) = moved_symbols(
+            object,
+            &link_time,
+            user_cache::directory(Purpose::Write).map(|c| c.path),
+        )?;
         perfmap::rebase_into(&mut text, &lines, bias);
         if let Some(why) = not_cached {
             notes.push(format!("{object}'s functions not cached: {why}"));
@@ -969,9 +973,16 @@ mod tests {
         assert!(names.contains(&"other.json".to_owned()), "{names:?}");
         assert_eq!(names.len(), 2, "{names:?}");
         // No cache: the lines still come, with the reason they were not cached.
-        let (lines, why) = moved_symbols(exe, &ranges, Err(UserCacheError::NoDirectory)).unwrap();
+        let (lines, why) = moved_symbols(
+            exe,
+            &ranges,
+            Err(UserCacheError::NoUsableDirectory(vec!["/x: denied".into()])),
+        )
+        .unwrap();
         assert_eq!(lines, first);
-        assert!(why.unwrap().contains("no cache directory"));
+        assert!(why
+            .unwrap()
+            .contains("no usable cache directory: /x: denied"));
         // Rebased by the load bias.
         let mut text = String::new();
         perfmap::rebase_into(&mut text, "10 4 marker_a\n", 0x1000);

@@ -102,26 +102,55 @@ pub enum ProfileError {
         /// What is wrong.
         reason: String,
     },
+    /// Weighted or merged, the sample counts would add up to more than
+    /// 2^64 − 1, which no profile holds (pagewise's format refuses it).
+    #[error("{path}: {reason}")]
+    TooManySamples {
+        /// The file (and its weight) whose samples passed the limit.
+        path: String,
+        /// How.
+        reason: String,
+    },
 }
+
+/// Sample counts that would add up to more than 2^64 − 1: a profile holds at
+/// most that many in all, so every sum over it (pages, arcs, totals) is exact
+/// and what is written can be read back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("the sample counts add up to more than 2^64 - 1")]
+pub struct CountOverflow;
 
 const HEADER: &str = "# pagewise-profile 1";
 
 impl Profile {
-    /// Total sample weight (at most `u64::MAX`: sums saturate, never wrap).
+    /// Total sample weight (at most `u64::MAX`: sums saturate, never wrap;
+    /// only stacks set by hand can pass it, since reading, [`Profile::merge`]
+    /// and [`Profile::scale`] refuse to).
     pub fn total(&self) -> u64 {
-        self.stacks
-            .iter()
-            .fold(0u64, |sum, (w, _)| sum.saturating_add(*w))
+        self.checked_total().unwrap_or(u64::MAX)
     }
 
-    /// Adds another profile's stacks (merging by weight; a weight that would
-    /// pass `u64::MAX` stays there).
-    pub fn merge(&mut self, other: Profile) {
+    /// The exact total, or `None` above `u64::MAX`. One pass over the stacks.
+    fn checked_total(&self) -> Option<u64> {
+        self.stacks
+            .iter()
+            .try_fold(0u64, |sum, (w, _)| sum.checked_add(*w))
+    }
+
+    /// Adds another profile's stacks (merging by weight), unless the counts
+    /// of both would add up to more than 2^64 − 1: then nothing changes.
+    /// Costs a hash of every stack of both.
+    pub fn merge(&mut self, other: Profile) -> Result<(), CountOverflow> {
+        self.checked_total()
+            .zip(other.checked_total())
+            .and_then(|(a, b)| a.checked_add(b))
+            .ok_or(CountOverflow)?;
         if self.event.is_empty() {
             self.event = other.event;
         }
         self.stacks.extend(other.stacks);
         self.normalize();
+        Ok(())
     }
 
     /// Combines identical stacks and sorts by weight (heaviest first).
@@ -621,19 +650,40 @@ impl ProfileSource {
 
 impl Profile {
     /// Multiplies every stack's weight by `factor`, rounding; stacks that
-    /// round to 0 are dropped.
-    pub fn scale(&mut self, factor: f64) {
-        for (w, _) in &mut self.stacks {
-            *w = (*w as f64 * factor).round() as u64;
+    /// round to 0 are dropped. When a weight or the total would pass
+    /// 2^64 − 1 (or `factor` is NaN) nothing changes. One pass over the stacks.
+    pub fn scale(&mut self, factor: f64) -> Result<(), CountOverflow> {
+        // 2^64, exactly representable: a product at or above it does not fit.
+        const LIMIT: f64 = 18_446_744_073_709_551_616.0;
+        if factor == 1.0 {
+            // Exact, also for counts above 2^53 that a product would round.
+            return Ok(());
+        }
+        let mut total = 0u64;
+        let mut scaled = Vec::with_capacity(self.stacks.len());
+        for (w, _) in &self.stacks {
+            let x = (*w as f64 * factor).round();
+            if x.is_nan() || x >= LIMIT {
+                return Err(CountOverflow);
+            }
+            let x = x.max(0.0) as u64;
+            total = total.checked_add(x).ok_or(CountOverflow)?;
+            scaled.push(x);
+        }
+        for ((w, _), x) in self.stacks.iter_mut().zip(scaled) {
+            *w = x;
         }
         self.stacks.retain(|(w, _)| *w > 0);
+        Ok(())
     }
 }
 
 /// Reads and merges profiles, each weighted: with `normalize`, each is first
 /// scaled to the same total (the largest one's), so a host that sampled
 /// longer does not count more than its weight says. Notes name the file
-/// they are about.
+/// they are about. Weights that would make the counts add up to more than
+/// 2^64 − 1 are an error ([`ProfileError::TooManySamples`]), never a
+/// clamped count.
 pub fn merge_sources(
     sources: &[ProfileSource],
     normalize: bool,
@@ -648,23 +698,46 @@ pub fn merge_sources(
                 .iter()
                 .map(|n| format!("{}: {n}", source.path.display())),
         );
-        loaded.push((l.profile, source.weight));
+        loaded.push((l.profile, source));
     }
-    let largest = loaded.iter().map(|(p, _)| p.total()).max().unwrap_or(0) as f64;
+    let largest = loaded.iter().map(|(p, _)| p.total()).max().unwrap_or(0);
     let mut merged = Profile::default();
-    for (mut profile, weight) in loaded {
-        let total = profile.total().max(1) as f64;
+    for (mut profile, source) in loaded {
+        let total = profile.total();
         let factor = if normalize {
-            weight * largest / total
+            source.weight * largest as f64 / total.max(1) as f64
         } else {
-            weight
+            source.weight
         };
-        if factor != 1.0 {
-            profile.scale(factor);
-        }
-        merged.merge(profile);
+        let too_many = |how: &str| ProfileError::TooManySamples {
+            path: format!(
+                "{} (weight {})",
+                source.path.display(),
+                short(source.weight)
+            ),
+            reason: format!("{how} make more than 2^64 - 1; use smaller weights"),
+        };
+        profile.scale(factor).map_err(|_| {
+            too_many(&match normalize {
+                true => format!("its {total} samples, normalized to {largest} and weighted,"),
+                false => format!("its {total} samples, weighted,"),
+            })
+        })?;
+        merged
+            .merge(profile)
+            .map_err(|_| too_many("with the profiles before it, the weighted samples"))?;
     }
     Ok((merged, notes))
+}
+
+/// A weight as a user would type it: `3`, `0.5`, `4e18`.
+fn short(weight: f64) -> String {
+    let plain = weight.to_string();
+    if plain.len() > 12 {
+        format!("{weight:e}")
+    } else {
+        plain
+    }
 }
 
 #[cfg(test)]
@@ -856,6 +929,41 @@ mod tests {
         assert!(matches!(missing, Err(ProfileError::Read { .. })));
     }
 
+    /// Weights whose products pass 2^64 − 1, with or without normalizing:
+    /// a one-line error naming the file and its weight, not a clamped count
+    /// (which pagewise's own reader would then refuse).
+    #[test]
+    fn weights_that_pass_two_to_the_64_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("p");
+        std::fs::write(
+            &p,
+            "# pagewise-profile 1\nobject 0 /bin/app\nstack 3 0:10\nstack 2 0:20\n",
+        )
+        .unwrap();
+        let src = |weight| ProfileSource {
+            path: p.clone(),
+            weight,
+        };
+        for normalize in [false, true] {
+            // One fits: 5 samples × 3e18 = 1.5e19 < 2^64 ≈ 1.8e19; two do not.
+            let (one, _) = merge_sources(&[src(3e18)], normalize, &|_| None).unwrap();
+            assert_eq!(one.total(), 15_000_000_000_000_000_000);
+            let two = merge_sources(&[src(3e18), src(3e18)], normalize, &|_| None);
+            let Err(e @ ProfileError::TooManySamples { .. }) = two else {
+                panic!("{two:?}");
+            };
+            let e = e.to_string();
+            assert!(
+                e.contains("p (weight 3e18): with the profiles before it"),
+                "{e}"
+            );
+            assert!(!e.contains('\n'), "{e}");
+            let huge = merge_sources(&[src(1e308)], normalize, &|_| None).unwrap_err();
+            assert!(huge.to_string().contains("its 5 samples"), "{huge}");
+        }
+    }
+
     #[test]
     fn binary_garbage_is_an_error_not_a_panic() {
         let dir = tempfile::tempdir().unwrap();
@@ -914,23 +1022,62 @@ mod tests {
             }
         }
 
-        /// Weighting scales sample counts and drops those that round to 0;
-        /// a weight that would pass 2^64 stays at 2^64 − 1, and totals never wrap.
+        /// Weighting scales sample counts exactly (as rounded products) and
+        /// drops those that round to 0, or refuses and changes nothing when a
+        /// count or the total would pass 2^64 − 1; merging adds exactly or
+        /// refuses the same way. Whatever is kept writes out and reads back
+        /// unchanged: no profile pagewise makes is one it cannot read.
         #[test]
-        fn weights_never_wrap(counts in proptest::collection::vec(prop_oneof![1u64..1000, u64::MAX - 3..=u64::MAX], 1..6), factor in prop_oneof![1e-30f64..1.0, 1.0f64..1e30, Just(f64::MAX)]) {
+        fn weights_and_merges_are_exact_or_refused(
+            counts in proptest::collection::vec(prop_oneof![1u64..1000, 1u64 << 60..1 << 62, u64::MAX - 3..=u64::MAX], 1..6),
+            factor in prop_oneof![1e-30f64..1.0, 1.0f64..1e30, Just(f64::MAX), Just(1.0), Just(4e18)],
+        ) {
+            // As read, a profile holds at most 2^64 − 1 samples.
+            let mut sum = 0u64;
+            let counts: Vec<u64> = counts.into_iter().map_while(|w| {
+                sum = sum.checked_add(w)?;
+                Some(w)
+            }).collect();
             let mut p = Profile {
                 event: "cpu-clock".into(),
                 stacks: counts.iter().enumerate().map(|(i, &w)| (w, vec![Location::Unknown(i as u64)])).collect(),
             };
-            p.scale(factor);
-            for (w, _) in &p.stacks {
-                prop_assert!(*w > 0);
+            let before = p.clone();
+            let products: Vec<f64> = counts.iter().map(|&w| (w as f64 * factor).round()).collect();
+            match p.scale(factor) {
+                // Exact: nothing is rounded.
+                Ok(()) if factor == 1.0 => prop_assert_eq!(&p, &before),
+                Ok(()) => {
+                    prop_assert!(products.iter().all(|&x| x < 18_446_744_073_709_551_616.0));
+                    let kept: Vec<u64> = products.iter().map(|&x| x as u64).filter(|&x| x > 0).collect();
+                    let got: Vec<u64> = p.stacks.iter().map(|(w, _)| *w).collect();
+                    prop_assert_eq!(got, kept);
+                    prop_assert!(p.checked_total().is_some());
+                }
+                Err(CountOverflow) => {
+                    let exact: f64 = products.iter().sum();
+                    prop_assert!(factor != 1.0 && exact >= 18_446_744_073_709_551_615.0, "{exact}");
+                    prop_assert_eq!(&p, &before);
+                }
             }
-            let exact: u128 = p.stacks.iter().map(|(w, _)| u128::from(*w)).sum();
-            prop_assert_eq!(u128::from(p.total()), exact.min(u128::from(u64::MAX)));
+            let sum = u128::from(p.total()) * 2;
             let mut merged = p.clone();
-            merged.merge(p);
-            prop_assert!(merged.total() >= merged.stacks.first().map_or(0, |s| s.0));
+            match merged.merge(p.clone()) {
+                Ok(()) => prop_assert_eq!(u128::from(merged.total()), sum),
+                Err(CountOverflow) => {
+                    prop_assert!(sum > u128::from(u64::MAX));
+                    prop_assert_eq!(&merged, &p);
+                }
+            }
+            for kept in [p, merged] {
+                if !kept.stacks.is_empty() {
+                    let back = Profile::parse(&kept.to_text(), "back")
+                        .map_err(|e| TestCaseError::fail(format!("written, then refused: {e}")))?;
+                    let mut kept = kept;
+                    kept.normalize();
+                    prop_assert_eq!(back, kept);
+                }
+            }
         }
 
         #[test]
