@@ -14,6 +14,8 @@ pub struct ProcStat {
     pub stime_ticks: u64,
     /// Number of threads.
     pub threads: u64,
+    /// When the process started, in clock ticks since boot.
+    pub start_ticks: u64,
 }
 
 /// Parses `/proc/PID/stat`. The command name (field 2) may hold spaces and
@@ -29,6 +31,7 @@ pub fn parse(text: &str) -> Option<ProcStat> {
         utime_ticks: get(14)?,
         stime_ticks: get(15)?,
         threads: get(20)?,
+        start_ticks: get(22)?,
     })
 }
 
@@ -36,6 +39,24 @@ pub fn parse(text: &str) -> Option<ProcStat> {
 /// does not parse. One read of the file.
 pub fn read(pid: i32) -> Option<ProcStat> {
     parse(&std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
+}
+
+/// When process `pid` started, as wall-clock time: its start in ticks
+/// since boot (`/proc/PID/stat`) plus the boot time (`btime` in
+/// `/proc/stat`, whole seconds, so within a second). `None` when either
+/// cannot be read. Two small file reads.
+pub fn started_at(pid: i32) -> Option<std::time::SystemTime> {
+    let start = read(pid)?.start_ticks;
+    let stat = std::fs::read_to_string("/proc/stat").ok()?;
+    let boot: u64 = stat
+        .lines()
+        .find_map(|l| l.strip_prefix("btime "))?
+        .trim()
+        .parse()
+        .ok()?;
+    let ticks = crate::sys::process::clock_ticks_per_second();
+    let since_boot = std::time::Duration::from_nanos(start.saturating_mul(1_000_000_000) / ticks);
+    Some(std::time::UNIX_EPOCH + std::time::Duration::from_secs(boot) + since_boot)
 }
 
 #[cfg(test)]
@@ -53,7 +74,19 @@ mod tests {
         assert_eq!(s.utime_ticks, 7);
         assert_eq!(s.stime_ticks, 61);
         assert_eq!(s.threads, 1);
+        assert_eq!(s.start_ticks, 12345);
         assert_eq!(parse("garbage"), None);
+    }
+
+    #[test]
+    fn this_process_started_in_the_last_hour_and_before_now() {
+        let started = started_at(std::process::id() as i32).expect("our own start time");
+        let now = std::time::SystemTime::now();
+        // btime is whole seconds: allow one.
+        assert!(started <= now + std::time::Duration::from_secs(1));
+        assert!(
+            now.duration_since(started).unwrap_or_default() < std::time::Duration::from_secs(3600)
+        );
     }
 
     #[test]

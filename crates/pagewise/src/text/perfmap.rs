@@ -130,9 +130,10 @@ impl PerfMapWriter {
     }
 
     /// Writes the map of `pid`: a new file, or a replacement of the one this
-    /// writer wrote for `pid` before. Fails with `AlreadyExists` when another
-    /// file is at the name (left as it is). Cost: one file of about 40 bytes
-    /// per symbol, two or three system calls around it.
+    /// writer wrote for `pid` before, or of a stale one (see
+    /// [`stale_map`]). Fails with `AlreadyExists` when another file is at the
+    /// name (left as it is). Cost: one file of about 40 bytes per symbol,
+    /// two or three system calls around it.
     pub fn write(&mut self, pid: u32, symbols: &[Symbol]) -> std::io::Result<()> {
         let mut text = String::new();
         for s in symbols {
@@ -145,7 +146,7 @@ impl PerfMapWriter {
     pub fn write_text(&mut self, pid: u32, text: &str) -> std::io::Result<()> {
         use std::os::unix::fs::MetadataExt;
         let path = self.path(pid);
-        let replace = self.still_ours(pid, &path);
+        let replace = self.still_ours(pid, &path) || stale_map(&path, pid);
         let new = if replace {
             NewFile::beside(&path, 0o644)
         } else {
@@ -176,6 +177,31 @@ impl PerfMapWriter {
         }
         Ok(())
     }
+}
+
+/// Whether `path` holds a map left by an earlier process that had the pid
+/// `pid` (pids are reused, and maps stay in `/tmp` after their process for
+/// profilers to read): a regular file of this user with one link, last
+/// written before process `pid` started. A profiler would name the new
+/// process's code with the old one's symbols, so such a map is replaced;
+/// anything else (another user's file, a link, a map of the running
+/// process) is left alone. One `lstat` and two small `/proc` reads.
+pub fn stale_map(path: &Path, pid: u32) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(meta) = std::fs::symlink_metadata(path) else {
+        return false;
+    };
+    let Some(started) = crate::host::proc_stat::started_at(pid as i32) else {
+        return false;
+    };
+    let Ok(written) = meta.modified() else {
+        return false;
+    };
+    // `started` is known to within a second (the boot time is whole seconds).
+    meta.file_type().is_file()
+        && meta.uid() == crate::sys::create::effective_uid()
+        && meta.nlink() == 1
+        && written + std::time::Duration::from_secs(2) < started
 }
 
 #[cfg(test)]
@@ -233,6 +259,38 @@ mod tests {
         // No temporary file is left behind.
         let names = crate::sys::file::names_in(dir.path());
         assert!(names.iter().all(|n| !n.starts_with('.')), "{names:?}");
+    }
+
+    #[test]
+    fn a_map_older_than_its_process_is_stale_and_replaced() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut writer = PerfMapWriter::in_dir(dir.path());
+        let me = std::process::id();
+        let path = writer.path(me);
+        let an_hour_ago = std::time::SystemTime::now() - std::time::Duration::from_secs(3600);
+        // Written now, while this process runs: its own, left alone.
+        std::fs::write(&path, "current\n").unwrap();
+        assert!(!stale_map(&path, me));
+        let err = writer.write(me, &one("main")).unwrap_err();
+        assert_eq!(err.kind(), std::io::ErrorKind::AlreadyExists);
+        // Written before this process started: an earlier process with this pid.
+        std::fs::File::options()
+            .write(true)
+            .open(&path)
+            .unwrap()
+            .set_modified(an_hour_ago)
+            .unwrap();
+        assert!(stale_map(&path, me));
+        // With a second link it may be someone's file: left alone.
+        let other = dir.path().join("other");
+        std::fs::hard_link(&path, &other).unwrap();
+        assert!(!stale_map(&path, me));
+        std::fs::remove_file(&other).unwrap();
+        writer.write(me, &one("main")).unwrap();
+        assert_eq!(
+            PerfMap::read(&path).unwrap().lookup(0x400010).unwrap().name,
+            "main"
+        );
     }
 
     #[test]
