@@ -48,6 +48,16 @@ pub fn usage_error(err: clap::Error) -> ExitCode {
     }
 }
 
+/// A usage error clap cannot see (a combination of options it cannot
+/// express), printed and numbered like the ones it finds: one line on
+/// stderr, exit status 2.
+pub fn usage(message: &str) -> ExitCode {
+    usage_error(clap::Error::raw(
+        clap::error::ErrorKind::ArgumentConflict,
+        format!("{message}\n"),
+    ))
+}
+
 /// The first paragraph of a clap error on one line: clap puts the missing
 /// arguments on indented lines after "the following required arguments were
 /// not provided:".

@@ -51,10 +51,10 @@ pub struct StatArgs {
     #[arg(long, value_name = "PID", conflicts_with = "command",
           value_parser = clap::value_parser!(i32).range(1..))]
     pid: Option<i32>,
-    /// With --pid: seconds to observe it (at most a day).
-    #[arg(long, value_name = "N", requires = "pid", default_value_t = 10.0,
+    /// With --pid: seconds to observe it (default 10, at most a day).
+    #[arg(long, value_name = "N", requires = "pid",
           value_parser = crate::args::seconds_up_to(crate::args::MAX_WINDOW_SECONDS))]
-    seconds: f64,
+    seconds: Option<f64>,
     /// How many call sites to list.
     #[arg(long, value_name = "N", default_value_t = 10,
           value_parser = clap::value_parser!(u32).range(1..=10_000))]
@@ -64,12 +64,21 @@ pub struct StatArgs {
     command: Vec<OsString>,
 }
 
+/// Why `--seconds` without `--pid` is refused. clap's `requires` cannot say
+/// it: `--pid` conflicts with CMD, and clap takes a required argument that
+/// conflicts with one present as satisfied.
+pub const SECONDS_WITHOUT_PID: &str =
+    "--seconds applies only with --pid (a command runs until it exits)";
+
 /// Runs `pagewise stat`; the exit status is the command's.
 pub fn run(args: &StatArgs) -> anyhow::Result<ExitCode> {
+    if args.pid.is_none() && args.seconds.is_some() {
+        return Ok(crate::format::usage(SECONDS_WITHOUT_PID));
+    }
     let target = match args.pid {
         Some(pid) => Target::Pid {
             pid,
-            duration: Duration::from_secs_f64(args.seconds),
+            duration: Duration::from_secs_f64(crate::args::window_seconds(args.seconds)),
         },
         None => Target::Command(args.command.clone()),
     };

@@ -403,6 +403,21 @@ fn bad_input_gives_one_line() {
     one_line_error(&["stat", "--interval", "0", "--", "true"], 2, "interval");
 }
 
+/// `--seconds` is the window of `--pid`: with a command it is a usage error
+/// (status 2, one line), and the command does not run.
+#[test]
+fn seconds_without_pid_is_a_usage_error_and_runs_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let ran = dir.path().join("ran");
+    let script = format!("touch {}", ran.display());
+    one_line_error(
+        &["stat", "--seconds", "3", "--", "sh", "-c", &script],
+        2,
+        "--seconds applies only with --pid",
+    );
+    assert!(!ran.exists(), "the command ran");
+}
+
 #[test]
 fn without_tracefs_root_reads_the_tracepoints_through_a_private_mount() {
     let a = match fixture("first_touch") {

@@ -121,3 +121,26 @@ fn missing_command_exits_127() {
         1
     );
 }
+
+/// `--seconds` is the window of `--pid`: with a command it is a usage error
+/// (status 2, one line), and the command does not run.
+#[test]
+fn seconds_without_pid_is_a_usage_error_and_runs_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let ran = dir.path().join("ran");
+    let out = Command::cargo_bin("pagewise")
+        .unwrap()
+        .args(["text", "profile", "--seconds", "3", "-o"])
+        .arg(dir.path().join("p.profile"))
+        .args(["--", "sh", "-c"])
+        .arg(format!("touch {}", ran.display()))
+        .assert()
+        .code(2)
+        .get_output()
+        .clone();
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    assert!(err.contains("--seconds applies only with --pid"), "{err}");
+    assert!(!ran.exists(), "the command ran");
+    assert!(!dir.path().join("p.profile").exists());
+}
