@@ -6,8 +6,7 @@
 //! so the command's own stdout stays untouched.
 
 use crate::format::{bytes, table};
-use crate::output::errln;
-use pagewise::host::user_files;
+use crate::output::{errln, open_output};
 use pagewise::observe::{
     self,
     findings::count,
@@ -82,6 +81,10 @@ pub fn run(args: &StatArgs) -> anyhow::Result<ExitCode> {
         },
         None => Target::Command(args.command.clone()),
     };
+    // The files are made before anything runs: a bad path is an error now,
+    // not after the program ran (which would lose its status and the report).
+    let output = args.output.as_deref().map(open_output).transpose()?;
+    let flame = args.flame.as_deref().map(open_output).transpose()?;
     let options = StatOptions {
         target,
         sites: args.sites || args.flame.is_some(),
@@ -91,15 +94,23 @@ pub fn run(args: &StatArgs) -> anyhow::Result<ExitCode> {
     let report = match observe::stat(&options) {
         Ok(r) => r,
         Err(e) => {
+            if let Some(path) = &args.flame {
+                // Made before the run for nothing: no empty SVG is left behind.
+                let _ = std::fs::remove_file(path);
+            }
             errln!("pagewise: stat: {e}");
             return Ok(ExitCode::from(e.exit_code().clamp(1, 255) as u8));
         }
     };
     let mut notes = vec![];
-    if let Some(path) = &args.flame {
-        match write_flame(&report, path) {
+    if let (Some(path), Some(file)) = (&args.flame, flame) {
+        match write_flame(&report, file) {
             Ok(()) => notes.push(format!("flame graph of fault stacks: {}", path.display())),
-            Err(e) => notes.push(format!("no flame graph: {e}")),
+            Err(e) => {
+                // Made before the run for nothing: no empty SVG is left behind.
+                let _ = std::fs::remove_file(path);
+                notes.push(format!("no flame graph: {e}"));
+            }
         }
     }
     let text = if args.json {
@@ -107,10 +118,11 @@ pub fn run(args: &StatArgs) -> anyhow::Result<ExitCode> {
     } else {
         human(&report, &notes)
     };
-    match &args.output {
-        Some(path) => user_files::write_output(path, text.as_bytes())
+    match (output, &args.output) {
+        (Some(mut file), Some(path)) => file
+            .write_all(text.as_bytes())
             .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))?,
-        None => {
+        _ => {
             let _ = std::io::stderr().write_all(text.as_bytes());
         }
     }
@@ -124,7 +136,7 @@ pub fn run(args: &StatArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::from(status.clamp(0, 255) as u8))
 }
 
-fn write_flame(report: &StatReport, path: &std::path::Path) -> anyhow::Result<()> {
+fn write_flame(report: &StatReport, file: std::fs::File) -> anyhow::Result<()> {
     if report.folded_fault_stacks.is_empty() {
         anyhow::bail!("no fault stacks were sampled (see 'not measured')");
     }
@@ -136,8 +148,6 @@ fn write_flame(report: &StatReport, path: &std::path::Path) -> anyhow::Result<()
     let mut opts = inferno::flamegraph::Options::default();
     opts.title = "pagewise stat: page-fault stacks".to_owned();
     opts.count_name = "faults".to_owned();
-    let file = user_files::create_output(path)
-        .map_err(|e| anyhow::anyhow!("cannot create {}: {e}", path.display()))?;
     let mut w = std::io::BufWriter::new(file);
     inferno::flamegraph::from_lines(&mut opts, lines.iter().map(String::as_str), &mut w)
         .map_err(|e| anyhow::anyhow!("flame graph: {e}"))?;

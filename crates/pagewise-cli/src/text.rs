@@ -312,6 +312,8 @@ pub fn run_profile(args: &ProfileArgs) -> anyhow::Result<ExitCode> {
         },
         None => Target::Command(args.command.clone()),
     };
+    // Made before anything runs: a bad path is an error now, not after the run.
+    let mut output = crate::output::open_output(&args.output)?;
     if matches!(target, Target::Pid { .. }) {
         errln!(
             "pagewise: sampling process {} for {} s",
@@ -327,7 +329,7 @@ pub fn run_profile(args: &ProfileArgs) -> anyhow::Result<ExitCode> {
         }
         Err(e) => return Err(e.into()),
     };
-    user_files::write_output(&args.output, sampled.profile.to_text().as_bytes())
+    std::io::Write::write_all(&mut output, sampled.profile.to_text().as_bytes())
         .with_context(|| format!("cannot write {}", args.output.display()))?;
     errln!(
         "pagewise: {} samples in {} distinct stacks written to {}{}",

@@ -403,6 +403,33 @@ fn bad_input_gives_one_line() {
     one_line_error(&["stat", "--interval", "0", "--", "true"], 2, "interval");
 }
 
+/// An output path that cannot be written (`-o` in a missing directory, `-o`
+/// naming a directory, `--flame` likewise) is one line and status 1 before
+/// the command starts: the command does not run, so its status and the
+/// report are not lost after the fact.
+#[test]
+fn unwritable_output_paths_fail_before_the_command_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let ran = dir.path().join("ran");
+    let script = format!("touch {}; exit 3", ran.display());
+    let missing = dir.path().join("missing/report.txt");
+    let missing_svg = dir.path().join("missing/faults.svg");
+    let here = dir.path().to_str().unwrap();
+    for (option, path) in [
+        ("-o", missing.to_str().unwrap()),
+        ("-o", here),
+        ("--flame", missing_svg.to_str().unwrap()),
+        ("--flame", here),
+    ] {
+        one_line_error(
+            &["stat", option, path, "--", "sh", "-c", &script],
+            1,
+            &format!("cannot write {path}"),
+        );
+        assert!(!ran.exists(), "stat {option} {path}: the command ran");
+    }
+}
+
 /// `--seconds` is the window of `--pid`: with a command it is a usage error
 /// (status 2, one line), and the command does not run.
 #[test]
