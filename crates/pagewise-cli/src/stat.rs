@@ -91,7 +91,15 @@ pub fn run(args: &StatArgs) -> anyhow::Result<ExitCode> {
         interval: Duration::from_millis(args.interval),
         site_limit: args.top as usize,
     };
-    let report = match observe::stat(&options) {
+    let progress = args.pid.map(|pid| {
+        crate::progress::WindowProgress::new(format!(
+            "observing process {pid} for {} s, then analysing",
+            crate::args::window_seconds(args.seconds)
+        ))
+    });
+    let report = observe::stat(&options);
+    drop(progress);
+    let report = match report {
         Ok(r) => r,
         Err(e) => {
             if let Some(path) = &args.flame {

@@ -627,6 +627,55 @@ fn attaching_to_a_running_process() {
     }
 }
 
+/// `stat --pid` shows what it is doing during its window on a terminal
+/// (stderr of `script(1)`'s pseudo-terminal), and nothing on a redirected
+/// stderr, where it would mix with the report.
+#[test]
+fn pid_window_shows_progress_on_a_terminal_only() {
+    if let Some(why) = pagewise_testkit::tool_missing("script") {
+        pagewise_testkit::skip!(Need::Tool, "{why}");
+    }
+    let mut child = std::process::Command::new("sleep")
+        .arg("30")
+        .spawn()
+        .unwrap();
+    let pid = child.id().to_string();
+    let dir = tempfile::tempdir().unwrap();
+    let report = dir.path().join("report.txt");
+    let bin = assert_cmd::cargo::cargo_bin("pagewise");
+    let stat = format!(
+        "{} stat --pid {pid} --seconds 1 -o {}",
+        bin.display(),
+        report.display()
+    );
+    let typescript = dir.path().join("typescript");
+    let on_terminal = std::process::Command::new("script")
+        .args(["-qfec", &stat])
+        .arg(&typescript)
+        .stdout(std::process::Stdio::null())
+        .status()
+        .unwrap();
+    let redirected = pagewise()
+        .args(["stat", "--pid", &pid, "--seconds", "1", "-o"])
+        .arg(&report)
+        .output()
+        .unwrap();
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(on_terminal.success());
+    let shown = String::from_utf8_lossy(&std::fs::read(&typescript).unwrap()).into_owned();
+    assert!(
+        shown.contains(&format!("observing process {pid} for 1 s")),
+        "{shown}"
+    );
+    assert!(redirected.status.success());
+    assert!(
+        redirected.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&redirected.stderr)
+    );
+}
+
 #[test]
 fn help_lists_the_options() {
     let out = pagewise()
