@@ -278,10 +278,17 @@ fn write_counts(out: &mut String, c: &Counts) {
     let _ = writeln!(out, "{t}");
 }
 
-/// User-mode faults by kind, with the samples behind the split.
+/// User-mode faults by kind, with the range and the samples behind each.
 fn write_fault_kinds(out: &mut String, k: &FaultKinds) {
     let total = k.total().max(1) as f64;
-    let mut t = table(&["user-mode faults by kind", "faults", "share", "samples"]);
+    let range_head = format!("range ({:.0}%)", k.confidence * 100.0);
+    let mut t = table(&[
+        "user-mode faults by kind",
+        "faults",
+        &range_head,
+        "share",
+        "counted",
+    ]);
     for (i, (name, n)) in [
         ("write to absent page (first touch)", k.write_absent),
         ("read of absent page", k.read_absent),
@@ -291,18 +298,37 @@ fn write_fault_kinds(out: &mut String, k: &FaultKinds) {
     .into_iter()
     .enumerate()
     {
+        let (low, high) = (k.low_by_kind[i], k.high_by_kind[i]);
         t.add_row(vec![
             name.into(),
-            format!("~{}", count(n)),
+            if k.exact {
+                count(n)
+            } else {
+                format!("~{}", count(n))
+            },
+            if low == high {
+                "exact".to_owned()
+            } else {
+                format!("{}–{}", count(low), count(high))
+            },
             format!("{:.1}%", n as f64 * 100.0 / total),
             count(k.samples_by_kind[i]),
         ]);
     }
-    let _ = writeln!(
-        out,
-        "\n{t}\ntotal exact; split estimated from {} sampled faults",
-        count(k.samples)
-    );
+    let how = if k.exact {
+        "every fault was counted by kind".to_owned()
+    } else {
+        format!(
+            "{} faults counted by kind in {} windows (the first 20 ms, then a short one at a \
+             random place in every cycle), the other {} split as those windows were; each range holds the true \
+             count with {:.0}% confidence",
+            count(k.samples),
+            count(k.windows),
+            count(k.total().saturating_sub(k.samples)),
+            k.confidence * 100.0
+        )
+    };
+    let _ = writeln!(out, "\n{t}\ntotal exact; {how}");
 }
 
 /// mmap, munmap, brk and madvise calls with their lengths.
