@@ -57,9 +57,12 @@ impl Env {
     pub fn explain(&self, err: &SysError) -> String {
         match err.errno() {
             Some(Errno::ACCES) | Some(Errno::PERM) => format!(
-                "not permitted ({}, {}): run as root, or lower kernel.perf_event_paranoid",
+                "not permitted ({}, {}): run as root, or let users other than root count \
+                 kernel events: `{}` ({})",
                 err,
-                self.paranoid_text()
+                self.paranoid_text(),
+                tracefs::KERNEL_EVENTS_FIX,
+                tracefs::KERNEL_EVENTS_ALTERNATIVE
             ),
             Some(Errno::NOENT) | Some(Errno::OPNOTSUPP) | Some(Errno::NODEV) => {
                 format!("not supported by this kernel or machine ({err})")
