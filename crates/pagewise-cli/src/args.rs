@@ -69,6 +69,17 @@ pub fn seconds_up_to(
 /// a day. The samples of the window are kept in memory until it ends.
 pub const MAX_WINDOW_SECONDS: f64 = 86_400.0;
 
+/// The observation window of `stat --pid` and `text profile --pid` when
+/// `--seconds` is not given.
+pub const DEFAULT_WINDOW_SECONDS: f64 = 10.0;
+
+/// The window `--seconds` asked for, else [`DEFAULT_WINDOW_SECONDS`]. The
+/// option has no clap default, so that clap refuses it without `--pid` (a
+/// default value would count as given and hide that).
+pub fn window_seconds(seconds: Option<f64>) -> f64 {
+    seconds.unwrap_or(DEFAULT_WINDOW_SECONDS)
+}
+
 /// The largest buffer a benchmark maps for one row: 64 GiB (several rows map
 /// two such buffers; beyond that the kernel refuses or the OOM killer ends
 /// the run).

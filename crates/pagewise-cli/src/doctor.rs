@@ -263,12 +263,12 @@ fn feature_rows(rows: &mut Rows, f: &Features) {
 /// perf access: paranoid level, tracefs, and each counter and tracepoint.
 fn perf_rows(rows: &mut Rows, p: &Perf) {
     add_row(rows, "perf", "perf_event_paranoid", or_unread(p.paranoid));
-    add_row(
-        rows,
-        "perf",
-        "tracefs",
-        p.tracefs.clone().unwrap_or_else(|| "not mounted".into()),
-    );
+    let tracefs = match (&p.tracefs, p.tracefs_readable) {
+        (None, _) => "not mounted".to_owned(),
+        (Some(point), Some(false)) => format!("{point} (not readable by this user)"),
+        (Some(point), _) => point.clone(),
+    };
+    add_row(rows, "perf", "tracefs", tracefs);
     probes(rows, "perf", &p.hardware);
     probes(rows, "perf", &p.software);
     probes(rows, "perf", &p.tracepoints);

@@ -62,6 +62,17 @@ pub fn exit_status(err: &OutputError) -> ExitCode {
     ExitCode::FAILURE
 }
 
+/// Creates (or truncates) `path` for a command's output file (`-o`,
+/// `--flame`) before the command does its work, so that a path that cannot
+/// be written is one error at once; the message names the path. One `open`
+/// and one `fstat` ([`user_files::create_output`]).
+///
+/// [`user_files::create_output`]: pagewise::host::user_files::create_output
+pub fn open_output(path: &std::path::Path) -> anyhow::Result<std::fs::File> {
+    pagewise::host::user_files::create_output(path)
+        .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))
+}
+
 /// `println!` to stdout, returning `Result<(), OutputError>` instead of panicking.
 macro_rules! outln {
     () => {

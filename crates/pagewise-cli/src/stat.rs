@@ -6,8 +6,7 @@
 //! so the command's own stdout stays untouched.
 
 use crate::format::{bytes, table};
-use crate::output::errln;
-use pagewise::host::user_files;
+use crate::output::{errln, open_output};
 use pagewise::observe::{
     self,
     findings::count,
@@ -51,10 +50,10 @@ pub struct StatArgs {
     #[arg(long, value_name = "PID", conflicts_with = "command",
           value_parser = clap::value_parser!(i32).range(1..))]
     pid: Option<i32>,
-    /// With --pid: seconds to observe it (at most a day).
-    #[arg(long, value_name = "N", requires = "pid", default_value_t = 10.0,
+    /// With --pid: seconds to observe it (default 10, at most a day).
+    #[arg(long, value_name = "N", requires = "pid",
           value_parser = crate::args::seconds_up_to(crate::args::MAX_WINDOW_SECONDS))]
-    seconds: f64,
+    seconds: Option<f64>,
     /// How many call sites to list.
     #[arg(long, value_name = "N", default_value_t = 10,
           value_parser = clap::value_parser!(u32).range(1..=10_000))]
@@ -64,33 +63,62 @@ pub struct StatArgs {
     command: Vec<OsString>,
 }
 
+/// Why `--seconds` without `--pid` is refused. clap's `requires` cannot say
+/// it: `--pid` conflicts with CMD, and clap takes a required argument that
+/// conflicts with one present as satisfied.
+pub const SECONDS_WITHOUT_PID: &str =
+    "--seconds applies only with --pid (a command runs until it exits)";
+
 /// Runs `pagewise stat`; the exit status is the command's.
 pub fn run(args: &StatArgs) -> anyhow::Result<ExitCode> {
+    if args.pid.is_none() && args.seconds.is_some() {
+        return Err(crate::format::usage(SECONDS_WITHOUT_PID));
+    }
     let target = match args.pid {
         Some(pid) => Target::Pid {
             pid,
-            duration: Duration::from_secs_f64(args.seconds),
+            duration: Duration::from_secs_f64(crate::args::window_seconds(args.seconds)),
         },
         None => Target::Command(args.command.clone()),
     };
+    // The files are made before anything runs: a bad path is an error now,
+    // not after the program ran (which would lose its status and the report).
+    let output = args.output.as_deref().map(open_output).transpose()?;
+    let flame = args.flame.as_deref().map(open_output).transpose()?;
     let options = StatOptions {
         target,
         sites: args.sites || args.flame.is_some(),
         interval: Duration::from_millis(args.interval),
         site_limit: args.top as usize,
     };
-    let report = match observe::stat(&options) {
+    let progress = args.pid.map(|pid| {
+        crate::progress::WindowProgress::new(format!(
+            "observing process {pid} for {} s, then analysing",
+            crate::args::window_seconds(args.seconds)
+        ))
+    });
+    let report = observe::stat(&options);
+    drop(progress);
+    let report = match report {
         Ok(r) => r,
         Err(e) => {
+            if let Some(path) = &args.flame {
+                // Made before the run for nothing: no empty SVG is left behind.
+                let _ = std::fs::remove_file(path);
+            }
             errln!("pagewise: stat: {e}");
             return Ok(ExitCode::from(e.exit_code().clamp(1, 255) as u8));
         }
     };
     let mut notes = vec![];
-    if let Some(path) = &args.flame {
-        match write_flame(&report, path) {
+    if let (Some(path), Some(file)) = (&args.flame, flame) {
+        match write_flame(&report, file) {
             Ok(()) => notes.push(format!("flame graph of fault stacks: {}", path.display())),
-            Err(e) => notes.push(format!("no flame graph: {e}")),
+            Err(e) => {
+                // Made before the run for nothing: no empty SVG is left behind.
+                let _ = std::fs::remove_file(path);
+                notes.push(format!("no flame graph: {e}"));
+            }
         }
     }
     let text = if args.json {
@@ -98,10 +126,11 @@ pub fn run(args: &StatArgs) -> anyhow::Result<ExitCode> {
     } else {
         human(&report, &notes)
     };
-    match &args.output {
-        Some(path) => user_files::write_output(path, text.as_bytes())
+    match (output, &args.output) {
+        (Some(mut file), Some(path)) => file
+            .write_all(text.as_bytes())
             .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))?,
-        None => {
+        _ => {
             let _ = std::io::stderr().write_all(text.as_bytes());
         }
     }
@@ -115,7 +144,7 @@ pub fn run(args: &StatArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::from(status.clamp(0, 255) as u8))
 }
 
-fn write_flame(report: &StatReport, path: &std::path::Path) -> anyhow::Result<()> {
+fn write_flame(report: &StatReport, file: std::fs::File) -> anyhow::Result<()> {
     if report.folded_fault_stacks.is_empty() {
         anyhow::bail!("no fault stacks were sampled (see 'not measured')");
     }
@@ -127,8 +156,6 @@ fn write_flame(report: &StatReport, path: &std::path::Path) -> anyhow::Result<()
     let mut opts = inferno::flamegraph::Options::default();
     opts.title = "pagewise stat: page-fault stacks".to_owned();
     opts.count_name = "faults".to_owned();
-    let file = user_files::create_output(path)
-        .map_err(|e| anyhow::anyhow!("cannot create {}: {e}", path.display()))?;
     let mut w = std::io::BufWriter::new(file);
     inferno::flamegraph::from_lines(&mut opts, lines.iter().map(String::as_str), &mut w)
         .map_err(|e| anyhow::anyhow!("flame graph: {e}"))?;
@@ -251,10 +278,17 @@ fn write_counts(out: &mut String, c: &Counts) {
     let _ = writeln!(out, "{t}");
 }
 
-/// User-mode faults by kind, with the samples behind the split.
+/// User-mode faults by kind, with the range and the samples behind each.
 fn write_fault_kinds(out: &mut String, k: &FaultKinds) {
     let total = k.total().max(1) as f64;
-    let mut t = table(&["user-mode faults by kind", "faults", "share", "samples"]);
+    let range_head = format!("range ({:.0}%)", k.confidence * 100.0);
+    let mut t = table(&[
+        "user-mode faults by kind",
+        "faults",
+        &range_head,
+        "share",
+        "counted",
+    ]);
     for (i, (name, n)) in [
         ("write to absent page (first touch)", k.write_absent),
         ("read of absent page", k.read_absent),
@@ -264,18 +298,37 @@ fn write_fault_kinds(out: &mut String, k: &FaultKinds) {
     .into_iter()
     .enumerate()
     {
+        let (low, high) = (k.low_by_kind[i], k.high_by_kind[i]);
         t.add_row(vec![
             name.into(),
-            format!("~{}", count(n)),
+            if k.exact {
+                count(n)
+            } else {
+                format!("~{}", count(n))
+            },
+            if low == high {
+                "exact".to_owned()
+            } else {
+                format!("{}–{}", count(low), count(high))
+            },
             format!("{:.1}%", n as f64 * 100.0 / total),
             count(k.samples_by_kind[i]),
         ]);
     }
-    let _ = writeln!(
-        out,
-        "\n{t}\ntotal exact; split estimated from {} sampled faults",
-        count(k.samples)
-    );
+    let how = if k.exact {
+        "every fault was counted by kind".to_owned()
+    } else {
+        format!(
+            "{} faults counted by kind in {} windows (the first 20 ms, then a short one at a \
+             random place in every cycle), the other {} split as those windows were; each range holds the true \
+             count with {:.0}% confidence",
+            count(k.samples),
+            count(k.windows),
+            count(k.total().saturating_sub(k.samples)),
+            k.confidence * 100.0
+        )
+    };
+    let _ = writeln!(out, "\n{t}\ntotal exact; {how}");
 }
 
 /// mmap, munmap, brk and madvise calls with their lengths.

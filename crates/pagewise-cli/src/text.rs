@@ -290,10 +290,10 @@ pub struct ProfileArgs {
     /// Profile this running process instead of starting a command.
     #[arg(long, conflicts_with = "command", value_parser = clap::value_parser!(i32).range(1..))]
     pid: Option<i32>,
-    /// With --pid: how long to sample, in seconds (at most a day).
-    #[arg(long, default_value_t = 10.0, requires = "pid",
+    /// With --pid: how long to sample, in seconds (default 10, at most a day).
+    #[arg(long, requires = "pid",
           value_parser = crate::args::seconds_up_to(crate::args::MAX_WINDOW_SECONDS))]
-    seconds: f64,
+    seconds: Option<f64>,
     /// The command to start and profile, after `--`.
     #[arg(last = true, value_name = "CMD", required_unless_present = "pid")]
     command: Vec<OsString>,
@@ -301,18 +301,24 @@ pub struct ProfileArgs {
 
 /// Samples a command or a process into a profile file; exits with the command's status.
 pub fn run_profile(args: &ProfileArgs) -> anyhow::Result<ExitCode> {
+    if args.pid.is_none() && args.seconds.is_some() {
+        return Err(crate::format::usage(crate::stat::SECONDS_WITHOUT_PID));
+    }
+    let seconds = crate::args::window_seconds(args.seconds);
     let target = match args.pid {
         Some(pid) => Target::Pid {
             pid,
-            duration: std::time::Duration::from_secs_f64(args.seconds),
+            duration: std::time::Duration::from_secs_f64(seconds),
         },
         None => Target::Command(args.command.clone()),
     };
+    // Made before anything runs: a bad path is an error now, not after the run.
+    let mut output = crate::output::open_output(&args.output)?;
     if matches!(target, Target::Pid { .. }) {
         errln!(
             "pagewise: sampling process {} for {} s",
             args.pid.unwrap_or(0),
-            args.seconds
+            seconds
         );
     }
     let sampled = match profile_sampler::sample_profile(&target, 1_000_000_000 / args.frequency) {
@@ -323,7 +329,7 @@ pub fn run_profile(args: &ProfileArgs) -> anyhow::Result<ExitCode> {
         }
         Err(e) => return Err(e.into()),
     };
-    user_files::write_output(&args.output, sampled.profile.to_text().as_bytes())
+    std::io::Write::write_all(&mut output, sampled.profile.to_text().as_bytes())
         .with_context(|| format!("cannot write {}", args.output.display()))?;
     errln!(
         "pagewise: {} samples in {} distinct stacks written to {}{}",

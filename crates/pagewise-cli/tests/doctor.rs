@@ -276,3 +276,128 @@ fn memlock_advice_fits_the_users_hard_limit() {
         }
     }
 }
+
+/// The JSON report of a run that succeeded.
+fn json_of(out: &std::process::Output) -> serde_json::Value {
+    assert!(
+        out.status.success(),
+        "stderr: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// The stat lines of doctor's advice in a `doctor --json` report, as
+/// (finding, fix).
+fn stat_advice(report: &serde_json::Value) -> Vec<(String, String)> {
+    report["advice"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|a| a["capability"] == "stat")
+        .map(|a| {
+            (
+                a["finding"].as_str().unwrap().to_owned(),
+                a["fix"].as_str().unwrap_or("").to_owned(),
+            )
+        })
+        .collect()
+}
+
+/// As root with tracefs not mounted (in a private mount namespace), doctor
+/// probes the tracepoints the way stat reads them (a private mount) and says
+/// that root needs nothing, and what other users need: not that stat cannot
+/// classify faults.
+#[test]
+fn without_tracefs_root_is_told_stat_mounts_it_privately() {
+    if !pagewise_testkit::is_root() {
+        pagewise_testkit::skip!(
+            pagewise_testkit::Need::Root,
+            "unmounting tracefs needs root"
+        );
+    }
+    if let Some(why) = pagewise_testkit::tool_missing("unshare") {
+        pagewise_testkit::skip!(pagewise_testkit::Need::Tool, "{why}");
+    }
+    let out = std::process::Command::new("unshare")
+        .args(["--mount", "--propagation", "private", "sh", "-c"])
+        .arg(
+            "grep -E ' (tracefs|debugfs) ' /proc/mounts | cut -d' ' -f2 | sort -r | \
+             while read m; do umount \"$m\" || exit 97; done; exec \"$@\"",
+        )
+        .arg("sh")
+        .arg(assert_cmd::cargo::cargo_bin("pagewise"))
+        .args(["doctor", "--json"])
+        .output()
+        .unwrap();
+    let v = json_of(&out);
+    assert!(v["perf"]["tracefs"].is_null(), "{:#}", v["perf"]);
+    for t in v["perf"]["tracepoints"].as_array().unwrap() {
+        assert_eq!(t["status"], "works", "{t:#}");
+        assert!(
+            t["detail"].as_str().unwrap().contains("private mount"),
+            "{t:#}"
+        );
+    }
+    let advice = stat_advice(&v);
+    let (finding, fix) = advice
+        .iter()
+        .find(|(f, _)| f.contains("tracefs"))
+        .unwrap_or_else(|| panic!("no tracefs advice: {advice:?}"));
+    assert!(
+        finding.contains("private mount") && finding.contains("root needs nothing"),
+        "{finding}"
+    );
+    assert!(!finding.contains("cannot classify"), "{finding}");
+    assert!(
+        fix.contains("mount -t tracefs -o gid=") && fix.contains(",mode=0750 nodev"),
+        "{fix}"
+    );
+}
+
+/// As the user nobody with tracefs mounted plainly (root's alone, mode
+/// 0700), doctor says so and gives the remount that lets nobody's group read
+/// it, and (perf_event_paranoid 2) the setting that lets it count the fault
+/// kinds: what was found to work for nobody on this kernel.
+#[test]
+fn unprivileged_is_told_how_to_read_tracefs_and_count_kernel_events() {
+    let (_dir, bin) = match common::binary_for_nobody() {
+        Ok(found) => found,
+        Err((need, why)) => pagewise_testkit::skip!(need, "{why}"),
+    };
+    let root_only = pagewise_testkit::tracefs_mounted()
+        && std::fs::metadata("/sys/kernel/tracing")
+            .is_ok_and(|m| std::os::unix::fs::PermissionsExt::mode(&m.permissions()) & 0o077 == 0);
+    if !root_only {
+        pagewise_testkit::skip!(
+            pagewise_testkit::Need::Tracefs,
+            "tracefs is not mounted here for root alone (mode 0700), the state this checks"
+        );
+    }
+    let v = json_of(
+        &common::as_nobody(&bin, &["doctor", "--json"])
+            .output()
+            .unwrap(),
+    );
+    assert_eq!(v["perf"]["tracefs_readable"], false, "{:#}", v["perf"]);
+    let fixes: Vec<String> = stat_advice(&v).into_iter().map(|a| a.1).collect();
+    assert!(
+        fixes.contains(&"mount -o remount,gid=65534,mode=0750 /sys/kernel/tracing".to_owned()),
+        "{fixes:?}"
+    );
+    let paranoid: i64 = std::fs::read_to_string("/proc/sys/kernel/perf_event_paranoid")
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    if paranoid > 1 {
+        assert!(
+            fixes.contains(&"sysctl kernel.perf_event_paranoid=1".to_owned()),
+            "{fixes:?}"
+        );
+    }
+    assert!(
+        !fixes.iter().any(|f| f.contains("paranoid=-1")),
+        "{fixes:?}"
+    );
+}

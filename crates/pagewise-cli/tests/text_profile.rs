@@ -121,3 +121,58 @@ fn missing_command_exits_127() {
         1
     );
 }
+
+/// Runs `pagewise text profile OPTIONS -- sh -c 'touch ran; exit 3'` and
+/// checks that it was refused before the command ran: status `code`, one
+/// line on stderr containing `needle`, no `ran` file.
+fn refused_before_running(options: &[&std::ffi::OsStr], code: i32, needle: &str) {
+    let dir = tempfile::tempdir().unwrap();
+    let ran = dir.path().join("ran");
+    let out = Command::cargo_bin("pagewise")
+        .unwrap()
+        .args(["text", "profile"])
+        .args(options)
+        .args(["--", "sh", "-c"])
+        .arg(format!("touch {}; exit 3", ran.display()))
+        .assert()
+        .code(code)
+        .get_output()
+        .clone();
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    assert!(err.contains(needle), "{options:?}: {err}");
+    assert!(!ran.exists(), "{options:?}: the command ran");
+}
+
+/// `--seconds` is the window of `--pid`: with a command it is a usage error
+/// (status 2, one line), and the command does not run.
+#[test]
+fn seconds_without_pid_is_a_usage_error_and_runs_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let output = dir.path().join("p.profile");
+    refused_before_running(
+        &[
+            "--seconds".as_ref(),
+            "3".as_ref(),
+            "-o".as_ref(),
+            output.as_ref(),
+        ],
+        2,
+        "--seconds applies only with --pid",
+    );
+    assert!(!output.exists());
+}
+
+/// An `-o` path that cannot be written (in a missing directory, or a
+/// directory) is one line and status 1 before the command starts.
+#[test]
+fn unwritable_output_fails_before_the_command_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    for path in [dir.path().join("missing/p.profile"), dir.path().to_owned()] {
+        refused_before_running(
+            &["-o".as_ref(), path.as_ref()],
+            1,
+            &format!("cannot write {}", path.display()),
+        );
+    }
+}

@@ -104,6 +104,43 @@ pub fn live_tracepoint_id(name: &str) -> Result<u64, String> {
 /// kernel creates for it.
 pub const DEFAULT_MOUNT_POINT: &str = "/sys/kernel/tracing";
 
+/// The `perf_event_paranoid` level at which a user other than root may count
+/// kernel events: the fault kinds (`exceptions:page_fault_user` fires in the
+/// kernel), faults inside system calls and kernel samples. The rest of what
+/// `stat` opens is allowed at 2, the usual default: user-mode counters and
+/// samples, and the `syscalls` tracepoints of one's own processes.
+pub const UNPRIVILEGED_PARANOID: i64 = 1;
+
+/// The command that lets users other than root count kernel events.
+pub const KERNEL_EVENTS_FIX: &str = "sysctl kernel.perf_event_paranoid=1";
+
+/// The alternative to [`KERNEL_EVENTS_FIX`] that lowers no limit for other
+/// programs.
+pub const KERNEL_EVENTS_ALTERNATIVE: &str =
+    "or give the pagewise binary CAP_PERFMON: `setcap cap_perfmon+ep PATH`";
+
+/// The command (for root) that lets the members of group `gid` read
+/// tracefs: a mount with `gid=` and mode 0750 where it is not mounted, a
+/// remount where it is (mounted plainly, it is root's alone: mode 0700, files
+/// 0440 of group root). `None` names a group `tracing`, made if missing. The
+/// options belong to tracefs's one superblock, so they hold for every mount
+/// of it. Builds a string.
+pub fn group_access_command(mounted_at: Option<&str>, gid: Option<u32>) -> String {
+    let (make, gid) = match gid {
+        Some(gid) => ("", gid.to_string()),
+        None => (
+            "groupadd -f tracing && ",
+            "$(getent group tracing | cut -d: -f3)".to_owned(),
+        ),
+    };
+    match mounted_at {
+        Some(point) => format!("{make}mount -o remount,gid={gid},mode=0750 {point}"),
+        None => {
+            format!("{make}mount -t tracefs -o gid={gid},mode=0750 nodev {DEFAULT_MOUNT_POINT}")
+        }
+    }
+}
+
 /// How tracepoint ids and formats were read.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Access {
@@ -168,12 +205,14 @@ impl Tracepoints {
     }
 }
 
-/// Why reading `path` failed, in words with what to do.
-fn read_error(path: &str, source: &std::io::Error) -> String {
+/// Why reading `path` under tracefs (mounted at `point`) failed, in words
+/// with what to do.
+fn read_error(point: &str, path: &str, source: &std::io::Error) -> String {
     if source.kind() == std::io::ErrorKind::PermissionDenied {
         format!(
-            "cannot read {path} ({source}): tracefs and tracepoints need root \
-             (or CAP_PERFMON and a readable tracefs)"
+            "cannot read {path} ({source}): tracefs is mounted for root alone (mode 0700); \
+             as root, let your group read it: `{}`",
+            group_access_command(Some(point), Some(crate::sys::libc_info::effective_gid()))
         )
     } else {
         format!("cannot read {path}: {source}")
@@ -212,7 +251,7 @@ pub fn lookup(names: &[&str]) -> Tracepoints {
     if let Some(point) = live_mount_point().filter(|p| std::path::Path::new(p).is_dir()) {
         let read = |rel: &str| {
             let path = format!("{point}/{rel}");
-            std::fs::read_to_string(&path).map_err(|e| read_error(&path, &e))
+            std::fs::read_to_string(&path).map_err(|e| read_error(&point, &path, &e))
         };
         let found = names
             .iter()
@@ -253,9 +292,10 @@ pub fn lookup(names: &[&str]) -> Tracepoints {
         Err(e) => {
             return not_mounted(format!(
                 "tracefs is not mounted here, and reading it through a private mount needs \
-                 root (CAP_SYS_ADMIN): {}; or, as root, mount it for everyone with \
-                 `mount -t tracefs nodev {DEFAULT_MOUNT_POINT}`",
-                e.source
+                 root (CAP_SYS_ADMIN): {}; as root, mount it readable by your group (a plain \
+                 mount is root's alone, mode 0700): `{}`",
+                e.source,
+                group_access_command(None, Some(crate::sys::libc_info::effective_gid()))
             ))
         }
     };
@@ -264,6 +304,7 @@ pub fn lookup(names: &[&str]) -> Tracepoints {
         match &contents[i] {
             Ok(bytes) => Ok(String::from_utf8_lossy(bytes).into_owned()),
             Err(errno) => Err(read_error(
+                DEFAULT_MOUNT_POINT,
                 &path,
                 &std::io::Error::from_raw_os_error(*errno),
             )),
@@ -390,8 +431,30 @@ mod tests {
         assert!(bad.contains("x/id holds no number"), "{bad}");
         let missing = parse_files("x/id", Err("cannot read x/id".into()), Ok(String::new()));
         assert_eq!(missing.unwrap_err(), "cannot read x/id");
-        let denied = read_error("p", &crate::sys::Errno::ACCES.io_error());
-        assert!(denied.contains("need root"), "{denied}");
+        let denied = read_error("/t", "/t/p", &crate::sys::Errno::ACCES.io_error());
+        assert!(
+            denied.contains("root alone") && denied.contains("mount -o remount,gid="),
+            "{denied}"
+        );
+        assert!(denied.contains(",mode=0750 /t`"), "{denied}");
+    }
+
+    #[test]
+    fn group_access_mounts_or_remounts_with_a_group_and_mode_0750() {
+        assert_eq!(
+            group_access_command(None, Some(1000)),
+            "mount -t tracefs -o gid=1000,mode=0750 nodev /sys/kernel/tracing"
+        );
+        assert_eq!(
+            group_access_command(Some("/sys/kernel/debug/tracing"), Some(7)),
+            "mount -o remount,gid=7,mode=0750 /sys/kernel/debug/tracing"
+        );
+        let named = group_access_command(Some("/t"), None);
+        assert!(named.starts_with("groupadd -f tracing && "), "{named}");
+        assert!(
+            named.contains("gid=$(getent group tracing | cut -d: -f3),"),
+            "{named}"
+        );
     }
 
     #[test]

@@ -4,6 +4,7 @@
 
 use super::address_spaces::AddressSpaces;
 use super::churn::{Call, CallKind, RemapRecords};
+use super::kinds::KindWindow;
 use super::record::{Record, Records, Sample};
 use crate::host::tracefs::{raw_field, FieldSpec};
 use std::collections::{BTreeSet, HashMap};
@@ -31,8 +32,6 @@ pub enum Sampled {
     EnterBrk,
     /// `syscalls:sys_enter_madvise`.
     EnterMadvise,
-    /// `exceptions:page_fault_user`, sampled at a frequency: fault kinds.
-    FaultKinds,
 }
 
 /// Tracepoint fields used, from the tracefs format files.
@@ -46,27 +45,6 @@ pub struct TpFields {
     pub munmap: Option<(FieldSpec, FieldSpec)>,
     /// `sys_enter_madvise`: len_in, behavior.
     pub madvise: Option<(FieldSpec, FieldSpec)>,
-    /// `page_fault_user`: error_code.
-    pub error_code: Option<FieldSpec>,
-}
-
-/// `error_code` bits of an x86 page fault.
-const PF_PROT: u64 = 1;
-const PF_WRITE: u64 = 2;
-const PF_INSTR: u64 = 16;
-
-/// The kind of a user-mode fault from its error code: 0 write to an absent
-/// page, 1 read of an absent page, 2 instruction fetch, 3 protection.
-pub fn fault_kind(error_code: u64) -> usize {
-    if error_code & PF_PROT != 0 {
-        3
-    } else if error_code & PF_INSTR != 0 {
-        2
-    } else if error_code & PF_WRITE != 0 {
-        0
-    } else {
-        1
-    }
 }
 
 /// A call chain plus the code addresses found on the top of the stack: the
@@ -114,12 +92,10 @@ pub struct Collector {
     pub malformed: u64,
     /// Process names from `COMM` records.
     pub names: HashMap<u32, String>,
-    /// Sampled user-mode faults by kind ([`fault_kind`]), weighted by their period.
-    pub kind_weights: [u64; 4],
-    /// Samples behind `kind_weights`, per kind.
-    pub kind_samples: [u64; 4],
-    /// Exact user-mode faults counted by the fault-kind events (set at the end).
-    pub kind_total: Option<u64>,
+    /// Whether the fault-kind counters are open (set by the reader).
+    pub kinds_open: bool,
+    /// What the fault-kind counters counted each time they were on (set by the reader).
+    pub kind_windows: Vec<KindWindow>,
     /// Kernel-mode `cpu-clock` samples by kernel stack (innermost first).
     pub kernel_stacks: HashMap<Box<[u64]>, u64>,
     /// Anonymous mappings seen in `MMAP2` records, for heap churn without tracepoints.
@@ -168,9 +144,8 @@ impl Collector {
             live,
             malformed: 0,
             names: HashMap::new(),
-            kind_weights: [0; 4],
-            kind_samples: [0; 4],
-            kind_total: None,
+            kinds_open: false,
+            kind_windows: vec![],
             kernel_stacks: HashMap::new(),
             remaps: RemapRecords::default(),
         }
@@ -374,13 +349,6 @@ impl Collector {
                 }
             }
             Sampled::EnterBrk => self.calls.push(call(CallKind::Brk, None)),
-            Sampled::FaultKinds => {
-                if let Some(code) = self.fields.error_code.and_then(raw) {
-                    let k = fault_kind(code);
-                    self.kind_weights[k] += s.period.unwrap_or(1);
-                    self.kind_samples[k] += 1;
-                }
-            }
             Sampled::EnterMadvise => {
                 let Some((len, behavior)) = self.fields.madvise else {
                     return;
@@ -524,19 +492,6 @@ mod tests {
         assert_eq!(&*c.stacks[2].words, &[0x400456]);
         assert_eq!(c.major_files["/data/file"], 1);
         assert_eq!(c.text_pages[&(7, 0x400)], 1);
-    }
-
-    #[test]
-    fn error_codes_map_to_kinds() {
-        assert_eq!(fault_kind(0x6), 0, "user write, not present");
-        assert_eq!(fault_kind(0x4), 1, "user read, not present");
-        assert_eq!(fault_kind(0x14), 2, "user instruction fetch");
-        assert_eq!(
-            fault_kind(0x7),
-            3,
-            "user write to a present page: copy-on-write"
-        );
-        assert_eq!(fault_kind(0x15), 3, "fetch from a present page: protection");
     }
 
     #[test]

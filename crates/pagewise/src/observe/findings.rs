@@ -151,26 +151,58 @@ pub fn findings(e: &Evidence<'_>) -> Vec<Finding> {
     out
 }
 
+/// A number that rests on the estimated split of fault kinds, as findings
+/// quote it: `~N (95% range L–H)`, or plain `N` without a range (exact).
+pub fn hedged(n: u64, range: Option<(u64, u64)>, show: impl Fn(u64) -> String) -> String {
+    match range {
+        Some((low, high)) => format!("~{} (95% range {}–{})", show(n), show(low), show(high)),
+        None => show(n),
+    }
+}
+
 /// Anonymous first-touch faults: write faults to absent pages (plus faults
 /// inside system calls, which write into fresh buffers), else all minor
-/// faults; with what they are, and from what they were inferred when the
-/// kinds were not measured.
-fn anon_faults(e: &Evidence<'_>) -> (u64, &'static str, Option<String>) {
+/// faults; with what they are, their range when the split of kinds was
+/// estimated, and from what they were inferred when the kinds were not
+/// measured.
+struct AnonFaults {
+    faults: u64,
+    range: Option<(u64, u64)>,
+    what: String,
+    inferred: Option<String>,
+}
+
+fn anon_faults(e: &Evidence<'_>) -> AnonFaults {
     match e.kinds {
-        Some(k) => (
-            k.write_absent + e.counts.syscall_faults.unwrap_or(0),
-            "write faults to absent pages",
-            None,
-        ),
-        None => (
-            e.counts.minor_faults,
-            "minor faults",
-            Some(
+        Some(k) => {
+            let (n, low, high) = k.write_absent_range();
+            let syscall = e.counts.syscall_faults.unwrap_or(0);
+            let sampled = if k.exact {
+                "every fault counted by kind".to_owned()
+            } else {
+                format!(
+                    "{} faults counted by kind in {} windows, the rest split as they were",
+                    count(k.samples),
+                    count(k.windows)
+                )
+            };
+            AnonFaults {
+                faults: n + syscall,
+                range: (!k.exact).then_some((low + syscall, high + syscall)),
+                what: format!("write faults to absent pages ({sampled})"),
+                inferred: None,
+            }
+        }
+        None => AnonFaults {
+            faults: e.counts.minor_faults,
+            range: None,
+            what: "minor faults".to_owned(),
+            inferred: Some(
                 "minor fault counts: the fault kinds (exceptions:page_fault_user) were not \
                  available, so every minor fault is taken for a first touch"
                     .to_owned(),
             ),
-        ),
+        },
     }
 }
 
@@ -228,8 +260,9 @@ struct Churn {
     inferred_from: Option<String>,
 }
 
-/// Heap churn from the mmap/munmap tracepoints.
-fn churn_from_calls(e: &Evidence<'_>, s: &Syscalls, faults: u64) -> Churn {
+/// Heap churn from the mmap/munmap tracepoints; `quoted` is the first-touch
+/// fault count as the evidence quotes it ([`hedged`]).
+fn churn_from_calls(e: &Evidence<'_>, s: &Syscalls, faults: u64, quoted: &str) -> Churn {
     let remapped_pages = s.heap_remapped_bytes / 4096;
     let share = (remapped_pages as f64 / faults as f64).min(1.0);
     let (place, sizes) = match e.top_churn_site {
@@ -266,7 +299,7 @@ fn churn_from_calls(e: &Evidence<'_>, s: &Syscalls, faults: u64) -> Churn {
         ),
         evidence: format!(
             "mmap {} calls ({}), munmap {} calls; {} heap mappings unmapped; {} mapped beyond \
-             the peak live; about {:.0}% of the first-touch faults",
+             the peak live; about {:.0}% of the {quoted} first-touch faults",
             count(s.mmap.calls),
             bytes(s.mmap.bytes),
             count(s.munmap.calls),
@@ -288,7 +321,7 @@ fn churn_from_calls(e: &Evidence<'_>, s: &Syscalls, faults: u64) -> Churn {
 fn churn_from_records(
     e: &Evidence<'_>,
     r: &MappingRecords,
-    faults: u64,
+    (faults, quoted): (u64, &str),
     faulted: u64,
 ) -> Option<Churn> {
     if r.remapped == 0 {
@@ -316,12 +349,11 @@ fn churn_from_records(
         ),
         evidence: format!(
             "{} of {} heap-like mapping records (1 MiB or more) repeat an earlier range; {} \
-             faulted in ({} faults) against a peak RSS of {}; about {:.0}% of the first-touch \
-             faults{}",
+             faulted in ({quoted} faults) against a peak RSS of {}; about {:.0}% of the \
+             first-touch faults{}",
             count(r.remapped),
             count(r.heap_records),
             bytes(faulted),
-            count(faults),
             peak.map_or_else(|| "(unknown)".to_owned(), bytes),
             share * 100.0,
             site.map(|s| format!("; top fault site {s}"))
@@ -338,15 +370,21 @@ fn churn_from_records(
 
 fn first_touch_and_churn(e: &Evidence<'_>) -> Vec<Finding> {
     let c = e.counts;
-    let (faults, what, inferred) = anon_faults(e);
+    let AnonFaults {
+        faults,
+        range,
+        what,
+        inferred,
+    } = anon_faults(e);
     if faults < FIRST_TOUCH_MIN_FAULTS {
         return vec![];
     }
     let (fault_time, how) = fault_time(e, faults);
     let faulted = faults.saturating_mul(4096);
+    let quoted = hedged(faults, range, count);
     let churn = match (e.syscalls, e.mapping_records) {
-        (Some(s), _) => Some(churn_from_calls(e, s, faults)),
-        (None, Some(r)) => churn_from_records(e, r, faults, faulted),
+        (Some(s), _) => Some(churn_from_calls(e, s, faults, &quoted)),
+        (None, Some(r)) => churn_from_records(e, r, (faults, &quoted), faulted),
         (None, None) => None,
     };
     let churn_share = churn.as_ref().map_or(0.0, |ch| ch.share);
@@ -367,15 +405,15 @@ fn first_touch_and_churn(e: &Evidence<'_>) -> Vec<Finding> {
         kind: FindingKind::FirstTouch,
         summary: format!(
             "first-touch: {} page faults map and zero {} of fresh memory, about {} of {} kernel time",
-            count(faults),
-            bytes(faulted),
+            quoted,
+            hedged(faults, range, |n| bytes(n.saturating_mul(4096))),
             secs(fault_time),
             secs(c.sys_s)
         ),
         evidence: format!(
             "{} {what}; sys {:.2} s, user {:.2} s, wall {:.2} s; {} faults/s; fault time from \
              {how}{rss}{site}",
-            count(faults),
+            quoted,
             c.sys_s,
             c.user_s,
             c.wall_s,
@@ -668,6 +706,11 @@ mod tests {
             protection: 0,
             samples: 5000,
             samples_by_kind: [4990, 8, 2, 0],
+            low_by_kind: [261_000, 8, 2, 0],
+            high_by_kind: [262_190, 1_200, 300, 150],
+            windows: 40,
+            confidence: 0.95,
+            exact: false,
         };
         let site = Site {
             function: "touch_buffer".into(),
@@ -693,7 +736,21 @@ mod tests {
             "{}",
             f[0].evidence
         );
-        assert!(f[0].summary.contains("262,150"), "{}", f[0].summary);
+        // The count rests on the sampled split: said with its range, in
+        // faults and in bytes.
+        assert!(
+            f[0].summary
+                .contains("~262,150 (95% range 261,000–262,190) page faults"),
+            "{}",
+            f[0].summary
+        );
+        assert!(
+            f[0].summary
+                .contains("~1.0 GiB (95% range 1019.5 MiB–1.0 GiB)"),
+            "{}",
+            f[0].summary
+        );
+        assert!(f[0].evidence.contains("40 windows"), "{}", f[0].evidence);
         assert!((f[0].cost_s - 0.60).abs() < 1e-9, "capped by sys time");
         assert_eq!(f.len(), 1);
         assert!(f[0].inferred_from.is_none(), "the kinds were measured");

@@ -6,11 +6,13 @@
 //!
 //! - software counters count minor and major faults, faults inside system
 //!   calls and context switches;
+//! - four counters of `exceptions:page_fault_user`, each filtered to one kind
+//!   of fault, are switched on in short windows by a thread of their own
+//!   ([`kinds`]: the split of the exact total by kind, with ranges);
 //! - per-CPU sampled events, inherited by threads and children, write into
 //!   mapped ring buffers: `cpu-clock` (user mode: hot text; kernel mode, where
 //!   allowed: the kernel stack, to see how much system time is spent in the
-//!   page-fault handler), samples of
-//!   `exceptions:page_fault_user` in short windows (fault kinds), major faults,
+//!   page-fault handler), major faults,
 //!   `mmap`/`munmap`/`brk`/`madvise` with their arguments and stacks, and with
 //!   `--sites` every page fault with its stack. The `MMAP2` records that come
 //!   with them give the mappings, and each executable file is opened at once;
@@ -30,7 +32,8 @@
 //! [`StatReport::skipped`].
 //!
 //! Cost while the program runs: a counter increment per fault in a system call, a
-//! tracepoint record per fault for 20 ms of every 100 ms, a sample per ms
+//! tracepoint record and four filtered counts per fault for the first 20 ms
+//! and 0.5 ms of every 5 ms after, a sample per ms
 //! of user CPU, one ring-buffer record per mmap-family call (and per fault with
 //! `--sites`), and smaps reads that take at most 1% of a CPU. See
 //! docs/BENCHMARKS.md ("stat overhead").
@@ -40,6 +43,7 @@ pub mod churn;
 pub mod collect;
 pub mod findings;
 pub mod hot_text;
+pub mod kinds;
 pub mod names;
 pub mod profile_sampler;
 pub mod record;
@@ -320,11 +324,9 @@ fn assemble(raw: Raw<'_>) -> StatReport {
         mut hardware,
     } = raw;
     let get = |c: Count| values.get(&c).copied();
-    let kind_total = collector.as_ref().and_then(|c| c.kind_total);
     let counts = counts(
         &values,
         user_only,
-        kind_total,
         CountsFallback {
             wall,
             user_s,
@@ -336,7 +338,7 @@ fn assemble(raw: Raw<'_>) -> StatReport {
     );
     let fault_kinds = collector
         .as_ref()
-        .and_then(|c| fault_kinds(c, counts.user_mode_faults));
+        .and_then(|c| fault_kinds(c, counts.user_mode_faults, &mut skipped));
     read_hardware(&mut hardware, get);
     let page_sizes = page_sizes(&pages, options.interval, &mut skipped);
     let costs = costs(collector.as_ref(), &counts, &mut skipped);
@@ -509,14 +511,9 @@ struct CountsFallback {
 }
 
 /// The counts: perf's when it counted every mode, else the fallback's.
-/// User-mode faults come from the counters, else from the fault-kind events'
-/// exact total (`kind_total`).
-fn counts(
-    values: &HashMap<Count, u64>,
-    user_only: bool,
-    kind_total: Option<u64>,
-    fallback: CountsFallback,
-) -> Counts {
+/// User-mode faults come from the counters (the fault-kind events count only
+/// while they are on, so they cannot stand in).
+fn counts(values: &HashMap<Count, u64>, user_only: bool, fallback: CountsFallback) -> Counts {
     let get = |c: Count| values.get(&c).copied();
     let wall_s = fallback.wall.as_secs_f64();
     let perf_faults = !user_only && get(Count::Minor).is_some() && get(Count::Major).is_some();
@@ -532,9 +529,7 @@ fn counts(
     let user_mode_faults = if user_only {
         get(Count::Faults)
     } else {
-        get(Count::KernelFaults)
-            .map(|k| (minor + major).saturating_sub(k))
-            .or(kind_total)
+        get(Count::KernelFaults).map(|k| (minor + major).saturating_sub(k))
     };
     let syscall_faults = get(Count::KernelFaults)
         .or_else(|| user_mode_faults.map(|u| (minor + major).saturating_sub(u)));
@@ -564,25 +559,33 @@ fn counts(
     }
 }
 
-/// The fault kinds: the sampled shares, scaled to the exact count of
-/// user-mode faults. `None` when the fault-kind events did not count.
-fn fault_kinds(c: &Collector, user_mode_faults: Option<u64>) -> Option<FaultKinds> {
-    let total = user_mode_faults.or(c.kind_total)?;
-    c.kind_total?;
-    let weight: u64 = c.kind_weights.iter().sum();
-    if weight == 0 {
-        return (total == 0).then(FaultKinds::default);
+/// The fault kinds: the exact count of user-mode faults split as the
+/// fault-kind windows saw them ([`kinds::estimate`]). `None` when the
+/// fault-kind events did not open, or there is no total or no sample to
+/// split it by (said in `skipped`).
+fn fault_kinds(
+    c: &Collector,
+    user_mode_faults: Option<u64>,
+    skipped: &mut Vec<Skipped>,
+) -> Option<FaultKinds> {
+    if !c.kinds_open {
+        return None;
     }
-    let share = |k: usize| (c.kind_weights[k] as u128 * total as u128 / weight as u128) as u64;
-    let (write_absent, fetch_absent, protection) = (share(0), share(2), share(3));
-    Some(FaultKinds {
-        write_absent,
-        fetch_absent,
-        protection,
-        read_absent: total.saturating_sub(write_absent + fetch_absent + protection),
-        samples: c.kind_samples.iter().sum(),
-        samples_by_kind: c.kind_samples,
-    })
+    let why = match user_mode_faults {
+        None => "the user-mode faults were not counted, so there is no total to split".to_owned(),
+        Some(total) => match kinds::estimate(&c.kind_windows, total) {
+            Some(k) => return Some(k),
+            None => format!(
+                "the fault-kind counters counted none of the {} user-mode faults",
+                count(total)
+            ),
+        },
+    };
+    skipped.push(Skipped {
+        what: "fault kinds".to_owned(),
+        why,
+    });
+    None
 }
 
 /// Fills the hardware counts, or marks them unavailable when the cycles

@@ -116,10 +116,11 @@ pub struct Counts {
 
 /// User-mode faults by `error_code`; the kinds are exclusive and add up to
 /// all user-mode faults. The total is exact (all faults minus those taken in
-/// kernel mode, from counters); the split comes from samples of
-/// `exceptions:page_fault_user` taken at up to 4 kHz in 20 ms windows every
-/// 100 ms (every fault while they are rare), so small kinds are estimates.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+/// kernel mode, from counters); the faults of each kind are counted exactly
+/// in windows (the first 20 ms, then 0.5 ms of every 5 ms), and the faults
+/// outside them are split as the windows were ([`super::kinds`]), each kind
+/// with a 95% range.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
 pub struct FaultKinds {
     /// Write to a page that was not present (anonymous first touch: allocate and zero).
     pub write_absent: u64,
@@ -129,16 +130,32 @@ pub struct FaultKinds {
     pub fetch_absent: u64,
     /// Protection fault on a present page (copy-on-write, write to read-only, …).
     pub protection: u64,
-    /// Samples (with their error code) the split is estimated from.
+    /// Faults whose kind was seen: every fault in the windows. The split of
+    /// the rest is estimated from them.
     pub samples: u64,
-    /// Of those, per kind, in the order above: how much each estimate rests on.
+    /// Of those, per kind, in the order above: exact, the least each kind can be.
     pub samples_by_kind: [u64; 4],
+    /// Per kind, in the order above: the low end of its range (at least its samples).
+    pub low_by_kind: [u64; 4],
+    /// Per kind, in the order above: the high end of its range.
+    pub high_by_kind: [u64; 4],
+    /// Windows in which faults were counted by kind (the first is the start of the run).
+    pub windows: u64,
+    /// How likely each range is to hold the kind's true count (0.95).
+    pub confidence: f64,
+    /// Every fault was counted by kind: the ranges are the counts themselves.
+    pub exact: bool,
 }
 
 impl FaultKinds {
     /// All user-mode faults.
     pub fn total(&self) -> u64 {
         self.write_absent + self.read_absent + self.fetch_absent + self.protection
+    }
+
+    /// Write faults to absent pages with the low and high ends of their range.
+    pub fn write_absent_range(&self) -> (u64, u64, u64) {
+        (self.write_absent, self.low_by_kind[0], self.high_by_kind[0])
     }
 }
 

@@ -1,17 +1,17 @@
-//! Opening the perf events on a target (counting and sampling), and the two
-//! threads that run beside it: the ring-buffer reader and the page-size
-//! sampler.
+//! Opening the perf events on a target (counting and sampling), and the
+//! threads that run beside it: the ring-buffer reader, the page-size sampler
+//! and the switch of the fault-kind counters.
 
 use super::address_spaces::AddressSpaces;
 use super::collect::{Collector, Sampled, TpFields};
+use super::kinds::{self, KindWindow};
 use super::report::{Hardware, MappingPages, Skipped};
 use crate::host::proc_maps::MapsEntry;
 use crate::host::smaps::{self, PageSizeTotals};
 use crate::host::tracefs::{self, Tracepoint, Tracepoints};
 use crate::sys::perf::{
     self, Event, EventAttr, EventType, RingBuffer, SAMPLE_ADDR, SAMPLE_CALLCHAIN,
-    SAMPLE_IDENTIFIER, SAMPLE_IP, SAMPLE_PERIOD, SAMPLE_RAW, SAMPLE_STACK_USER, SAMPLE_TID,
-    SAMPLE_TIME,
+    SAMPLE_IDENTIFIER, SAMPLE_IP, SAMPLE_RAW, SAMPLE_STACK_USER, SAMPLE_TID, SAMPLE_TIME,
 };
 use crate::sys::Errno;
 use crate::sys::SysError;
@@ -57,9 +57,12 @@ impl Env {
     pub fn explain(&self, err: &SysError) -> String {
         match err.errno() {
             Some(Errno::ACCES) | Some(Errno::PERM) => format!(
-                "not permitted ({}, {}): run as root, or lower kernel.perf_event_paranoid",
+                "not permitted ({}, {}): run as root, or let users other than root count \
+                 kernel events: `{}` ({})",
                 err,
-                self.paranoid_text()
+                self.paranoid_text(),
+                tracefs::KERNEL_EVENTS_FIX,
+                tracefs::KERNEL_EVENTS_ALTERNATIVE
             ),
             Some(Errno::NOENT) | Some(Errno::OPNOTSUPP) | Some(Errno::NODEV) => {
                 format!("not supported by this kernel or machine ({err})")
@@ -333,8 +336,8 @@ pub struct Sampling {
     pub ids: HashMap<u64, (Sampled, u64)>,
     /// Tracepoint fields.
     pub fields: TpFields,
-    /// Event id -> kind, kept by the reader after `ids` goes to the collector.
-    kinds_of: HashMap<u64, Sampled>,
+    /// The fault-kind counters with their kind (the order of [`kinds::kind_filter`]).
+    kind_counters: Vec<(usize, Event)>,
     /// How the tracepoint ids and formats were read, or why none could be.
     pub tracepoints: Result<tracefs::Access, String>,
 }
@@ -400,13 +403,6 @@ fn attr_for(
         Sampled::EnterBrk => {
             a.sample_type = SAMPLE_IDENTIFIER | SAMPLE_TID | SAMPLE_TIME;
         }
-        Sampled::FaultKinds => {
-            // Every fault is counted; the kernel adjusts the period so that about
-            // KIND_SAMPLES_PER_S carry their error code (all of them while faults are rare).
-            a.freq = true;
-            a.sample_period = KIND_SAMPLES_PER_S;
-            a.sample_type = SAMPLE_IDENTIFIER | SAMPLE_PERIOD | SAMPLE_RAW;
-        }
     }
     a
 }
@@ -426,12 +422,6 @@ fn sample_kernel_too(a: &mut EventAttr) {
 /// What the kernel-stack samples measure, in `skipped` when they cannot be taken.
 pub const KERNEL_CLOCK_WHAT: &str =
     "the share of system time in the page-fault handler (kernel cpu-clock samples)";
-
-/// Samples per second of `exceptions:page_fault_user` for the fault kinds,
-/// while the event is on (see [`KIND_WINDOW`]). Counting every kind exactly
-/// needs a filtered counter per kind, which costs about 6% of the run time of a
-/// fault-bound program.
-pub const KIND_SAMPLES_PER_S: u64 = 4_000;
 
 /// Opens the sampling events: per CPU, a user-mode `cpu-clock` leader that owns
 /// the ring buffer and emits the side-band records, and the other events
@@ -485,21 +475,24 @@ pub fn open_sampling(
             .unwrap_or_else(|| "no tracepoint could be read".to_owned())),
     };
     let tps = syscall_tracepoints(looked_up, skipped);
-    // The fault kinds need the error code's place in the record.
-    let kind_tp = fault_kind_tracepoint(looked_up, &mut s.fields, skipped)
-        .filter(|_| s.fields.error_code.is_some());
+    if let Some(id) = fault_kind_tracepoint(looked_up, skipped) {
+        match open_kind_counters(id, plan) {
+            Ok(counters) => s.kind_counters = counters,
+            Err(e) => skipped.push(Skipped {
+                what: FAULT_KINDS_WHAT.to_owned(),
+                why: env.explain(&e),
+            }),
+        }
+    }
     set_syscall_fields(&mut s.fields, &tps);
-    let groups = sampled_groups(plan, kind_tp, &tps);
+    let groups = sampled_groups(plan, &tps);
     let flags = (user_only, lead.read_lost);
     for (group, what) in groups {
         match open_group(&group, &owner, plan, flags, fault_pages, &s.events) {
             Ok(opened) => s.add(opened),
             Err(e) => {
                 if what.starts_with("mmap") {
-                    s.fields = TpFields {
-                        error_code: s.fields.error_code,
-                        ..TpFields::default()
-                    };
+                    s.fields = TpFields::default();
                 }
                 skipped.push(Skipped {
                     what: what.to_owned(),
@@ -544,26 +537,54 @@ fn syscall_tracepoints(
     tps
 }
 
-/// The id of `exceptions:page_fault_user`, with its `error_code` field put
-/// in `fields`; why it cannot be used goes to `skipped`.
-fn fault_kind_tracepoint(
-    looked_up: &Tracepoints,
-    fields: &mut TpFields,
-    skipped: &mut Vec<Skipped>,
-) -> Option<u64> {
-    match looked_up.get("exceptions:page_fault_user") {
-        Ok(tp) => {
-            fields.error_code = tp.fields.get("error_code").copied();
-            Some(tp.id)
-        }
-        Err(why) => {
-            skipped.push(Skipped {
-                what: "fault kinds (exceptions:page_fault_user)".to_owned(),
-                why,
-            });
-            None
-        }
+/// What the fault-kind counters measure, in `skipped` when they cannot.
+const FAULT_KINDS_WHAT: &str = "fault kinds (exceptions:page_fault_user)";
+
+/// The id of `exceptions:page_fault_user` when its format has the
+/// `error_code` field the kinds are filtered on; why it cannot be used goes
+/// to `skipped`.
+fn fault_kind_tracepoint(looked_up: &Tracepoints, skipped: &mut Vec<Skipped>) -> Option<u64> {
+    let why = match looked_up.get("exceptions:page_fault_user") {
+        Ok(tp) if tp.fields.contains_key("error_code") => return Some(tp.id),
+        Ok(_) => "its format has no error_code field".to_owned(),
+        Err(why) => why,
+    };
+    skipped.push(Skipped {
+        what: FAULT_KINDS_WHAT.to_owned(),
+        why,
+    });
+    None
+}
+
+/// One counting event per fault kind on `exceptions:page_fault_user` (id
+/// `tp`), each filtered to its kind's `error_code` bits
+/// ([`kinds::kind_filter`]), per task, inherited by threads and children.
+/// Each task's four are a group led by its kind-0 counter, which alone is
+/// switched ([`KindSwitch`]); it is enabled at `exec` (a command) or at once
+/// (`--pid`). Returned with their kind, each group leader first. All or
+/// none: a partial set would miscount.
+fn open_kind_counters(tp: u64, plan: &Plan) -> Result<Vec<(usize, Event)>, SysError> {
+    let lead = base(EventType::Tracepoint, tp, plan);
+    let member = EventAttr {
+        disabled: false,
+        enable_on_exec: false,
+        ..lead
+    };
+    let mut out = vec![];
+    for &task in &plan.tasks {
+        let leader = Event::open(&lead, task, -1)?;
+        leader.set_filter(&kinds::kind_filter(0))?;
+        let members = (1..4)
+            .map(|kind| {
+                let ev = Event::open_in_group(&member, task, -1, &leader)?;
+                ev.set_filter(&kinds::kind_filter(kind))?;
+                Ok((kind, ev))
+            })
+            .collect::<Result<Vec<_>, SysError>>()?;
+        out.push((0, leader));
+        out.extend(members);
     }
+    Ok(out)
 }
 
 /// Puts the argument fields of the system-call tracepoints in `fields`.
@@ -594,14 +615,10 @@ fn set_syscall_fields(fields: &mut TpFields, tps: &[(Sampled, Tracepoint)]) {
 
 /// The sampled events beside the clock leaders, in groups that open on every
 /// CPU and task or not at all (a partial set would miscount): major faults,
-/// every fault with `--sites`, the fault kinds when `error_code` is known, and
-/// the system calls. Fault samples get rings of their own, so that a flood of
-/// them never crowds out the calls, clock samples and mappings.
-fn sampled_groups(
-    plan: &Plan,
-    kind_tp: Option<u64>,
-    tps: &[(Sampled, Tracepoint)],
-) -> Vec<Group<'static>> {
+/// every fault with `--sites`, and the system calls. Fault samples get rings
+/// of their own, so that a flood of them never crowds out the calls, clock
+/// samples and mappings.
+fn sampled_groups(plan: &Plan, tps: &[(Sampled, Tracepoint)]) -> Vec<Group<'static>> {
     let mut groups: Vec<Group<'static>> = vec![(
         vec![(
             Sampled::MajorFaults,
@@ -613,12 +630,6 @@ fn sampled_groups(
         groups.push((
             vec![(Sampled::Faults, (EventType::Software, perf::SW_PAGE_FAULTS))],
             "fault sites",
-        ));
-    }
-    if let Some(id) = kind_tp {
-        groups.push((
-            vec![(Sampled::FaultKinds, (EventType::Tracepoint, id))],
-            "fault kinds (exceptions:page_fault_user)",
         ));
     }
     if !tps.is_empty() {
@@ -783,7 +794,7 @@ impl Sampling {
             leaders: vec![],
             ids: HashMap::new(),
             fields: TpFields::default(),
-            kinds_of: HashMap::new(),
+            kind_counters: vec![],
             tracepoints: Err("not looked up".to_owned()),
         }
     }
@@ -884,6 +895,7 @@ pub struct Running {
     go: Arc<AtomicBool>,
     reader: Option<JoinHandle<(Collector, Vec<Event>)>>,
     pager: Option<JoinHandle<PageSamples>>,
+    switcher: Option<JoinHandle<(Vec<KindWindow>, Vec<Event>)>>,
 }
 
 /// The set of live processes the reader and the page-size sampler share,
@@ -908,9 +920,13 @@ pub fn start(
         Ok((a, b)) => (Some(a), Some(b)),
         Err(_) => (None, None),
     };
+    let mut switcher = None;
     let reader = sampling.map(|mut s| {
-        let (stop, go) = (stop.clone(), go.clone());
-        s.kinds_of = s.ids.iter().map(|(&id, &(k, _))| (id, k)).collect();
+        let stop = stop.clone();
+        let kinds = std::mem::take(&mut s.kind_counters);
+        if !kinds.is_empty() {
+            switcher = Some(kind_switcher(kinds, go.clone(), stop_signal.clone()));
+        }
         let collector = Collector::new(
             std::mem::take(&mut s.ids),
             s.fields.clone(),
@@ -919,7 +935,7 @@ pub fn start(
         );
         std::thread::Builder::new()
             .name("pagewise-reader".into())
-            .spawn(move || read_loop(s, collector, &stop, wake_reader.as_ref(), &go))
+            .spawn(move || read_loop(s, collector, &stop, wake_reader.as_ref()))
             .expect("spawn reader thread")
     });
     let pager =
@@ -931,7 +947,68 @@ pub fn start(
         go,
         reader,
         pager,
+        switcher,
     }
+}
+
+/// Sleeps until `until` or the end of the run (`signal`); true when the run
+/// is over.
+fn wait_until(signal: &(Mutex<bool>, Condvar), until: Instant) -> bool {
+    let (lock, cvar) = signal;
+    let mut stopped = lock.lock().unwrap_or_else(|e| e.into_inner());
+    while !*stopped {
+        let now = Instant::now();
+        if now >= until {
+            return false;
+        }
+        stopped = cvar
+            .wait_timeout(stopped, until - now)
+            .unwrap_or_else(|e| e.into_inner())
+            .0;
+    }
+    true
+}
+
+/// Waits until the program runs ([`Running::go`]), looking every
+/// millisecond; false when the run ended first.
+fn wait_for_go(go: &AtomicBool, signal: &(Mutex<bool>, Condvar)) -> bool {
+    while !go.load(Ordering::Acquire) {
+        if wait_until(signal, Instant::now() + Duration::from_millis(1)) {
+            return false;
+        }
+    }
+    true
+}
+
+/// The fault-kind switcher thread: switches the counters as
+/// [`kinds::Schedule`] says from [`Running::go`] until the run ends, and
+/// hands back the windows and the counters (to be closed with the other
+/// events). A thread of its own, so that the reader's work on a burst of
+/// records never delays a switch: it does a few system calls per switch
+/// and sleeps in between.
+fn kind_switcher(
+    counters: Vec<(usize, Event)>,
+    go: Arc<AtomicBool>,
+    signal: Arc<(Mutex<bool>, Condvar)>,
+) -> JoinHandle<(Vec<KindWindow>, Vec<Event>)> {
+    std::thread::Builder::new()
+        .name("pagewise-kinds".into())
+        .spawn(move || {
+            let mut kinds = KindSwitch::new(counters);
+            let mut windows = vec![];
+            if wait_for_go(&go, &signal) {
+                loop {
+                    let next = kinds.switch(&mut windows);
+                    if wait_until(&signal, Instant::now() + next) {
+                        break;
+                    }
+                }
+            }
+            kinds.stop(&mut windows);
+            let events = kinds.events.into_iter().map(|(_, ev)| ev).collect();
+            (windows, events)
+        })
+        .expect("spawn fault-kind thread")
 }
 
 /// The page-size sampler thread: a `/proc/PID/smaps` snapshot of every live
@@ -946,26 +1023,8 @@ fn page_sampler(
         .name("pagewise-smaps".into())
         .spawn(move || {
             let mut out = PageSamples::default();
-            // Sleeps until `until`; true when the run is over.
-            let wait_until = |until: Instant| {
-                let (lock, cvar) = &*signal;
-                let mut stopped = lock.lock().unwrap_or_else(|e| e.into_inner());
-                while !*stopped {
-                    let now = Instant::now();
-                    if now >= until {
-                        return false;
-                    }
-                    stopped = cvar
-                        .wait_timeout(stopped, until - now)
-                        .unwrap_or_else(|e| e.into_inner())
-                        .0;
-                }
-                true
-            };
-            while !go.load(Ordering::Acquire) {
-                if wait_until(Instant::now() + Duration::from_millis(1)) {
-                    return out;
-                }
+            if !wait_for_go(&go, &signal) {
+                return out;
             }
             loop {
                 let pids = live.lock().map(|l| l.clone()).unwrap_or_default();
@@ -975,7 +1034,7 @@ fn page_sampler(
                 // 4 KiB pages) and takes the same page-table locks as the
                 // program's faults: back off so that it costs at most 1% of a CPU.
                 let took = started.elapsed();
-                if wait_until(started + interval.max(took * SMAPS_BACKOFF)) {
+                if wait_until(&signal, started + interval.max(took * SMAPS_BACKOFF)) {
                     return out;
                 }
             }
@@ -983,37 +1042,97 @@ fn page_sampler(
         .expect("spawn smaps thread")
 }
 
-/// The fault-kind tracepoint is on for this long…
-pub const KIND_WINDOW: Duration = Duration::from_millis(20);
-/// …at the start of every such period. A tracepoint costs its record on every
-/// fault while it is enabled (about 4% of a fault-bound run when always on).
-pub const KIND_PERIOD: Duration = Duration::from_millis(100);
+/// The fault-kind counters, switched on and off by the reader as
+/// [`kinds::Schedule`] says; each time they go off, what they counted
+/// becomes a [`KindWindow`].
+struct KindSwitch {
+    events: Vec<(usize, Event)>,
+    schedule: kinds::Schedule,
+    /// Since when the counters are on, if they are.
+    on_since: Option<Instant>,
+    start: Option<Instant>,
+    /// Faults counted by kind up to the last window.
+    counted: [u64; 4],
+}
+
+impl KindSwitch {
+    fn new(events: Vec<(usize, Event)>) -> KindSwitch {
+        let groups = events.iter().filter(|(kind, _)| *kind == 0).count();
+        KindSwitch {
+            schedule: kinds::Schedule::new(groups, kinds::seed()),
+            events,
+            // Enabled at exec, or when attaching: on since the program runs
+            // (the first switch).
+            on_since: None,
+            start: None,
+            counted: [0; 4],
+        }
+    }
+
+    /// Switches the counters as the schedule says, from the first call (the
+    /// program runs), recording a window each time they go off; how long
+    /// until the next switch.
+    fn switch(&mut self, windows: &mut Vec<KindWindow>) -> Duration {
+        let start = *self.start.get_or_insert_with(|| {
+            let now = Instant::now();
+            self.on_since = Some(now);
+            now
+        });
+        let (want_on, next) = self.schedule.at(start.elapsed());
+        if want_on != self.on_since.is_some() {
+            // The group leaders switch their groups.
+            for (_, ev) in self.events.iter().filter(|(kind, _)| *kind == 0) {
+                let _ = if want_on { ev.enable() } else { ev.disable() };
+            }
+            if want_on {
+                self.on_since = Some(Instant::now());
+            } else {
+                self.close(windows);
+            }
+        }
+        next
+    }
+
+    /// Stops the counters at the end, closing the window that was open.
+    fn stop(&mut self, windows: &mut Vec<KindWindow>) {
+        for (_, ev) in self.events.iter().filter(|(kind, _)| *kind == 0) {
+            let _ = ev.disable();
+        }
+        // Before the first switch the counters were on since exec, but no
+        // window began: a run that ended before it gets one of no length.
+        if self.on_since.is_some() || self.start.is_none() {
+            self.close(windows);
+        }
+    }
+
+    /// Records what the disabled counters counted since the last window
+    /// (their children's counts included).
+    fn close(&mut self, windows: &mut Vec<KindWindow>) {
+        let mut total = [0u64; 4];
+        for (kind, ev) in &self.events {
+            if let Ok(v) = ev.read() {
+                total[*kind] += v.value;
+            }
+        }
+        let on_for = self.on_since.take().map_or(Duration::ZERO, |t| t.elapsed());
+        let faults = std::array::from_fn(|k| total[k].saturating_sub(self.counted[k]));
+        self.counted = std::array::from_fn(|k| self.counted[k].max(total[k]));
+        windows.push(KindWindow {
+            faults,
+            on_for,
+            census: windows.is_empty(),
+        });
+    }
+}
 
 fn read_loop(
     mut s: Sampling,
     mut collector: Collector,
     stop: &AtomicBool,
     wake: Option<&UnixStream>,
-    go: &AtomicBool,
 ) -> (Collector, Vec<Event>) {
     let mut bufs: Vec<Vec<u8>> = vec![Vec::new(); s.rings.len()];
     let mut disabled = false;
-    let kind_events: Vec<usize> = s
-        .events
-        .iter()
-        .enumerate()
-        .filter(|(_, ev)| {
-            ev.id()
-                .ok()
-                .and_then(|id| s.kinds_of.get(&id))
-                .is_some_and(|k| *k == Sampled::FaultKinds)
-        })
-        .map(|(i, _)| i)
-        .collect();
-    // Duty cycle of the fault-kind events, from the moment the program runs
-    // (they are enabled at exec, or when attaching).
-    let mut kinds_on = true;
-    let mut cycle_start: Option<Instant> = None;
     // Ring owners still worth polling: an event hangs up once the task it follows
     // and all its children have exited, and would then make poll return at once.
     let mut polled: Vec<usize> = s.leaders.clone();
@@ -1028,29 +1147,7 @@ fn read_loop(
             disabled = true;
         }
         if !stopping {
-            let mut timeout = Duration::from_millis(if wake.is_some() { 100 } else { 10 });
-            if !kind_events.is_empty() && go.load(Ordering::Acquire) {
-                let start = *cycle_start.get_or_insert_with(Instant::now);
-                let phase = start.elapsed().as_nanos() % KIND_PERIOD.as_nanos();
-                let phase = Duration::from_nanos(phase as u64);
-                let want_on = phase < KIND_WINDOW;
-                if want_on != kinds_on {
-                    for &i in &kind_events {
-                        let _ = if want_on {
-                            s.events[i].enable()
-                        } else {
-                            s.events[i].disable()
-                        };
-                    }
-                    kinds_on = want_on;
-                }
-                let next = if want_on {
-                    KIND_WINDOW - phase
-                } else {
-                    KIND_PERIOD - phase
-                };
-                timeout = timeout.min(next + Duration::from_micros(100));
-            }
+            let timeout = Duration::from_millis(if wake.is_some() { 100 } else { 10 });
             let mut fds: Vec<_> = polled.iter().map(|&i| s.events[i].as_fd()).collect();
             // The wake socket ends the wait as soon as the run is over.
             fds.extend(wake.map(|w| w.as_fd()));
@@ -1078,19 +1175,12 @@ fn read_loop(
     }
     // The kernel reports a loss in the ring only when a later record fits, so
     // the losses at the very end come from the events' own lost counts.
-    let mut lost = 0;
-    for ev in &s.events {
-        let Ok(v) = ev.read() else { continue };
-        lost += v.lost.unwrap_or(0);
-        let is_kinds = ev
-            .id()
-            .ok()
-            .and_then(|id| s.kinds_of.get(&id))
-            .is_some_and(|k| *k == Sampled::FaultKinds);
-        if is_kinds {
-            *collector.kind_total.get_or_insert(0) += v.value;
-        }
-    }
+    let lost: u64 = s
+        .events
+        .iter()
+        .filter_map(|ev| ev.read().ok())
+        .map(|v| v.lost.unwrap_or(0))
+        .sum();
     collector.lost = collector.lost.max(lost);
     // The rings go now; the events are closed by the caller, off the critical path.
     drop(s.rings);
@@ -1115,7 +1205,7 @@ impl Running {
     /// caller closes them with its counters, in one helper process.
     pub fn finish_keeping_events(mut self) -> (Option<Collector>, PageSamples, Vec<Event>) {
         self.stop.store(true, Ordering::Release);
-        // Wake both threads: the reader from poll, the sampler from its wait.
+        // Wake the threads: the reader from poll, the others from their waits.
         drop(self.wake.take());
         {
             let (lock, cvar) = &*self.stop_signal;
@@ -1123,11 +1213,19 @@ impl Running {
             cvar.notify_all();
         }
         let mut events = vec![];
-        let collector = self.reader.map(|h| {
+        let mut collector = self.reader.map(|h| {
             let (collector, evs) = h.join().expect("reader thread panicked");
             events = evs;
             collector
         });
+        if let Some(h) = self.switcher {
+            let (windows, evs) = h.join().expect("fault-kind thread panicked");
+            events.extend(evs);
+            if let Some(c) = collector.as_mut() {
+                c.kinds_open = true;
+                c.kind_windows = windows;
+            }
+        }
         let pages = self
             .pager
             .map(|h| h.join().expect("smaps thread panicked"))

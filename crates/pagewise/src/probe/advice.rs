@@ -4,6 +4,7 @@
 use super::{MachineReport, ProbeStatus};
 use crate::host::hugetlb::HugetlbPool;
 use crate::host::thp::Thp;
+use crate::host::tracefs;
 use serde::Serialize;
 
 /// One finding that limits a pagewise capability.
@@ -97,6 +98,89 @@ fn pool_advice(out: &mut Vec<Advice>, pools: &[HugetlbPool]) {
     }
 }
 
+/// What the tracepoints `stat` uses need, for this user and for others.
+///
+/// Root's `stat` needs nothing: where tracefs is not mounted it reads it
+/// through a private mount of its own. Any other user's needs tracefs
+/// mounted and readable by a group of theirs (mounted plainly it is root's
+/// alone, mode 0700: `gid=` and `mode=0750` lift that), and, for the fault
+/// kinds and faults inside system calls, which count kernel events,
+/// `perf_event_paranoid` at most 1 or CAP_PERFMON. The mmap calls (the
+/// `syscalls` tracepoints of one's own processes) need only the readable
+/// tracefs. Returns whether it advised lowering `perf_event_paranoid`.
+fn tracefs_advice(out: &mut Vec<Advice>, report: &MachineReport) -> bool {
+    let perf = &report.perf;
+    let paranoid_too = match perf.paranoid {
+        Some(level) if level > tracefs::UNPRIVILEGED_PARANOID => format!(
+            ", and `{}` for their fault kinds ({})",
+            tracefs::KERNEL_EVENTS_FIX,
+            tracefs::KERNEL_EVENTS_ALTERNATIVE
+        ),
+        _ => String::new(),
+    };
+    if report.root {
+        if perf.tracefs.is_none() {
+            push(
+                out,
+                "stat",
+                format!(
+                    "tracefs is not mounted: stat run as root reads it through a private mount \
+                     of its own, so root needs nothing; for other users' stat to see fault kinds \
+                     and mmap calls, mount it readable by a group of theirs (then `usermod -aG \
+                     tracing USER`){paranoid_too}"
+                ),
+                Some(tracefs::group_access_command(None, None)),
+            );
+        }
+        return false;
+    }
+    let unreadable = match (&perf.tracefs, perf.tracefs_readable) {
+        (None, _) => Some((
+            "tracefs is not mounted: stat run as you gets no fault kinds and no mmap calls \
+             (only root's stat can mount it privately); as root, mount it readable by your group"
+                .to_owned(),
+            None,
+        )),
+        (Some(point), Some(false)) => Some((
+            format!(
+                "tracefs at {point} is root's alone (mounted with mode 0700): stat run as you \
+                 gets no fault kinds and no mmap calls; as root, let your group read it"
+            ),
+            Some(point.as_str()),
+        )),
+        _ => None,
+    };
+    if let Some((finding, point)) = unreadable {
+        push(
+            out,
+            "stat",
+            finding,
+            Some(tracefs::group_access_command(point, report.gid)),
+        );
+    }
+    let fault_kinds_work = perf
+        .tracepoints
+        .iter()
+        .any(|t| t.name == "exceptions:page_fault_user" && t.result.status == ProbeStatus::Works);
+    match perf.paranoid {
+        Some(level) if level > tracefs::UNPRIVILEGED_PARANOID && !fault_kinds_work => {
+            push(
+                out,
+                "stat",
+                format!(
+                    "perf_event_paranoid is {level}: only root may count kernel events, so stat \
+                     run as you gets no fault kinds, no faults inside system calls and no kernel \
+                     samples, even with tracefs readable ({})",
+                    tracefs::KERNEL_EVENTS_ALTERNATIVE
+                ),
+                Some(tracefs::KERNEL_EVENTS_FIX.to_owned()),
+            );
+            true
+        }
+        _ => false,
+    }
+}
+
 /// Kernel features regions and huge text fall back without.
 fn feature_advice(out: &mut Vec<Advice>, report: &MachineReport) {
     if report.features.madv_populate_write.status == ProbeStatus::Unavailable {
@@ -119,30 +203,10 @@ fn feature_advice(out: &mut Vec<Advice>, report: &MachineReport) {
 
 /// What keeps `stat` from counting or tracing.
 fn perf_advice(out: &mut Vec<Advice>, report: &MachineReport) {
-    match &report.perf.tracefs {
-        None => push(
-            out,
-            "stat",
-            "tracefs is not mounted: stat cannot classify faults by kind or count mmap/munmap calls".into(),
-            Some("mount -t tracefs nodev /sys/kernel/tracing".into()),
-        ),
-        Some(_) => {
-            let blocked = report
-                .perf
-                .tracepoints
-                .iter()
-                .any(|t| t.result.status == ProbeStatus::Unavailable || t.result.status == ProbeStatus::NotTried);
-            if blocked && !report.root {
-                push(
-                    out,
-                    "stat",
-                    "tracepoints cannot be opened without privilege: run stat as root, or allow it".into(),
-                    Some("sysctl kernel.perf_event_paranoid=-1".into()),
-                );
-            }
-        }
-    }
-    if let Some(level) = report.perf.paranoid {
+    // Lowering perf_event_paranoid to 1 for kernel events lifts the limit on
+    // software events too: one line, not two.
+    let kernel_events_advised = tracefs_advice(out, report);
+    if let Some(level) = report.perf.paranoid.filter(|_| !kernel_events_advised) {
         let software_blocked = report
             .perf
             .software

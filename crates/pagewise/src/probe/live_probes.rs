@@ -224,9 +224,19 @@ pub fn software_counters() -> Vec<NamedProbe> {
 }
 
 /// Opens a tracepoint counter by its tracefs id, or explains why it cannot.
+/// A `syscalls:` tracepoint is opened for user mode only, as `stat` may open
+/// it without privilege (its events carry the caller's user registers, so
+/// they still count; `perf_event_paranoid` 2 allows it); others count
+/// kernel mode too (`exceptions:page_fault_user` fires in the kernel).
 pub fn tracepoint(name: &str, id: Result<u64, String>) -> NamedProbe {
     match id {
-        Ok(id) => counter_probe(name, CounterSpec::new(EventType::Tracepoint, id), false),
+        Ok(id) => {
+            let spec = CounterSpec {
+                exclude_kernel: name.starts_with("syscalls:"),
+                ..CounterSpec::new(EventType::Tracepoint, id)
+            };
+            counter_probe(name, spec, false)
+        }
         Err(why) => NamedProbe {
             name: name.to_owned(),
             result: ProbeResult::not_tried(why),

@@ -127,6 +127,9 @@ pub struct Perf {
     pub paranoid: Option<i64>,
     /// Where tracefs is mounted, if it is.
     pub tracefs: Option<String>,
+    /// Whether this user can read the tracepoint files there (`None`: not
+    /// mounted, or not tried). Mounted plainly, tracefs is root's alone.
+    pub tracefs_readable: Option<bool>,
     /// Hardware events: cycles, instructions, dTLB and iTLB misses.
     pub hardware: Vec<NamedProbe>,
     /// Software events: page faults, task clock.
@@ -202,6 +205,9 @@ pub struct MachineReport {
     pub schema: &'static str,
     /// Whether the probe ran as root (some files and probes need it).
     pub root: bool,
+    /// The effective group id the probe ran with (`None`: not probed): the
+    /// group the tracefs advice names.
+    pub gid: Option<u32>,
     /// The kernel.
     pub kernel: Kernel,
     /// hugetlb pools, one per page size.
@@ -236,6 +242,7 @@ impl MachineReport {
         let root = SysRoot::live();
         let mut report = Self::read_files(&root);
         report.root = sys::libc_info::is_root();
+        report.gid = Some(sys::libc_info::effective_gid());
         report.probe_live(&root);
         report.not_read = root.not_read();
         report.advice = advise(&report);
@@ -258,6 +265,7 @@ impl MachineReport {
             tracefs: root
                 .read("/proc/mounts")
                 .and_then(|m| tracefs::mount_point(&m)),
+            tracefs_readable: None,
             hardware: vec![],
             software: vec![],
             tracepoints: vec![],
@@ -265,6 +273,7 @@ impl MachineReport {
         MachineReport {
             schema: DOCTOR_SCHEMA,
             root: false,
+            gid: None,
             kernel: Kernel {
                 release: root.read("/proc/sys/kernel/osrelease"),
             },
@@ -310,15 +319,7 @@ impl MachineReport {
         };
         self.perf.hardware = live_probes::hardware_counters();
         self.perf.software = live_probes::software_counters();
-        self.perf.tracepoints = ["exceptions:page_fault_user", "syscalls:sys_enter_mmap"]
-            .iter()
-            .map(|name| {
-                live_probes::tracepoint(
-                    name,
-                    tracepoint_id(root, self.perf.tracefs.as_deref(), name),
-                )
-            })
-            .collect();
+        self.probe_tracepoints(root);
         self.thp.disabled_for_process = match sys::prctl::thp_disabled() {
             Ok(disabled) => Some(disabled),
             Err(e) => {
@@ -344,6 +345,41 @@ impl MachineReport {
             }
             Err(e) => root.note("RLIMIT_MEMLOCK", e.to_string()),
         }
+    }
+}
+
+impl MachineReport {
+    /// Whether this user can read tracefs, and the tracepoints `stat` uses,
+    /// each opened as `stat` opens it. Where tracefs is not mounted, root
+    /// reads the ids through a private mount, as `stat` does (a fork and a
+    /// mount in the helper's own namespace; nothing is mounted for anyone
+    /// else).
+    fn probe_tracepoints(&mut self, root: &SysRoot) {
+        const NAMES: [&str; 2] = ["exceptions:page_fault_user", "syscalls:sys_enter_mmap"];
+        self.perf.tracefs_readable = self.perf.tracefs.as_deref().and_then(|point| {
+            let id = format!("{point}/events/{}/id", NAMES[0].replace(':', "/"));
+            match std::fs::File::open(id) {
+                Ok(_) => Some(true),
+                Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => Some(false),
+                Err(_) => None,
+            }
+        });
+        let private = (self.perf.tracefs.is_none() && self.root).then(|| tracefs::lookup(&NAMES));
+        self.perf.tracepoints = NAMES
+            .iter()
+            .map(|name| {
+                let id = match &private {
+                    Some(found) => found.get(name).map(|tp| tp.id),
+                    None => tracepoint_id(root, self.perf.tracefs.as_deref(), name),
+                };
+                let mut probe = live_probes::tracepoint(name, id);
+                if private.is_some() {
+                    probe.result.detail +=
+                        " (tracefs read through a private mount, as stat does as root)";
+                }
+                probe
+            })
+            .collect();
     }
 }
 

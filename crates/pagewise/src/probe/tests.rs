@@ -190,7 +190,19 @@ fn thp_never_and_no_tracefs_are_advised() {
         .filter_map(|a| a.fix.as_deref())
         .collect();
     assert!(fixes.contains(&"echo madvise > /sys/kernel/mm/transparent_hugepage/enabled"));
-    assert!(fixes.contains(&"mount -t tracefs nodev /sys/kernel/tracing"));
+    // Not root: mounted readable by a group (a plain mount is root's alone),
+    // and kernel events allowed for the fault kinds.
+    assert!(
+        fixes.iter().any(
+            |f| f.starts_with("groupadd -f tracing && mount -t tracefs -o gid=")
+                && f.ends_with(",mode=0750 nodev /sys/kernel/tracing")
+        ),
+        "{fixes:?}"
+    );
+    assert!(
+        fixes.contains(&"sysctl kernel.perf_event_paranoid=1"),
+        "{fixes:?}"
+    );
     assert!(fixes.contains(&"sysctl vm.overcommit_memory=0"));
 }
 
@@ -242,6 +254,85 @@ fn memlock_advice_fits_the_hard_limit() {
     assert!(advice_for(&mut report, None, None).is_none());
     report.root = true;
     assert!(advice_for(&mut report, mib(8), mib(8)).is_none());
+}
+
+/// The stat lines of the advice for `report`, as (finding, fix).
+fn stat_advice(report: &MachineReport) -> Vec<(String, Option<String>)> {
+    advice::advise(report)
+        .into_iter()
+        .filter(|a| a.capability == "stat" && !a.finding.contains("hardware counters"))
+        .map(|a| (a.finding, a.fix))
+        .collect()
+}
+
+fn probe(name: &str, result: ProbeResult) -> NamedProbe {
+    NamedProbe {
+        name: name.to_owned(),
+        result,
+    }
+}
+
+#[test]
+fn tracefs_advice_says_what_root_and_other_users_need() {
+    let dir = typical_tree();
+    let mut report = MachineReport::from_files(&SysRoot::at(dir.path()));
+    // Root, tracefs mounted: nothing to say.
+    report.root = true;
+    assert_eq!(stat_advice(&report), vec![]);
+    // Root, not mounted: root's stat mounts it privately; other users need a
+    // group mount and paranoid 1.
+    report.perf.tracefs = None;
+    let advice = stat_advice(&report);
+    assert_eq!(advice.len(), 1, "{advice:?}");
+    let (finding, fix) = &advice[0];
+    assert!(
+        finding.contains("private mount") && finding.contains("root needs nothing"),
+        "{finding}"
+    );
+    assert!(
+        finding.contains("`sysctl kernel.perf_event_paranoid=1`"),
+        "{finding}"
+    );
+    assert!(!finding.contains("cannot classify"), "{finding}");
+    assert_eq!(
+        fix.as_deref(),
+        Some("groupadd -f tracing && mount -t tracefs -o gid=$(getent group tracing | cut -d: -f3),mode=0750 nodev /sys/kernel/tracing")
+    );
+    // A user, tracefs mounted root-only: a remount for their group, and
+    // kernel events, which paranoid 2 keeps from them.
+    report.root = false;
+    report.gid = Some(1000);
+    report.perf.tracefs = Some("/sys/kernel/tracing".into());
+    report.perf.tracefs_readable = Some(false);
+    let fixes: Vec<_> = stat_advice(&report)
+        .into_iter()
+        .filter_map(|a| a.1)
+        .collect();
+    assert_eq!(
+        fixes,
+        [
+            "mount -o remount,gid=1000,mode=0750 /sys/kernel/tracing",
+            "sysctl kernel.perf_event_paranoid=1"
+        ]
+    );
+    // Readable, and the fault-kind tracepoint counts (CAP_PERFMON, or
+    // paranoid 1): nothing left to do.
+    report.perf.tracefs_readable = Some(true);
+    report.perf.tracepoints = vec![
+        probe(
+            "exceptions:page_fault_user",
+            ProbeResult::works("counted 64"),
+        ),
+        probe("syscalls:sys_enter_mmap", ProbeResult::works("counted 1")),
+    ];
+    assert_eq!(stat_advice(&report), vec![]);
+    // Readable but refused by paranoid 2: only the kernel events.
+    report.perf.tracepoints[0].result = ProbeResult::unavailable("not permitted");
+    let advice = stat_advice(&report);
+    assert_eq!(advice.len(), 1, "{advice:?}");
+    assert!(advice[0].0.contains("no fault kinds"), "{advice:?}");
+    report.perf.paranoid = Some(1);
+    assert_eq!(stat_advice(&report), vec![]);
 }
 
 #[test]

@@ -55,3 +55,9 @@ pub fn effective_uid() -> u32 {
     // SAFETY: geteuid cannot fail and has no preconditions.
     unsafe { libc::geteuid() }
 }
+
+/// The effective group id of this process. One libc call.
+pub fn effective_gid() -> u32 {
+    // SAFETY: getegid cannot fail and has no preconditions.
+    unsafe { libc::getegid() }
+}

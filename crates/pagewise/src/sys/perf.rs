@@ -428,16 +428,39 @@ impl Event {
     /// Sampling across threads and children with a ring buffer needs one event
     /// per CPU: the kernel refuses to map an inherited event opened with `cpu == -1`.
     pub fn open(attr: &EventAttr, pid: libc::pid_t, cpu: i32) -> SysResult<Event> {
+        Event::open_with_group(attr, pid, cpu, -1)
+    }
+
+    /// Opens an event as a member of `leader`'s group: it counts only while
+    /// the leader is enabled, so one enable or disable of the leader switches
+    /// the whole group (one system call, one cross-CPU call at most, however
+    /// many members). One `perf_event_open` call.
+    pub fn open_in_group(
+        attr: &EventAttr,
+        pid: libc::pid_t,
+        cpu: i32,
+        leader: &Event,
+    ) -> SysResult<Event> {
+        Event::open_with_group(attr, pid, cpu, leader.fd.as_raw_fd())
+    }
+
+    fn open_with_group(
+        attr: &EventAttr,
+        pid: libc::pid_t,
+        cpu: i32,
+        group_fd: libc::c_int,
+    ) -> SysResult<Event> {
         let raw = attr.raw();
         // SAFETY: raw is a fully initialised perf_event_attr whose `size` field matches its
-        // layout; the kernel only reads it. The returned fd is checked before use.
+        // layout; the kernel only reads it. group_fd is -1 or a perf event we hold open.
+        // The returned fd is checked before use.
         let fd = unsafe {
             libc::syscall(
                 libc::SYS_perf_event_open,
                 &raw as *const PerfEventAttr,
                 pid,
                 cpu as libc::c_int,
-                -1 as libc::c_int,
+                group_fd,
                 PERF_FLAG_FD_CLOEXEC,
             )
         };
@@ -727,6 +750,8 @@ pub struct Ready {
 
 /// Waits until one of `fds` is readable or hung up, or `timeout` passes, and
 /// says which (all default on timeout or when a signal interrupted the wait).
+/// The timeout is kept to the nanosecond (`ppoll`): a wait of less than a
+/// millisecond is a wait, not a busy return.
 pub fn poll_readable(
     fds: &[BorrowedFd<'_>],
     timeout: std::time::Duration,
@@ -739,11 +764,22 @@ pub fn poll_readable(
             revents: 0,
         })
         .collect();
-    let ms = timeout.as_millis().min(i32::MAX as u128) as libc::c_int;
-    // SAFETY: pollfds is a valid array of pollfd of the length passed.
-    let n = unsafe { libc::poll(pollfds.as_mut_ptr(), pollfds.len() as libc::nfds_t, ms) };
+    let wait = libc::timespec {
+        tv_sec: timeout.as_secs().min(i32::MAX as u64) as libc::time_t,
+        tv_nsec: timeout.subsec_nanos() as libc::c_long,
+    };
+    // SAFETY: pollfds is a valid array of pollfd of the length passed; `wait`
+    // is a valid timespec that outlives the call; no signal mask is passed.
+    let n = unsafe {
+        libc::ppoll(
+            pollfds.as_mut_ptr(),
+            pollfds.len() as libc::nfds_t,
+            &wait,
+            std::ptr::null(),
+        )
+    };
     if n < 0 {
-        let err = SysError::last("poll");
+        let err = SysError::last("ppoll");
         if err.errno() == Some(crate::sys::Errno::INTR) {
             return Ok(vec![Ready::default(); fds.len()]);
         }
