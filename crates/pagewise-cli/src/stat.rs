@@ -84,7 +84,19 @@ pub fn run(args: &StatArgs) -> anyhow::Result<ExitCode> {
     // The files are made before anything runs: a bad path is an error now,
     // not after the program ran (which would lose its status and the report).
     let output = args.output.as_deref().map(open_output).transpose()?;
+    // Only a file this run made may be removed again: the path may name a
+    // file the user keeps, or a device (`--flame /dev/full`).
+    let flame_made = args
+        .flame
+        .as_deref()
+        .is_some_and(|p| std::fs::symlink_metadata(p).is_err());
     let flame = args.flame.as_deref().map(open_output).transpose()?;
+    let unmake_flame = || {
+        if let (Some(path), true) = (&args.flame, flame_made) {
+            // Made before the run for nothing: no empty SVG is left behind.
+            let _ = std::fs::remove_file(path);
+        }
+    };
     let options = StatOptions {
         target,
         sites: args.sites || args.flame.is_some(),
@@ -102,10 +114,7 @@ pub fn run(args: &StatArgs) -> anyhow::Result<ExitCode> {
     let report = match report {
         Ok(r) => r,
         Err(e) => {
-            if let Some(path) = &args.flame {
-                // Made before the run for nothing: no empty SVG is left behind.
-                let _ = std::fs::remove_file(path);
-            }
+            unmake_flame();
             errln!("pagewise: stat: {e}");
             return Ok(ExitCode::from(e.exit_code().clamp(1, 255) as u8));
         }
@@ -115,8 +124,7 @@ pub fn run(args: &StatArgs) -> anyhow::Result<ExitCode> {
         match write_flame(&report, file) {
             Ok(()) => notes.push(format!("flame graph of fault stacks: {}", path.display())),
             Err(e) => {
-                // Made before the run for nothing: no empty SVG is left behind.
-                let _ = std::fs::remove_file(path);
+                unmake_flame();
                 notes.push(format!("no flame graph: {e}"));
             }
         }

@@ -488,6 +488,32 @@ fn unwritable_output_paths_fail_before_the_command_runs() {
     }
 }
 
+/// A `--flame` file made before the run is removed when no graph comes of
+/// it, but only when this run made it: a file that was there stays (before,
+/// `stat --flame /dev/full` removed the device node as root).
+#[test]
+fn a_flame_path_that_was_there_is_never_removed() {
+    let dir = tempfile::tempdir().unwrap();
+    let kept = dir.path().join("kept.svg");
+    std::fs::write(&kept, "<svg/>").unwrap();
+    let made = dir.path().join("made.svg");
+    for path in [&kept, &made] {
+        one_line_error(
+            &[
+                "stat",
+                "--flame",
+                path.to_str().unwrap(),
+                "--",
+                "no-such-command-pagewise-test",
+            ],
+            127,
+            "command not found",
+        );
+    }
+    assert!(kept.exists(), "a file that was there was removed");
+    assert!(!made.exists(), "an empty flame graph was left behind");
+}
+
 /// `--seconds` is the window of `--pid`: with a command it is a usage error
 /// (status 2, one line), and the command does not run.
 #[test]
