@@ -304,20 +304,7 @@ fn cpu_rows(rows: &mut Rows, c: &Cpu) {
         ),
     );
     add_row(rows, "cpu", "caches", caches.join(", "));
-    add_row(
-        rows,
-        "cpu",
-        "NUMA nodes",
-        if c.numa_nodes.is_empty() {
-            "(not readable)".into()
-        } else {
-            c.numa_nodes
-                .iter()
-                .map(|n| n.to_string())
-                .collect::<Vec<_>>()
-                .join(", ")
-        },
-    );
+    add_row(rows, "cpu", "NUMA nodes", numa_nodes(&c.numa_nodes));
 }
 
 /// glibc's version and thresholds.
@@ -410,4 +397,31 @@ fn print_tables(r: &MachineReport, rows: Rows) -> Result<(), OutputError> {
         }
     }
     Ok(())
+}
+
+/// The NUMA nodes row: how many, then their ids ("1 node (id 0)"), so that a
+/// lone id is not read as a count of nodes.
+fn numa_nodes(ids: &[u32]) -> String {
+    let list = ids
+        .iter()
+        .map(|n| n.to_string())
+        .collect::<Vec<_>>()
+        .join(", ");
+    match ids.len() {
+        0 => "(not readable)".into(),
+        1 => format!("1 node (id {list})"),
+        n => format!("{n} nodes (ids {list})"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn numa_nodes_say_how_many_then_which() {
+        assert_eq!(numa_nodes(&[]), "(not readable)");
+        assert_eq!(numa_nodes(&[0]), "1 node (id 0)");
+        assert_eq!(numa_nodes(&[0, 1]), "2 nodes (ids 0, 1)");
+    }
 }
