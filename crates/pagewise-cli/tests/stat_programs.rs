@@ -40,6 +40,16 @@ fn first_touch_fixture_in_every_state() {
             ["measured", "cached", "assumed"].contains(&c["source"].as_str().unwrap()),
             "{c:#}"
         );
+        // Every field is there, `null` where it could not be measured.
+        let costs = c.as_object().unwrap();
+        for key in [
+            "rewrite_4k_s",
+            "fault_overhead_s",
+            "kernel_samples",
+            "kernel_fault_samples",
+        ] {
+            assert!(costs.contains_key(key), "{key} missing: {c:#}");
+        }
     });
 }
 

@@ -225,20 +225,17 @@ pub struct Costs {
     /// CPU seconds of one 4 KiB first-touch write fault (allocate, zero, map).
     pub fault_s: f64,
     /// CPU seconds to rewrite 4 KiB that is already resident.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub rewrite_4k_s: Option<f64>,
     /// `fault_s - rewrite_4k_s`: what a huge page saves per 4 KiB beyond zeroing.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub fault_overhead_s: Option<f64>,
     /// `measured` (calibrated in this run), `cached`, or `assumed`.
     pub source: String,
     /// How, in words.
     pub detail: String,
-    /// Kernel-mode `cpu-clock` samples of the run (where the kernel could be sampled).
-    #[serde(skip_serializing_if = "Option::is_none")]
+    /// Kernel-mode `cpu-clock` samples of the run; `None` (JSON `null`)
+    /// where the kernel could not be sampled.
     pub kernel_samples: Option<u64>,
     /// Of those, inside the page-fault handler.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub kernel_fault_samples: Option<u64>,
     /// How the first-touch time of the run is estimated: `kernel-samples`
     /// (the sampled share of system time in the page-fault handler) or
