@@ -123,7 +123,7 @@ fn records_from(file: &File, g: &Geometry, from: u64, size: u64) -> After {
                     break;
                 }
                 after.committed += 1;
-                if record_intact(file, g, pos, raw, len, &mut buf) {
+                if record_intact(file, g, pos, raw, len, &mut buf) == Some(true) {
                     after.intact += 1;
                 }
                 pos += rec;
@@ -145,8 +145,8 @@ fn records_from(file: &File, g: &Geometry, from: u64, size: u64) -> After {
 }
 
 /// Whether the record at `pos` with mark `raw` has a CRC matching its bytes
-/// (always, in a queue without record CRCs). Reads the payload and the CRC
-/// into `buf` with one `pread`.
+/// (always, in a queue without record CRCs); `None` when they cannot be
+/// read. Reads the payload and the CRC into `buf` with one `pread`.
 fn record_intact(
     file: &File,
     g: &Geometry,
@@ -154,18 +154,16 @@ fn record_intact(
     raw: u64,
     len: u32,
     buf: &mut Vec<u8>,
-) -> bool {
+) -> Option<bool> {
     if !g.record_crc() {
-        return true;
+        return Some(true);
     }
     let len = len as usize;
     buf.resize(len + 4, 0);
-    if file.read_exact_at(buf, pos + MARK_LEN).is_err() {
-        return false;
-    }
+    file.read_exact_at(buf, pos + MARK_LEN).ok()?;
     let (payload, stored) = buf.split_at(len);
     let stored: [u8; 4] = stored.try_into().expect("4 bytes");
-    layout::record_crc(raw, payload) == u32::from_le_bytes(stored)
+    Some(layout::record_crc(raw, payload) == u32::from_le_bytes(stored))
 }
 
 #[derive(Debug, Default)]
@@ -201,6 +199,7 @@ fn find_end(
         c -= 1;
     }
     let mut scan = Scan::default();
+    let mut buf = Vec::new();
     loop {
         let base = g
             .chunk_base(c)
@@ -240,18 +239,13 @@ fn find_end(
                     if pos + rec > chunk_end || pos + rec > size {
                         return Err(QueueError::corrupt(path, pos, format!("a record of {len} bytes runs past the end of its chunk or the file")));
                     }
-                    if g.record_crc() {
-                        let mut payload = vec![0u8; len as usize];
-                        let mut stored = [0u8; 4];
-                        if !map.copy_out(off + MARK_LEN as usize, &mut payload)
-                            || !map.copy_out(off + MARK_LEN as usize + len as usize, &mut stored)
-                        {
-                            return Err(QueueError::unreadable(path, file, pos, size));
-                        }
-                        if layout::record_crc(raw, &payload) != u32::from_le_bytes(stored) {
+                    match record_intact(file, g, pos, raw, len, &mut buf) {
+                        None => return Err(QueueError::unreadable(path, file, pos, size)),
+                        Some(false) => {
                             scan.crc_failed_at = Some(Position(pos));
                             return Ok((Position(pos), scan));
                         }
+                        Some(true) => {}
                     }
                     scan.records += 1;
                     pos += rec;
