@@ -130,6 +130,24 @@ pub struct RangeReport {
     pub move_micros: Option<u64>,
 }
 
+impl RangeReport {
+    /// The range `[start, end)` of `object` (load bias `bias`) as it is
+    /// considered, before anything is moved or skipped.
+    fn considered(object: &str, bias: u64, start: u64, end: u64) -> RangeReport {
+        RangeReport {
+            object: object.to_owned(),
+            bias,
+            start,
+            end,
+            huge_bytes: 0,
+            page_kind: None,
+            skipped: None,
+            note: None,
+            move_micros: None,
+        }
+    }
+}
+
 /// Everything one process did, as `PAGEWISE_REPORT` JSON.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct RunReport {
@@ -414,17 +432,7 @@ pub fn remap_text(options: &HugeTextOptions) -> RunReport {
             },
         };
         for (start, end, memsz) in aligned_text(object) {
-            let range = RangeReport {
-                object: path.clone(),
-                bias: object.bias,
-                start,
-                end,
-                huge_bytes: 0,
-                page_kind: None,
-                skipped: None,
-                note: None,
-                move_micros: None,
-            };
+            let range = RangeReport::considered(&path, object.bias, start, end);
             let refusal = refusal(runs_the_move, threads);
             match candidate_runs(&range, memsz, refusal, object.bias, hot.as_deref()) {
                 Err(why) => report.ranges.push(RangeReport {
@@ -844,17 +852,7 @@ mod tests {
     #[test]
     fn the_c_library_is_refused_whatever_its_size() {
         const M: u64 = 1 << 20;
-        let range = |start: u64, end: u64| RangeReport {
-            object: "libc.so.6".into(),
-            bias: 0,
-            start,
-            end,
-            huge_bytes: 0,
-            page_kind: None,
-            skipped: None,
-            note: None,
-            move_micros: None,
-        };
+        let range = |start: u64, end: u64| RangeReport::considered("libc.so.6", 0, start, end);
         let refused = refusal(true, Some(1));
         // Under 2 MiB: still "refused", not "too small".
         let why = candidate_runs(&range(0, 0), 1400 * 1024, refused.clone(), 0, None);
