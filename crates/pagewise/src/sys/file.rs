@@ -162,14 +162,8 @@ fn raw_kind(kind: LockKind) -> libc::c_short {
 /// peer only shut down (no `POLLHUP` until a write fails), and when `poll`
 /// fails. One `poll` system call that does not wait.
 pub fn output_closed(fd: std::os::fd::BorrowedFd<'_>) -> bool {
-    let mut p = libc::pollfd {
-        fd: fd.as_raw_fd(),
-        events: 0,
-        revents: 0,
-    };
-    // SAFETY: p is one valid pollfd, and the length passed is 1.
-    let n = unsafe { libc::poll(&mut p, 1, 0) };
-    n > 0 && p.revents & (libc::POLLERR | libc::POLLHUP) != 0
+    super::perf::poll_readable(&[fd], std::time::Duration::ZERO)
+        .is_ok_and(|ready| ready.first().is_some_and(|r| r.hung_up))
 }
 
 /// Tries to take an open-file-description lock on `[start, start+len)`
