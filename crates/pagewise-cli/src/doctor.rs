@@ -307,7 +307,9 @@ fn cpu_rows(rows: &mut Rows, c: &Cpu) {
     add_row(rows, "cpu", "NUMA nodes", numa_nodes(&c.numa_nodes));
 }
 
-/// glibc's version and thresholds.
+/// glibc's version, its `malloc` tunables and its x86 string thresholds:
+/// one row for each glibc item of the JSON report (the mmap threshold row
+/// shows what the tunable means in effect).
 fn glibc_rows(rows: &mut Rows, glibc: &Glibc) {
     add_row(
         rows,
@@ -324,18 +326,26 @@ fn glibc_rows(rows: &mut Rows, glibc: &Glibc) {
     add_row(
         rows,
         "glibc",
+        "malloc trim threshold",
+        or_unread(glibc.trim_threshold_effective.as_deref()),
+    );
+    add_row(
+        rows,
+        "glibc",
         "non-temporal copy threshold",
-        glibc
-            .non_temporal_threshold_bytes
-            .map_or("(not readable)".into(), bytes),
+        or_unread(glibc.non_temporal_threshold_bytes.map(bytes)),
     );
     add_row(
         rows,
         "glibc",
         "rep movsb threshold",
-        glibc
-            .rep_movsb_threshold_bytes
-            .map_or("(not readable)".into(), bytes),
+        or_unread(glibc.rep_movsb_threshold_bytes.map(bytes)),
+    );
+    add_row(
+        rows,
+        "glibc",
+        "rep stosb threshold",
+        or_unread(glibc.rep_stosb_threshold_bytes.map(bytes)),
     );
 }
 

@@ -26,7 +26,7 @@ pub struct RunArgs {
     pub(crate) huge_text: Option<String>,
     /// With --huge-text: also move this shared library's text (file name or prefix,
     /// e.g. libc.so.6, libpython); repeatable.
-    #[arg(long, value_name = "NAME")]
+    #[arg(long, value_name = "NAME", value_parser = library_name)]
     huge_text_lib: Vec<String>,
     /// Keep freed memory in glibc's heap instead of unmapping it (see below for the trade-off).
     #[arg(long)]
@@ -80,6 +80,20 @@ fn huge_text_mode(text: &str) -> Result<String, String> {
     }
 }
 
+/// `--huge-text-lib`'s value (of `run` and `bench run`): a library's file
+/// name or a prefix of it. Empty, or with the `,` that separates the names
+/// in `PAGEWISE_HUGE_TEXT_LIBS`, it would name no library, or other ones,
+/// without a word, so it is refused. Cost: one pass over the text.
+pub(crate) fn library_name(text: &str) -> Result<String, String> {
+    if text.is_empty() {
+        Err("a library name is needed (file name or prefix, e.g. libpython)".into())
+    } else if text.contains(',') {
+        Err("one library per --huge-text-lib (repeat the option), without ','".into())
+    } else {
+        Ok(text.to_owned())
+    }
+}
+
 /// Sets up the environment and replaces this process with the program (or,
 /// with --huge-text, starts it and waits). A program that cannot start gives
 /// the status a shell would (127 not found, 126 not executable), as
@@ -96,13 +110,15 @@ pub fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
 
 /// [`run`], with a program that cannot start as a [`LaunchError`].
 fn start(args: &RunArgs) -> anyhow::Result<ExitCode> {
+    // Before "nothing to apply": a library named without --huge-text is that
+    // mistake, whether or not another fix is given.
+    if !args.huge_text_lib.is_empty() && args.huge_text.is_none() {
+        return Err(usage("--huge-text-lib needs --huge-text"));
+    }
     if !args.keep_heap && args.huge_text.is_none() {
         return Err(usage(
             "nothing to apply: choose a fix such as --keep-heap or --huge-text (see 'pagewise run --help')",
         ));
-    }
-    if !args.huge_text_lib.is_empty() && args.huge_text.is_none() {
-        return Err(usage("--huge-text-lib needs --huge-text"));
     }
     let program = &args.command[0];
     let path = launch::resolve_program(program.as_ref())?;

@@ -7,6 +7,7 @@
 
 use crate::format::{bytes, table};
 use crate::output::{errln, open_output};
+use pagewise::host::user_files::create_output_noting_new;
 use pagewise::observe::{
     self,
     findings::count,
@@ -86,15 +87,18 @@ pub fn run(args: &StatArgs) -> anyhow::Result<ExitCode> {
     let output = args.output.as_deref().map(open_output).transpose()?;
     // Only a file this run made may be removed again: the path may name a
     // file the user keeps, or a device (`--flame /dev/full`).
-    let flame_made = args
-        .flame
-        .as_deref()
-        .is_some_and(|p| std::fs::symlink_metadata(p).is_err());
-    let flame = args.flame.as_deref().map(open_output).transpose()?;
+    let (flame, flame_made) = match args.flame.as_deref() {
+        Some(path) => {
+            let (file, made) = create_output_noting_new(path)
+                .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))?;
+            (Some(file), made)
+        }
+        None => (None, None),
+    };
     let unmake_flame = || {
-        if let (Some(path), true) = (&args.flame, flame_made) {
+        if let (Some(path), Some(made)) = (&args.flame, flame_made) {
             // Made before the run for nothing: no empty SVG is left behind.
-            let _ = std::fs::remove_file(path);
+            made.remove(path);
         }
     };
     let options = StatOptions {
@@ -120,7 +124,7 @@ pub fn run(args: &StatArgs) -> anyhow::Result<ExitCode> {
         }
     };
     let mut notes = vec![];
-    if let (Some(path), Some(file)) = (&args.flame, flame) {
+    if let (Some(path), Some(file)) = (&args.flame, &flame) {
         match write_flame(&report, file) {
             Ok(()) => notes.push(format!("flame graph of fault stacks: {}", path.display())),
             Err(e) => {
@@ -152,7 +156,7 @@ pub fn run(args: &StatArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::from(status.clamp(0, 255) as u8))
 }
 
-fn write_flame(report: &StatReport, file: std::fs::File) -> anyhow::Result<()> {
+fn write_flame(report: &StatReport, file: &std::fs::File) -> anyhow::Result<()> {
     if report.folded_fault_stacks.is_empty() {
         anyhow::bail!("no fault stacks were sampled (see 'not measured')");
     }
@@ -188,7 +192,7 @@ fn human(r: &StatReport, notes: &[String]) -> String {
         write_mapping_records(&mut out, m);
     }
     if let Some(p) = &r.page_sizes {
-        write_page_sizes(&mut out, p);
+        write_page_sizes(&mut out, p, r.counts.max_rss_bytes);
     }
     if let Some(x) = &r.text {
         write_hot_text(&mut out, x);
@@ -422,8 +426,9 @@ fn write_sources(out: &mut String, c: &Costs, t: &TracepointSource) {
     let _ = writeln!(out, "tracepoints ({}): {}", t.source, t.detail);
 }
 
-/// Peak resident bytes by page size.
-fn write_page_sizes(out: &mut String, p: &PageSizes) {
+/// Peak resident bytes by page size; with a warning when the snapshots
+/// plainly missed the run's peak (`max_rss`, exact, from `getrusage`).
+fn write_page_sizes(out: &mut String, p: &PageSizes, max_rss: Option<u64>) {
     let mut t = table(&["page size (peak resident)", "bytes"]);
     t.add_row(vec!["4 KiB".into(), bytes(p.peak_4k_bytes)]);
     t.add_row(vec!["THP (2 MiB)".into(), bytes(p.peak_thp_bytes)]);
@@ -441,9 +446,36 @@ fn write_page_sizes(out: &mut String, p: &PageSizes) {
     }
     let _ = writeln!(
         out,
-        "\n{t}\n{} snapshots of /proc/PID/smaps, every {} ms",
-        p.samples, p.interval_ms
+        "\n{t}\n{} of /proc/PID/smaps, every {} ms",
+        snapshots(p.samples),
+        p.interval_ms
     );
+    if let Some(warning) = missed_peak(p, max_rss) {
+        let _ = writeln!(out, "{warning}");
+    }
+}
+
+/// A line saying that the page-size split is not the run's peak, when the
+/// largest snapshot holds less than half of the exact peak RSS (a run
+/// shorter than the interval, or one whose memory came and went between
+/// snapshots). Pure.
+fn missed_peak(p: &PageSizes, max_rss: Option<u64>) -> Option<String> {
+    let rss = max_rss.filter(|&rss| rss > 0)?;
+    (p.peak_total_bytes.saturating_mul(2) < rss).then(|| {
+        format!(
+            "warning: the largest of {} holds {} of the run's peak RSS of {} \
+             (getrusage, exact): the split above missed the peak (snapshots are at least \
+             100 times a read of smaps apart, so a short run gets one or two)",
+            snapshots(p.samples),
+            bytes(p.peak_total_bytes),
+            bytes(rss)
+        )
+    })
+}
+
+/// "1 snapshot", "2 snapshots".
+fn snapshots(n: u64) -> String {
+    format!("{n} snapshot{}", if n == 1 { "" } else { "s" })
 }
 
 /// The hot-text footprint against the iTLB.
@@ -637,6 +669,30 @@ fn write_skipped(out: &mut String, skipped: &[Skipped]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_split_that_missed_the_peak_says_so_and_one_snapshot_is_singular() {
+        let p = PageSizes {
+            samples: 1,
+            interval_ms: 100,
+            peak_4k_bytes: 4 << 20,
+            peak_total_bytes: 4 << 20,
+            ..PageSizes::default()
+        };
+        let mut out = String::new();
+        write_page_sizes(&mut out, &p, Some(100 << 20));
+        assert!(out.contains("1 snapshot of /proc/PID/smaps"), "{out}");
+        assert!(
+            out.contains(
+                "warning: the largest of 1 snapshot holds 4 MiB of the run's peak RSS of 100 MiB"
+            ),
+            "{out}"
+        );
+        // Half the peak or more, or no exact peak: no warning.
+        assert_eq!(missed_peak(&p, Some(8 << 20)), None);
+        assert_eq!(missed_peak(&p, None), None);
+        assert!(missed_peak(&p, Some((8 << 20) + 1)).is_some());
+    }
 
     #[test]
     fn a_cpp_site_fits_one_line_with_its_short_name() {

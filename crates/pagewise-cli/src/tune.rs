@@ -132,8 +132,15 @@ fn print_human(r: &Report) -> Result<(), OutputError> {
     outln!(
         "score: median ratio to a direct glibc call at the worst of hot and cold; a \
          choice other than the default beat it by the margin (never where the hot data was \
-         evicted while timed: \"hot evicted: kept\"); the smallest sizes: {}",
-        r.tuned.tables.small.name()
+         evicted while timed: \"hot evicted: kept\"); the smallest sizes: {}; the copy loop: \
+         {} vectors per iteration ({})",
+        r.tuned.tables.small.name(),
+        r.tuned.tables.loop_block.name(),
+        r.loop_block
+            .iter()
+            .map(|t| format!("{} {:.2}", t.candidate, t.ratio.median))
+            .collect::<Vec<_>>()
+            .join(", ")
     )?;
     outln!("measured in {:.1} s", r.seconds)?;
     match &r.cache_file {

@@ -348,14 +348,7 @@ fn plots_are_written_as_svg_and_png() {
 
 #[test]
 fn doctor_shows_the_copy_plan() {
-    let out = pagewise()
-        .arg("doctor")
-        .assert()
-        .success()
-        .get_output()
-        .stdout
-        .clone();
-    let text = String::from_utf8(out).unwrap();
+    let text = common::stdout_of(&["doctor"]);
     for needle in [
         "instruction set",
         "non-temporal from",

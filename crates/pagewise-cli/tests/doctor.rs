@@ -1,18 +1,11 @@
 //! CLI tests for `pagewise doctor` and argument errors: they run the real binary.
 
 mod common;
-use common::pagewise;
+use common::{pagewise, stdout_of};
 
 #[test]
 fn doctor_prints_tables_and_advice() {
-    let out = pagewise()
-        .arg("doctor")
-        .assert()
-        .success()
-        .get_output()
-        .stdout
-        .clone();
-    let text = String::from_utf8(out).unwrap();
+    let text = stdout_of(&["doctor"]);
     for needle in [
         "hugetlb",
         "THP",
@@ -27,14 +20,8 @@ fn doctor_prints_tables_and_advice() {
 
 #[test]
 fn doctor_json_holds_every_field() {
-    let out = pagewise()
-        .args(["doctor", "--json"])
-        .assert()
-        .success()
-        .get_output()
-        .stdout
-        .clone();
-    let v: serde_json::Value = serde_json::from_slice(&out).expect("valid JSON");
+    let v: serde_json::Value =
+        serde_json::from_str(&stdout_of(&["doctor", "--json"])).expect("valid JSON");
     assert_eq!(v["schema"], "pagewise.doctor/1");
     // Every field is there; a null one is a value doctor could not read,
     // which it then lists in `not_read` (tracefs is null when not mounted).
@@ -121,6 +108,63 @@ fn doctor_json_holds_every_field() {
     );
     for advice in v["advice"].as_array().unwrap() {
         assert!(advice["finding"].as_str().is_some_and(|f| !f.is_empty()));
+    }
+}
+
+/// The rows of one area of the `doctor` machine table, item to value (the
+/// first line of the value when it wraps).
+fn table_rows(text: &str, area: &str) -> std::collections::BTreeMap<String, String> {
+    text.lines()
+        .filter_map(|line| {
+            let cells: Vec<&str> = line
+                .trim_matches(|c: char| c == '│' || c.is_whitespace())
+                .split("  ")
+                .map(str::trim)
+                .filter(|cell| !cell.is_empty())
+                .collect();
+            match cells[..] {
+                [a, item, ref value @ ..] if a == area => Some((item.to_owned(), value.join(" "))),
+                _ => None,
+            }
+        })
+        .collect()
+}
+
+/// Every glibc item of the JSON report has its row in the table, and a row
+/// reads "(not readable)" exactly when its JSON value is null: a key added
+/// to the JSON without a row, or a row dropped, fails here.
+#[test]
+fn doctor_table_has_a_row_for_every_glibc_item() {
+    let v: serde_json::Value =
+        serde_json::from_str(&stdout_of(&["doctor", "--json"])).expect("valid JSON");
+    let text = stdout_of(&["doctor"]);
+    let rows = table_rows(&text, "glibc");
+    // The JSON key, and the table row that shows it.
+    let row_of = |key: &str| match key {
+        "version" => "version",
+        "mmap_threshold_tunable" | "mmap_threshold_effective" => "malloc mmap threshold",
+        "trim_threshold_tunable" | "trim_threshold_effective" => "malloc trim threshold",
+        "non_temporal_threshold_bytes" => "non-temporal copy threshold",
+        "rep_movsb_threshold_bytes" => "rep movsb threshold",
+        "rep_stosb_threshold_bytes" => "rep stosb threshold",
+        other => panic!("glibc.{other} is in the JSON but this test knows no row for it"),
+    };
+    let glibc = v["glibc"].as_object().expect("a glibc object");
+    assert!(!glibc.is_empty());
+    for (key, value) in glibc {
+        let item = row_of(key);
+        let shown = rows
+            .get(item)
+            .unwrap_or_else(|| panic!("no glibc row {item:?} for glibc.{key} in:\n{text}"));
+        let unread = match key.as_str() {
+            "version" => "not glibc",
+            _ => "(not readable)",
+        };
+        assert_eq!(
+            shown == unread,
+            value.is_null(),
+            "glibc.{key} is {value} but its row {item:?} shows {shown:?}"
+        );
     }
 }
 

@@ -484,6 +484,69 @@ fn bad_huge_text_arguments_are_one_line_errors() {
         .contains("PAGEWISE_PRELOAD"));
 }
 
+/// `--huge-text-lib` without `--huge-text` says so, beside another fix too
+/// (not "nothing to apply"); an empty name, or one with the `,` that
+/// separates the names given to the preload library, is refused (by `bench
+/// run` as well): each a one-line usage error before anything runs.
+#[test]
+fn huge_text_lib_needs_huge_text_and_one_library_name() {
+    let needs = "pagewise: --huge-text-lib needs --huge-text";
+    let cases: [(&[&str], &str); 6] = [
+        (&["run", "--huge-text-lib", "libc", "--", "true"], needs),
+        (
+            &[
+                "run",
+                "--keep-heap",
+                "--huge-text-lib",
+                "libc",
+                "--",
+                "true",
+            ],
+            needs,
+        ),
+        (
+            &["run", "--huge-text", "--huge-text-lib", "", "--", "true"],
+            "a library name is needed",
+        ),
+        (
+            &["run", "--huge-text", "--huge-text-lib=", "--", "true"],
+            "a library name is needed",
+        ),
+        (
+            &[
+                "run",
+                "--huge-text",
+                "--huge-text-lib",
+                "libc,libm",
+                "--",
+                "true",
+            ],
+            "one library per --huge-text-lib",
+        ),
+        (
+            &[
+                "bench",
+                "run",
+                "--fix",
+                "huge-text",
+                "--huge-text-lib",
+                "",
+                "--",
+                "true",
+            ],
+            "a library name is needed",
+        ),
+    ];
+    for (args, message) in cases {
+        let out = pagewise().args(args).assert().code(2).get_output().clone();
+        let stderr = String::from_utf8(out.stderr).unwrap();
+        assert_eq!(stderr.trim_end().lines().count(), 1, "{args:?}: {stderr}");
+        assert!(stderr.starts_with("pagewise: "), "{args:?}: {stderr}");
+        assert!(stderr.contains(message), "{args:?}: {stderr}");
+        assert!(out.stdout.is_empty(), "{args:?}");
+    }
+}
+
 const MDWE_WRAPPER: &str = r#"
 #include <stdio.h>
 #include <sys/prctl.h>

@@ -11,7 +11,7 @@
 //! destination, so the write checks cover their reads as well; the guard
 //! pages catch reads past the ends directly.)
 
-use pagewise::copy::{self, Class, Copier, Isa, Plan, Small, Strategy};
+use pagewise::copy::{self, Class, Copier, Isa, LoopBlock, Plan, Small, Strategy};
 use pagewise::os::guard::GuardedBuffer;
 use proptest::prelude::*;
 
@@ -70,6 +70,15 @@ fn configs() -> Vec<Config> {
                 });
             }
         }
+        // The copy loop with four vectors per iteration (the other `LoopBlock`).
+        let mut four = base.clone();
+        four.tables.small = smalls[0];
+        four.tables.loop_block = LoopBlock::Four;
+        out.push(Config {
+            name: format!("{}/loop of four", isa.name()),
+            copier: Copier::new(&four.with_only(isa, Strategy::Loop { isa }))
+                .expect("supported instruction set"),
+        });
         // One class that differs at a single placement: the AVX-512 kernel
         // keeps the other placements on its inline loop past that class's
         // start, and sends this one to the table from there.

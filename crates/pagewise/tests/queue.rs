@@ -807,6 +807,28 @@ fn inspect_reports_geometry_and_counts() {
     assert!(info.problem.is_none());
 }
 
+#[test]
+fn inspect_finds_a_length_grown_by_fewer_than_8_bytes() {
+    // Without record CRCs, a length of 8 grown by 1 to 7 bytes swallows the
+    // next record and ends inside its mark: inspect reads the mark's bytes
+    // past the payload's end.
+    let d = dir();
+    let path = d.path().join("q");
+    let mut w = Writer::create(&path, small(false)).unwrap();
+    assert_eq!(w.append(b"abcdefgh").unwrap(), Position(4160));
+    assert_eq!(w.append(b"hello").unwrap(), Position(4176));
+    drop(w);
+    let file = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+    for k in 1..=7u32 {
+        file.write_all_at(&(8 + k).to_le_bytes(), 4160).unwrap();
+        let problem = inspect(&path).unwrap().problem.unwrap_or_default();
+        assert!(
+            problem.contains("holds the mark of a record at position 4176 in its payload"),
+            "{k}: {problem}"
+        );
+    }
+}
+
 /// Mounts a small tmpfs for the test and unmounts it on drop.
 struct SmallFs {
     dir: tempfile::TempDir,

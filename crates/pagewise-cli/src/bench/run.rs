@@ -21,7 +21,7 @@ pub struct BenchRunArgs {
     fixes: Vec<String>,
     /// With a huge-text fix: also move this shared library's text (file name prefix,
     /// e.g. libpython, librustc_driver); repeatable.
-    #[arg(long, value_name = "NAME")]
+    #[arg(long, value_name = "NAME", value_parser = crate::run::library_name)]
     huge_text_lib: Vec<String>,
     /// Another variant: NAME=ARGS runs the command with ARGS (split at spaces) inserted
     /// after the program name, e.g. 'largepages=--use-largepages=on' for node;

@@ -10,6 +10,18 @@ pub fn pagewise() -> assert_cmd::Command {
     assert_cmd::Command::cargo_bin("pagewise").unwrap()
 }
 
+/// What `pagewise ARGS` prints on stdout, after checking that it succeeded.
+#[allow(dead_code)] // each test binary uses the helpers it needs
+pub fn stdout_of(args: &[&str]) -> String {
+    let out = pagewise()
+        .args(args)
+        .assert()
+        .success()
+        .get_output()
+        .clone();
+    String::from_utf8(out.stdout).expect("UTF-8 on stdout")
+}
+
 /// The preload library for `pagewise run --huge-text`, for tests that want to
 /// name it (`PAGEWISE_PRELOAD`): the copy the CLI's build script built to embed
 /// (beside the test's pagewise binary, in `pagewise-preload-build`), else one

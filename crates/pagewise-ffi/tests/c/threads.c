@@ -14,7 +14,13 @@ static void *wait_for_record(void *arg) {
     (void)arg;
     const void *data = NULL;
     size_t len = 0;
-    int rc = pw_queue_next_wait(reader, -1, &data, &len, NULL);
+    /* The main thread polls the same reader: a call that meets one of its
+     * polls is -EBUSY, as documented; try again until this thread holds it. */
+    int rc;
+    while ((rc = pw_queue_next_wait(reader, -1, &data, &len, NULL)) == -EBUSY) {
+        struct timespec us = {0, 1000};
+        nanosleep(&us, NULL);
+    }
     if (rc != 0 || len != 5 || memcmp(data, "hello", 5) != 0) return (void *)1;
     return NULL;
 }

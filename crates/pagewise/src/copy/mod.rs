@@ -36,7 +36,7 @@ pub mod cache;
 mod plan;
 pub mod tune;
 
-pub use crate::sys::copy::{Class, Isa, Placement, RepGuard, Small, Strategy};
+pub use crate::sys::copy::{Class, Isa, LoopBlock, Placement, RepGuard, Small, Strategy};
 pub use cache::{MachineKey, Tuned};
 pub use plan::{
     default_tables, merge, overlay, set_nontemporal, Choices, CpuKind, Inputs, Plan, PlanError,
@@ -87,6 +87,8 @@ impl ThresholdSet {
         self.copy_temporal.assign(&tables.copy_temporal, guards);
         self.copy.set_small(tables.small);
         self.copy_temporal.set_small(tables.small);
+        self.copy.set_loop_block(tables.loop_block);
+        self.copy_temporal.set_loop_block(tables.loop_block);
         self.fill.assign(&tables.fill, &[]);
         self.fill_temporal.assign(&tables.fill_temporal, &[]);
     }

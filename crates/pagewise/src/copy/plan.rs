@@ -11,7 +11,7 @@
 
 use super::cache::{MachineKey, Tuned};
 use super::Isa;
-use crate::sys::copy::{Class, Placement, RepGuard, Small, Strategy};
+use crate::sys::copy::{Class, LoopBlock, Placement, RepGuard, Small, Strategy};
 use serde::{Deserialize, Serialize};
 
 /// Environment variable that sets the non-temporal threshold: a size in bytes
@@ -174,6 +174,10 @@ pub enum PlanError {
 pub struct Tables {
     /// How the AVX-512 kernels copy up to 32 bytes and fill up to 63.
     pub small: Small,
+    /// How many vectors the copy loop moves per iteration (plans cached
+    /// before this choice existed have eight).
+    #[serde(default)]
+    pub loop_block: LoopBlock,
     /// Copies (non-temporal stores allowed).
     pub copy: Vec<Class>,
     /// Copies with temporal stores only.
@@ -407,6 +411,7 @@ impl Tables {
         };
         Tables {
             small,
+            loop_block: LoopBlock::default(),
             copy: table(strategy),
             copy_temporal: table(temporal),
             fill: table(strategy),
@@ -602,6 +607,7 @@ pub fn default_tables(kind: CpuKind, isa: Isa, erms: bool, llc: Option<u64>) -> 
     overlay(&mut fill, fill_nt, usize::MAX, |_| nt);
     Tables {
         small,
+        loop_block: LoopBlock::default(),
         copy,
         copy_temporal,
         fill,
@@ -821,9 +827,11 @@ impl Plan {
     /// This plan with every size above the loop-free ones served by
     /// `strategy` (see [`Tables::only`]): for tests and measurements.
     pub fn with_only(&self, isa: Isa, strategy: Strategy) -> Plan {
+        let mut tables = Tables::only(isa, self.tables.small, strategy);
+        tables.loop_block = self.tables.loop_block;
         Plan {
             isa,
-            tables: Tables::only(isa, self.tables.small, strategy),
+            tables,
             ..self.clone()
         }
     }
@@ -896,7 +904,11 @@ impl Plan {
                         from: c.from.max(small + 1),
                         to,
                     },
-                    kernel: describe_class(c, op == "copy", !self.tables.rep_guards.is_empty()),
+                    kernel: describe_class(
+                        c,
+                        (op == "copy").then_some(self.tables.loop_block),
+                        !self.tables.rep_guards.is_empty(),
+                    ),
                 });
             }
         }
@@ -905,16 +917,19 @@ impl Plan {
 }
 
 /// One class in words: the aligned placement's strategy, and the others'
-/// where they differ.
-fn describe_class(c: &Class, copy: bool, guarded: bool) -> String {
+/// where they differ. `copy`: the copy loop's block, for a copy table.
+fn describe_class(c: &Class, loop_block: Option<LoopBlock>, guarded: bool) -> String {
+    let copy = loop_block.is_some();
     let word = |s: Strategy| match s {
         Strategy::Loop { isa } => format!(
             "{}-byte vector loop, aligned stores{}",
             isa.vector_bytes(),
-            if copy {
-                " (backwards when the destination is a little ahead)"
-            } else {
-                ""
+            match loop_block {
+                Some(block) => format!(
+                    ", {} vectors per iteration (backwards when the destination is a little ahead)",
+                    block.name()
+                ),
+                None => String::new(),
             }
         ),
         Strategy::Rep if copy && guarded => "rep movsb (guarded)".into(),
@@ -1328,6 +1343,19 @@ mod tests {
         assert!(text.contains("does not support"), "{text}");
         assert!(text.contains("PAGEWISE_NT_THRESHOLD"), "{text}");
         assert!(text.contains("PAGEWISE_REP_MOVSB"), "{text}");
+    }
+
+    #[test]
+    fn tables_cached_before_the_loop_block_existed_read_as_eight() {
+        let tables = Tables::only(Isa::Avx2, Small::Plain, Strategy::Rep);
+        let mut json = serde_json::to_value(&tables).unwrap();
+        json.as_object_mut().unwrap().remove("loop_block");
+        let read: Tables = serde_json::from_value(json).unwrap();
+        assert_eq!(read.loop_block, LoopBlock::Eight);
+        let mut four = tables.clone();
+        four.loop_block = LoopBlock::Four;
+        let back: Tables = serde_json::from_str(&serde_json::to_string(&four).unwrap()).unwrap();
+        assert_eq!(back.loop_block, LoopBlock::Four);
     }
 
     #[test]

@@ -31,7 +31,7 @@
 
 use super::cache::{MachineKey, Tuned, SCHEMA};
 use super::plan::{default_tables, overlay_placement, Plan, Table};
-use super::{Copier, Isa, Placement, Small, Strategy};
+use super::{Copier, Isa, LoopBlock, Placement, Small, Strategy};
 use crate::sys::copy::{glibc_memcpy, glibc_memset, Class};
 use crate::sys::mem::{Advice, AnonMapping, MapOptions};
 use serde::Serialize;
@@ -187,6 +187,9 @@ pub struct Report {
     /// How the smallest sizes were decided (AVX-512 only): ratio to glibc of
     /// masked and plain moves, worst over the sizes tried.
     pub small: Vec<Timing>,
+    /// How the copy loop's block was decided: each [`LoopBlock`]'s worst
+    /// ratio to glibc over 1 KiB and 2 KiB hot copies at every placement.
+    pub loop_block: Vec<Timing>,
     /// Seconds the measurement took.
     pub seconds: f64,
     /// Where the plan was written, if it was.
@@ -657,17 +660,10 @@ fn tune_small(
     margin: f64,
 ) -> Result<(Small, Vec<Timing>), TuneError> {
     let mut bufs = buffers(64 << 20, true)?;
-    let copiers: Vec<(Small, Copier)> = Small::ALL
-        .iter()
-        .filter_map(|&small| {
-            let mut plan = base.clone();
-            plan.tables.small = small;
-            Copier::new(&plan).ok().map(|c| (small, c))
-        })
-        .collect();
-    if copiers.len() != Small::ALL.len() {
+    let Some(copiers) = copiers_of(base, &Small::ALL, |plan, small| plan.tables.small = small)
+    else {
         return Ok((default, Vec::new()));
-    }
+    };
     // A fixed mix of sizes 1-128 (calls of varying sizes mispredict branches).
     let mut seed = 0x9e37_79b9_7f4a_7c15u64;
     let mix: Vec<usize> = (0..4096)
@@ -680,33 +676,114 @@ fn tune_small(
         .collect();
     const ALIASED: (usize, usize) = (64, 64 + 4096 * 3);
     const APART: (usize, usize) = (64, 64 + 4096 * 3 + 1000);
-    let mut cases: Vec<(usize, bool, (usize, usize))> = Vec::new();
+    let mut cases: Vec<Case> = Vec::new();
     for n in [8usize, 13, 32, 48, 100] {
-        cases.push((n, true, ALIASED));
-        cases.push((n, true, APART));
+        cases.push(Case::One(n, true, ALIASED));
+        cases.push(Case::One(n, true, APART));
     }
-    cases.push((8, false, (7, 1)));
-    cases.push((32, false, (7, 1)));
-    // Per choice, a timing per case (the mix last).
-    let mut per_case: Vec<Vec<Timing>> = vec![Vec::new(); copiers.len()];
-    for case in cases.iter().map(Some).chain([None]) {
-        let mut speeds = vec![Vec::new(); copiers.len()];
+    cases.push(Case::One(8, false, (7, 1)));
+    cases.push(Case::One(32, false, (7, 1)));
+    cases.push(Case::Mix(mix));
+    Ok(pick_variant(
+        &copiers,
+        &cases,
+        &mut bufs,
+        default,
+        rounds,
+        margin,
+        Small::name,
+    ))
+}
+
+/// Measures the copy loop with four and with eight vectors per iteration
+/// ([`LoopBlock`]) against glibc, hot, at 1 KiB and 2 KiB (where the
+/// iteration count is small enough for the shape to show) and every
+/// placement; keeps `default` unless the other is [`clearly_better`] in
+/// every case. Returns the choice and each choice's worst ratio to glibc.
+fn tune_loop_block(
+    base: &Plan,
+    default: LoopBlock,
+    rounds: usize,
+    margin: f64,
+) -> Result<(LoopBlock, Vec<Timing>), TuneError> {
+    let mut bufs = buffers(64 << 20, true)?;
+    let Some(copiers) = copiers_of(base, &LoopBlock::ALL, |plan, block| {
+        plan.tables.loop_block = block;
+    }) else {
+        return Ok((default, Vec::new()));
+    };
+    let cases: Vec<Case> = [1024usize, 2048]
+        .into_iter()
+        .flat_map(|n| {
+            Placement::ALL
+                .into_iter()
+                .map(move |p| Case::One(n, true, offsets(Op::Copy, p)))
+        })
+        .collect();
+    Ok(pick_variant(
+        &copiers,
+        &cases,
+        &mut bufs,
+        default,
+        rounds,
+        margin,
+        LoopBlock::name,
+    ))
+}
+
+/// A copier of `base` with each of `variants` set into it by `set`; `None`
+/// when one cannot be built (then nothing is measured).
+fn copiers_of<V: Copy>(
+    base: &Plan,
+    variants: &[V],
+    set: impl Fn(&mut Plan, V),
+) -> Option<Vec<(V, Copier)>> {
+    variants
+        .iter()
+        .map(|&v| {
+            let mut plan = base.clone();
+            set(&mut plan, v);
+            Copier::new(&plan).ok().map(|c| (v, c))
+        })
+        .collect()
+}
+
+/// One measurement of [`pick_variant`]: `n` bytes hot or cold at offsets
+/// `(src, dst)`, or a mix of sizes.
+enum Case {
+    One(usize, bool, (usize, usize)),
+    Mix(Vec<usize>),
+}
+
+/// Times every copier of `variants` and glibc on each of `cases`, `rounds`
+/// times interleaved, and keeps `default` unless another variant is
+/// [`clearly_better`] in every case (the best worst ratio among those that
+/// are). Returns the choice and each variant's worst ratio to glibc.
+fn pick_variant<V: Copy + PartialEq>(
+    variants: &[(V, Copier)],
+    cases: &[Case],
+    bufs: &mut TimingBuffers,
+    default: V,
+    rounds: usize,
+    margin: f64,
+    name: fn(V) -> &'static str,
+) -> (V, Vec<Timing>) {
+    let time = |runner: Runner<'_>, case: &Case, bufs: &mut TimingBuffers| match case {
+        Case::One(n, hot, at) => time_one(Op::Copy, runner, bufs, *n, *hot, *at),
+        Case::Mix(mix) => time_mix(Op::Copy, runner, bufs, mix),
+    };
+    // Per variant, a timing per case.
+    let mut per_case: Vec<Vec<Timing>> = vec![Vec::new(); variants.len()];
+    for case in cases {
+        let mut speeds = vec![Vec::new(); variants.len()];
         let mut glibc = Vec::new();
         for _ in 0..rounds {
-            glibc.push(match case {
-                Some(&(n, hot, at)) => time_one(Op::Copy, Runner::Glibc, &mut bufs, n, hot, at),
-                None => time_mix(Op::Copy, Runner::Glibc, &mut bufs, &mix),
-            });
-            for (slot, (_, c)) in copiers.iter().enumerate() {
-                speeds[slot].push(match case {
-                    Some(&(n, hot, at)) => {
-                        time_one(Op::Copy, Runner::Pagewise(c), &mut bufs, n, hot, at)
-                    }
-                    None => time_mix(Op::Copy, Runner::Pagewise(c), &mut bufs, &mix),
-                });
+            glibc.push(time(Runner::Glibc, case, bufs));
+            for (slot, (_, c)) in variants.iter().enumerate() {
+                speeds[slot].push(time(Runner::Pagewise(c), case, bufs));
             }
         }
-        for (slot, (small, _)) in copiers.iter().enumerate() {
+        for (slot, (v, _)) in variants.iter().enumerate() {
             let mut ratios: Vec<f64> = speeds[slot]
                 .iter()
                 .zip(&glibc)
@@ -714,32 +791,32 @@ fn tune_small(
                 .collect();
             let mut gb = speeds[slot].clone();
             per_case[slot].push(Timing {
-                candidate: small.name().to_owned(),
+                candidate: name(*v).to_owned(),
                 gbps: Ratio::of(&mut gb).median,
                 ratio: Ratio::of(&mut ratios),
                 rounds: speeds[slot].clone(),
             });
         }
     }
-    let margins = vec![margin; per_case.first().map_or(0, Vec::len)];
-    let of = |small: Small| -> Vec<&Timing> {
-        copiers
+    let margins = vec![margin; cases.len()];
+    let of = |v: V| -> Vec<&Timing> {
+        variants
             .iter()
-            .position(|(s, _)| *s == small)
+            .position(|(w, _)| *w == v)
             .map_or_else(Vec::new, |i| per_case[i].iter().collect())
     };
-    let small = copiers
+    let chosen = variants
         .iter()
-        .map(|(s, _)| *s)
-        .filter(|s| *s != default && clearly_better(&of(*s), &of(default), &margins))
+        .map(|(v, _)| *v)
+        .filter(|v| *v != default && clearly_better(&of(*v), &of(default), &margins))
         .max_by(|a, b| worst_score(&of(*a)).total_cmp(&worst_score(&of(*b))))
         .unwrap_or(default);
-    let timings = copiers
+    let timings = variants
         .iter()
         .map(|(v, _)| {
             let w = worst_score(&of(*v));
             Timing {
-                candidate: v.name().to_owned(),
+                candidate: name(*v).to_owned(),
                 gbps: f64::NAN,
                 ratio: Ratio {
                     median: w,
@@ -750,7 +827,7 @@ fn tune_small(
             }
         })
         .collect();
-    Ok((small, timings))
+    (chosen, timings)
 }
 
 /// Times a mix of small calls (sizes from `mix`, placed apart in L1): bytes/ns.
@@ -801,7 +878,7 @@ pub fn tune(options: &Options, progress: &dyn Progress) -> Result<Report, TuneEr
     let pool = (4 * options.llc_bytes).next_power_of_two().max(64 << 20);
     let largest = grid.last().map_or(0, |g| g.1);
     let mut cells = Vec::new();
-    let total = grid.len() * 2 + 1;
+    let total = grid.len() * 2 + 2;
     let mut step = 0;
 
     progress.update(step, total, "small sizes: masked or plain moves");
@@ -811,6 +888,15 @@ pub fn tune(options: &Options, progress: &dyn Progress) -> Result<Report, TuneEr
         (defaults.small, Vec::new())
     };
     base.tables.small = small;
+    step += 1;
+    progress.update(
+        step,
+        total,
+        "copy loop: four or eight vectors per iteration",
+    );
+    let (loop_block, loop_block_timings) =
+        tune_loop_block(&base, defaults.loop_block, rounds, options.margin)?;
+    base.tables.loop_block = loop_block;
     step += 1;
 
     let mut choices = Vec::new();
@@ -921,6 +1007,7 @@ pub fn tune(options: &Options, progress: &dyn Progress) -> Result<Report, TuneEr
     // changed (for that placement only).
     let mut rebuilt = defaults.clone();
     rebuilt.small = small;
+    rebuilt.loop_block = loop_block;
     let starts: Vec<usize> = grid.iter().map(|g| g.0).collect();
     for c in &choices {
         if c.chosen == c.default {
@@ -980,6 +1067,7 @@ pub fn tune(options: &Options, progress: &dyn Progress) -> Result<Report, TuneEr
         cells,
         choices,
         small: small_timings,
+        loop_block: loop_block_timings,
         seconds: started.elapsed().as_secs_f64(),
         cache_file: None,
         notes,

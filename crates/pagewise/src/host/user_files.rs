@@ -66,6 +66,57 @@ pub fn create_output(path: &Path) -> io::Result<File> {
     })
 }
 
+/// A file that [`create_output_noting_new`] created, known by its device and
+/// inode, so that it can be removed again without removing whatever another
+/// process has put under the name since.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MadeFile {
+    dev: u64,
+    ino: u64,
+}
+
+impl MadeFile {
+    /// Removes `path` if it still names this file (one `lstat` and an
+    /// `unlink`); a file someone else put under the name stays. Call it while
+    /// the file is still open: a closed and deleted file's inode number may
+    /// be given to the next file made. Between the `lstat` and the `unlink`
+    /// the name could still change: the window is two system calls, not the
+    /// whole run of a program.
+    pub fn remove(self, path: &Path) {
+        use std::os::unix::fs::MetadataExt;
+        if std::fs::symlink_metadata(path).is_ok_and(|m| m.dev() == self.dev && m.ino() == self.ino)
+        {
+            let _ = std::fs::remove_file(path);
+        }
+    }
+}
+
+/// As [`create_output`], and says whether this call created the file: a
+/// new name is created exclusively (`O_CREAT | O_EXCL`, mode 0666 minus the
+/// umask), so a file another process makes at the same moment is never taken
+/// for ours; an existing name (a file the user keeps, a device) is opened as
+/// [`create_output`] does and is `None`. One or two `open`s and an `fstat`.
+pub fn create_output_noting_new(path: &Path) -> io::Result<(File, Option<MadeFile>)> {
+    use std::os::unix::fs::MetadataExt;
+    // std opens with O_CLOEXEC; a new name cannot be a FIFO, so no O_NONBLOCK.
+    match std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(path)
+    {
+        Ok(file) => {
+            let meta = file.metadata()?;
+            let made = MadeFile {
+                dev: meta.dev(),
+                ino: meta.ino(),
+            };
+            Ok((file, Some(made)))
+        }
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok((create_output(path)?, None)),
+        Err(e) => Err(e),
+    }
+}
+
 /// Writes `bytes` to `path` as [`create_output`] opens it.
 pub fn write_output(path: &Path, bytes: &[u8]) -> io::Result<()> {
     create_output(path)?.write_all(bytes)
@@ -122,6 +173,29 @@ mod tests {
             read_input_to_string(&regular).unwrap_err().kind(),
             io::ErrorKind::InvalidData
         );
+    }
+
+    #[test]
+    fn only_a_file_this_call_made_is_removed_and_only_while_the_name_is_its() {
+        let dir = tempfile::tempdir().unwrap();
+        let kept = dir.path().join("kept");
+        std::fs::write(&kept, "the user's").unwrap();
+        let (_, made) = create_output_noting_new(&kept).unwrap();
+        assert_eq!(made, None, "an existing file is not ours");
+        let new = dir.path().join("new.svg");
+        // Held open, as a caller holds it: its inode cannot be reused meanwhile.
+        let (_file, made) = create_output_noting_new(&new).unwrap();
+        let made = made.expect("a new file is ours");
+        // Another process puts its own file under the name meanwhile: it stays.
+        std::fs::remove_file(&new).unwrap();
+        std::fs::write(&new, "theirs").unwrap();
+        made.remove(&new);
+        assert_eq!(std::fs::read_to_string(&new).unwrap(), "theirs");
+        let (_, made) = create_output_noting_new(&dir.path().join("again")).unwrap();
+        made.unwrap().remove(&dir.path().join("again"));
+        assert!(!dir.path().join("again").exists());
+        let (_, made) = create_output_noting_new(Path::new("/dev/null")).unwrap();
+        assert_eq!(made, None);
     }
 
     #[test]

@@ -413,14 +413,14 @@ fn tracepoint_source(tracepoints: Option<Result<tracefs::Access, String>>) -> Tr
 /// Kernel samples of the run and how many of them are in the page-fault
 /// handler; `None` when the kernel was not sampled (or its symbols are hidden,
 /// noted in `skipped`). Reads `/proc/kallsyms` (about 40 ms) only when there
-/// are samples to classify.
+/// are samples to classify and no run earlier in this boot saved what it found.
 fn kernel_fault_samples(c: Option<&Collector>, skipped: &mut Vec<Skipped>) -> Option<(u64, u64)> {
     let stacks = &c?.kernel_stacks;
     let total: u64 = stacks.values().sum();
     if total == 0 {
         return None;
     }
-    match kallsyms::live_page_fault_entry() {
+    match kallsyms::page_fault_entry() {
         Ok(entry) => Some((
             total,
             stacks

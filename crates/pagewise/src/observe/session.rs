@@ -13,6 +13,7 @@ use crate::sys::perf::{
     self, Event, EventAttr, EventType, RingBuffer, SAMPLE_ADDR, SAMPLE_CALLCHAIN,
     SAMPLE_IDENTIFIER, SAMPLE_IP, SAMPLE_RAW, SAMPLE_STACK_USER, SAMPLE_TID, SAMPLE_TIME,
 };
+use crate::sys::poll;
 use crate::sys::Errno;
 use crate::sys::SysError;
 use std::collections::{BTreeSet, HashMap};
@@ -1151,7 +1152,7 @@ fn read_loop(
             let mut fds: Vec<_> = polled.iter().map(|&i| s.events[i].as_fd()).collect();
             // The wake socket ends the wait as soon as the run is over.
             fds.extend(wake.map(|w| w.as_fd()));
-            if let Ok(ready) = perf::poll_readable(&fds, timeout) {
+            if let Ok(ready) = poll::poll_readable(&fds, timeout) {
                 let hung: Vec<usize> = polled
                     .iter()
                     .zip(&ready)

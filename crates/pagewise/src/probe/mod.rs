@@ -172,8 +172,10 @@ pub struct Glibc {
     pub mmap_threshold_tunable: Option<u64>,
     /// What the mmap threshold is in effect, in words.
     pub mmap_threshold_effective: Option<String>,
-    /// `glibc.malloc.trim_threshold` tunable; 0 means unset (dynamic).
+    /// `glibc.malloc.trim_threshold` tunable; 0 means unset.
     pub trim_threshold_tunable: Option<u64>,
+    /// What the trim threshold is in effect, in words.
+    pub trim_threshold_effective: Option<String>,
     /// `glibc.cpu.x86_non_temporal_threshold`: copies above it use non-temporal stores.
     pub non_temporal_threshold_bytes: Option<u64>,
     /// `glibc.cpu.x86_rep_movsb_threshold`: copies above it use `rep movsb`.
@@ -438,14 +440,45 @@ fn read_glibc(root: &SysRoot) -> Glibc {
     glibc.non_temporal_threshold_bytes = get("glibc.cpu.x86_non_temporal_threshold");
     glibc.rep_movsb_threshold_bytes = get("glibc.cpu.x86_rep_movsb_threshold");
     glibc.rep_stosb_threshold_bytes = get("glibc.cpu.x86_rep_stosb_threshold");
-    glibc.mmap_threshold_effective = glibc.mmap_threshold_tunable.map(|t| {
-        if t == 0 {
-            "dynamic: starts at 128 KiB and rises with freed blocks up to 32 MiB".to_owned()
-        } else {
-            format!("fixed at {t} bytes by GLIBC_TUNABLES (no adaptation)")
-        }
-    });
+    let set: Vec<&str> = MALLOC_FIXERS
+        .into_iter()
+        .filter(|name| get(name).is_some_and(|v| v != 0))
+        .collect();
+    glibc.mmap_threshold_effective = glibc
+        .mmap_threshold_tunable
+        .map(|t| effective_threshold(t, &set, MMAP_DYNAMIC));
+    glibc.trim_threshold_effective = glibc
+        .trim_threshold_tunable
+        .map(|t| effective_threshold(t, &set, TRIM_DYNAMIC));
     glibc
+}
+
+/// The malloc tunables whose setting turns off glibc's adaptation of both
+/// thresholds (each one's setter sets `mp_.no_dyn_threshold`, glibc 2.26+).
+const MALLOC_FIXERS: [&str; 4] = [
+    "glibc.malloc.mmap_threshold",
+    "glibc.malloc.trim_threshold",
+    "glibc.malloc.top_pad",
+    "glibc.malloc.mmap_max",
+];
+const MMAP_DYNAMIC: &str = "dynamic: starts at 128 KiB and rises with freed blocks up to 32 MiB";
+const TRIM_DYNAMIC: &str = "dynamic: starts at 128 KiB, twice the mmap threshold once that rises";
+
+/// A threshold in effect, in words: its tunable `value` when set; else 128
+/// KiB fixed when any of `set` (the [`MALLOC_FIXERS`] set to a non-zero
+/// value) turns the adaptation off; else `dynamic`. A tunable set to 0
+/// explicitly cannot be told from an unset one in `--list-tunables`. Pure.
+fn effective_threshold(value: u64, set: &[&str], dynamic: &str) -> String {
+    if value != 0 {
+        format!(
+            "fixed at {} by GLIBC_TUNABLES (no adaptation)",
+            crate::units::format_bytes(value)
+        )
+    } else if let Some(first) = set.first() {
+        format!("fixed at 128 KiB: GLIBC_TUNABLES sets {first}, which turns the adaptation off")
+    } else {
+        dynamic.to_owned()
+    }
 }
 
 #[cfg(test)]

@@ -421,3 +421,19 @@ fn live_probe_reads_this_machine() {
     assert_eq!(report.perf.software.len(), 4);
     assert_eq!(report.features.map_hugetlb.len(), report.hugetlb.len());
 }
+
+#[test]
+fn setting_any_malloc_fixer_turns_both_thresholds_fixed() {
+    assert_eq!(effective_threshold(0, &[], MMAP_DYNAMIC), MMAP_DYNAMIC);
+    assert_eq!(effective_threshold(0, &[], TRIM_DYNAMIC), TRIM_DYNAMIC);
+    // trim_threshold set alone: the mmap threshold stays at its start, fixed.
+    let set = ["glibc.malloc.trim_threshold"];
+    assert_eq!(
+        effective_threshold(0, &set, MMAP_DYNAMIC),
+        "fixed at 128 KiB: GLIBC_TUNABLES sets glibc.malloc.trim_threshold, which turns the adaptation off"
+    );
+    assert_eq!(
+        effective_threshold(1 << 20, &set, TRIM_DYNAMIC),
+        "fixed at 1 MiB by GLIBC_TUNABLES (no adaptation)"
+    );
+}

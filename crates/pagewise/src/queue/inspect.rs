@@ -88,7 +88,8 @@ pub struct Inspection {
 }
 
 /// Reads a queue without changing it: validates the header and walks every
-/// record still in it. Costs a read of all records (a copy of each payload).
+/// record still in it. Costs a read of all records (a copy of each payload
+/// and of the 0 to 7 bytes after it, to its next multiple of 8).
 pub fn inspect(path: impl AsRef<Path>) -> Result<Inspection, QueueError> {
     let path = path.as_ref();
     let mut reader = Reader::open_with(
@@ -106,14 +107,15 @@ pub fn inspect(path: impl AsRef<Path>) -> Result<Inspection, QueueError> {
     let mut first_position = None;
     let mut last_position = None;
     let mut problem = None;
+    let mut after = [0u8; 8];
     loop {
-        match reader.next() {
-            Ok(Some(r)) => {
+        match reader.next_and_after(&mut after) {
+            Ok(Some((r, n))) => {
                 records += 1;
                 payload_bytes += r.payload.len() as u64;
                 first_position.get_or_insert(r.position);
                 last_position = Some(r.position);
-                if let Some(hidden) = mark_inside(r.position, r.payload) {
+                if let Some(hidden) = mark_inside(r.position, r.payload, &after[..n]) {
                     problem = Some(format!(
                         "{}: the record at position {} ({} bytes) holds the mark of a record at position {hidden} in its payload: its length was probably damaged, and the records from {hidden} on are hidden in it",
                         path.display(),
@@ -177,19 +179,26 @@ pub fn inspect(path: impl AsRef<Path>) -> Result<Inspection, QueueError> {
     })
 }
 
-/// The position of a valid record or padding mark inside the payload of the
-/// record at `position`, if there is one: the sign of a length damaged to
-/// be longer than it was (the records after it then lie inside it). A mark
-/// carries 28 bits of its own position and a commit bit, so payload bytes
-/// pass for one at their own offset about once in 2^31 8-byte words. Costs
-/// a pass over the payload.
-fn mark_inside(position: Position, payload: &[u8]) -> Option<u64> {
+/// The position of a valid record or padding mark that starts inside the
+/// payload of the record at `position`, if there is one: the sign of a
+/// length damaged to be longer than it was (the records after it then lie
+/// inside it). Marks are 8-byte aligned, so the candidates start at 8-byte
+/// steps from the payload's start; the last one ends past the payload when
+/// its length is not a multiple of 8 (a length grown by 1 to 7 bytes), and
+/// its remaining bytes come from `after`, the bytes that follow the payload
+/// (too few, and it is no candidate). A mark carries 28 bits of its own
+/// position and a commit bit, so payload bytes pass for one at their own
+/// offset about once in 2^31 8-byte words. Costs a pass over the payload.
+fn mark_inside(position: Position, payload: &[u8], after: &[u8]) -> Option<u64> {
     let start = position.0 + layout::MARK_LEN;
-    payload.chunks_exact(8).enumerate().find_map(|(i, word)| {
+    payload.chunks(8).enumerate().find_map(|(i, inside)| {
+        let mut word = [0u8; 8];
+        word[..inside.len()].copy_from_slice(inside);
+        let rest = after.get(..8 - inside.len())?;
+        word[inside.len()..].copy_from_slice(rest);
         let at = start + 8 * i as u64;
-        let raw = u64::from_le_bytes(word.try_into().expect("8 bytes"));
         matches!(
-            layout::decode_mark(raw, at),
+            layout::decode_mark(u64::from_le_bytes(word), at),
             Ok(layout::Mark::Data(_) | layout::Mark::Pad(_))
         )
         .then_some(at)
@@ -208,12 +217,35 @@ mod tests {
         let mut payload = vec![0u8; 48];
         payload[..5].copy_from_slice(b"hello");
         payload[8..16].copy_from_slice(&layout::data_mark(4176, 5).to_le_bytes());
-        assert_eq!(mark_inside(position, &payload), Some(4176));
+        assert_eq!(mark_inside(position, &payload, &[]), Some(4176));
         // The same mark at another offset belongs to another position: not a sign.
         let mut shifted = vec![0u8; 48];
         shifted[16..24].copy_from_slice(&layout::data_mark(4176, 5).to_le_bytes());
-        assert_eq!(mark_inside(position, &shifted), None);
-        assert_eq!(mark_inside(position, &[0xFF; 64]), None);
-        assert_eq!(mark_inside(position, b"short"), None);
+        assert_eq!(mark_inside(position, &shifted, &[]), None);
+        assert_eq!(mark_inside(position, &[0xFF; 64], &[]), None);
+        assert_eq!(mark_inside(position, b"short", &[0; 3]), None);
+    }
+
+    #[test]
+    fn a_mark_past_the_payload_end_is_found_for_a_length_grown_by_1_to_7() {
+        // Records at 4160 (8 bytes: 16 in all) and 4176 (5 bytes), as the
+        // file holds them from 4168 on; a length grown from 8 to 8 + k puts
+        // the mark at 4176 across the payload's end: k bytes inside, 8 - k
+        // after.
+        let position = Position(4160);
+        let mut file = [0u8; 32];
+        file[..8].copy_from_slice(b"abcdefgh");
+        file[8..16].copy_from_slice(&layout::data_mark(4176, 5).to_le_bytes());
+        file[16..21].copy_from_slice(b"hello");
+        for k in 1..=7 {
+            let (payload, after) = file.split_at(8 + k);
+            assert_eq!(
+                mark_inside(position, payload, &after[..8 - k]),
+                Some(4176),
+                "{k}"
+            );
+            // Without the bytes after the payload (the file ends) it is no candidate.
+            assert_eq!(mark_inside(position, payload, &after[..7 - k]), None, "{k}");
+        }
     }
 }

@@ -351,6 +351,29 @@ impl Reader {
         }
     }
 
+    /// Like [`Reader::next`], and copies into `after` the bytes that follow
+    /// the payload up to its next multiple of 8 (0 to 7 bytes, inside the
+    /// record, so inside its chunk and the file); with the record, how many
+    /// it copied (0 when they could not be read). For `inspect`, which looks
+    /// for a mark that starts in the payload and ends past it. Costs
+    /// `next` and one guarded copy of those bytes from the map.
+    pub(crate) fn next_and_after(
+        &mut self,
+        after: &mut [u8; 8],
+    ) -> Result<Option<(Record<'_>, usize)>, QueueError> {
+        let Some((off, len)) = self.locate()? else {
+            return Ok(None);
+        };
+        let n = len.next_multiple_of(8) - len;
+        let end = off + MARK_LEN as usize + len;
+        let copied = if n > 0 && self.map.copy_out(end, &mut after[..n]) {
+            n
+        } else {
+            0
+        };
+        Ok(self.consume(off, len)?.map(|r| (r, copied)))
+    }
+
     /// Whether a record is ready to be read now (the next `next` returns it).
     /// Never blocks; skips padding and enters new chunks on the way.
     pub fn poll(&mut self) -> Result<bool, QueueError> {

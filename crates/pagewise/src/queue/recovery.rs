@@ -14,7 +14,7 @@
 //! the writer was opened with `Options::discard_damaged`.
 
 use super::error::QueueError;
-use super::layout::{self, decode_mark, Geometry, HeaderState, Mark, CHUNK_HEADER_LEN, MARK_LEN};
+use super::layout::{self, decode_mark, Geometry, HeaderState, Mark, MARK_LEN};
 use super::Position;
 use crate::sys::file;
 use crate::sys::file_map::ReadMap;
@@ -102,46 +102,135 @@ struct After {
 /// say, across padding into later chunks, to the first position that holds
 /// no committed record, and counts them. One `pread` per mark and per
 /// record (the walk can reach the end of the file: it runs only when a CRC
-/// failed); a mark that does not decode, padding that does not reach the
-/// end of its chunk, or a record running past its chunk or the file ends
-/// the walk.
+/// failed); a mark that does not decode or cannot be read, padding that
+/// does not reach the end of its chunk, or a record running past its chunk
+/// or the file ends the walk.
 fn records_from(file: &File, g: &Geometry, from: u64, size: u64) -> After {
     let mut after = After::default();
     let mut buf = Vec::new();
-    let mut pos = from;
-    while pos.saturating_add(MARK_LEN) <= size {
+    let read_mark = |pos| {
         let mut word = [0u8; 8];
-        if file.read_exact_at(&mut word, pos).is_err() {
-            break;
-        }
-        let raw = u64::from_le_bytes(word);
-        let chunk_end = g.chunk_base(g.chunk_of(pos) + 1).unwrap_or(u64::MAX);
-        match decode_mark(raw, pos) {
-            Ok(Mark::Data(len)) => {
-                let rec = g.record_size(u64::from(len));
-                if pos + rec > chunk_end || pos + rec > size {
-                    break;
-                }
-                after.committed += 1;
-                if record_intact(file, g, pos, raw, len, &mut buf) == Some(true) {
-                    after.intact += 1;
-                }
-                pos += rec;
-                if pos == chunk_end {
-                    pos = g.first_record(g.chunk_of(pos)).unwrap_or(u64::MAX);
-                }
-            }
-            Ok(Mark::Pad(rest)) if u64::from(rest) + MARK_LEN == chunk_end - pos => {
-                match g.first_record(g.chunk_of(pos) + 1) {
-                    Some(next) => pos = next,
-                    None => break,
-                }
-            }
-            Ok(Mark::Pad(_)) => break,
-            Ok(Mark::Empty) | Err(_) => break,
+        file.read_exact_at(&mut word, pos)
+            .map(|()| u64::from_le_bytes(word))
+    };
+    for rec in Walk::new(g, size, from, read_mark).map_while(Result::ok) {
+        after.committed += 1;
+        if record_intact(file, g, rec.pos, rec.raw, rec.len, &mut buf) == Some(true) {
+            after.intact += 1;
         }
     }
     after
+}
+
+/// A committed record a [`Walk`] found.
+struct Record {
+    /// Its position (the offset of its mark).
+    pos: u64,
+    /// Its mark word.
+    raw: u64,
+    /// Its payload length.
+    len: u32,
+}
+
+/// Why a [`Walk`] stopped before the end of the records.
+enum Stop<E> {
+    /// The mark word could not be loaded (the loader's error).
+    Load(E),
+    /// The word at `position` is not a mark the walk can step over.
+    Corrupt { position: u64, reason: String },
+}
+
+impl Stop<QueueError> {
+    fn into_error(self, path: &Path) -> QueueError {
+        match self {
+            Stop::Load(e) => e,
+            Stop::Corrupt { position, reason } => QueueError::corrupt(path, position, reason),
+        }
+    }
+}
+
+/// The one walk over the records of a queue file: from the position of a
+/// record, it yields each committed record as its mark says, checks that
+/// padding reaches the end of its chunk and that a record fits in its chunk
+/// and the file, and steps over chunk ends to the next chunk's first record.
+/// It ends (`None`, with `pos` the end) at a zero mark or where the
+/// file has no room for a mark, and yields [`Stop`] at a mark it cannot
+/// step over (a caller that goes on gets the same again). Costs one `load`
+/// per record and per padding; the payloads are not read.
+struct Walk<'g, L> {
+    g: &'g Geometry,
+    size: u64,
+    /// Gives the mark word at a position (8-aligned, with 8 bytes of the file there).
+    load: L,
+    /// Where the next mark is; at the end, the end.
+    pos: u64,
+    /// The end of the chunk the walk is in.
+    chunk_end: u64,
+}
+
+impl<'g, L> Walk<'g, L> {
+    fn new(g: &'g Geometry, size: u64, from: u64, load: L) -> Self {
+        Walk {
+            g,
+            size,
+            load,
+            pos: from,
+            chunk_end: g.chunk_base(g.chunk_of(from) + 1).unwrap_or(u64::MAX),
+        }
+    }
+}
+
+impl<E, L: FnMut(u64) -> Result<u64, E>> Iterator for Walk<'_, L> {
+    type Item = Result<Record, Stop<E>>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        let corrupt = |position, reason: String| Some(Err(Stop::Corrupt { position, reason }));
+        loop {
+            // At a chunk's end the walk goes on at the next chunk's first
+            // record, before the file's size is checked: a full last chunk
+            // ends the records at that first record, not at the chunk's end.
+            if self.pos == self.chunk_end {
+                let c = self.g.chunk_of(self.pos);
+                let Some(first) = self.g.first_record(c) else {
+                    return corrupt(u64::MAX, "chunk index overflows".into());
+                };
+                self.pos = first;
+                self.chunk_end = self.g.chunk_base(c + 1).unwrap_or(u64::MAX);
+            }
+            let pos = self.pos;
+            if pos.saturating_add(MARK_LEN) > self.size {
+                return None;
+            }
+            let raw = match (self.load)(pos) {
+                Ok(raw) => raw,
+                Err(e) => return Some(Err(Stop::Load(e))),
+            };
+            match decode_mark(raw, pos) {
+                Ok(Mark::Empty) => return None,
+                Ok(Mark::Pad(rest)) => {
+                    if u64::from(rest) != self.chunk_end - pos - MARK_LEN {
+                        return corrupt(
+                            pos,
+                            "padding that does not reach the end of the chunk".into(),
+                        );
+                    }
+                    self.pos = self.chunk_end;
+                }
+                Ok(Mark::Data(len)) => {
+                    let rec = self.g.record_size(u64::from(len));
+                    if pos + rec > self.chunk_end || pos + rec > self.size {
+                        return corrupt(
+                            pos,
+                            format!("a record of {len} bytes runs past the end of its chunk or the file"),
+                        );
+                    }
+                    self.pos = pos + rec;
+                    return Some(Ok(Record { pos, raw, len }));
+                }
+                Err(reason) => return corrupt(pos, reason),
+            }
+        }
+    }
 }
 
 /// Whether the record at `pos` with mark `raw` has a CRC matching its bytes
@@ -198,62 +287,53 @@ fn find_end(
     while c > first && !first_record_committed(file, g, c, size) {
         c -= 1;
     }
+    let from = g
+        .first_record(c)
+        .ok_or_else(|| QueueError::corrupt(path, u64::MAX, "chunk index overflows"))?;
     let mut scan = Scan::default();
     let mut buf = Vec::new();
-    loop {
+    let mut walk = Walk::new(g, size, from, chunk_marks(path, file, g, size));
+    for rec in walk.by_ref() {
+        let rec = rec.map_err(|stop| stop.into_error(path))?;
+        match record_intact(file, g, rec.pos, rec.raw, rec.len, &mut buf) {
+            None => return Err(QueueError::unreadable(path, file, rec.pos, size)),
+            Some(false) => {
+                scan.crc_failed_at = Some(Position(rec.pos));
+                return Ok((Position(rec.pos), scan));
+            }
+            Some(true) => {}
+        }
+        scan.records += 1;
+    }
+    Ok((Position(walk.pos), scan))
+}
+
+/// A loader of mark words for a [`Walk`] that maps the chunk it is in (one
+/// `mmap` per chunk, the previous one unmapped first) and loads each mark
+/// from the map, so a walk over a chunk costs no system call per record.
+fn chunk_marks<'a>(
+    path: &'a Path,
+    file: &'a File,
+    g: &'a Geometry,
+    size: u64,
+) -> impl FnMut(u64) -> Result<u64, QueueError> + 'a {
+    let mut mapped: Option<(u64, ReadMap)> = None;
+    move |pos| {
+        let c = g.chunk_of(pos);
         let base = g
             .chunk_base(c)
-            .ok_or_else(|| QueueError::corrupt(path, u64::MAX, "chunk index overflows"))?;
-        let mut pos = base + CHUNK_HEADER_LEN;
-        if pos + MARK_LEN > size {
-            return Ok((Position(pos), scan));
-        }
-        let map = ReadMap::map(file, base, g.chunk_size as usize)
-            .map_err(|e| QueueError::sys(path, format!("map chunk {c}"), e))?;
-        let chunk_end = base + g.chunk_size;
-        loop {
-            if pos == chunk_end {
-                break;
+            .ok_or_else(|| QueueError::corrupt(path, pos, "chunk index overflows"))?;
+        let map = match &mut mapped {
+            Some((at, map)) if *at == base => map,
+            slot => {
+                *slot = None;
+                let map = ReadMap::map(file, base, g.chunk_size as usize)
+                    .map_err(|e| QueueError::sys(path, format!("map chunk {c}"), e))?;
+                &mut slot.insert((base, map)).1
             }
-            if pos + MARK_LEN > size {
-                return Ok((Position(pos), scan));
-            }
-            let off = (pos - base) as usize;
-            let Some(raw) = map.load_u64(off, Ordering::Acquire) else {
-                return Err(QueueError::unreadable(path, file, pos, size));
-            };
-            match decode_mark(raw, pos) {
-                Ok(Mark::Empty) => return Ok((Position(pos), scan)),
-                Ok(Mark::Pad(rest)) => {
-                    if u64::from(rest) != chunk_end - pos - MARK_LEN {
-                        return Err(QueueError::corrupt(
-                            path,
-                            pos,
-                            "padding that does not reach the end of the chunk",
-                        ));
-                    }
-                    break;
-                }
-                Ok(Mark::Data(len)) => {
-                    let rec = g.record_size(u64::from(len));
-                    if pos + rec > chunk_end || pos + rec > size {
-                        return Err(QueueError::corrupt(path, pos, format!("a record of {len} bytes runs past the end of its chunk or the file")));
-                    }
-                    match record_intact(file, g, pos, raw, len, &mut buf) {
-                        None => return Err(QueueError::unreadable(path, file, pos, size)),
-                        Some(false) => {
-                            scan.crc_failed_at = Some(Position(pos));
-                            return Ok((Position(pos), scan));
-                        }
-                        Some(true) => {}
-                    }
-                    scan.records += 1;
-                    pos += rec;
-                }
-                Err(reason) => return Err(QueueError::corrupt(path, pos, reason)),
-            }
-        }
-        c += 1;
+        };
+        map.load_u64((pos - base) as usize, Ordering::Acquire)
+            .ok_or_else(|| QueueError::unreadable(path, file, pos, size))
     }
 }
 

@@ -162,7 +162,7 @@ fn raw_kind(kind: LockKind) -> libc::c_short {
 /// peer only shut down (no `POLLHUP` until a write fails), and when `poll`
 /// fails. One `poll` system call that does not wait.
 pub fn output_closed(fd: std::os::fd::BorrowedFd<'_>) -> bool {
-    super::perf::poll_readable(&[fd], std::time::Duration::ZERO)
+    super::poll::poll_readable(&[fd], std::time::Duration::ZERO)
         .is_ok_and(|ready| ready.first().is_some_and(|r| r.hung_up))
 }
 

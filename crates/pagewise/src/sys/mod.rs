@@ -16,6 +16,7 @@ pub mod libc_info;
 pub mod mem;
 pub mod pagemap;
 pub mod perf;
+pub mod poll;
 pub mod prctl;
 pub mod process;
 pub mod sigbus;

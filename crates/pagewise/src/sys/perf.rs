@@ -739,61 +739,6 @@ impl Drop for RingBuffer {
     }
 }
 
-/// What [`poll_readable`] found for one descriptor.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Ready {
-    /// Data to read (a perf ring buffer reached its watermark).
-    pub readable: bool,
-    /// Hung up (the task a perf event follows has exited; a socket's peer closed).
-    pub hung_up: bool,
-}
-
-/// Waits until one of `fds` is readable or hung up, or `timeout` passes, and
-/// says which (all default on timeout or when a signal interrupted the wait).
-/// The timeout is kept to the nanosecond (`ppoll`): a wait of less than a
-/// millisecond is a wait, not a busy return.
-pub fn poll_readable(
-    fds: &[BorrowedFd<'_>],
-    timeout: std::time::Duration,
-) -> SysResult<Vec<Ready>> {
-    let mut pollfds: Vec<libc::pollfd> = fds
-        .iter()
-        .map(|fd| libc::pollfd {
-            fd: fd.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        })
-        .collect();
-    let wait = libc::timespec {
-        tv_sec: timeout.as_secs().min(i32::MAX as u64) as libc::time_t,
-        tv_nsec: timeout.subsec_nanos() as libc::c_long,
-    };
-    // SAFETY: pollfds is a valid array of pollfd of the length passed; `wait`
-    // is a valid timespec that outlives the call; no signal mask is passed.
-    let n = unsafe {
-        libc::ppoll(
-            pollfds.as_mut_ptr(),
-            pollfds.len() as libc::nfds_t,
-            &wait,
-            std::ptr::null(),
-        )
-    };
-    if n < 0 {
-        let err = SysError::last("ppoll");
-        if err.errno() == Some(crate::sys::Errno::INTR) {
-            return Ok(vec![Ready::default(); fds.len()]);
-        }
-        return Err(err);
-    }
-    Ok(pollfds
-        .iter()
-        .map(|p| Ready {
-            readable: p.revents & libc::POLLIN != 0,
-            hung_up: p.revents & (libc::POLLHUP | libc::POLLERR) != 0,
-        })
-        .collect())
-}
-
 /// Online CPU numbers, from `/sys/devices/system/cpu/online` (for example `0-3,6`).
 /// Falls back to `0..available_parallelism` when the file cannot be read.
 pub fn online_cpus() -> Vec<i32> {

@@ -302,6 +302,9 @@ pub struct Thresholds {
     /// compare chain on `fast_isa` put the AVX-512 case third, two
     /// branches more on every call).
     fast_avx512: AtomicUsize,
+    /// The copy loop takes eight vectors per iteration from this size up
+    /// (then at most one block of four), four below it ([`LoopBlock`]).
+    wide_loop_from: AtomicUsize,
 }
 
 /// The thresholds of the four kinds of call of one copier. `copy` last and
@@ -486,6 +489,7 @@ impl Thresholds {
             fast_isa: AtomicU8::new(0),
             avx512_copy: AtomicUsize::new(Avx512Entry::of(Small::MaskedGuarded) as usize),
             fast_avx512: AtomicUsize::new(0),
+            wide_loop_from: AtomicUsize::new(LoopBlock::Eight.wide_from()),
         }
     }
 
@@ -555,6 +559,23 @@ impl Thresholds {
             .fetch_update(Ordering::Release, Ordering::Relaxed, |e| {
                 (e != 0).then_some(entry)
             });
+    }
+
+    /// Sets how many vectors the copy loop moves per iteration. One store.
+    pub fn set_loop_block(&self, block: LoopBlock) {
+        self.wide_loop_from
+            .store(block.wide_from(), Ordering::Relaxed);
+    }
+
+    /// See [`Thresholds::set_loop_block`].
+    pub fn loop_block(&self) -> LoopBlock {
+        LoopBlock::of_wide_from(self.wide_loop_from())
+    }
+
+    /// Copies of at least this many bytes take the eight-vector loop.
+    #[inline(always)]
+    pub(super) fn wide_loop_from(&self) -> usize {
+        self.wide_loop_from.load(Ordering::Relaxed)
     }
 
     /// See [`Thresholds::set_small`].
@@ -658,6 +679,7 @@ impl Clone for Thresholds {
         let t = Thresholds::new(&self.classes(), &self.guards());
         t.set_backward_below(self.backward_below());
         t.set_small(self.small());
+        t.set_loop_block(self.loop_block());
         t
     }
 }
@@ -668,6 +690,50 @@ impl Clone for Thresholds {
 /// the stores it has just made to addresses with the same low 12 bits (4K
 /// aliasing).
 pub const DEFAULT_BACKWARD_BELOW: usize = 2048;
+
+/// How many vectors the copy loop (513 B up to the first class that is not
+/// the loop) moves per iteration. Machine-dependent: on the Zen 5 guest four
+/// copied 1 KiB aligned at 1.04 of glibc against 0.93-0.94 for eight; on the
+/// machine of 2026-11-21 eight took 1 KiB from 0.90 to 0.97. `pagewise tune`
+/// measures both; without a measurement, eight.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LoopBlock {
+    /// Eight vectors per iteration, then at most one block of four.
+    #[default]
+    Eight,
+    /// Four vectors per iteration.
+    Four,
+}
+
+impl LoopBlock {
+    /// Every choice.
+    pub const ALL: [LoopBlock; 2] = [LoopBlock::Eight, LoopBlock::Four];
+
+    /// The value of [`Thresholds`]' `wide_loop_from` for this choice.
+    const fn wide_from(self) -> usize {
+        match self {
+            LoopBlock::Eight => 0,
+            LoopBlock::Four => usize::MAX,
+        }
+    }
+
+    fn of_wide_from(v: usize) -> LoopBlock {
+        if v == usize::MAX {
+            LoopBlock::Four
+        } else {
+            LoopBlock::Eight
+        }
+    }
+
+    /// Lower-case name: `eight`, `four`.
+    pub fn name(self) -> &'static str {
+        match self {
+            LoopBlock::Eight => "eight",
+            LoopBlock::Four => "four",
+        }
+    }
+}
 
 /// How the AVX-512 kernel copies its smallest sizes (fills below 64 bytes
 /// always take one masked store: they load nothing, so nothing can alias).

@@ -1015,12 +1015,15 @@ macro_rules! vector_kernels {
                 let mut d = dst.add(skew);
                 let mut s = src.add(skew);
                 // The last W-aligned address: everything from `d` to it takes
-                // aligned stores (eight vectors per iteration, then at most one
-                // block of four and three single vectors); one unaligned vector
+                // aligned stores (eight or four vectors per iteration, then
+                // blocks of four and at most three single vectors); one unaligned vector
                 // at each end covers the rest (two split stores at most when the
                 // destination is misaligned).
                 let end = dst.add(((dst as usize + n) & !(W - 1)) - dst as usize);
-                while (end as usize) - (d as usize) >= 2 * B {
+                // Eight vectors per iteration where the plan says so (see
+                // `LoopBlock`), then blocks of four.
+                let wide = n >= t.wide_loop_from();
+                while wide && (end as usize) - (d as usize) >= 2 * B {
                     let a = ld(s);
                     let b = ld(s.add(W));
                     let c = ld(s.add(2 * W));
@@ -1040,7 +1043,7 @@ macro_rules! vector_kernels {
                     d = d.add(2 * B);
                     s = s.add(2 * B);
                 }
-                if (end as usize) - (d as usize) >= B {
+                while (end as usize) - (d as usize) >= B {
                     let a = ld(s);
                     let b = ld(s.add(W));
                     let c = ld(s.add(2 * W));
