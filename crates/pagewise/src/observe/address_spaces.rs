@@ -64,6 +64,8 @@ pub struct Mapping {
     pub name: String,
     /// Index of the executable object, for executable file mappings.
     pub object: Option<usize>,
+    /// When it was made (perf clock, ns), when its record said.
+    pub mapped_at: Option<u64>,
 }
 
 impl Mapping {
@@ -80,7 +82,8 @@ pub struct AddressSpaces {
     object_index: HashMap<String, usize>,
     by_pid: HashMap<u32, Vec<Mapping>>,
     parent: HashMap<u32, u32>,
-    execed: std::collections::HashSet<u32>,
+    /// Processes that called `exec`, with the time of the newest one when known.
+    execed: HashMap<u32, Option<u64>>,
     own_ranges: HashMap<u32, Vec<(u64, u64)>>,
 }
 
@@ -97,10 +100,23 @@ impl AddressSpaces {
         }
     }
 
-    /// Records that `pid` called `exec`: its earlier mappings are gone.
-    pub fn exec(&mut self, pid: u32) {
-        self.execed.insert(pid);
-        self.by_pid.remove(&pid);
+    /// Records that `pid` called `exec` at `time` (perf clock, ns): its earlier
+    /// mappings are gone. With a time, mappings made after it stay: the records
+    /// of one process come from the ring of whichever CPU it ran on, so its
+    /// `exec` may be read after mappings its new image made.
+    pub fn exec(&mut self, pid: u32, time: Option<u64>) {
+        let newest = self.execed.entry(pid).or_default();
+        *newest = (*newest).max(time);
+        match time {
+            Some(t) => {
+                if let Some(maps) = self.by_pid.get_mut(&pid) {
+                    maps.retain(|m| m.mapped_at.is_some_and(|at| at >= t));
+                }
+            }
+            None => {
+                self.by_pid.remove(&pid);
+            }
+        }
         self.own_ranges.remove(&pid);
     }
 
@@ -148,6 +164,12 @@ impl AddressSpaces {
 
     /// Adds a mapping from a perf `MMAP2` record.
     pub fn add_mmap(&mut self, m: &Mmap2) {
+        if let (Some(Some(exec)), Some(at)) = (self.execed.get(&m.pid), m.time) {
+            if at < *exec {
+                // Made by the image that `exec` replaced, and read late.
+                return;
+            }
+        }
         let (path, deleted) = match m.filename.strip_suffix(" (deleted)") {
             Some(p) => (p, true),
             None => (m.filename.as_str(), false),
@@ -170,6 +192,7 @@ impl AddressSpaces {
                 exec,
                 name: m.filename.clone(),
                 object,
+                mapped_at: m.time,
             },
         );
     }
@@ -204,6 +227,7 @@ impl AddressSpaces {
                     exec: e.perms.exec,
                     name,
                     object,
+                    mapped_at: None,
                 },
             );
         }
@@ -225,7 +249,7 @@ impl AddressSpaces {
             {
                 return Some(m);
             }
-            if self.execed.contains(&pid) {
+            if self.execed.contains_key(&pid) {
                 return None;
             }
             pid = *self.parent.get(&pid)?;
@@ -249,7 +273,7 @@ impl AddressSpaces {
                         }
                     }
                 }
-                if self.execed.contains(&p) {
+                if self.execed.contains_key(&p) {
                     break;
                 }
                 match self.parent.get(&p) {
@@ -355,6 +379,7 @@ mod tests {
             flags: 2,
             build_id: None,
             filename: name.to_owned(),
+            time: None,
         };
         let mut s = AddressSpaces::new();
         s.add_mmap(&map(0x1000, 5, "/nonexistent/prog"));
@@ -364,7 +389,7 @@ mod tests {
         assert!(s.is_own_code(11, 0x1800));
         assert!(!s.is_own_code(11, 0x5800));
         assert!(!s.is_own_code(11, 0x9000));
-        s.exec(11);
+        s.exec(11, None);
         assert!(s.lookup(11, 0x1800).is_none());
         assert!(!s.is_own_code(11, 0x1800));
         // A newer mapping over the same range wins.

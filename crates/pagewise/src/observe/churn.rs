@@ -462,6 +462,7 @@ mod tests {
             flags: 2,
             build_id: None,
             filename: name.to_owned(),
+            time: None,
         }
     }
 

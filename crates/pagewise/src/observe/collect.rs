@@ -185,9 +185,10 @@ impl Collector {
                 tid,
                 exec,
                 name,
+                time,
             } if pid == tid => {
                 if exec {
-                    self.spaces.exec(pid);
+                    self.spaces.exec(pid, time);
                 }
                 self.names.insert(pid, name);
             }
@@ -429,6 +430,7 @@ mod tests {
             flags: 2,
             build_id: None,
             filename: "/nonexistent/fixture".into(),
+            time: None,
         };
         let libc = Mmap2 {
             addr: 0x7f00_0000_0000,
@@ -492,6 +494,58 @@ mod tests {
         assert_eq!(&*c.stacks[2].words, &[0x400456]);
         assert_eq!(c.major_files["/data/file"], 1);
         assert_eq!(c.text_pages[&(7, 0x400)], 1);
+    }
+
+    #[test]
+    fn an_exec_read_after_the_new_images_mappings_keeps_them() {
+        // The program execs on CPU 1, moves to CPU 0 and maps a file: ring 0
+        // (read first) holds the mapping and its faults, ring 1 the exec.
+        let mut ids = collector().ids;
+        ids.insert(
+            build::SIDE_BAND_ID,
+            (Sampled::CpuClock, build::SIDE_BAND_TYPE),
+        );
+        let mut c = collector();
+        c.ids = ids;
+        let data = Mmap2 {
+            pid: 7,
+            tid: 7,
+            addr: 0x7e00_0000_0000,
+            len: 1 << 20,
+            pgoff: 0,
+            prot: 1,
+            flags: 2,
+            build_id: None,
+            filename: "/data/file".into(),
+            time: Some(2_000),
+        };
+        let before_exec = Mmap2 {
+            addr: 0x7d00_0000_0000,
+            filename: "/old/image".into(),
+            time: Some(500),
+            ..data.clone()
+        };
+        let major = Sample {
+            id: 4,
+            addr: Some(0x7e00_0000_1000),
+            ..sample(4)
+        };
+        let mut ring0 = build::mmap2(&data);
+        ring0.extend(build::sample(FAULT_ST, &major));
+        let ring1 = build::comm(7, "fixture", true, Some(1_000));
+        c.consume(&[ring0, ring1]);
+        assert_eq!(
+            c.major_files.get("/data/file"),
+            Some(&1),
+            "{:?}",
+            c.major_files
+        );
+        // A mapping of the image that exec replaced, read later, is not taken.
+        c.consume(&[build::mmap2(&before_exec)]);
+        assert!(c.spaces.lookup(7, 0x7d00_0000_0000).is_none());
+        // Without times (older records), exec still clears everything before it.
+        c.consume(&[build::comm(7, "fixture", true, None)]);
+        assert!(c.spaces.lookup(7, 0x7e00_0000_1000).is_none());
     }
 
     #[test]

@@ -8,8 +8,8 @@
 //! [`Record::Malformed`], never a panic.
 
 use crate::sys::perf::{
-    SAMPLE_ADDR, SAMPLE_CALLCHAIN, SAMPLE_CPU, SAMPLE_IDENTIFIER, SAMPLE_IP, SAMPLE_PERIOD,
-    SAMPLE_RAW, SAMPLE_STACK_USER, SAMPLE_TID, SAMPLE_TIME,
+    SAMPLE_ADDR, SAMPLE_CALLCHAIN, SAMPLE_CPU, SAMPLE_ID, SAMPLE_IDENTIFIER, SAMPLE_IP,
+    SAMPLE_PERIOD, SAMPLE_RAW, SAMPLE_STACK_USER, SAMPLE_STREAM_ID, SAMPLE_TID, SAMPLE_TIME,
 };
 
 /// `PERF_RECORD_LOST`.
@@ -127,6 +127,8 @@ pub struct Mmap2 {
     pub build_id: Option<Vec<u8>>,
     /// The path (or `[anon]`, `//anon`, `[vdso]`…).
     pub filename: String,
+    /// When the mapping was made (perf clock, ns), from the record's sample id.
+    pub time: Option<u64>,
 }
 
 impl Mmap2 {
@@ -153,6 +155,8 @@ pub enum Record<'a> {
         name: String,
         /// Set by `exec`.
         exec: bool,
+        /// When (perf clock, ns), from the record's sample id.
+        time: Option<u64>,
     },
     /// A task was created.
     Fork {
@@ -249,6 +253,28 @@ fn c_string(bytes: &[u8]) -> String {
     String::from_utf8_lossy(&bytes[..end]).into_owned()
 }
 
+/// The time in the `sample_id` that ends a side-band record of an event with
+/// `sample_id_all`: its last word is the event's id (`PERF_SAMPLE_IDENTIFIER`),
+/// whose `sample_type` says which fields lie between the time and the id.
+/// `None` when the last word is no id of ours or the event has no time.
+fn trailer_time(body: &[u8], sample_type_of: &impl Fn(u64) -> Option<u64>) -> Option<u64> {
+    // The `back`-th word from the end (0 is the last).
+    let word = |back: usize| {
+        let end = body.len().checked_sub(back * 8)?;
+        let w = body.get(end.checked_sub(8)?..end)?;
+        Some(u64::from_ne_bytes(w.try_into().ok()?))
+    };
+    let st = sample_type_of(word(0)?)?;
+    if st & SAMPLE_IDENTIFIER == 0 || st & SAMPLE_TIME == 0 {
+        return None;
+    }
+    let after_time = [SAMPLE_ID, SAMPLE_STREAM_ID, SAMPLE_CPU]
+        .iter()
+        .filter(|&&bit| st & bit != 0)
+        .count();
+    word(1 + after_time)
+}
+
 fn decode<'a>(
     kind: u32,
     misc: u16,
@@ -294,6 +320,7 @@ fn decode<'a>(
                 flags,
                 build_id,
                 filename: c_string(c.rest()),
+                time: trailer_time(body, sample_type_of),
             })
         }
         RECORD_COMM => {
@@ -304,6 +331,7 @@ fn decode<'a>(
                 tid,
                 name: c_string(c.rest()),
                 exec: misc & MISC_COMM_EXEC != 0,
+                time: trailer_time(body, sample_type_of),
             }
         }
         RECORD_FORK => {
@@ -492,6 +520,10 @@ pub(crate) mod build {
         b.extend_from_slice(&m.flags.to_ne_bytes());
         b.extend_from_slice(m.filename.as_bytes());
         b.push(0);
+        if let Some(time) = m.time {
+            b.resize(b.len().next_multiple_of(8), 0);
+            b.extend(sample_id(m.pid, m.tid, time));
+        }
         record(RECORD_MMAP2, misc, &b)
     }
 
@@ -503,6 +535,37 @@ pub(crate) mod build {
         }
         b.extend_from_slice(&0u64.to_ne_bytes());
         record(RECORD_FORK, 0, &b)
+    }
+
+    /// The id of the side-band event in records that carry a time; its
+    /// sample type is [`SIDE_BAND_TYPE`].
+    pub const SIDE_BAND_ID: u64 = 0x5b1d;
+    /// `TID | TIME | IDENTIFIER`, as the `cpu-clock` leaders have.
+    pub const SIDE_BAND_TYPE: u64 = SAMPLE_IDENTIFIER | SAMPLE_TID | SAMPLE_TIME;
+
+    /// The `sample_id` trailer of a record from [`SIDE_BAND_ID`] (it follows
+    /// the body padded to whole words).
+    fn sample_id(pid: u32, tid: u32, time: u64) -> Vec<u8> {
+        let mut t = Vec::new();
+        t.extend_from_slice(&pid.to_ne_bytes());
+        t.extend_from_slice(&tid.to_ne_bytes());
+        t.extend_from_slice(&time.to_ne_bytes());
+        t.extend_from_slice(&SIDE_BAND_ID.to_ne_bytes());
+        t
+    }
+
+    /// A COMM record; with a `time`, stamped by [`SIDE_BAND_ID`].
+    pub fn comm(pid: u32, name: &str, exec: bool, time: Option<u64>) -> Vec<u8> {
+        let mut b = Vec::new();
+        b.extend_from_slice(&pid.to_ne_bytes());
+        b.extend_from_slice(&pid.to_ne_bytes());
+        b.extend_from_slice(name.as_bytes());
+        b.push(0);
+        if let Some(time) = time {
+            b.resize(b.len().next_multiple_of(8), 0);
+            b.extend(sample_id(pid, pid, time));
+        }
+        record(RECORD_COMM, if exec { MISC_COMM_EXEC } else { 0 }, &b)
     }
 
     /// A LOST record.
@@ -532,6 +595,7 @@ mod tests {
         match id {
             7 => Some(ST),
             8 => Some(SAMPLE_IDENTIFIER | SAMPLE_IP | SAMPLE_TID),
+            build::SIDE_BAND_ID => Some(build::SIDE_BAND_TYPE),
             _ => None,
         }
     }
@@ -576,6 +640,7 @@ mod tests {
             flags: 2,
             build_id: Some(vec![0xab; 20]),
             filename: "/tmp/fixture a".to_owned(),
+            time: None,
         };
         let mut buf = build::mmap2(&map);
         buf.extend(build::sample(ST, &full));
@@ -607,6 +672,52 @@ mod tests {
         );
         assert_eq!(records[3], Record::Sample(small));
         assert_eq!(records[4], Record::Lost(17));
+    }
+
+    #[test]
+    fn side_band_records_carry_the_time_of_their_sample_id() {
+        let map = |name: &str, time| Mmap2 {
+            pid: 42,
+            tid: 43,
+            addr: 0x7f00_0000_0000,
+            len: 0x1000,
+            pgoff: 0,
+            prot: 1,
+            flags: 2,
+            build_id: None,
+            filename: name.to_owned(),
+            time,
+        };
+        // Names of every length modulo 8, so the trailer follows every padding.
+        for name in ["/d", "/data.bin", "/a/b/c/d/e/f/g", "/sixteen-bytes/x"] {
+            let stamped = map(name, Some(1_234_567));
+            let buf = build::mmap2(&stamped);
+            let records: Vec<_> = Records::new(&buf, types).collect();
+            assert_eq!(records, vec![Record::Mmap2(stamped)]);
+            let comm = build::comm(42, name, true, Some(99));
+            let records: Vec<_> = Records::new(&comm, types).collect();
+            assert_eq!(
+                records,
+                vec![Record::Comm {
+                    pid: 42,
+                    tid: 42,
+                    name: name.to_owned(),
+                    exec: true,
+                    time: Some(99)
+                }]
+            );
+        }
+        // Without a trailer (an event without sample_id_all) there is no time,
+        // whatever the name's last bytes are.
+        let bare = map("/data.bin", None);
+        let buf = build::mmap2(&bare);
+        let records: Vec<_> = Records::new(&buf, types).collect();
+        assert_eq!(records, vec![Record::Mmap2(bare)]);
+        // A trailer from an event without a time gives none.
+        let untimed = |id: u64| (id == build::SIDE_BAND_ID).then_some(SAMPLE_IDENTIFIER);
+        let buf = build::comm(42, "x", true, Some(5));
+        let records: Vec<_> = Records::new(&buf, untimed).collect();
+        assert!(matches!(records[0], Record::Comm { time: None, .. }));
     }
 
     #[test]

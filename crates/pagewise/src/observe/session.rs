@@ -359,13 +359,15 @@ fn attr_for(
     match kind {
         Sampled::CpuClock => {
             a.sample_period = CLOCK_PERIOD_NS;
-            a.sample_type = SAMPLE_IDENTIFIER | SAMPLE_IP | SAMPLE_TID;
+            // The time stamps the side-band records too (see `EventAttr::side_band`).
+            a.sample_type = SAMPLE_IDENTIFIER | SAMPLE_IP | SAMPLE_TID | SAMPLE_TIME;
             a.exclude_kernel = true;
             a.side_band = true;
         }
         Sampled::CallStacks => {
             // The caller sets the period.
-            a.sample_type = SAMPLE_IDENTIFIER | SAMPLE_IP | SAMPLE_TID | SAMPLE_CALLCHAIN;
+            a.sample_type =
+                SAMPLE_IDENTIFIER | SAMPLE_IP | SAMPLE_TID | SAMPLE_TIME | SAMPLE_CALLCHAIN;
             a.exclude_kernel = true;
             a.side_band = true;
             a.sample_max_stack = 127;

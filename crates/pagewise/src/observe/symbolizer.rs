@@ -421,6 +421,7 @@ mod tests {
             flags: 2,
             build_id: Some(vec![0xde, 0xad, 0xbe, 0xef]),
             filename: exe.to_string_lossy().into_owned(),
+            time: None,
         });
         let mut sym = Symbolizer::new(&s);
         let frames = sym.frames(1, text.start + 16, false);

@@ -233,6 +233,10 @@ pub const SAMPLE_TID: u64 = 1 << 1;
 pub const SAMPLE_TIME: u64 = 1 << 2;
 /// `PERF_SAMPLE_ADDR`: the data address (the faulting address for page faults).
 pub const SAMPLE_ADDR: u64 = 1 << 3;
+/// `PERF_SAMPLE_ID`: the event id (after the time; pagewise uses [`SAMPLE_IDENTIFIER`]).
+pub const SAMPLE_ID: u64 = 1 << 6;
+/// `PERF_SAMPLE_STREAM_ID`: the id of the event that owns the ring.
+pub const SAMPLE_STREAM_ID: u64 = 1 << 9;
 /// `PERF_SAMPLE_PERIOD`: the sample period (how many events the sample stands for).
 pub const SAMPLE_PERIOD: u64 = 1 << 8;
 /// `PERF_SAMPLE_CALLCHAIN`: the frame-pointer call chain.
@@ -257,6 +261,7 @@ const FLAG_EXCLUDE_CALLCHAIN_USER: u64 = 1 << 22;
 const FLAG_MMAP_DATA: u64 = 1 << 17;
 const FLAG_MMAP2: u64 = 1 << 23;
 const FLAG_COMM_EXEC: u64 = 1 << 24;
+const FLAG_SAMPLE_ID_ALL: u64 = 1 << 18;
 const FLAG_BUILD_ID: u64 = 1 << 34;
 
 /// `PERF_FORMAT_TOTAL_TIME_ENABLED | PERF_FORMAT_TOTAL_TIME_RUNNING`.
@@ -309,7 +314,10 @@ pub struct EventAttr {
     pub disabled: bool,
     /// Enable automatically when the target calls `exec`.
     pub enable_on_exec: bool,
-    /// Emit `PERF_RECORD_MMAP2` (code and data mappings), `COMM`, `FORK` and `EXIT` records.
+    /// Emit `PERF_RECORD_MMAP2` (code and data mappings), `COMM`, `FORK` and `EXIT` records,
+    /// each ending with the sample id (`sample_id_all`: the `TID`, `TIME`, `CPU` and
+    /// `IDENTIFIER` fields that `sample_type` holds), so that records from the
+    /// rings of different CPUs can be put in time order.
     pub side_band: bool,
     /// Put build ids instead of device and inode in `MMAP2` records (5.12+).
     pub build_id: bool,
@@ -369,7 +377,13 @@ impl EventAttr {
         set(
             &mut flags,
             self.side_band,
-            FLAG_MMAP | FLAG_MMAP_DATA | FLAG_MMAP2 | FLAG_COMM | FLAG_COMM_EXEC | FLAG_TASK,
+            FLAG_MMAP
+                | FLAG_MMAP_DATA
+                | FLAG_MMAP2
+                | FLAG_COMM
+                | FLAG_COMM_EXEC
+                | FLAG_TASK
+                | FLAG_SAMPLE_ID_ALL,
         );
         set(&mut flags, self.build_id, FLAG_BUILD_ID);
         set(&mut flags, self.freq, FLAG_FREQ);
