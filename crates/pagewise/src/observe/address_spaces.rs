@@ -358,6 +358,7 @@ impl<'a> LinkAddresses<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
 
     #[test]
     fn system_paths() {
@@ -365,6 +366,61 @@ mod tests {
         assert!(is_system_path("/lib64/ld-linux-x86-64.so.2"));
         assert!(!is_system_path("/tmp/fixture_a"));
         assert!(!is_system_path("/usr/bin/gcc"));
+    }
+
+    /// One process's records: mappings (each at its own address) and execs,
+    /// with distinct times, and the ring (CPU) each landed in.
+    fn records() -> impl Strategy<Value = Vec<(bool, u64, usize)>> {
+        proptest::collection::vec((proptest::bool::weighted(0.2), 0usize..3), 1..40).prop_map(|v| {
+            v.into_iter()
+                .enumerate()
+                .map(|(i, (exec, ring))| (exec, 10 * i as u64 + 10, ring))
+                .collect()
+        })
+    }
+
+    fn apply(s: &mut AddressSpaces, (exec, time, _): (bool, u64, usize)) {
+        if exec {
+            s.exec(10, Some(time));
+        } else {
+            s.add_mmap(&Mmap2 {
+                pid: 10,
+                tid: 10,
+                addr: time << 12,
+                len: 0x1000,
+                pgoff: 0,
+                prot: 1,
+                flags: 2,
+                build_id: None,
+                filename: format!("//anon{time}"),
+                time: Some(time),
+            });
+        }
+    }
+
+    proptest! {
+        /// Read ring by ring (each ring in time order, the rings one after
+        /// another) the records leave the same mappings as read in time order.
+        #[test]
+        fn the_order_of_the_rings_does_not_change_the_mappings(recs in records()) {
+            let mut in_time = AddressSpaces::new();
+            for &r in &recs {
+                apply(&mut in_time, r);
+            }
+            let mut by_ring = AddressSpaces::new();
+            for ring in [2, 0, 1] {
+                for &r in recs.iter().filter(|r| r.2 == ring) {
+                    apply(&mut by_ring, r);
+                }
+            }
+            for &(_, time, _) in &recs {
+                let addr = (time << 12) + 8;
+                prop_assert_eq!(
+                    in_time.lookup(10, addr).map(|m| &m.name),
+                    by_ring.lookup(10, addr).map(|m| &m.name)
+                );
+            }
+        }
     }
 
     #[test]
