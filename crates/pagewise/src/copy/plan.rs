@@ -576,7 +576,10 @@ pub fn default_tables(kind: CpuKind, isa: Isa, erms: bool, llc: Option<u64>) -> 
                 below: 64,
                 up_to: usize::MAX,
             });
-            (Small::MaskedGuarded, nt, nt, 1)
+            // Only Zen 4 of these has AVX-512, where the small shape applies:
+            // masked moves inline (measured on a Zen 4 guest: worst ratio to
+            // glibc over the small cases 0.99, against 0.71 in the leaf).
+            (Small::Masked, nt, nt, 1)
         }
         CpuKind::AmdZen5 => {
             if erms {
@@ -1180,7 +1183,8 @@ mod tests {
         assert_eq!((p.copy_rep(), p.fill_rep()), (None, None));
         assert_eq!(p.copy_nontemporal(), Some(24 << 20));
         assert_eq!(streams_of(&p.tables.copy), Some(1));
-        assert_eq!(p.tables.small, Small::MaskedGuarded);
+        // Zen 4 (the one with AVX-512) copies small sizes inline.
+        assert_eq!(p.tables.small, Small::Masked);
         assert!(p.tables.copy_temporal.iter().all(|c| c
             .by_placement
             .iter()

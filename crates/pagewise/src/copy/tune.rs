@@ -756,9 +756,8 @@ enum Case {
 }
 
 /// Times every copier of `variants` and glibc on each of `cases`, `rounds`
-/// times interleaved, and keeps `default` unless another variant is
-/// [`clearly_better`] in every case (the best worst ratio among those that
-/// are). Returns the choice and each variant's worst ratio to glibc.
+/// times interleaved, and chooses by [`best_worst`]. Returns the choice and
+/// each variant's worst ratio to glibc.
 fn pick_variant<V: Copy + PartialEq>(
     variants: &[(V, Copier)],
     cases: &[Case],
@@ -798,36 +797,45 @@ fn pick_variant<V: Copy + PartialEq>(
             });
         }
     }
-    let margins = vec![margin; cases.len()];
-    let of = |v: V| -> Vec<&Timing> {
-        variants
-            .iter()
-            .position(|(w, _)| *w == v)
-            .map_or_else(Vec::new, |i| per_case[i].iter().collect())
-    };
-    let chosen = variants
+    let worst: Vec<(V, f64)> = variants
         .iter()
-        .map(|(v, _)| *v)
-        .filter(|v| *v != default && clearly_better(&of(*v), &of(default), &margins))
-        .max_by(|a, b| worst_score(&of(*a)).total_cmp(&worst_score(&of(*b))))
-        .unwrap_or(default);
-    let timings = variants
+        .zip(&per_case)
+        .map(|((v, _), t)| (*v, worst_score(&t.iter().collect::<Vec<_>>())))
+        .collect();
+    let chosen = best_worst(default, &worst, margin);
+    let timings = worst
         .iter()
-        .map(|(v, _)| {
-            let w = worst_score(&of(*v));
-            Timing {
-                candidate: name(*v).to_owned(),
-                gbps: f64::NAN,
-                ratio: Ratio {
-                    median: w,
-                    min: w,
-                    max: w,
-                },
-                rounds: Vec::new(),
-            }
+        .map(|&(v, w)| Timing {
+            candidate: name(v).to_owned(),
+            gbps: f64::NAN,
+            ratio: Ratio {
+                median: w,
+                min: w,
+                max: w,
+            },
+            rounds: Vec::new(),
         })
         .collect();
     (chosen, timings)
+}
+
+/// The variant whose worst ratio to glibc over every case is the best, if
+/// that beats `default`'s worst by at least `margin` (relative); else
+/// `default`. A variant is a whole-machine choice that shows in some cases
+/// and not in others (the small-copy shapes differ below 128 bytes and not at
+/// 100-byte copies through the leaf, say), so asking it to win every case
+/// would keep a default that is far behind glibc somewhere: on the Zen 4
+/// guest `masked` had a worst ratio of 0.99 and the default 0.71, and the
+/// default stayed.
+fn best_worst<V: Copy + PartialEq>(default: V, worst: &[(V, f64)], margin: f64) -> V {
+    let Some(&(_, default_worst)) = worst.iter().find(|(v, _)| *v == default) else {
+        return default;
+    };
+    worst
+        .iter()
+        .filter(|(v, w)| *v != default && *w >= default_worst * (1.0 + margin))
+        .max_by(|a, b| a.1.total_cmp(&b.1))
+        .map_or(default, |&(v, _)| v)
 }
 
 /// Times a mix of small calls (sizes from `mix`, placed apart in L1): bytes/ns.
@@ -1232,6 +1240,31 @@ mod tests {
         let hot = cell("hot", &[("nt 1", 1.5), ("glibc", 1.0), ("loop sse2", 1.02)]);
         let (s, _, _, _) = choose(&[&hot], &all, nt, |s| !s.is_nontemporal(), 0.05);
         assert_eq!(s, Strategy::Glibc);
+    }
+
+    #[test]
+    fn a_variant_replaces_the_default_when_its_worst_case_is_clearly_better() {
+        // The Zen 4 guest's small-copy shapes (worst ratios to glibc).
+        let small = [
+            (Small::Masked, 0.99),
+            (Small::MaskedGuarded, 0.71),
+            (Small::Plain, 0.71),
+        ];
+        assert_eq!(
+            best_worst(Small::MaskedGuarded, &small, 0.05),
+            Small::Masked
+        );
+        assert_eq!(best_worst(Small::Masked, &small, 0.05), Small::Masked);
+        // Within the margin the default stays (the loop blocks there: 0.97, 0.98).
+        let block = [(LoopBlock::Eight, 0.969), (LoopBlock::Four, 0.978)];
+        assert_eq!(best_worst(LoopBlock::Eight, &block, 0.05), LoopBlock::Eight);
+        // An unmeasured default stays.
+        assert_eq!(best_worst(Small::Plain, &small[..1], 0.05), Small::Plain);
+        // Of several that clear the margin, the best worst case.
+        let three = [(1, 0.5), (2, 0.8), (3, 0.9)];
+        assert_eq!(best_worst(1, &three, 0.05), 3);
+        // NaN (not measured) never wins.
+        assert_eq!(best_worst(1, &[(1, 0.5), (2, f64::NAN)], 0.05), 1);
     }
 
     #[test]
