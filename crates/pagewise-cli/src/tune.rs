@@ -130,9 +130,11 @@ fn print_human(r: &Report) -> Result<(), OutputError> {
     }
     outln!("{t}")?;
     outln!(
-        "score: median ratio to a direct glibc call at the worst of hot and cold; a \
-         choice other than the default beat it by the margin (never where the hot data was \
-         evicted while timed: \"hot evicted: kept\"); the smallest sizes: {}; the copy loop: \
+        "score: median ratio to a direct glibc call in the worst of the class's cells (hot and \
+         cold, at its first size up to 2 MiB and at four times that); a choice other than the \
+         default beat it by the margin in one cell and was not behind in any (never where the \
+         hot data was evicted while timed: \"hot evicted: kept\"); the smallest sizes: {}; the \
+         copy loop: \
          {} vectors per iteration ({})",
         r.tuned.tables.small.name(),
         r.tuned.tables.loop_block.name(),
