@@ -580,6 +580,7 @@ pub(crate) mod build {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
 
     const ST: u64 = SAMPLE_IDENTIFIER
         | SAMPLE_IP
@@ -718,6 +719,59 @@ mod tests {
         let buf = build::comm(42, "x", true, Some(5));
         let records: Vec<_> = Records::new(&buf, untimed).collect();
         assert!(matches!(records[0], Record::Comm { time: None, .. }));
+    }
+
+    proptest! {
+        /// Any bytes decode to records, malformed ones included, without a
+        /// panic, and the walk ends.
+        #[test]
+        fn any_bytes_decode_without_panic(
+            bytes in proptest::collection::vec(any::<u8>(), 0..600),
+            headers in proptest::collection::vec((2u32..14, any::<u16>(), 8u16..120), 0..6),
+        ) {
+            // Plausible headers (known kinds, small sizes) over random bodies,
+            // then the random tail.
+            let mut buf = Vec::new();
+            let mut rest = bytes.as_slice();
+            for (kind, misc, size) in headers {
+                let body = usize::from(size) - 8;
+                let take = body.min(rest.len());
+                buf.extend_from_slice(&kind.to_ne_bytes());
+                buf.extend_from_slice(&misc.to_ne_bytes());
+                buf.extend_from_slice(&size.to_ne_bytes());
+                buf.extend_from_slice(&rest[..take]);
+                rest = &rest[take..];
+            }
+            buf.extend_from_slice(rest);
+            let n = Records::new(&buf, types).count();
+            prop_assert!(n <= buf.len() / 8 + 1);
+        }
+
+        /// A mapping record, stamped or not, decodes to what was written.
+        #[test]
+        fn mapping_records_round_trip(
+            name in "[ -~]{0,40}",
+            addr in any::<u64>(),
+            len in any::<u64>(),
+            time in proptest::option::of(any::<u64>()),
+            build_id in proptest::option::of(proptest::collection::vec(any::<u8>(), 0..=20)),
+        ) {
+            let map = Mmap2 {
+                pid: 7,
+                tid: 8,
+                addr,
+                len,
+                pgoff: 0,
+                prot: 5,
+                flags: 2,
+                build_id,
+                filename: name,
+                time,
+            };
+            let buf = build::mmap2(&map);
+            let records: Vec<_> = Records::new(&buf, types).collect();
+            prop_assert_eq!(records, vec![Record::Mmap2(map)]);
+        }
     }
 
     #[test]
