@@ -13,17 +13,19 @@
 //!
 //! **The defaults stay unless something is clearly better.** The incumbent
 //! of every class and placement is what the defaults for this CPU
-//! ([`super::default_tables`]) run there. A challenger replaces it only if,
-//! in every cell measured (hot and cold), its speed over the incumbent's,
-//! round by round (they ran side by side), has a median of at least `1 +`
-//! [`Options::margin`] and is above 1 in at least four rounds of five; of
-//! several such challengers, the one with the best worst score wins. The
-//! tuned tables are the default tables with only those classes changed.
-//! Candidates within the noise of each other (on a shared machine, ±10% and
-//! more from one round to the next) thus leave the defaults in place, the
-//! plan does not flip from one run to the next, and a tuned plan is faster
-//! than the defaults wherever it differs from them, at the sizes measured.
-//! The smallest sizes ([`Small`]) are decided the same way.
+//! ([`super::default_tables`]) run there. A challenger replaces it only if
+//! it dominates it: in some cell measured (hot or cold, at the class's
+//! sizes) its speed over the incumbent's, round by round (they ran side by
+//! side), has a median of at least `1 +` [`Options::margin`] and is above 1
+//! in at least four rounds of five, and in no cell is that median below
+//! `1 - margin / 2`; of several such challengers, the one with the best
+//! worst score wins. The tuned tables are the default tables with only those
+//! classes changed. Candidates within the noise of each other (on a shared
+//! machine, ±10% and more from one round to the next) thus leave the
+//! defaults in place, and a tuned plan is no slower than the defaults
+//! wherever it differs from them, at the sizes measured. The smallest sizes
+//! ([`Small`]) and the loop's block ([`LoopBlock`]), choices for the whole
+//! machine, go by the best worst case instead (`best_worst`).
 //!
 //! The cost is dominated by the largest class (copies of [`Options::max_bytes`]
 //! from memory): about a minute with the defaults, which is why a process
@@ -603,10 +605,21 @@ fn clearly_better(challenger: &[&Timing], incumbent: &[&Timing], margins: &[f64]
             .zip(incumbent)
             .zip(margins)
             .all(|((c, i), margin)| {
-                let mut q: Vec<f64> = c.rounds.iter().zip(&i.rounds).map(|(c, i)| c / i).collect();
+                let mut q = speed_over(c, i);
                 let wins = q.iter().filter(|&&q| q > 1.0).count();
                 !q.is_empty() && Ratio::of(&mut q).median >= 1.0 + margin && wins * 5 >= q.len() * 4
             })
+}
+
+/// A challenger's speed over an incumbent's, round by round (they ran side
+/// by side in each round).
+fn speed_over(challenger: &Timing, incumbent: &Timing) -> Vec<f64> {
+    challenger
+        .rounds
+        .iter()
+        .zip(&incumbent.rounds)
+        .map(|(c, i)| c / i)
+        .collect()
 }
 
 /// Whether a challenger is worth taking over an incumbent, cell by cell (the
@@ -629,7 +642,7 @@ fn dominates(
         && challenger.len() == margins.len()
         && cells().any(|((c, i), m)| clearly_better(&[c], &[i], &[*m]))
         && cells().all(|((c, i), _)| {
-            let mut q: Vec<f64> = c.rounds.iter().zip(&i.rounds).map(|(c, i)| c / i).collect();
+            let mut q = speed_over(c, i);
             !q.is_empty() && Ratio::of(&mut q).median >= 1.0 - tolerance
         })
 }
@@ -692,9 +705,8 @@ fn strategy_at(table: &[Class], n: usize, p: Placement) -> Option<Strategy> {
 /// Measures the AVX-512 copy of the smallest sizes with every [`Small`]
 /// choice, against glibc, over fixed sizes hot (at a distance between the
 /// pointers where Intel's 4K aliasing would strike and at one where it would
-/// not) and from memory, and over a mix of sizes; keeps `default` unless
-/// another choice is [`clearly_better`]. Returns the choice and each
-/// choice's worst ratio to glibc.
+/// not) and from memory, and over a mix of sizes; chooses by
+/// [`best_worst`]. Returns the choice and each choice's worst ratio to glibc.
 fn tune_small(
     base: &Plan,
     default: Small,
@@ -740,8 +752,8 @@ fn tune_small(
 /// Measures the copy loop with four and with eight vectors per iteration
 /// ([`LoopBlock`]) against glibc, hot, at 1 KiB and 2 KiB (where the
 /// iteration count is small enough for the shape to show) and every
-/// placement; keeps `default` unless the other is [`clearly_better`] in
-/// every case. Returns the choice and each choice's worst ratio to glibc.
+/// placement; chooses by [`best_worst`]. Returns the choice and each
+/// choice's worst ratio to glibc.
 fn tune_loop_block(
     base: &Plan,
     default: LoopBlock,
@@ -813,8 +825,8 @@ fn pick_variant<V: Copy + PartialEq>(
         Case::One(n, hot, at) => time_one(Op::Copy, runner, bufs, *n, *hot, *at),
         Case::Mix(mix) => time_mix(Op::Copy, runner, bufs, mix),
     };
-    // Per variant, a timing per case.
-    let mut per_case: Vec<Vec<Timing>> = vec![Vec::new(); variants.len()];
+    // Per variant, its worst median ratio to glibc over the cases so far.
+    let mut worst_ratio = vec![f64::INFINITY; variants.len()];
     for case in cases {
         let mut speeds = vec![Vec::new(); variants.len()];
         let mut glibc = Vec::new();
@@ -824,25 +836,15 @@ fn pick_variant<V: Copy + PartialEq>(
                 speeds[slot].push(time(Runner::Pagewise(c), case, bufs));
             }
         }
-        for (slot, (v, _)) in variants.iter().enumerate() {
-            let mut ratios: Vec<f64> = speeds[slot]
-                .iter()
-                .zip(&glibc)
-                .map(|(a, b)| a / b)
-                .collect();
-            let mut gb = speeds[slot].clone();
-            per_case[slot].push(Timing {
-                candidate: name(*v).to_owned(),
-                gbps: Ratio::of(&mut gb).median,
-                ratio: Ratio::of(&mut ratios),
-                rounds: speeds[slot].clone(),
-            });
+        for (worst, speeds) in worst_ratio.iter_mut().zip(&speeds) {
+            let mut ratios: Vec<f64> = speeds.iter().zip(&glibc).map(|(a, b)| a / b).collect();
+            *worst = worst.min(Ratio::of(&mut ratios).median);
         }
     }
     let worst: Vec<(V, f64)> = variants
         .iter()
-        .zip(&per_case)
-        .map(|((v, _), t)| (*v, worst_score(&t.iter().collect::<Vec<_>>())))
+        .zip(worst_ratio)
+        .map(|((v, _), w)| (*v, w))
         .collect();
     let chosen = best_worst(default, &worst, margin);
     let timings = worst
@@ -968,38 +970,30 @@ pub fn tune(options: &Options, progress: &dyn Progress) -> Result<Report, TuneEr
             for m in class_sizes(from, n) {
                 let hot = footprint(m) <= options.llc_bytes / 3;
                 for &p in placements {
+                    let cell =
+                        |residency, (timings, glibc_gbps): (Vec<Timing>, f64), stayed| Cell {
+                            op: name,
+                            class_from: from,
+                            bytes: m,
+                            residency,
+                            placement: p,
+                            glibc_gbps,
+                            timings,
+                            stayed_in_cache: stayed,
+                        };
                     // Cold first: the hot cell is checked against it.
-                    let (timings, cold_gbps) =
-                        measure_cell(op, &cands, &mut bufs, m, false, p, rounds)?;
-                    let cold = Cell {
-                        op: name,
-                        class_from: from,
-                        bytes: m,
-                        residency: "cold",
-                        placement: p,
-                        glibc_gbps: cold_gbps,
-                        timings,
-                        stayed_in_cache: None,
-                    };
+                    let cold = measure_cell(op, &cands, &mut bufs, m, false, p, rounds)?;
+                    let cold_gbps = cold.1;
                     if hot {
                         let mut measured = measure_cell(op, &cands, &mut bufs, m, true, p, rounds)?;
                         if !stayed_in_cache(measured.1, cold_gbps) {
                             // Once more: a neighbour may have passed.
                             measured = measure_cell(op, &cands, &mut bufs, m, true, p, rounds)?;
                         }
-                        let (timings, glibc_gbps) = measured;
-                        class_cells.push(Cell {
-                            op: name,
-                            class_from: from,
-                            bytes: m,
-                            residency: "hot",
-                            placement: p,
-                            glibc_gbps,
-                            timings,
-                            stayed_in_cache: Some(stayed_in_cache(glibc_gbps, cold_gbps)),
-                        });
+                        let stayed = stayed_in_cache(measured.1, cold_gbps);
+                        class_cells.push(cell("hot", measured, Some(stayed)));
                     }
-                    class_cells.push(cold);
+                    class_cells.push(cell("cold", cold, None));
                 }
             }
             let (nt_table, temporal_table) = if op == Op::Copy {

@@ -520,10 +520,7 @@ pub(crate) mod build {
         b.extend_from_slice(&m.flags.to_ne_bytes());
         b.extend_from_slice(m.filename.as_bytes());
         b.push(0);
-        if let Some(time) = m.time {
-            b.resize(b.len().next_multiple_of(8), 0);
-            b.extend(sample_id(m.pid, m.tid, time));
-        }
+        stamp(&mut b, m.pid, m.tid, m.time);
         record(RECORD_MMAP2, misc, &b)
     }
 
@@ -543,15 +540,17 @@ pub(crate) mod build {
     /// `TID | TIME | IDENTIFIER`, as the `cpu-clock` leaders have.
     pub const SIDE_BAND_TYPE: u64 = SAMPLE_IDENTIFIER | SAMPLE_TID | SAMPLE_TIME;
 
-    /// The `sample_id` trailer of a record from [`SIDE_BAND_ID`] (it follows
-    /// the body padded to whole words).
-    fn sample_id(pid: u32, tid: u32, time: u64) -> Vec<u8> {
-        let mut t = Vec::new();
-        t.extend_from_slice(&pid.to_ne_bytes());
-        t.extend_from_slice(&tid.to_ne_bytes());
-        t.extend_from_slice(&time.to_ne_bytes());
-        t.extend_from_slice(&SIDE_BAND_ID.to_ne_bytes());
-        t
+    /// With a `time`, pads `body` (which ends with a string) to whole words
+    /// and appends the `sample_id` trailer of a record from [`SIDE_BAND_ID`].
+    fn stamp(body: &mut Vec<u8>, pid: u32, tid: u32, time: Option<u64>) {
+        let Some(time) = time else {
+            return;
+        };
+        body.resize(body.len().next_multiple_of(8), 0);
+        body.extend_from_slice(&pid.to_ne_bytes());
+        body.extend_from_slice(&tid.to_ne_bytes());
+        body.extend_from_slice(&time.to_ne_bytes());
+        body.extend_from_slice(&SIDE_BAND_ID.to_ne_bytes());
     }
 
     /// A COMM record; with a `time`, stamped by [`SIDE_BAND_ID`].
@@ -561,10 +560,7 @@ pub(crate) mod build {
         b.extend_from_slice(&pid.to_ne_bytes());
         b.extend_from_slice(name.as_bytes());
         b.push(0);
-        if let Some(time) = time {
-            b.resize(b.len().next_multiple_of(8), 0);
-            b.extend(sample_id(pid, pid, time));
-        }
+        stamp(&mut b, pid, pid, time);
         record(RECORD_COMM, if exec { MISC_COMM_EXEC } else { 0 }, &b)
     }
 
