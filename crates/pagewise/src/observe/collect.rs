@@ -78,8 +78,15 @@ pub struct Collector {
     pub major_stacks: HashMap<u32, u64>,
     /// `cpu-clock` samples with call chains ([`Sampled::CallStacks`]) by stack.
     pub call_stacks: HashMap<u32, u64>,
-    /// Sampled major faults by the mapping name at the faulting address.
+    /// Sampled major faults by the mapping name at the faulting address
+    /// (`[unknown]` while no mapping holds it; see `unresolved_majors`).
     pub major_files: HashMap<String, u64>,
+    /// Major faults counted as `[unknown]` in `major_files`, looked up again
+    /// in the next [`MAJOR_RETRY_BATCHES`] batches: another CPU's ring may
+    /// hold the mapping's record and be read a batch later.
+    unresolved_majors: Vec<UnresolvedMajor>,
+    /// Batches consumed so far.
+    batches: u64,
     /// User-mode cpu-clock samples by (pid, 4 KiB page).
     pub text_pages: HashMap<(u32, u64), u64>,
     /// mmap-family calls.
@@ -101,6 +108,26 @@ pub struct Collector {
     /// Anonymous mappings seen in `MMAP2` records, for heap churn without tracepoints.
     pub remaps: RemapRecords,
 }
+
+/// A major fault whose address no known mapping held when it was read.
+#[derive(Debug, Clone, Copy)]
+struct UnresolvedMajor {
+    pid: u32,
+    addr: u64,
+    /// The batch it was read in.
+    batch: u64,
+}
+
+/// How many later batches a major fault with no mapping yet is looked up
+/// again in. A batch reads every ring once, one after another, so a mapping
+/// recorded in a ring already read, just before the fault was recorded in a
+/// ring read later, arrives one batch after the fault; a fault on memory no
+/// mapping record ever names (anonymous memory swapped back in) is given up
+/// on after that, so the list stays short.
+const MAJOR_RETRY_BATCHES: u64 = 2;
+
+/// The name major faults are counted under while no mapping holds their address.
+const UNKNOWN_FILE: &str = "[unknown]";
 
 /// Addresses from here up are the kernel's (x86-64, 4- and 5-level paging).
 const KERNEL_SPACE: u64 = 0xff00_0000_0000_0000;
@@ -138,6 +165,8 @@ impl Collector {
             major_stacks: HashMap::new(),
             call_stacks: HashMap::new(),
             major_files: HashMap::new(),
+            unresolved_majors: Vec::new(),
+            batches: 0,
             text_pages: HashMap::new(),
             calls: vec![],
             lost: 0,
@@ -162,6 +191,8 @@ impl Collector {
                 self.side_band(r);
             }
         }
+        self.batches += 1;
+        self.resolve_majors();
         for buf in buffers {
             for r in Records::new(buf, types) {
                 if let Record::Sample(s) = r {
@@ -172,6 +203,31 @@ impl Collector {
             }
         }
         self.ids = ids;
+    }
+
+    /// Moves the major faults counted as `[unknown]` whose address a mapping
+    /// now holds to that mapping's name, and forgets those that waited
+    /// [`MAJOR_RETRY_BATCHES`] batches.
+    fn resolve_majors(&mut self) {
+        let mut pending = std::mem::take(&mut self.unresolved_majors);
+        pending.retain(|m| {
+            let Some(name) = self
+                .spaces
+                .lookup(m.pid, m.addr)
+                .map(|map| map.name.clone())
+            else {
+                return self.batches - m.batch < MAJOR_RETRY_BATCHES;
+            };
+            if let Some(unknown) = self.major_files.get_mut(UNKNOWN_FILE) {
+                *unknown -= 1;
+                if *unknown == 0 {
+                    self.major_files.remove(UNKNOWN_FILE);
+                }
+            }
+            *self.major_files.entry(name).or_default() += 1;
+            false
+        });
+        self.unresolved_majors = pending;
     }
 
     fn side_band(&mut self, r: Record<'_>) {
@@ -319,7 +375,17 @@ impl Collector {
                 let name = s
                     .addr
                     .and_then(|a| self.spaces.lookup(s.pid, a))
-                    .map_or_else(|| "[unknown]".to_owned(), |m| m.name.clone());
+                    .map(|m| m.name.clone());
+                if name.is_none() {
+                    if let Some(addr) = s.addr {
+                        self.unresolved_majors.push(UnresolvedMajor {
+                            pid: s.pid,
+                            addr,
+                            batch: self.batches,
+                        });
+                    }
+                }
+                let name = name.unwrap_or_else(|| UNKNOWN_FILE.to_owned());
                 *self.major_files.entry(name).or_default() += 1;
             }
             Sampled::EnterMmap => {
@@ -400,6 +466,22 @@ mod tests {
             ..TpFields::default()
         };
         Collector::new(ids, fields, AddressSpaces::new(), Arc::default())
+    }
+
+    /// Process 7's read-only mapping of `/data/file` at 0x7e00_0000_0000 (1 MiB).
+    fn data_file(time: Option<u64>) -> Mmap2 {
+        Mmap2 {
+            pid: 7,
+            tid: 7,
+            addr: 0x7e00_0000_0000,
+            len: 1 << 20,
+            pgoff: 0,
+            prot: 1,
+            flags: 2,
+            build_id: None,
+            filename: "/data/file".into(),
+            time,
+        }
     }
 
     fn sample(id: u64) -> Sample<'static> {
@@ -497,6 +579,44 @@ mod tests {
     }
 
     #[test]
+    fn a_major_fault_read_a_batch_before_its_mapping_gets_the_file_name() {
+        let mut c = collector();
+        let data = data_file(None);
+        let major = |addr| Sample {
+            addr: Some(addr),
+            ..sample(4)
+        };
+        // Two faults in the file, one where no mapping will ever be.
+        let early = [
+            build::sample(FAULT_ST, &major(0x7e00_0000_1000)),
+            build::sample(FAULT_ST, &major(0x7e00_0000_2000)),
+            build::sample(FAULT_ST, &major(0x1000)),
+        ]
+        .concat();
+        c.consume(&[early]);
+        assert_eq!(c.major_files[UNKNOWN_FILE], 3);
+        // The mapping's record comes from another ring, a batch later.
+        c.consume(&[build::mmap2(&data)]);
+        assert_eq!(c.major_files["/data/file"], 2);
+        assert_eq!(c.major_files[UNKNOWN_FILE], 1);
+        assert_eq!(c.unresolved_majors.len(), 1);
+        // The one no mapping holds is given up on, and stays unknown.
+        for _ in 0..MAJOR_RETRY_BATCHES + 1 {
+            c.consume(&[]);
+        }
+        assert!(c.unresolved_majors.is_empty());
+        assert_eq!(c.major_files[UNKNOWN_FILE], 1);
+        // A later fault in the file is named at once.
+        c.consume(&[build::sample(FAULT_ST, &major(0x7e00_0000_3000))]);
+        assert_eq!(c.major_files["/data/file"], 3);
+        // When every fault is named in the end, no `[unknown]` row is left.
+        let mut c = collector();
+        c.consume(&[build::sample(FAULT_ST, &major(0x7e00_0000_1000))]);
+        c.consume(&[build::mmap2(&data)]);
+        assert_eq!(c.major_files, HashMap::from([("/data/file".to_owned(), 1)]));
+    }
+
+    #[test]
     fn an_exec_read_after_the_new_images_mappings_keeps_them() {
         // The program execs on CPU 1, moves to CPU 0 and maps a file: ring 0
         // (read first) holds the mapping and its faults, ring 1 the exec.
@@ -507,18 +627,7 @@ mod tests {
         );
         let mut c = collector();
         c.ids = ids;
-        let data = Mmap2 {
-            pid: 7,
-            tid: 7,
-            addr: 0x7e00_0000_0000,
-            len: 1 << 20,
-            pgoff: 0,
-            prot: 1,
-            flags: 2,
-            build_id: None,
-            filename: "/data/file".into(),
-            time: Some(2_000),
-        };
+        let data = data_file(Some(2_000));
         let before_exec = Mmap2 {
             addr: 0x7d00_0000_0000,
             filename: "/old/image".into(),
