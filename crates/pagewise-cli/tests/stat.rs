@@ -4,6 +4,7 @@
 //! Tests that need root, tracefs, `perf` or `setpriv` print why they are
 //! skipped and return; none passes without checking what it claims.
 
+mod common;
 mod stat_support;
 
 use pagewise_testkit::{is_root, Need};
@@ -780,4 +781,31 @@ fn help_lists_the_options() {
     ] {
         assert!(text.contains(opt), "{opt} missing in:\n{text}");
     }
+}
+
+/// `--pid` of another user's process, unprivileged: one line that says whose
+/// it is and what watching it needs, and a failure status, not a report of
+/// zeros.
+#[test]
+fn attaching_to_another_users_process_is_refused() {
+    let (_dir, bin) = match common::binary_for_nobody() {
+        Ok(found) => found,
+        Err((need, why)) => pagewise_testkit::skip!(need, "{why}"),
+    };
+    // This test process is root's.
+    let pid = std::process::id().to_string();
+    let out = common::as_nobody(&bin, &["stat", "--pid", &pid, "--seconds", "1"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "stderr: {stderr}");
+    assert!(
+        stderr.contains(&format!("pid {pid} belongs to another user (uid 0)")),
+        "stderr: {stderr}"
+    );
+    assert!(
+        out.stdout.is_empty(),
+        "no report: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
 }

@@ -48,9 +48,33 @@ pub enum TargetError {
     /// No process has this pid.
     #[error("no process with pid {0}")]
     NoSuchProcess(i32),
+    /// This process may not look inside that one: it is another user's, or
+    /// the kernel keeps it closed (a set-user-ID program, or one that made
+    /// itself non-dumpable).
+    #[error("{}", not_permitted(*.pid, *.owner, *.same_user))]
+    NotPermitted {
+        /// The process.
+        pid: i32,
+        /// Its owner's uid, as `/proc/PID` shows it.
+        owner: u32,
+        /// Whether that is this process's effective uid.
+        same_user: bool,
+    },
     /// A system call failed.
     #[error(transparent)]
     Sys(#[from] SysError),
+}
+
+/// The message of [`TargetError::NotPermitted`].
+fn not_permitted(pid: i32, owner: u32, same_user: bool) -> String {
+    let why = if same_user {
+        format!("pid {pid} is closed to inspection (/proc/{pid}/maps is not readable: a set-user-ID or non-dumpable process)")
+    } else {
+        format!("pid {pid} belongs to another user (uid {owner})")
+    };
+    format!(
+        "{why}: watching it needs root (perf events and /proc/{pid}/maps on it need CAP_SYS_PTRACE)"
+    )
 }
 
 impl TargetError {
@@ -127,10 +151,27 @@ impl StoppedCommand {
     }
 }
 
-/// The threads of running process `pid`, to open events on each.
+/// The threads of running process `pid`, to open events on each. Refused
+/// with [`TargetError::NotPermitted`] when this process may not read the
+/// other's mappings (the kernel's ptrace read check, the same one perf
+/// events on it need): attaching would count nothing. Costs a `kill(pid, 0)`,
+/// opening `/proc/PID/maps` and reading `/proc/PID/task`.
 pub fn attach_tasks(pid: i32) -> Result<Vec<i32>, TargetError> {
     if pid <= 0 || !process::exists(pid) {
         return Err(TargetError::NoSuchProcess(pid));
+    }
+    if let Err(e) = std::fs::File::open(format!("/proc/{pid}/maps")) {
+        if e.kind() == std::io::ErrorKind::PermissionDenied {
+            use std::os::unix::fs::MetadataExt;
+            let owner = std::fs::metadata(format!("/proc/{pid}"))
+                .map_err(|_| TargetError::NoSuchProcess(pid))?
+                .uid();
+            return Err(TargetError::NotPermitted {
+                pid,
+                owner,
+                same_user: owner == crate::sys::libc_info::effective_uid(),
+            });
+        }
     }
     proc_tasks::thread_ids(Some(pid)).map_err(|_| TargetError::NoSuchProcess(pid))
 }
@@ -191,6 +232,15 @@ mod tests {
         let command = StoppedCommand::spawn(&[data.into()]).unwrap();
         let err = command.release().unwrap_err();
         assert_eq!(err.exit_code(), 126, "{err}");
+    }
+
+    #[test]
+    fn a_refused_attach_says_whose_process_it_is() {
+        let other = not_permitted(1, 0, false);
+        assert!(other.starts_with("pid 1 belongs to another user (uid 0): watching it needs root"));
+        let own = not_permitted(42, 1000, true);
+        assert!(own.starts_with("pid 42 is closed to inspection"), "{own}");
+        assert!(!own.contains("another user"), "{own}");
     }
 
     #[test]
