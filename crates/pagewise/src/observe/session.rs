@@ -256,9 +256,10 @@ pub fn open_counters(
         Err(e) if matches!(e.errno(), Some(Errno::ACCES) | Some(Errno::PERM)) => {
             c.user_only = true;
             skipped.push(Skipped {
-                what: "faults inside system calls (perf counts)".to_owned(),
+                what: "kernel-mode perf counts".to_owned(),
                 why: format!(
-                    "{}; perf counts user mode only, fault totals come from getrusage",
+                    "{}; perf counts user mode only: fault totals come from getrusage, \
+                     and faults inside system calls are those totals minus the user-mode count",
                     env.explain(&e)
                 ),
             });
