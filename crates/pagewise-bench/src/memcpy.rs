@@ -469,6 +469,9 @@ pub enum BenchError {
     /// Nothing to run.
     #[error("nothing to run: give at least one size, or the fleet row")]
     Empty,
+    /// Only hot rows were asked for, and no size given fits in the caches.
+    #[error("nothing to run: {0}")]
+    NoHotRow(String),
     /// The C library of `c_library` cannot be used.
     #[error(transparent)]
     CLibrary(#[from] DlError),
@@ -548,6 +551,32 @@ impl Caches {
         } else {
             None
         }
+    }
+
+    /// The sizes of `op` that are too large for a hot row here, and what the
+    /// largest hot row may be, in words: for a run without cold rows, which
+    /// would otherwise leave them out without a word.
+    fn too_large_for_hot(&self, op: Op, sizes: &[usize]) -> Option<String> {
+        let dropped: Vec<String> = sizes
+            .iter()
+            .filter(|&&n| n > 0 && self.hot_level(op.footprint(n)).is_none())
+            .map(|&n| format_bytes_exact(n as u64))
+            .collect();
+        if dropped.is_empty() {
+            return None;
+        }
+        let limit = (self.llc / 3).saturating_sub(2 * 64);
+        let largest = match op {
+            Op::Memcpy => limit / 2,
+            Op::Memset => limit,
+        };
+        Some(format!(
+            "{} too large to stay in the caches for a hot row (at most about {} here: its \
+             buffers within a third of the last-level cache), and --no-cold leaves out the \
+             cold rows",
+            dropped.join(", "),
+            pagewise::units::format_bytes(largest as u64),
+        ))
     }
 
     /// Bytes the cold rows rotate through: several times the LLC.
@@ -1021,8 +1050,16 @@ pub fn run(op: Op, options: &Options, progress: &dyn Progress) -> Result<Report,
     let mut notes = Vec::new();
     let caches = Caches::of(&machine, &mut notes);
     let specs = specs(op, options, &caches);
+    let unplaced = if options.hot && !options.cold {
+        caches.too_large_for_hot(op, &options.sizes)
+    } else {
+        None
+    };
     if specs.is_empty() && options.fleet.is_none() {
-        return Err(BenchError::Empty);
+        return Err(unplaced.map_or(BenchError::Empty, BenchError::NoHotRow));
+    }
+    if let Some(why) = unplaced {
+        notes.push(format!("not measured: {why}"));
     }
     let trials = options.trials.max(1);
     let total = specs.len() + usize::from(options.fleet.is_some());

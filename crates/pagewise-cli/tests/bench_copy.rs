@@ -300,6 +300,49 @@ fn bad_arguments_exit_2() {
         .contains(".svg or .png"));
 }
 
+/// Hot rows only (`--no-cold`) with a size no cache holds: said, not dropped
+/// without a word.
+#[test]
+fn sizes_too_large_for_a_hot_row_are_named() {
+    let hot_only = [
+        "--no-cold",
+        "--no-fleet",
+        "--no-end-to-end",
+        "--trials",
+        "1",
+        "-q",
+    ];
+    for op in ["memcpy", "memset"] {
+        let out = pagewise()
+            .args(["bench", op, "--sizes", "64G"])
+            .args(hot_only)
+            .assert()
+            .code(1)
+            .get_output()
+            .clone();
+        let stderr = String::from_utf8(out.stderr).unwrap();
+        assert!(
+            stderr.contains("nothing to run: 64 GiB too large to stay in the caches for a hot row")
+                && stderr.contains("--no-cold leaves out the cold rows"),
+            "{stderr}"
+        );
+    }
+    let json = run_json(
+        &[
+            &["bench", "memcpy", "--sizes", "64,64G", "--json"][..],
+            &hot_only,
+        ]
+        .concat(),
+    );
+    assert!(json["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|r| r["bytes"] == 64));
+    let notes = json["notes"].to_string();
+    assert!(notes.contains("not measured: 64 GiB too large"), "{notes}");
+}
+
 #[test]
 fn plots_are_written_as_svg_and_png() {
     let dir = tempfile::tempdir().unwrap();
