@@ -187,6 +187,14 @@ fn run(args: &Args) -> Result<(), String> {
             "use it with: PKG_CONFIG_PATH={} pkg-config --cflags --libs pagewise",
             libdir.join("pkgconfig").display()
         );
+        println!(
+            "and, unless {} is a directory the dynamic loader searches (then run ldconfig), \
+             link programs with -Wl,-rpath,{} (or run them with LD_LIBRARY_PATH={}) so that \
+             they find libpagewise.so",
+            libdir.display(),
+            libdir.display(),
+            libdir.display()
+        );
     }
     Ok(())
 }
