@@ -8,6 +8,13 @@ use std::process::ExitCode;
 /// (the library's one formatter).
 pub use pagewise::units::format_bytes as bytes;
 
+/// `n` and a noun that agrees with it: `1 trial`, `5 trials` (`plural` for
+/// every count but 1).
+pub fn count(n: impl Into<u64>, singular: &str, plural: &str) -> String {
+    let n = n.into();
+    format!("{n} {}", if n == 1 { singular } else { plural })
+}
+
 /// An optional value, or a mark that it could not be read.
 pub fn or_unread<T: std::fmt::Display>(value: Option<T>) -> String {
     value.map_or_else(|| "(not readable)".to_owned(), |v| v.to_string())
@@ -79,12 +86,56 @@ pub fn usage_error(err: clap::Error) -> ExitCode {
         }
         _ => {
             let rendered = err.render().to_string();
-            crate::output::errln!(
-                "pagewise: {} (see 'pagewise --help')",
-                first_paragraph(&rendered)
-            );
+            match command_hint(&err, &rendered) {
+                Some(hint) => {
+                    crate::output::errln!("pagewise: {}: {hint}", first_paragraph(&rendered))
+                }
+                None => crate::output::errln!(
+                    "pagewise: {} (see 'pagewise --help')",
+                    first_paragraph(&rendered)
+                ),
+            }
             ExitCode::from(USAGE_STATUS)
         }
+    }
+}
+
+/// What to do instead, for the two mistakes around a command to run
+/// (`stat`, `run`, `bench run`, `text profile`): a command given without the
+/// `--` before it, and `stat --seconds` without `--pid`.
+fn command_hint(err: &clap::Error, rendered: &str) -> Option<String> {
+    use clap::error::{ContextKind, ContextValue, ErrorKind};
+    // "Usage: pagewise stat [OPTIONS] [-- <CMD>...]": the subcommand, and
+    // whether it runs a command.
+    let usage = rendered
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("Usage: "))?;
+    if !usage.contains("-- <CMD>") {
+        return None;
+    }
+    let command: String = usage
+        .split_whitespace()
+        .take_while(|w| !w.starts_with(['[', '-', '<']))
+        .collect::<Vec<_>>()
+        .join(" ");
+    match err.kind() {
+        ErrorKind::UnknownArgument => {
+            let Some(ContextValue::String(arg)) = err.get(ContextKind::InvalidArg) else {
+                return None;
+            };
+            (!arg.starts_with('-')).then(|| {
+                format!("to run a command, put it after `--`: {command} [OPTIONS] -- {arg} ...")
+            })
+        }
+        ErrorKind::MissingRequiredArgument
+            if rendered.contains("--pid <PID>") && rendered.contains("<CMD>") =>
+        {
+            Some(format!(
+                "give the command to run after `--` ({command} -- CMD ...), or --pid PID to \
+                 watch a running process (--seconds goes with --pid)"
+            ))
+        }
+        _ => None,
     }
 }
 
@@ -173,6 +224,43 @@ impl std::fmt::Display for TextTable {
 
 #[cfg(test)]
 mod tests {
+
+    /// The hint for a command given without `--`, or `--seconds` without
+    /// `--pid`, for each subcommand that runs one; none for other mistakes.
+    #[test]
+    fn command_mistakes_get_a_hint() {
+        use clap::Parser;
+        let hint = |argv: &[&str]| {
+            let err = crate::Cli::try_parse_from(argv).map(|_| ()).unwrap_err();
+            super::command_hint(&err, &err.render().to_string())
+        };
+        for (sub, shown) in [
+            (&["stat"][..], "pagewise stat"),
+            (&["run", "--keep-heap"], "pagewise run"),
+            (&["bench", "run"], "pagewise bench run"),
+            (&["text", "profile"], "pagewise text profile"),
+        ] {
+            let argv = [&["pagewise"][..], sub, &["python3", "-c", "1"]].concat();
+            assert_eq!(
+                hint(&argv).as_deref(),
+                Some(&*format!(
+                    "to run a command, put it after `--`: {shown} [OPTIONS] -- python3 ..."
+                ))
+            );
+        }
+        let seconds = hint(&["pagewise", "stat", "--seconds", "3"]).unwrap();
+        assert!(seconds.contains("--seconds goes with --pid"), "{seconds}");
+        assert_eq!(hint(&["pagewise", "stat", "--bogus", "--", "ls"]), None);
+        assert_eq!(hint(&["pagewise", "doctor", "extra"]), None);
+    }
+
+    #[test]
+    fn a_count_agrees_with_its_noun() {
+        assert_eq!(super::count(1u32, "trial", "trials"), "1 trial");
+        assert_eq!(super::count(0u32, "trial", "trials"), "0 trials");
+        assert_eq!(super::count(5u64, "thread", "threads"), "5 threads");
+    }
+
     use super::*;
 
     #[test]

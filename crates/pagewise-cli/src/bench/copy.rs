@@ -188,9 +188,9 @@ fn print_human(op: Op, r: &Report) -> Result<(), OutputError> {
         t.add_row(cells);
     }
     outln!(
-        "{} against glibc, {} trials each, interleaved; medians (min–max); ratio above 1: pagewise faster",
+        "{} against glibc, {} each, interleaved; medians (min–max); ratio above 1: pagewise faster",
         op.name(),
-        r.trials
+        crate::format::count(r.trials as u64, "trial", "trials")
     )?;
     if let Some(c) = &r.c_library {
         outln!(

@@ -60,9 +60,9 @@ pub fn run(args: &FirstTouchArgs) -> anyhow::Result<ExitCode> {
     }
     crate::bench::print_machine(&report.machine)?;
     outln!(
-        "first touch: {} written 3 times, {} trials, medians (min-max) in ms",
+        "first touch: {} written 3 times, {}, medians (min-max) in ms",
         bytes(report.size_bytes as u64),
-        report.trials
+        crate::format::count(report.trials as u64, "trial", "trials")
     )?;
     let mut t = table(&[
         "strategy",

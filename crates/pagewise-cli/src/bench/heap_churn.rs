@@ -82,12 +82,12 @@ pub fn run(args: &HeapChurnArgs) -> anyhow::Result<ExitCode> {
     crate::bench::print_machine(&report.machine)?;
     let w = &report.workload;
     outln!(
-        "heap churn: {} threads x {} iterations of malloc/fill/free, {}-{}, {} trials, medians",
-        w.threads,
-        w.iterations,
+        "heap churn: {} x {} of malloc/fill/free, {}-{}, {}, medians",
+        crate::format::count(w.threads as u64, "thread", "threads"),
+        crate::format::count(w.iterations as u64, "iteration", "iterations"),
         bytes(w.min_size as u64),
         bytes(w.max_size as u64),
-        report.trials
+        crate::format::count(report.trials as u64, "trial", "trials")
     )?;
     let mut t = table(&[
         "row",

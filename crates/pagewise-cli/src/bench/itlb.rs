@@ -117,12 +117,12 @@ pub fn run(args: &ItlbArgs) -> anyhow::Result<ExitCode> {
     }
     crate::bench::print_machine(&report.machine)?;
     outln!(
-        "itlb: {} functions over {} of text, Zipf {}, {} rounds, {} trials, medians (min-max)",
+        "itlb: {} functions over {} of text, Zipf {}, {}, {}, medians (min-max)",
         report.shape.functions,
         bytes(report.text_bytes),
         report.shape.zipf,
-        report.rounds,
-        report.trials
+        crate::format::count(report.rounds as u64, "round", "rounds"),
+        crate::format::count(report.trials as u64, "trial", "trials")
     )?;
     let mut t = table(&[
         "variant",

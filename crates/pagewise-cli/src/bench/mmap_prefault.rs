@@ -75,12 +75,12 @@ pub fn run(args: &MmapPrefaultArgs) -> anyhow::Result<ExitCode> {
     }
     crate::bench::print_machine(&report.machine)?;
     outln!(
-        "mmap prefault: {} in {}-byte records through a shared mapping on {} ({}), {} trials, medians (min-max)",
+        "mmap prefault: {} in {}-byte records through a shared mapping on {} ({}), {}, medians (min-max)",
         bytes(report.size_bytes as u64),
         report.record_bytes,
         report.dir,
         report.fs,
-        report.trials
+        crate::format::count(report.trials as u64, "trial", "trials")
     )?;
     let mut t = table(&[
         "method",

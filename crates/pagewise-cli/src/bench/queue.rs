@@ -94,10 +94,10 @@ pub fn run(args: &QueueArgs) -> anyhow::Result<ExitCode> {
     }
     crate::bench::print_machine(&report.machine)?;
     outln!(
-        "queue: {}-byte records copied with {}, writer and reader in separate processes, {} trials, medians",
+        "queue: {}-byte records copied with {}, writer and reader in separate processes, {}, medians",
         report.record_bytes,
         args.copy.name(),
-        report.trials
+        crate::format::count(report.trials as u64, "trial", "trials")
     )?;
     outln!(
         "throughput: {} records as fast as possible; latency: {} records offered at {:.0}/s, ns from scheduled send to read; pre-touch window {}",
@@ -241,13 +241,13 @@ fn run_rtt(args: &QueueArgs) -> anyhow::Result<ExitCode> {
 
 fn print_rtt(r: &RttReport, copy: Routine) -> anyhow::Result<()> {
     outln!(
-        "queue round trip: ping → pong → ping over two files in {} ({}), one record in flight, payloads copied with {}; {} round trips after {} of warm-up, {} trials, medians; CPUs {}",
+        "queue round trip: ping → pong → ping over two files in {} ({}), one record in flight, payloads copied with {}; {} after {} of warm-up, {}, medians; CPUs {}",
         r.dir,
         r.fs,
         copy.name(),
-        r.round_trips,
+        crate::format::count(r.round_trips, "round trip", "round trips"),
         r.warmup,
-        r.trials,
+        crate::format::count(r.trials as u64, "trial", "trials"),
         r.pin
             .map_or_else(|| "not pinned".to_owned(), |[a, b]| format!("{a} (ping) and {b} (pong)"))
     )?;

@@ -329,7 +329,7 @@ impl Writer {
             Some(p) => p.resolve_auto(),
             None => Resolved {
                 mode: PreToucher::Off,
-                reason: "off (Options::pretouch is None)".to_owned(),
+                reason: "not asked for: Options::pretouch is None".to_owned(),
                 usable_cpus: None,
                 adaptive: false,
             },
