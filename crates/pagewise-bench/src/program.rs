@@ -50,11 +50,14 @@ pub enum Fix {
     },
     /// Keep freed memory in glibc's heap.
     KeepHeap,
+    /// Put glibc's heap on transparent huge pages.
+    ThpHeap,
 }
 
 impl Fix {
     /// Parses one variant's fixes: `huge-text`, `huge-text=hot:PROFILE`,
-    /// `keep-heap`, or several joined with `+` (`huge-text+keep-heap`).
+    /// `keep-heap`, `thp-heap`, or several joined with `+`
+    /// (`huge-text+keep-heap`).
     /// Library names for huge text are added by the caller.
     pub fn parse_set(text: &str) -> Result<Vec<Fix>, String> {
         let mut fixes = Vec::new();
@@ -65,6 +68,7 @@ impl Fix {
                     libs: Vec::new(),
                 },
                 "keep-heap" => Fix::KeepHeap,
+                "thp-heap" => Fix::ThpHeap,
                 other => match other.strip_prefix("huge-text=hot:") {
                     Some(profile) if !profile.is_empty() => Fix::HugeText {
                         hot_profile: Some(PathBuf::from(profile)),
@@ -72,7 +76,7 @@ impl Fix {
                     },
                     _ => {
                         return Err(format!(
-                            "unknown fix {other:?}: expected huge-text, huge-text=hot:PROFILE or keep-heap (join several with +)"
+                            "unknown fix {other:?}: expected huge-text, huge-text=hot:PROFILE, keep-heap or thp-heap (join several with +)"
                         ))
                     }
                 },
@@ -854,6 +858,10 @@ mod tests {
                 },
                 Fix::KeepHeap
             ]
+        );
+        assert_eq!(
+            Fix::parse_set("keep-heap+thp-heap").unwrap(),
+            [Fix::KeepHeap, Fix::ThpHeap]
         );
         assert!(Fix::parse_set("huge").unwrap_err().contains("unknown fix"));
         assert!(Fix::parse_set("huge-text=hot:").is_err());

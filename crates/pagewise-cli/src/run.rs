@@ -6,7 +6,7 @@ use crate::preload;
 use anyhow::Context;
 use pagewise::host::user_cache::{self, Purpose};
 use pagewise::launch::huge_text::{self, ReportDir};
-use pagewise::launch::{self, keep_heap, LaunchError};
+use pagewise::launch::{self, keep_heap, thp_heap, LaunchError};
 use pagewise::text::hot_cache::{self, HotSource};
 use pagewise::text::huge::PerfMaps;
 use pagewise::text::perfmap::PerfMapWriter;
@@ -30,11 +30,15 @@ pub struct RunArgs {
     huge_text_lib: Vec<String>,
     /// Keep freed memory in glibc's heap instead of unmapping it (see below for the trade-off).
     #[arg(long)]
-    keep_heap: bool,
+    pub(crate) keep_heap: bool,
     /// With --keep-heap: extra heap taken at each growth, about the largest block the
     /// program allocates repeatedly (glibc.malloc.top_pad), at most 1 GiB.
     #[arg(long, value_name = "SIZE", default_value = "64MiB", value_parser = crate::args::size_in(0, keep_heap::MAX_TOP_PAD))]
     keep_heap_pad: u64,
+    /// Put glibc's heap on transparent huge pages (glibc.malloc.hugetlb=1): fewer page
+    /// faults for programs that write a lot of heap memory (see below for the trade-off).
+    #[arg(long)]
+    pub(crate) thp_heap: bool,
     /// Print what was set up, on stderr: the tunables before the program starts, and one
     /// line per text range from each process (set PAGEWISE_REPORT=FILE for JSON).
     #[arg(long)]
@@ -68,7 +72,16 @@ trim_threshold=256GiB (the heap is never given back) and top_pad=--keep-heap-pad
 Trade-off: the process keeps its peak heap resident until it exits (plus fragmentation),
 so its RSS no longer falls after a burst. Settings already in GLIBC_TUNABLES are kept.
 Programs not dynamically linked against glibc (musl, static) are refused: the tunables
-would change nothing. The program's exit status is pagewise's exit status.";
+would change nothing. The program's exit status is pagewise's exit status.
+
+--thp-heap: a program that writes a lot of fresh heap memory takes a page fault per 4 KiB.
+--thp-heap sets GLIBC_TUNABLES glibc.malloc.hugetlb=1 (glibc 2.35 or later): malloc asks
+for transparent huge pages on its heap and its large blocks, so one fault maps 2 MiB
+(xz -9: 102k minor faults -> about 1k). Trade-off: a huge page is resident as a whole,
+so a sparsely written heap can take more RAM; measure with
+`pagewise bench run --fix thp-heap -- CMD`. Refused, with the reason, where it would
+change nothing: glibc older than 2.35, THP disabled, or a program not linked against
+glibc. It combines with --keep-heap.";
 
 /// `--huge-text`'s value: `all` or `hot:PROFILE`.
 fn huge_text_mode(text: &str) -> Result<String, String> {
@@ -115,9 +128,9 @@ fn start(args: &RunArgs) -> anyhow::Result<ExitCode> {
     if !args.huge_text_lib.is_empty() && args.huge_text.is_none() {
         return Err(usage("--huge-text-lib needs --huge-text"));
     }
-    if !args.keep_heap && args.huge_text.is_none() {
+    if !args.keep_heap && !args.thp_heap && args.huge_text.is_none() {
         return Err(usage(
-            "nothing to apply: choose a fix such as --keep-heap or --huge-text (see 'pagewise run --help')",
+            "nothing to apply: choose a fix such as --keep-heap, --thp-heap or --huge-text (see 'pagewise run --help')",
         ));
     }
     let program = &args.command[0];
@@ -129,8 +142,8 @@ fn start(args: &RunArgs) -> anyhow::Result<ExitCode> {
     // argv[0] as the user typed it, like a shell.
     command.arg0(program);
 
-    if args.keep_heap {
-        apply_keep_heap(&mut command, &path, args)?;
+    if args.keep_heap || args.thp_heap {
+        apply_tunables(&mut command, &path, args)?;
     }
     if let Some(mode) = &args.huge_text {
         let inspected = launch::require_glibc(
@@ -150,23 +163,49 @@ fn start(args: &RunArgs) -> anyhow::Result<ExitCode> {
     .into())
 }
 
-fn apply_keep_heap(
+/// Sets `GLIBC_TUNABLES` for `--keep-heap` and `--thp-heap` (one value for
+/// both, the user's own settings kept).
+fn apply_tunables(
     command: &mut std::process::Command,
     path: &Path,
     args: &RunArgs,
 ) -> anyhow::Result<()> {
-    let inspected = launch::require_glibc(
-        path,
-        "--keep-heap works through glibc's malloc tunables and",
-        "use pagewise::buffer in the program instead",
-    )?;
+    let (fix, instead) = match (args.keep_heap, args.thp_heap) {
+        (true, false) => (
+            "--keep-heap works through glibc's malloc tunables and",
+            "use pagewise::buffer in the program instead",
+        ),
+        (false, _) => (
+            "--thp-heap works through glibc's malloc tunables and",
+            "use pagewise regions in the program instead",
+        ),
+        (true, true) => (
+            "--keep-heap and --thp-heap work through glibc's malloc tunables and",
+            "use pagewise::buffer or regions in the program instead",
+        ),
+    };
+    let inspected = launch::require_glibc(path, fix, instead)?;
+    let mut wanted = Vec::new();
+    if args.keep_heap {
+        wanted.extend(keep_heap::tunables(args.keep_heap_pad));
+    }
+    if args.thp_heap {
+        thp_heap::check_here()
+            .map_err(|why| anyhow::anyhow!("--thp-heap would change nothing: {why}"))?;
+        wanted.push(thp_heap::TUNABLE);
+    }
     let existing = std::env::var("GLIBC_TUNABLES").ok();
-    let (value, decided) = keep_heap::glibc_tunables_env(existing.as_deref(), args.keep_heap_pad);
+    let (value, decided) = keep_heap::merge(existing.as_deref(), &wanted);
     command.env("GLIBC_TUNABLES", &value);
     if args.report {
-        errln!("pagewise run: keep-heap for {}", inspected.display());
+        let what = match (args.keep_heap, args.thp_heap) {
+            (true, true) => "keep-heap and thp-heap",
+            (true, false) => "keep-heap",
+            (false, _) => "thp-heap",
+        };
+        errln!("pagewise run: {what} for {}", inspected.display());
         for t in &decided {
-            let shown = if t.name.ends_with("mmap_max") {
+            let shown = if t.name.ends_with("mmap_max") || t.name == thp_heap::TUNABLE.0 {
                 t.value.to_string()
             } else {
                 bytes(t.value)

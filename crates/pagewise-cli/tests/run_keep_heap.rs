@@ -1,4 +1,4 @@
-//! CLI tests for `pagewise run --keep-heap` and `pagewise bench heap-churn`.
+//! CLI tests for `pagewise run --keep-heap` and `--thp-heap`, and `pagewise bench heap-churn`.
 //! Fixtures are compiled with the system C compiler; tests skip with a reason without one.
 
 mod common;
@@ -8,6 +8,7 @@ use std::path::Path;
 use common::pagewise;
 
 const CHURN: &str = include_str!("fixtures/churn_count.c");
+const HEAP_TOUCH: &str = include_str!("fixtures/heap_touch_faults.c");
 
 #[test]
 fn keep_heap_stops_the_mmaps_in_the_child() {
@@ -16,25 +17,28 @@ fn keep_heap_stops_the_mmaps_in_the_child() {
         Ok(b) => b,
         Err(why) => pagewise_testkit::skip!(pagewise_testkit::Need::Compiler, "{why}"),
     };
-    let plain = std::process::Command::new(&bin)
+    let (plain, kept) = printed_plain_and_under(&bin, "--keep-heap");
+    assert_eq!(plain, 10, "glibc maps every 48 MiB block by default");
+    assert_eq!(kept, 0, "with --keep-heap no block should be a fresh mmap");
+}
+
+/// The number a fixture prints, run on its own and under `pagewise run FIX`,
+/// both without the caller's `GLIBC_TUNABLES`.
+fn printed_plain_and_under(bin: &Path, fix: &str) -> (u64, u64) {
+    let number = |out: &[u8]| -> u64 { String::from_utf8_lossy(out).trim().parse().unwrap() };
+    let plain = std::process::Command::new(bin)
         .env_remove("GLIBC_TUNABLES")
         .output()
         .unwrap();
-    let plain: u32 = String::from_utf8_lossy(&plain.stdout)
-        .trim()
-        .parse()
-        .unwrap();
-    assert_eq!(plain, 10, "glibc maps every 48 MiB block by default");
-    let out = pagewise()
-        .args(["run", "--keep-heap", "--"])
-        .arg(&bin)
+    let fixed = pagewise()
+        .args(["run", fix, "--"])
+        .arg(bin)
         .env_remove("GLIBC_TUNABLES")
         .assert()
         .success()
         .get_output()
         .clone();
-    let kept: u32 = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap();
-    assert_eq!(kept, 0, "with --keep-heap no block should be a fresh mmap");
+    (number(&plain.stdout), number(&fixed.stdout))
 }
 
 #[test]
@@ -245,4 +249,58 @@ fn heap_churn_rejects_bad_sizes() {
         .clone();
     let stderr = String::from_utf8(out.stderr).unwrap();
     assert!(stderr.contains("--min-size"), "{stderr}");
+}
+
+/// `--thp-heap` where it can work: the program's 64 MiB malloc block is
+/// written with a small fraction of the faults (one per 2 MiB page the kernel
+/// grants instead of one per 4 KiB), with `--keep-heap` in the same
+/// `GLIBC_TUNABLES`; where it cannot (old glibc, THP off), refused with the
+/// reason.
+#[test]
+fn thp_heap_cuts_the_faults_of_a_malloc_heap() {
+    let echo = [
+        "run",
+        "--thp-heap",
+        "--keep-heap",
+        "--",
+        "sh",
+        "-c",
+        "echo \"$GLIBC_TUNABLES\"",
+    ];
+    if let Err(why) = pagewise::launch::thp_heap::check_here() {
+        let out = pagewise().args(echo).assert().code(1).get_output().clone();
+        let stderr = String::from_utf8(out.stderr).unwrap();
+        assert!(
+            stderr.contains("--thp-heap would change nothing"),
+            "{stderr}"
+        );
+        pagewise_testkit::skip!(pagewise_testkit::Need::Thp, "{why}");
+    }
+    let out = pagewise()
+        .args(echo)
+        .env("GLIBC_TUNABLES", "glibc.cpu.x86_rep_movsb_threshold=4096")
+        .assert()
+        .success()
+        .get_output()
+        .clone();
+    let tunables = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        tunables.starts_with("glibc.cpu.x86_rep_movsb_threshold=4096:")
+            && tunables.contains("glibc.malloc.mmap_max=0")
+            && tunables.trim_end().ends_with("glibc.malloc.hugetlb=1"),
+        "{tunables}"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let bin = match pagewise_testkit::compile_c(dir.path(), "touch", HEAP_TOUCH, &[]) {
+        Ok(b) => b,
+        Err(why) => pagewise_testkit::skip!(pagewise_testkit::Need::Compiler, "{why}"),
+    };
+    let (plain, huge) = printed_plain_and_under(&bin, "--thp-heap");
+    assert!(plain >= 16_000, "64 MiB of 4 KiB pages: {plain} faults");
+    // Where the kernel has no 2 MiB page free it falls back to 4 KiB ones;
+    // most of 32 huge pages is plenty on any machine this runs on.
+    assert!(
+        huge * 8 < plain,
+        "{huge} faults with --thp-heap, {plain} without"
+    );
 }

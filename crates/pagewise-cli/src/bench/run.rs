@@ -15,7 +15,7 @@ use std::process::{Command, ExitCode};
 #[derive(Debug, clap::Args)]
 #[command(after_long_help = RUN_HELP)]
 pub struct BenchRunArgs {
-    /// A fix to measure: huge-text, huge-text=hot:PROFILE, keep-heap, or several joined
+    /// A fix to measure: huge-text, huge-text=hot:PROFILE, keep-heap, thp-heap, or several joined
     /// with + (huge-text+keep-heap); repeatable, each is its own variant.
     #[arg(long = "fix", value_name = "FIX")]
     fixes: Vec<String>,
@@ -155,6 +155,7 @@ fn fix_argv(fixes: &[Fix], argv: &[OsString]) -> Vec<OsString> {
                 }
             }
             Fix::KeepHeap => out.push("--keep-heap".into()),
+            Fix::ThpHeap => out.push("--thp-heap".into()),
         }
     }
     out.push("--".into());
@@ -353,6 +354,7 @@ mod tests {
                 libs: vec!["libpython".into()],
             },
             Fix::KeepHeap,
+            Fix::ThpHeap,
         ];
         let argv = std::iter::once(OsString::from("pagewise"))
             .chain(fix_argv(&fixes, &["node".into(), "-e".into(), "1".into()]));
@@ -362,6 +364,7 @@ mod tests {
         };
         assert_eq!(run.huge_text.as_deref(), Some("hot:/tmp/p.data"));
         assert_eq!(run.command, ["node", "-e", "1"]);
+        assert!(run.keep_heap && run.thp_heap);
         let plain = fix_argv(
             &[Fix::HugeText {
                 hot_profile: None,

@@ -58,10 +58,17 @@ pub fn tunables(top_pad: u64) -> Vec<(&'static str, u64)> {
     ]
 }
 
-/// Builds the `GLIBC_TUNABLES` value: the user's existing settings first and
-/// unchanged (an explicit user choice wins), then ours for names they did not set.
-/// Returns the value and what was decided for each of our tunables.
+/// Builds the `GLIBC_TUNABLES` value for `--keep-heap` alone: [`merge`] of
+/// [`tunables`]`(top_pad)`.
 pub fn glibc_tunables_env(existing: Option<&str>, top_pad: u64) -> (String, Vec<Tunable>) {
+    merge(existing, &tunables(top_pad))
+}
+
+/// Builds the `GLIBC_TUNABLES` value: the user's existing settings first and
+/// unchanged (an explicit user choice wins), then `wanted` for names they did
+/// not set. Returns the value and what was decided for each of `wanted`.
+/// Costs a pass over the existing value.
+pub fn merge(existing: Option<&str>, wanted: &[(&'static str, u64)]) -> (String, Vec<Tunable>) {
     let existing = existing.unwrap_or("").trim_matches(':');
     let user_names: Vec<&str> = existing
         .split(':')
@@ -73,7 +80,7 @@ pub fn glibc_tunables_env(existing: Option<&str>, top_pad: u64) -> (String, Vec<
         vec![existing.to_owned()]
     };
     let mut decided = Vec::new();
-    for (name, value) in tunables(top_pad) {
+    for &(name, value) in wanted {
         let kept = user_names.contains(&name);
         if !kept {
             parts.push(format!("{name}={value}"));

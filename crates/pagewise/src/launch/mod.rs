@@ -6,6 +6,7 @@ pub mod huge_text;
 pub mod keep_heap;
 pub mod preload_cache;
 mod program;
+pub mod thp_heap;
 
 pub use program::{
     inspect_program, require_executable, require_glibc, resolve_program, LaunchError, Linkage,

@@ -421,7 +421,10 @@ fn first_touch_and_churn(e: &Evidence<'_>) -> Vec<Finding> {
         ),
         remedy: "map the memory once and fault it in off the critical path: pagewise regions \
                  (huge pages, MADV_POPULATE_WRITE, background populate), prefault at start-up, \
-                 or reuse buffers instead of allocating fresh memory"
+                 or reuse buffers instead of allocating fresh memory; for a program you cannot \
+                 change whose memory comes from glibc's malloc, `pagewise run --thp-heap -- CMD` \
+                 (one fault per 2 MiB huge page; prove it with `pagewise bench run --fix \
+                 thp-heap -- CMD`)"
             .to_owned(),
         cost_s: fault_time * (1.0 - churn_share),
         inferred_from: inferred,
