@@ -54,7 +54,8 @@ the first that is safe; every pagewise cache uses the same directory);
 PAGEWISE_PRELOAD=FILE uses another. Children started by the program (e.g. a compiler
 driver's back end) are handled too. pagewise stays as the program's parent: it writes
 /tmp/perf-PID.map for each process that moved text (so profilers can name the moved
-code), passes SIGTERM, SIGHUP, SIGUSR1 and SIGUSR2 on, and exits with the program's
+code), passes SIGTERM, SIGHUP, SIGINT, SIGQUIT, SIGUSR1 and SIGUSR2 on (not those the
+terminal sends the whole process group, such as Ctrl-C), and exits with the program's
 status. PAGEWISE_REPORT=FILE writes a JSON report (schema pagewise.run/1: the started
 program's, with every process's under \"processes\"); PAGEWISE_PERF_MAP=0 writes no maps.
 
