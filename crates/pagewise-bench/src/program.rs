@@ -27,6 +27,7 @@
 
 use crate::paired::{self, Interval, Verdict};
 use crate::{Machine, Progress, Summary};
+use pagewise::launch;
 use pagewise::os::process::{self, ExitKind, ForwardSignals};
 use serde::{Deserialize, Serialize};
 use std::ffi::OsString;
@@ -388,6 +389,13 @@ fn command_of(config: &Config, variant: &Variant, runner: FixRunner<'_>, report:
         VariantKind::Fixes { fixes } => runner(fixes, &config.command, report),
         kind => {
             let argv = plain_argv(&config.command, kind);
+            // A script without a `#!` line runs as `/bin/sh SCRIPT ARGS…`, as in
+            // a shell (and under a fix's `pagewise run`); a program that is not
+            // found is left for `spawn` to report.
+            let argv = match launch::resolve_program(&argv[0]) {
+                Ok(path) => launch::command_line(&path, &argv).1,
+                Err(_) => argv,
+            };
             let mut c = Command::new(&argv[0]);
             c.args(&argv[1..]);
             c

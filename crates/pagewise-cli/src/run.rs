@@ -10,6 +10,7 @@ use pagewise::launch::{self, keep_heap, LaunchError};
 use pagewise::text::hot_cache::{self, HotSource};
 use pagewise::text::huge::PerfMaps;
 use pagewise::text::perfmap::PerfMapWriter;
+use std::ffi::OsString;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -69,7 +70,10 @@ trim_threshold=256GiB (the heap is never given back) and top_pad=--keep-heap-pad
 Trade-off: the process keeps its peak heap resident until it exits (plus fragmentation),
 so its RSS no longer falls after a burst. Settings already in GLIBC_TUNABLES are kept.
 Programs not dynamically linked against glibc (musl, static) are refused: the tunables
-would change nothing. The program's exit status is pagewise's exit status.";
+would change nothing. The program's exit status is pagewise's exit status.
+
+A script without a #! line runs as `/bin/sh SCRIPT ARGS`, as in a shell: the program
+prepared is /bin/sh.";
 
 /// `--huge-text`'s value: `all` or `hot:PROFILE`.
 fn huge_text_mode(text: &str) -> Result<String, String> {
@@ -125,10 +129,13 @@ fn start(args: &RunArgs) -> anyhow::Result<ExitCode> {
     let path = launch::resolve_program(program.as_ref())?;
     // Before reading it: a file without execute permission is that error, not "not ELF".
     launch::require_executable(&path)?;
-    let mut command = std::process::Command::new(&path);
-    command.args(&args.command[1..]);
-    // argv[0] as the user typed it, like a shell.
-    command.arg0(program);
+    // A script without a `#!` line runs as `/bin/sh SCRIPT ARGS…`, as in a
+    // shell; `require_glibc` below inspects that shell.
+    let argv: Vec<OsString> = args.command.iter().map(OsString::from).collect();
+    let (executable, line) = launch::command_line(&path, &argv);
+    let mut command = std::process::Command::new(&executable);
+    // argv[0] as the user typed it (or the shell's), like a shell.
+    command.arg0(&line[0]).args(&line[1..]);
 
     if args.keep_heap {
         apply_keep_heap(&mut command, &path, args)?;

@@ -8,5 +8,6 @@ pub mod preload_cache;
 mod program;
 
 pub use program::{
-    inspect_program, require_executable, require_glibc, resolve_program, LaunchError, Linkage,
+    command_line, inspect_program, require_executable, require_glibc, resolve_program,
+    script_shell, LaunchError, Linkage, SCRIPT_SHELL,
 };
