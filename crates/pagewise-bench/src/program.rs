@@ -27,7 +27,8 @@
 
 use crate::paired::{self, Interval, Verdict};
 use crate::{Machine, Progress, Summary};
-use pagewise::os::process::{self, ExitKind};
+use pagewise::launch;
+use pagewise::os::process::{self, ExitKind, ForwardSignals};
 use serde::{Deserialize, Serialize};
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -392,6 +393,13 @@ fn command_of(config: &Config, variant: &Variant, runner: FixRunner<'_>, report:
         VariantKind::Fixes { fixes } => runner(fixes, &config.command, report),
         kind => {
             let argv = plain_argv(&config.command, kind);
+            // A script without a `#!` line runs as `/bin/sh SCRIPT ARGS…`, as in
+            // a shell (and under a fix's `pagewise run`); a program that is not
+            // found is left for `spawn` to report.
+            let argv = match launch::resolve_program(&argv[0]) {
+                Ok(path) => launch::command_line(&path, &argv).1,
+                Err(_) => argv,
+            };
             let mut c = Command::new(&argv[0]);
             c.args(&argv[1..]);
             c
@@ -457,12 +465,23 @@ fn stderr_note(path: &Path) -> String {
     )
 }
 
-/// Runs one variant once and measures it.
+/// That a signal asking to stop came, as an error ending the experiment.
+fn stopped(signal: i32) -> String {
+    format!("stopped by {}", process::signal_name(signal))
+}
+
+/// Runs one variant once and measures it, passing the signals that
+/// `signals` catches on to it; none runs once one of them asked to stop,
+/// and a run during which one did is an error.
 fn run_once(
     config: &Config,
     variant: &Variant,
     runner: FixRunner<'_>,
+    signals: &ForwardSignals,
 ) -> Result<(Run, Vec<String>), String> {
+    if let Some(signal) = signals.stop_requested() {
+        return Err(stopped(signal));
+    }
     let report = config.work_dir.join("run-report.json");
     let stderr_path = config.work_dir.join("stderr");
     let _ = std::fs::remove_file(&report);
@@ -481,9 +500,15 @@ fn run_once(
             variant.name
         )
     })?;
-    let (exit, usage) = process::wait(child.id() as i32)
-        .map_err(|e| format!("cannot wait for {}: {e}", variant.name))?;
+    signals.pass_to(child.id());
+    let waited = process::wait(child.id() as i32);
     let wall_s = started.elapsed().as_secs_f64();
+    // Reaped: its pid may be reused from now on.
+    signals.pass_to(0);
+    let (exit, usage) = waited.map_err(|e| format!("cannot wait for {}: {e}", variant.name))?;
+    if let Some(signal) = signals.stop_requested() {
+        return Err(stopped(signal));
+    }
     let status = exit.shell_status();
     if let ExitKind::Signaled { signal, .. } = exit {
         return Err(format!(
@@ -575,6 +600,7 @@ fn varies(config: &Config, i: usize, first: i32, now: i32) -> String {
 fn check_status(
     config: &Config,
     runner: FixRunner<'_>,
+    signals: &ForwardSignals,
     statuses: &mut [Option<i32>],
     i: usize,
     status: i32,
@@ -593,7 +619,7 @@ fn check_status(
     let variant = statuses[j].unwrap_or_default();
     for _ in 0..STATUS_RERUNS {
         for (k, first) in [(0, baseline), (j, variant)] {
-            let (again, _) = run_once(config, &config.variants[k], runner)?;
+            let (again, _) = run_once(config, &config.variants[k], runner, signals)?;
             if again.status != first {
                 return Err(varies(config, k, first, again.status));
             }
@@ -614,11 +640,56 @@ fn check_status(
 /// is a coin flip then shows it with probability 15/16.
 const STATUS_RERUNS: usize = 2;
 
+/// Why [`run`] gave no report.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// The experiment could not be run or its runs cannot be compared; says why.
+    #[error("{0}")]
+    Failed(String),
+    /// A signal asked this process to stop (`SIGTERM`, `SIGHUP`, `SIGINT`,
+    /// `SIGQUIT`): the running command got it too and ended, and no more ran.
+    #[error("stopped by {} before the runs were done (a run under way got the signal too and has ended); no report", process::signal_name(*signal))]
+    Stopped {
+        /// The signal's number.
+        signal: i32,
+    },
+}
+
+impl RunError {
+    /// The exit status a shell would give: 128+N for a stop by signal N, else 1.
+    pub fn exit_status(&self) -> u8 {
+        match self {
+            RunError::Failed(_) => 1,
+            RunError::Stopped { signal } => (128 + signal).clamp(0, 255) as u8,
+        }
+    }
+}
+
 /// Runs the experiment: `warmup` blocks, then `blocks` measured ones.
+///
+/// Meanwhile `SIGTERM`, `SIGHUP`, `SIGINT` and `SIGQUIT` sent to this
+/// process go to the running command ([`ForwardSignals`]; the terminal's
+/// Ctrl-C reaches it anyway) and, once it has ended, stop the experiment
+/// ([`RunError::Stopped`]), so that the caller can clean up; `SIGUSR1` and
+/// `SIGUSR2` are passed on only.
 pub fn run(
     config: &Config,
     runner: FixRunner<'_>,
     progress: &dyn Progress,
+) -> Result<Report, RunError> {
+    let signals = ForwardSignals::catch();
+    measure(config, runner, progress, &signals).map_err(|why| match signals.stop_requested() {
+        Some(signal) => RunError::Stopped { signal },
+        None => RunError::Failed(why),
+    })
+}
+
+/// [`run`], with what stops it as a sentence.
+fn measure(
+    config: &Config,
+    runner: FixRunner<'_>,
+    progress: &dyn Progress,
+    signals: &ForwardSignals,
 ) -> Result<Report, String> {
     check_variants(config)?;
     crate::work_folder(&config.work_dir)?;
@@ -648,8 +719,8 @@ pub fn run(
                 )
             };
             progress.update(b * n + step, total, &label);
-            let (run, why) = run_once(config, variant, runner)?;
-            check_status(config, runner, &mut statuses, i, run.status)?;
+            let (run, why) = run_once(config, variant, runner, signals)?;
+            check_status(config, runner, signals, &mut statuses, i, run.status)?;
             not_moved[i].extend(why);
             runs[i] = Some(run);
         }
@@ -1038,7 +1109,9 @@ mod tests {
             args: vec!["-c".into(), "exit 4".into()],
         };
         // `sh -c 'exit 4' -c 'exit 3'`: the inserted script runs and exits 4.
-        let err = run(&config, never, &crate::NoProgress).unwrap_err();
+        let err = run(&config, never, &crate::NoProgress)
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("exited with status 4"), "{err}");
     }
 
@@ -1101,7 +1174,9 @@ mod tests {
             ),
         ];
         for (command, args, expected) in cases {
-            let err = run(&config(command, args), never, &crate::NoProgress).unwrap_err();
+            let err = run(&config(command, args), never, &crate::NoProgress)
+                .unwrap_err()
+                .to_string();
             assert!(err.contains(expected), "{err}");
             assert!(!err.contains("changes what the program does"), "{err}");
             assert!(!err.contains("stderr"), "{err}");
@@ -1113,7 +1188,8 @@ mod tests {
             never,
             &crate::NoProgress,
         )
-        .unwrap_err();
+        .unwrap_err()
+        .to_string();
         assert!(err.ends_with("(its stderr: oops)"), "{err}");
     }
 }

@@ -10,6 +10,7 @@ use pagewise::launch::{self, keep_heap, thp_heap, LaunchError};
 use pagewise::text::hot_cache::{self, HotSource};
 use pagewise::text::huge::PerfMaps;
 use pagewise::text::perfmap::PerfMapWriter;
+use std::ffi::OsString;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -58,7 +59,8 @@ the first that is safe; every pagewise cache uses the same directory);
 PAGEWISE_PRELOAD=FILE uses another. Children started by the program (e.g. a compiler
 driver's back end) are handled too. pagewise stays as the program's parent: it writes
 /tmp/perf-PID.map for each process that moved text (so profilers can name the moved
-code), passes SIGTERM, SIGHUP, SIGUSR1 and SIGUSR2 on, and exits with the program's
+code), passes SIGTERM, SIGHUP, SIGINT, SIGQUIT, SIGUSR1 and SIGUSR2 on (not those the
+terminal sends the whole process group, such as Ctrl-C), and exits with the program's
 status. PAGEWISE_REPORT=FILE writes a JSON report (schema pagewise.run/1: the started
 program's, with every process's under \"processes\"); PAGEWISE_PERF_MAP=0 writes no maps.
 
@@ -81,7 +83,10 @@ for transparent huge pages on its heap and its large blocks, so one fault maps 2
 so a sparsely written heap can take more RAM; measure with
 `pagewise bench run --fix thp-heap -- CMD`. Refused, with the reason, where it would
 change nothing: glibc older than 2.35, THP disabled, or a program not linked against
-glibc. It combines with --keep-heap.";
+glibc. It combines with --keep-heap.
+
+A script without a #! line runs as `/bin/sh SCRIPT ARGS`, as in a shell: the program
+prepared is /bin/sh.";
 
 /// `--huge-text`'s value: `all` or `hot:PROFILE`.
 fn huge_text_mode(text: &str) -> Result<String, String> {
@@ -137,10 +142,13 @@ fn start(args: &RunArgs) -> anyhow::Result<ExitCode> {
     let path = launch::resolve_program(program.as_ref())?;
     // Before reading it: a file without execute permission is that error, not "not ELF".
     launch::require_executable(&path)?;
-    let mut command = std::process::Command::new(&path);
-    command.args(&args.command[1..]);
-    // argv[0] as the user typed it, like a shell.
-    command.arg0(program);
+    // A script without a `#!` line runs as `/bin/sh SCRIPT ARGS…`, as in a
+    // shell; `require_glibc` below inspects that shell.
+    let argv: Vec<OsString> = args.command.iter().map(OsString::from).collect();
+    let (executable, line) = launch::command_line(&path, &argv);
+    let mut command = std::process::Command::new(&executable);
+    // argv[0] as the user typed it (or the shell's), like a shell.
+    command.arg0(&line[0]).args(&line[1..]);
 
     if args.keep_heap || args.thp_heap {
         apply_tunables(&mut command, &path, args)?;

@@ -27,7 +27,8 @@ use std::time::Duration;
 #[derive(Debug, clap::Args)]
 #[command(
     after_help = "The report goes to stderr (or --output), so CMD's stdout is left alone.\n\
-                  Exit status: CMD's (128+N when a signal N killed it); 127 when CMD is not found."
+                  Exit status: CMD's (128+N when a signal N killed it); 127 when CMD is not found.\n\
+                  SIGTERM, SIGHUP and SIGINT sent to pagewise go to CMD; the report follows when it ends."
 )]
 pub struct StatArgs {
     /// Print JSON (schema `pagewise.stat/1`) instead of tables.

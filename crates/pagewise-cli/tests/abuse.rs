@@ -693,9 +693,6 @@ fn run_and_stat_agree_on_programs_that_cannot_start() {
     let f = Fixture::new();
     let data = f.path("data.txt");
     std::fs::write(&data, "not a program\n").unwrap();
-    let script = f.path("no-shebang");
-    std::fs::write(&script, "echo hi\n").unwrap();
-    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
     let bad_interpreter = f.path("bad-interpreter");
     std::fs::write(&bad_interpreter, "#!/no/such/interpreter\n").unwrap();
     std::fs::set_permissions(&bad_interpreter, std::fs::Permissions::from_mode(0o755)).unwrap();
@@ -706,7 +703,6 @@ fn run_and_stat_agree_on_programs_that_cannot_start() {
         (data, 126),
         (dir, 126),
         (f.fifo.clone(), 126),
-        (script, 126),
         (f.path("missing"), 127),
         (bad_interpreter, 127),
         (PathBuf::from("no-such-program-on-path"), 127),
@@ -731,6 +727,69 @@ fn run_and_stat_agree_on_programs_that_cannot_start() {
             "`pagewise stat -- true` does not run here, so its statuses were not compared"
         );
     }
+}
+
+/// A script without a `#!` line, which `exec` refuses (`ENOEXEC`), runs
+/// with /bin/sh as a shell runs it (`/bin/sh FILE ARGS…`), with its
+/// arguments and exit status: under `run --keep-heap`, `run --huge-text`
+/// (both prepare /bin/sh), `stat`, and both sides of `bench run`.
+#[test]
+fn a_script_without_a_shebang_line_runs_with_sh() {
+    let f = Fixture::new();
+    let ran = f.path("ran");
+    let script = f.path("no-shebang");
+    std::fs::write(
+        &script,
+        format!("echo \"$0 $*\" >> {}\nexit 3\n", ran.display()),
+    )
+    .unwrap();
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let script = Fixture::s(&script);
+    let line = format!("{script} a b\n");
+    let stat_works = run(pagewise(&["stat", "--", "true"])).status == Some(0);
+    let mut commands = vec![
+        vec!["run", "--keep-heap", "--"],
+        vec!["run", "--huge-text", "--"],
+    ];
+    if stat_works {
+        commands.push(vec!["stat", "--"]);
+    } else {
+        pagewise_testkit::skip_part!(
+            "stat",
+            pagewise_testkit::Need::PerfEvents,
+            "`pagewise stat -- true` does not run here"
+        );
+    }
+    for command in commands {
+        let _ = std::fs::remove_file(&ran);
+        let args: Vec<&str> = command
+            .iter()
+            .copied()
+            .chain([&*script, "a", "b"])
+            .collect();
+        run(pagewise(&args)).no_crash().status(3);
+        assert_eq!(std::fs::read_to_string(&ran).unwrap(), line, "{args:?}");
+    }
+    // One baseline run and one under the fix: both run the script and agree.
+    let _ = std::fs::remove_file(&ran);
+    run(pagewise(&[
+        "bench",
+        "run",
+        "--fix",
+        "keep-heap",
+        "-n",
+        "1",
+        "--warmup",
+        "0",
+        "-q",
+        "--",
+        &script,
+        "a",
+        "b",
+    ]))
+    .no_crash()
+    .status(0);
+    assert_eq!(std::fs::read_to_string(&ran).unwrap(), line.repeat(2));
 }
 
 /// `PAGEWISE_HUGE_TEXT=hot-pages:FIFO` in the preload, which runs before

@@ -307,3 +307,49 @@ fn nothing_to_compare_is_refused() {
         .unwrap()
         .contains("unknown fix"));
 }
+
+/// A signal to `pagewise bench run` reaches the run under way, and bench run
+/// stops: one line, the status of a stop by that signal (128+N), nothing
+/// left running and nothing left in TMPDIR (its temporary work folder is
+/// removed). SIGTERM to it alone, as a service manager sends it, and SIGINT
+/// to its whole process group, as Ctrl-C does.
+#[test]
+fn a_signal_stops_the_runs_and_removes_the_work_folder() {
+    use std::os::unix::process::CommandExt;
+    for (signal, number, whole_group) in [("TERM", 15, false), ("INT", 2, true)] {
+        let dir = tempfile::tempdir().unwrap();
+        let tmp = dir.path().join("tmp");
+        std::fs::create_dir(&tmp).unwrap();
+        let pid_file = dir.path().join("pid");
+        let bench = std::process::Command::new(assert_cmd::cargo::cargo_bin("pagewise"))
+            .args(["bench", "run", "--fix", "keep-heap", "-n", "2", "-q"])
+            .args(["--", "sh", "-c"])
+            .arg(format!("echo $$ > {}; exec sleep 60", pid_file.display()))
+            .env("TMPDIR", &tmp)
+            .stderr(std::process::Stdio::piped())
+            .process_group(0)
+            .spawn()
+            .unwrap();
+        let command = common::pid_written_to(&pid_file);
+        let target = i64::from(bench.id());
+        common::send_signal(if whole_group { -target } else { target }, signal);
+        let out = bench.wait_with_output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(128 + number), "SIG{signal}: {err}");
+        let lines: Vec<&str> = err.lines().collect();
+        assert_eq!(lines.len(), 1, "SIG{signal}: {err}");
+        assert!(
+            lines[0].starts_with(&format!("pagewise: bench run: stopped by SIG{signal} ")),
+            "{err}"
+        );
+        assert!(
+            common::has_ended(command),
+            "SIG{signal}: the run outlived bench run"
+        );
+        let left: Vec<_> = std::fs::read_dir(&tmp)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .collect();
+        assert!(left.is_empty(), "SIG{signal}: left in TMPDIR: {left:?}");
+    }
+}

@@ -1030,30 +1030,14 @@ fn the_parent_passes_on_exit_status_and_signals() {
         .spawn()
         .unwrap();
     let started = std::time::Instant::now();
-    while !std::fs::read_to_string(&pid_file).is_ok_and(|p| p.ends_with('\n')) {
-        assert!(
-            started.elapsed().as_secs() < 20,
-            "the program never started"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
-    let program: u32 = std::fs::read_to_string(&pid_file)
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
+    let program = common::pid_written_to(&pid_file);
     assert_ne!(program, parent.id(), "the program runs as a child");
-    std::process::Command::new("kill")
-        .args(["-TERM", &parent.id().to_string()])
-        .status()
-        .unwrap();
+    common::send_signal(parent.id().into(), "TERM");
     let status = parent.wait().unwrap();
     assert_eq!(status.code(), Some(128 + 15));
     assert!(started.elapsed().as_secs() < 20);
     assert!(
-        !Path::new(&format!("/proc/{program}")).exists()
-            || std::fs::read_to_string(format!("/proc/{program}/stat"))
-                .is_ok_and(|s| s.contains(") Z ")),
+        common::has_ended(program),
         "the program outlived the signal"
     );
 }

@@ -416,6 +416,40 @@ fn a_signal_death_is_reported_as_128_plus_n() {
     assert!(text.contains("killed by SIGTERM (status 143)"), "{text}");
 }
 
+/// A signal to `pagewise stat` alone (`kill -TERM`, as a service manager
+/// sends it; a hang-up; `kill -INT`): the command gets it, stat waits for
+/// the command to end, writes the whole report and exits as the command did
+/// (128+N); nothing is left running.
+#[test]
+fn a_signal_to_stat_goes_to_the_command_and_the_report_is_written() {
+    for (signal, number) in [("TERM", 15), ("HUP", 1), ("INT", 2)] {
+        let dir = tempfile::tempdir().unwrap();
+        let (pid_file, report) = (dir.path().join("pid"), dir.path().join("report.txt"));
+        let mut stat = std::process::Command::new(assert_cmd::cargo::cargo_bin("pagewise"))
+            .args(["stat", "-o"])
+            .arg(&report)
+            .args(["--", "sh", "-c"])
+            .arg(format!("echo $$ > {}; exec sleep 60", pid_file.display()))
+            .spawn()
+            .unwrap();
+        let command = common::pid_written_to(&pid_file);
+        common::send_signal(stat.id().into(), signal);
+        let status = stat.wait().unwrap();
+        assert_eq!(status.code(), Some(128 + number), "SIG{signal}: {status}");
+        assert!(
+            common::has_ended(command),
+            "SIG{signal}: the command outlived stat"
+        );
+        let text = std::fs::read_to_string(&report).unwrap();
+        let heading = format!(
+            "(pid {command}) killed by SIG{signal} (status {})",
+            128 + number
+        );
+        assert!(text.contains(&heading), "SIG{signal}: {text}");
+        assert!(text.contains("minor faults"), "SIG{signal}: {text}");
+    }
+}
+
 fn one_line_error(args: &[&str], code: i32, needle: &str) {
     let out = pagewise()
         .args(args)

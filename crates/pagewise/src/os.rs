@@ -71,8 +71,8 @@ pub mod prctl {
 /// Child processes, signals, CPU affinity and per-thread accounting.
 pub mod process {
     pub use crate::sys::process::{
-        pin_this_thread, restrict_this_thread, sigkill, this_thread_usage, usable_cpus, wait,
-        ExitKind,
+        pin_this_thread, restrict_this_thread, sigkill, signal_name, this_thread_usage,
+        usable_cpus, wait, ExitKind, ForwardSignals,
     };
 }
 

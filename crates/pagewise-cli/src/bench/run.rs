@@ -2,7 +2,7 @@
 //! randomised pairs (the experiment is `pagewise_bench::program`).
 
 use crate::format::{bytes, table, usage, usage_unless};
-use crate::output::{outln, OutputError};
+use crate::output::{errln, outln, OutputError};
 use anyhow::{anyhow, Context};
 use pagewise_bench::paired::Interval;
 use pagewise_bench::program::{self, Config, Fix, Report, Variant, VariantKind};
@@ -71,7 +71,10 @@ program's output is discarded; every run must exit with the first baseline run's
 For each variant against the baseline: the median of the per-pair ratios with a sign-test
 confidence interval (order statistics, exact for any distribution of the noise), and a
 verdict from the wall time: helped (the whole interval below 1), hurt (above 1) or within
-noise. For huge-text, the peak RSS increase is checked against the bytes moved + 2 MiB.";
+noise. For huge-text, the peak RSS increase is checked against the bytes moved + 2 MiB.
+
+SIGTERM, SIGHUP, SIGINT or SIGQUIT (kill, Ctrl-C) goes to the run under way; when it has
+ended, bench run removes its temporary folder and exits with 128+N and one line.";
 
 /// A confidence level: a number strictly between 0 and 1.
 fn parse_confidence(text: &str) -> Result<f64, String> {
@@ -205,8 +208,18 @@ pub fn run(args: &BenchRunArgs) -> anyhow::Result<ExitCode> {
     let exe = std::env::current_exe().context("cannot find the pagewise binary")?;
     let runner = fix_runner(exe, args.perf_maps);
     let progress = crate::progress::StderrProgress::new(args.quiet);
-    let report = program::run(&config, &runner, &progress).map_err(|e| anyhow!(e))?;
+    let report = program::run(&config, &runner, &progress);
     drop(progress);
+    let report = match report {
+        Ok(report) => report,
+        // One line, and the status of a stop by that signal; returning
+        // removes the temporary work folder.
+        Err(stop @ program::RunError::Stopped { .. }) => {
+            errln!("pagewise: bench run: {stop}");
+            return Ok(ExitCode::from(stop.exit_status()));
+        }
+        Err(e) => return Err(anyhow!(e)),
+    };
     if args.json {
         outln!("{}", serde_json::to_string_pretty(&report)?)?;
     } else {

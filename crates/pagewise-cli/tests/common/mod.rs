@@ -150,3 +150,43 @@ pub fn as_nobody(bin: &std::path::Path, args: &[&str]) -> std::process::Command 
         .args(args);
     c
 }
+
+/// The pid a command under test wrote to `file` (`echo $$ > FILE`), once
+/// the whole line is there: the command is running. Panics after 60 s.
+#[allow(dead_code)] // each test binary uses the helpers it needs
+pub fn pid_written_to(file: &std::path::Path) -> u32 {
+    let started = std::time::Instant::now();
+    loop {
+        match std::fs::read_to_string(file) {
+            Ok(pid) if pid.ends_with('\n') => return pid.trim().parse().unwrap(),
+            _ => {}
+        }
+        assert!(
+            started.elapsed().as_secs() < 60,
+            "the command never wrote its pid to {}",
+            file.display()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+/// Sends `kill -SIGNAL` (a name: `TERM`, `INT`, …) to process `pid`, or to
+/// process group `-pid` when `pid` is negative.
+#[allow(dead_code)] // each test binary uses the helpers it needs
+pub fn send_signal(pid: i64, signal: &str) {
+    let status = std::process::Command::new("kill")
+        .args([&format!("-{signal}"), "--", &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success(), "kill -{signal} -- {pid}: {status}");
+}
+
+/// Whether process `pid` has ended: gone from /proc, or a zombie that its
+/// parent has not reaped yet.
+#[allow(dead_code)] // each test binary uses the helpers it needs
+pub fn has_ended(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => stat.contains(") Z "),
+        Err(_) => true,
+    }
+}

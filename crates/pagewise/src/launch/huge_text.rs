@@ -461,10 +461,11 @@ pub struct Finished {
 }
 
 /// Starts `command` and waits for it as its parent, while `gatherer` collects
-/// reports as they appear ([`gather_during`]). Meanwhile this process ignores
-/// `SIGINT` and `SIGQUIT` (the terminal sends them to the program too) and
-/// passes `SIGTERM`, `SIGHUP`, `SIGUSR1` and `SIGUSR2` on to the program, so
-/// stopping the parent stops the program. Fails only when the program cannot
+/// reports as they appear ([`gather_during`]). Meanwhile this process passes
+/// `SIGTERM`, `SIGHUP`, `SIGINT`, `SIGQUIT`, `SIGUSR1` and `SIGUSR2` on to the
+/// program ([`crate::sys::process::ForwardSignals`]; not the terminal's
+/// Ctrl-C, which reaches the program anyway), so stopping the parent stops
+/// the program. Fails only when the program cannot
 /// be started or waited for.
 pub fn run_program(
     mut command: std::process::Command,
@@ -472,7 +473,6 @@ pub fn run_program(
 ) -> std::io::Result<Finished> {
     let mut child = command.spawn()?;
     let pid = child.id();
-    let _interrupts = crate::sys::process::IgnoreInterrupts::new();
     let _forward = crate::sys::process::ForwardSignals::to(pid);
     let (status, gathered, note) = gather_during(gatherer, || child.wait());
     Ok(Finished {

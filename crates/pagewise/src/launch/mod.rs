@@ -9,5 +9,6 @@ mod program;
 pub mod thp_heap;
 
 pub use program::{
-    inspect_program, require_executable, require_glibc, resolve_program, LaunchError, Linkage,
+    command_line, inspect_program, require_executable, require_glibc, resolve_program,
+    script_shell, LaunchError, Linkage, SCRIPT_SHELL,
 };

@@ -7,7 +7,7 @@ use object::elf::FileHeader64;
 use object::read::elf::{FileHeader, ProgramHeader};
 use object::{Endianness, ReadRef};
 use serde::Serialize;
-use std::ffi::OsStr;
+use std::ffi::{OsStr, OsString};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -144,6 +144,58 @@ fn not_executable(path: PathBuf) -> LaunchError {
     }
 }
 
+/// The shell that runs a script without a `#!` line, as `execvp` and POSIX
+/// shells do.
+pub const SCRIPT_SHELL: &str = "/bin/sh";
+
+/// ELF's magic number, the first four bytes of every ELF file.
+const ELF_MAGIC: &[u8] = b"\x7fELF";
+
+/// Whether a file that starts with `head` (its first bytes: four or more,
+/// or all of a shorter file) is a script without a `#!` line: it starts with
+/// neither `#!` nor ELF's magic number, so `exec` refuses it with `ENOEXEC`
+/// (unless a binfmt_misc handler claims its format), and `execvp` and POSIX
+/// shells then run it with [`SCRIPT_SHELL`]. Free.
+fn is_script_without_interpreter(head: &[u8]) -> bool {
+    !head.starts_with(b"#!") && !head.starts_with(ELF_MAGIC)
+}
+
+/// The shell that runs the program file at `path` when it is a script
+/// without a `#!` line ([`SCRIPT_SHELL`]), else `None`: the file runs
+/// itself (so does one without an execute permission bit, or that cannot
+/// be read, and `exec` says why). One `stat` ([`require_executable`]), then
+/// a read of the first four bytes of a regular file; never blocks on a FIFO.
+pub fn script_shell(path: &Path) -> Option<&'static Path> {
+    use std::io::Read;
+    require_executable(path).ok()?;
+    let mut head = Vec::with_capacity(ELF_MAGIC.len());
+    let file = user_files::open_input(path).ok()?;
+    file.take(ELF_MAGIC.len() as u64)
+        .read_to_end(&mut head)
+        .ok()?;
+    is_script_without_interpreter(&head).then_some(Path::new(SCRIPT_SHELL))
+}
+
+/// The command line that runs `argv` (a program, found at `path`, and its
+/// arguments) as `execvp` and POSIX shells run it: the file to execute and
+/// the whole argument list, `argv[0]` included. That is `path` with `argv`,
+/// or for a script without a `#!` line ([`script_shell`]) `/bin/sh` with
+/// `/bin/sh PATH ARGS…`. The one place where `run`, `stat` and `bench run`
+/// decide it. Costs what [`script_shell`] costs.
+pub fn command_line(path: &Path, argv: &[OsString]) -> (PathBuf, Vec<OsString>) {
+    match script_shell(path) {
+        Some(shell) => {
+            let line = [shell.as_os_str(), path.as_os_str()]
+                .into_iter()
+                .map(OsString::from)
+                .chain(argv.iter().skip(1).cloned())
+                .collect();
+            (shell.to_owned(), line)
+        }
+        None => (path.to_owned(), argv.to_vec()),
+    }
+}
+
 /// Refuses `path` unless it is a regular file with an execute permission
 /// bit (for someone), before pagewise reads it to see how it is linked: a
 /// data file is then "cannot execute", the status-126 error `exec` would
@@ -160,7 +212,8 @@ pub fn require_executable(path: &Path) -> Result<(), LaunchError> {
 }
 
 /// Reads `path` (following a `#!` line to its interpreter, and `env NAME` to
-/// NAME on PATH) and tells how the program that will really run is linked.
+/// NAME on PATH; a script without a `#!` line to [`SCRIPT_SHELL`], which
+/// runs it) and tells how the program that will really run is linked.
 /// Returns the file inspected and its linkage. Reads only the start of the
 /// file (a `#!` line, the ELF and program headers, the interpreter's name),
 /// never all of it: a 99 MB `node` costs a few KiB, not 99 MB of memory.
@@ -204,6 +257,9 @@ pub fn inspect_program(path: &Path) -> Result<(PathBuf, Linkage), LaunchError> {
             });
         }
         return inspect_program(&target);
+    }
+    if is_script_without_interpreter(head) {
+        return inspect_program(Path::new(SCRIPT_SHELL));
     }
     let linkage = linkage_of(&data).map_err(|reason| LaunchError::NotElf {
         path: path.to_owned(),
@@ -337,6 +393,43 @@ mod tests {
         fn random_bytes_never_panic(data in proptest::collection::vec(proptest::num::u8::ANY, 0..512)) {
             let _ = linkage_of(&data[..]);
         }
+    }
+
+    #[test]
+    fn scripts_without_a_shebang_line_run_with_the_shell() {
+        let dir = tempfile::tempdir().unwrap();
+        let script = dir.path().join("s");
+        std::fs::write(&script, "echo hi\n").unwrap();
+        let mode = |m| std::fs::set_permissions(&script, std::fs::Permissions::from_mode(m));
+        mode(0o755).unwrap();
+        let (target, linkage) = inspect_program(&script).unwrap();
+        assert_eq!(target, Path::new(SCRIPT_SHELL));
+        assert!(matches!(linkage, Linkage::Glibc { .. }), "{linkage:?}");
+        let argv = ["s".into(), "a".into(), "b".into()];
+        let (exe, line) = command_line(&script, &argv);
+        assert_eq!(exe, Path::new(SCRIPT_SHELL));
+        let sh_line: Vec<OsString> = vec![
+            SCRIPT_SHELL.into(),
+            script.clone().into(),
+            "a".into(),
+            "b".into(),
+        ];
+        assert_eq!(line, sh_line);
+        // Programs, `#!` scripts and files that cannot be read run themselves.
+        let exe = std::env::current_exe().unwrap();
+        assert_eq!(command_line(&exe, &argv), (exe.clone(), argv.to_vec()));
+        std::fs::write(&script, "#!/bin/sh\necho hi\n").unwrap();
+        assert_eq!(script_shell(&script), None);
+        assert_eq!(script_shell(&dir.path().join("missing")), None);
+        // Without an execute permission bit, exec refuses it (EACCES): no shell.
+        std::fs::write(&script, "echo hi\n").unwrap();
+        mode(0o644).unwrap();
+        assert_eq!(script_shell(&script), None);
+        mode(0o755).unwrap();
+        assert_eq!(script_shell(dir.path()), None);
+        // An empty file is a script (exec refuses it; sh runs nothing).
+        std::fs::write(&script, "").unwrap();
+        assert_eq!(script_shell(&script), Some(Path::new(SCRIPT_SHELL)));
     }
 
     #[test]

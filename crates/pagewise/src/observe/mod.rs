@@ -105,8 +105,12 @@ pub fn stat(options: &StatOptions) -> Result<StatReport, TargetError> {
 
 fn run_command(options: &StatOptions, argv: &[OsString]) -> Result<StatReport, TargetError> {
     let command = StoppedCommand::spawn(argv)?;
-    let env = Env::probe();
     let pid = command.pid();
+    // From now until the command has ended, SIGTERM, SIGHUP and a SIGINT sent
+    // to this process alone go to the command (the terminal's Ctrl-C reaches
+    // it anyway), and this process stays to report how it ended.
+    let forward = process::ForwardSignals::to(pid as u32);
+    let env = Env::probe();
     let plan = Plan {
         tasks: vec![pid],
         on_exec: true,
@@ -126,7 +130,6 @@ fn run_command(options: &StatOptions, argv: &[OsString]) -> Result<StatReport, T
         session::live_set(pid),
         Some(options.interval),
     );
-    let interrupts = process::IgnoreInterrupts::new();
     let t0 = Instant::now();
     if let Err(e) = command.release() {
         drop(running.finish());
@@ -135,7 +138,7 @@ fn run_command(options: &StatOptions, argv: &[OsString]) -> Result<StatReport, T
     running.go();
     let (exit, rusage) = process::wait(pid)?;
     let wall = t0.elapsed();
-    drop(interrupts);
+    drop(forward);
     let values = counters.read();
     let user_only = counters.user_only;
     // One helper process closes every event (see `close_in_background`).

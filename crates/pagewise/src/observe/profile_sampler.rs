@@ -65,6 +65,9 @@ fn sample_command(
 ) -> Result<(Collector, Option<ExitKind>), ProfileError> {
     let command = StoppedCommand::spawn(argv)?;
     let pid = command.pid();
+    // Signals asking to stop go to the command (the terminal's Ctrl-C reaches
+    // it anyway); we stay to write the profile.
+    let forward = process::ForwardSignals::to(pid as u32);
     let plan = Plan {
         tasks: vec![pid],
         on_exec: true,
@@ -79,15 +82,13 @@ fn sample_command(
         session::live_set(pid),
         None,
     );
-    // Ctrl-C goes to the command (same process group); we stay to write the profile.
-    let interrupts = process::IgnoreInterrupts::new();
     if let Err(e) = command.release() {
         drop(running.finish());
         return Err(e.into());
     }
     running.go();
     let waited = process::wait(pid);
-    drop(interrupts);
+    drop(forward);
     let (collector, _) = running.finish();
     let (exit, _) = waited.map_err(TargetError::from)?;
     Ok((collected(collector)?, Some(exit)))

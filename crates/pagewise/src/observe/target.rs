@@ -100,7 +100,9 @@ pub struct StoppedCommand {
 
 impl StoppedCommand {
     /// Finds `argv[0]` on `PATH` ([`launch::resolve_program`]) and forks a child
-    /// that waits to `exec` it. One `fork` and a few `stat`s.
+    /// that waits to `exec` it, or [`launch::SCRIPT_SHELL`] with it when it is
+    /// a script without a `#!` line ([`launch::command_line`]). One `fork`, a
+    /// few `stat`s and a read of four bytes.
     pub fn spawn(argv: &[OsString]) -> Result<StoppedCommand, TargetError> {
         let name = argv.first().ok_or(TargetError::NoCommand)?;
         let path = launch::resolve_program(name).map_err(|e| match e {
@@ -110,9 +112,10 @@ impl StoppedCommand {
             },
             _ => TargetError::NotFound(name.to_string_lossy().into_owned()),
         })?;
-        let cpath = CString::new(path.as_os_str().as_bytes())
+        let (program, line) = launch::command_line(&path, argv);
+        let cpath = CString::new(program.as_os_str().as_bytes())
             .map_err(|_| TargetError::NotFound(name.to_string_lossy().into_owned()))?;
-        let args: Vec<CString> = argv
+        let args: Vec<CString> = line
             .iter()
             .map(|a| CString::new(a.as_bytes()))
             .collect::<Result<_, _>>()

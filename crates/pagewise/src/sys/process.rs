@@ -386,42 +386,6 @@ unsafe fn close_range(first: libc::c_uint, last: libc::c_uint) {
     }
 }
 
-/// Ignores `SIGINT` and `SIGQUIT` in this process until dropped, as `time`
-/// does while its command runs: a Ctrl-C goes to the command (same process
-/// group), and we stay alive to report how it ended.
-#[derive(Debug)]
-pub struct IgnoreInterrupts {
-    previous: [libc::sighandler_t; 2],
-}
-
-const INTERRUPTS: [libc::c_int; 2] = [libc::SIGINT, libc::SIGQUIT];
-
-impl IgnoreInterrupts {
-    /// Starts ignoring. Call it after forking the child (which resets them anyway).
-    pub fn new() -> Self {
-        // SAFETY: setting a signal disposition to SIG_IGN has no memory-safety preconditions.
-        let previous = INTERRUPTS.map(|sig| unsafe { libc::signal(sig, libc::SIG_IGN) });
-        IgnoreInterrupts { previous }
-    }
-}
-
-impl Default for IgnoreInterrupts {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-impl Drop for IgnoreInterrupts {
-    fn drop(&mut self) {
-        for (sig, handler) in INTERRUPTS.iter().zip(self.previous) {
-            if handler != libc::SIG_ERR {
-                // SAFETY: restoring the disposition that signal() returned earlier.
-                unsafe { libc::signal(*sig, handler) };
-            }
-        }
-    }
-}
-
 /// Lowers the calling thread's scheduling priority to nice `nice` (0–19; a
 /// thread may always lower its own priority). Unlike `SCHED_IDLE`, which an
 /// unprivileged thread can never leave and which may get no CPU for seconds
@@ -523,54 +487,127 @@ pub fn restrict_this_thread(cpus: &[usize]) -> SysResult<()> {
 /// The process [`ForwardSignals`] passes signals on to (0: none).
 static FORWARD_TO: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
 
-const FORWARDED: [libc::c_int; 4] = [libc::SIGTERM, libc::SIGHUP, libc::SIGUSR1, libc::SIGUSR2];
+/// The last signal asking to stop that [`ForwardSignals`] caught (0: none).
+static STOP_CAUGHT: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
 
-extern "C" fn forward_signal(signal: libc::c_int) {
-    let pid = FORWARD_TO.load(std::sync::atomic::Ordering::Relaxed);
-    if pid > 0 {
+/// The signals [`ForwardSignals`] passes on; the first four ask a program to stop.
+const FORWARDED: [libc::c_int; 6] = [
+    libc::SIGTERM,
+    libc::SIGHUP,
+    libc::SIGINT,
+    libc::SIGQUIT,
+    libc::SIGUSR1,
+    libc::SIGUSR2,
+];
+
+/// Whether `signal` asks a program to stop (`SIGTERM`, `SIGHUP`, `SIGINT`, `SIGQUIT`).
+fn asks_to_stop(signal: libc::c_int) -> bool {
+    FORWARDED[..4].contains(&signal)
+}
+
+extern "C" fn forward_signal(
+    signal: libc::c_int,
+    info: *mut libc::siginfo_t,
+    _context: *mut libc::c_void,
+) {
+    use std::sync::atomic::Ordering::Relaxed;
+    // SAFETY: installed with SA_SIGINFO, so the kernel passes a valid siginfo_t
+    // that lives for the handler's run; a null pointer is checked anyway.
+    let from_terminal = !info.is_null() && unsafe { (*info).si_code } == libc::SI_KERNEL;
+    // The terminal (Ctrl-C, Ctrl-\, a hang-up) signals the whole foreground
+    // process group, the child included: passing it on would send it twice.
+    let pid = FORWARD_TO.load(Relaxed);
+    if pid > 0 && !from_terminal {
         // SAFETY: kill is async-signal-safe and takes integers only.
         unsafe { libc::kill(pid, signal) };
     }
+    // Last, so that whoever sees it knows the signal was passed on already.
+    if asks_to_stop(signal) {
+        STOP_CAUGHT.store(signal, Relaxed);
+    }
 }
 
-/// Passes `SIGTERM`, `SIGHUP`, `SIGUSR1` and `SIGUSR2` sent to this process
-/// on to a child until dropped, so a parent that waits for its command (and
-/// is what a service manager or `kill` sees) stops or signals the command
-/// the way it would had the command been started directly. One process at a
-/// time. Costs four `sigaction` calls each way.
+/// Passes `SIGTERM`, `SIGHUP`, `SIGINT`, `SIGQUIT`, `SIGUSR1` and `SIGUSR2`
+/// sent to this process on to a child until dropped, so a parent that waits
+/// for its command (and is what a service manager or `kill` sees) stays
+/// alive to report how the command ended, and the command is stopped or
+/// signalled the way it would be had it been started directly.
+///
+/// A signal the kernel sent (`si_code` `SI_KERNEL`: the terminal's Ctrl-C,
+/// Ctrl-\ or hang-up, sent to the whole foreground process group) is not
+/// passed on: the child, in this process's group, got it too. A signal that
+/// was ignored when this starts (`nohup`'s `SIGHUP`, a background job's
+/// `SIGINT`) stays ignored. The child is the one process at a time given to
+/// [`ForwardSignals::to`] or [`ForwardSignals::pass_to`]; the last signal
+/// asking to stop is kept for [`ForwardSignals::stop_requested`]. Costs six
+/// `sigaction` calls each way, and one `kill` per signal.
 #[derive(Debug)]
 pub struct ForwardSignals {
-    previous: [libc::sigaction; 4],
+    /// The dispositions to restore, for the signals this replaced.
+    previous: Vec<(libc::c_int, libc::sigaction)>,
 }
 
 impl ForwardSignals {
-    /// Starts passing the signals on to `pid`.
-    pub fn to(pid: u32) -> Self {
-        FORWARD_TO.store(pid as i32, std::sync::atomic::Ordering::Relaxed);
-        // SAFETY: an all-zero sigaction is a valid value of this plain C struct.
-        let mut previous: [libc::sigaction; 4] = unsafe { std::mem::zeroed() };
-        for (sig, old) in FORWARDED.iter().zip(previous.iter_mut()) {
+    /// Starts catching the signals, passing them on to no process until
+    /// [`ForwardSignals::pass_to`] names one.
+    pub fn catch() -> Self {
+        FORWARD_TO.store(0, std::sync::atomic::Ordering::Relaxed);
+        STOP_CAUGHT.store(0, std::sync::atomic::Ordering::Relaxed);
+        let mut previous = Vec::with_capacity(FORWARDED.len());
+        for sig in FORWARDED {
+            // SAFETY: an all-zero sigaction is a valid value of this plain C struct.
+            let mut old: libc::sigaction = unsafe { std::mem::zeroed() };
+            // SAFETY: a null new action only reads the current one into `old`.
+            if unsafe { libc::sigaction(sig, std::ptr::null(), &mut old) } != 0
+                || old.sa_sigaction == libc::SIG_IGN
+            {
+                continue;
+            }
             // SAFETY: as above.
             let mut action: libc::sigaction = unsafe { std::mem::zeroed() };
             action.sa_sigaction = forward_signal as *const () as libc::sighandler_t;
-            action.sa_flags = libc::SA_RESTART;
-            // SAFETY: both structs are valid; the handler only calls kill.
+            action.sa_flags = libc::SA_RESTART | libc::SA_SIGINFO;
+            // SAFETY: both structs are valid; the handler only stores to atomics and calls kill.
             unsafe {
                 libc::sigemptyset(&mut action.sa_mask);
-                libc::sigaction(*sig, &action, old);
+                libc::sigaction(sig, &action, std::ptr::null_mut());
             }
+            previous.push((sig, old));
         }
         ForwardSignals { previous }
+    }
+
+    /// Starts passing the signals on to `pid`.
+    pub fn to(pid: u32) -> Self {
+        let forward = Self::catch();
+        forward.pass_to(pid);
+        forward
+    }
+
+    /// Passes the signals on to `pid` from now on, instead of to the process
+    /// named before (0: to none). An atomic store.
+    pub fn pass_to(&self, pid: u32) {
+        FORWARD_TO.store(pid as i32, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// The last signal asking to stop (`SIGTERM`, `SIGHUP`, `SIGINT`,
+    /// `SIGQUIT`) this process received since [`ForwardSignals::catch`],
+    /// passed on or not. An atomic load.
+    pub fn stop_requested(&self) -> Option<i32> {
+        match STOP_CAUGHT.load(std::sync::atomic::Ordering::Relaxed) {
+            0 => None,
+            signal => Some(signal),
+        }
     }
 }
 
 impl Drop for ForwardSignals {
     fn drop(&mut self) {
-        for (sig, old) in FORWARDED.iter().zip(self.previous.iter()) {
+        FORWARD_TO.store(0, std::sync::atomic::Ordering::Relaxed);
+        for (sig, old) in &self.previous {
             // SAFETY: restoring the disposition sigaction returned earlier.
             unsafe { libc::sigaction(*sig, old, std::ptr::null_mut()) };
         }
-        FORWARD_TO.store(0, std::sync::atomic::Ordering::Relaxed);
     }
 }
 
@@ -691,6 +728,64 @@ mod tests {
             let n = unsafe { libc::read(fd.as_raw_fd(), (&mut byte as *mut u8).cast(), 1) };
             assert_eq!(n, 0);
         }
+    }
+
+    /// Sends `signal` to this thread as the kernel or `kill` would: with
+    /// `si_code` `SI_KERNEL` (the terminal's way) or `SI_USER`.
+    fn signal_self(signal: libc::c_int, code: libc::c_int) {
+        // SAFETY: an all-zero siginfo_t is valid; the fields set are plain integers.
+        let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+        info.si_signo = signal;
+        info.si_code = code;
+        // SAFETY: rt_tgsigqueueinfo reads `info` only; a non-negative
+        // si_code is allowed when a thread signals itself.
+        let rc = unsafe {
+            libc::syscall(
+                libc::SYS_rt_tgsigqueueinfo,
+                libc::getpid(),
+                libc::gettid(),
+                signal,
+                &info as *const libc::siginfo_t,
+            )
+        };
+        assert_eq!(rc, 0, "{}", std::io::Error::last_os_error());
+    }
+
+    /// The one-letter state in `/proc/PID/stat` (`Z` for a zombie).
+    fn state(pid: libc::pid_t) -> char {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+        stat.rsplit(") ").next().unwrap().chars().next().unwrap()
+    }
+
+    #[test]
+    fn signals_are_passed_on_except_the_terminals() {
+        let child = spawn_stopped(&c("/bin/sleep"), &[c("sleep"), c("60")]).unwrap();
+        let pid = child.release().unwrap().unwrap();
+        let forward = ForwardSignals::to(pid as u32);
+        assert_eq!(forward.stop_requested(), None);
+        // Ctrl-C from a terminal reached the child too: not sent again.
+        signal_self(libc::SIGINT, libc::SI_KERNEL);
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        while forward.stop_requested().is_none() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the handler never ran"
+            );
+            std::thread::yield_now();
+        }
+        assert_eq!(forward.stop_requested(), Some(libc::SIGINT));
+        assert_ne!(state(pid), 'Z', "the terminal's SIGINT was passed on");
+        // `kill -TERM` of this process reaches the child.
+        signal_self(libc::SIGTERM, libc::SI_USER);
+        let (kind, _) = wait(pid).unwrap();
+        assert_eq!(
+            kind,
+            ExitKind::Signaled {
+                signal: libc::SIGTERM,
+                core_dumped: false
+            }
+        );
+        assert_eq!(forward.stop_requested(), Some(libc::SIGTERM));
     }
 
     #[test]
