@@ -349,7 +349,10 @@ const char *pw_last_error(void);
  * Opens the queue at `path` for writing (creating it unless
  * `PW_QUEUE_NO_CREATE`), takes the one-writer lock and recovers after a
  * crashed writer. `options` may be NULL (every default). On success stores
- * the writer in `*writer`. `-EBUSY`: another writer holds the queue.
+ * the writer in `*writer`. `-EBUSY`: another writer holds the queue;
+ * `-EISDIR`: `path` is a directory; `-EINVAL`: it is another file that is
+ * not regular (a FIFO, a device, a socket); `-EPERM`: a symbolic link or
+ * another user's file.
  */
 int pw_queue_writer_open(const char *path,
                          const struct pw_queue_options *options,
@@ -406,6 +409,8 @@ int pw_queue_writer_close(struct pw_queue_writer *writer);
 /**
  * Opens the queue at `path` for reading, from its oldest record. Readers
  * never change the file; any number may read at once, in any process.
+ * `-ENOENT`: no such file; `-EISDIR`: `path` is a directory; `-EINVAL`:
+ * it is another file that is not regular (a FIFO, a device, a socket).
  */
 int pw_queue_reader_open(const char *path, struct pw_queue_reader **reader);
 

@@ -302,3 +302,48 @@ fn foreign_and_short_files_are_refused_with_typed_errors() {
         other => panic!("{other:?}"),
     }
 }
+
+#[test]
+fn paths_that_are_not_regular_files_are_not_a_file_with_their_kind() {
+    use pagewise::queue::FileKind;
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("fifo");
+    let mkfifo = std::process::Command::new("mkfifo").arg(&fifo).status();
+    assert!(mkfifo.unwrap().success(), "mkfifo {}", fifo.display());
+    let cases = [
+        (dir.path(), FileKind::Directory, "a directory"),
+        (fifo.as_path(), FileKind::Fifo, "a FIFO"),
+        (
+            Path::new("/dev/null"),
+            FileKind::CharDevice,
+            "a character device",
+        ),
+    ];
+    for (path, want, says) in cases {
+        let errors = [
+            Reader::open(path).map(|_| ()).unwrap_err(),
+            Writer::open(path, options(false)).map(|_| ()).unwrap_err(),
+            Writer::open_or_create(path, options(false))
+                .map(|_| ())
+                .unwrap_err(),
+            inspect(path).map(|_| ()).unwrap_err(),
+        ];
+        for err in errors {
+            match &err {
+                QueueError::NotAFile { kind, .. } => assert_eq!(*kind, want, "{err}"),
+                other => panic!("{}: {other:?}", path.display()),
+            }
+            assert_eq!(
+                err.to_string(),
+                format!(
+                    "{}: {says}, not a regular file, so not a queue",
+                    path.display()
+                )
+            );
+        }
+    }
+    assert!(
+        !pagewise::queue::lock_path(&fifo).exists(),
+        "a refused file left a lock file"
+    );
+}

@@ -2,7 +2,7 @@
 //! what to do. Nothing in the queue panics on a bad file: every problem with
 //! the bytes on disk is one of these.
 
-use super::Position;
+use super::{FileKind, Position};
 use crate::sys::SysError;
 use std::path::PathBuf;
 
@@ -35,15 +35,24 @@ pub enum QueueError {
         /// The queue file.
         path: PathBuf,
     },
-    /// The path names something pagewise does not use as a queue: a
-    /// symbolic link or another user's file (for writing), or not a regular
-    /// file at all.
+    /// The path names a file pagewise refuses to write as a queue (a
+    /// symbolic link, or another user's file), or a writer's lock file it
+    /// refuses to use.
     #[error("{path}: {reason}")]
     Refused {
         /// The path given.
         path: PathBuf,
         /// What it is and what to do instead.
         reason: String,
+    },
+    /// The path names something that is not a regular file (a directory, a
+    /// FIFO, a device, a socket), so not a queue.
+    #[error("{path}: {kind}, not a regular file, so not a queue")]
+    NotAFile {
+        /// The path given.
+        path: PathBuf,
+        /// What it names.
+        kind: FileKind,
     },
     /// Another writer holds the queue's lock.
     #[error("{path}: another writer holds the queue (one writer at a time; the lock is released when that process exits)")]

@@ -418,12 +418,9 @@ pub(crate) fn checked_open(
 
 /// The error for a path that names something other than a regular file.
 pub(crate) fn not_a_file(path: &Path, meta: &std::fs::Metadata) -> QueueError {
-    QueueError::Refused {
+    QueueError::NotAFile {
         path: path.to_owned(),
-        reason: format!(
-            "{}, not a regular file, so not a queue",
-            create::kind_of(meta)
-        ),
+        kind: create::FileKind::of(meta),
     }
 }
 

@@ -75,6 +75,7 @@ mod recovery;
 mod window;
 mod writer;
 
+pub use crate::sys::create::FileKind;
 pub use error::QueueError;
 pub use inspect::{inspect, Inspection, SCHEMA as INSPECT_SCHEMA};
 pub use layout::Geometry;

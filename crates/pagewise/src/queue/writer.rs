@@ -268,8 +268,9 @@ impl Writer {
     /// Opens an existing queue for writing: takes the writer lock, finds the
     /// last committed record, discards a torn one (and anything after it),
     /// and starts the pre-toucher. Fails with [`QueueError::WriterLocked`] if
-    /// another writer is alive, and with [`QueueError::Refused`] for a
-    /// symbolic link, a file that is not regular, or a file another user
+    /// another writer is alive, with [`QueueError::NotAFile`] for anything
+    /// but a regular file (a directory, a FIFO, a device), with
+    /// [`QueueError::Refused`] for a symbolic link or a file another user
     /// owns (its owner could truncate it under the writer), and with
     /// [`QueueError::DamagedRecord`] for a record whose CRC fails where no
     /// crash can have torn it (see [`Options::discard_damaged`]). Costs a
