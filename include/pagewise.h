@@ -83,8 +83,9 @@
 
 /**
  * `pw_queue_options.flags`: when recovery finds a record whose CRC fails
- * with intact records after it (damage, not a torn write), drop it and all
- * after it instead of failing with `-EBADMSG`.
+ * with intact records after it, or a record running past the end of the
+ * file with whole records inside it (damage, not a torn write or a file
+ * cut short), drop it and all after it instead of failing with `-EBADMSG`.
  */
 #define PW_QUEUE_DISCARD_DAMAGED 16
 

@@ -72,7 +72,8 @@ impl From<QueueError> for Failure {
             | QueueError::BadHeader { .. }
             | QueueError::Corrupt { .. }
             | QueueError::CrcMismatch { .. }
-            | QueueError::DamagedRecord { .. } => libc::EBADMSG,
+            | QueueError::DamagedRecord { .. }
+            | QueueError::DamagedLength { .. } => libc::EBADMSG,
             QueueError::UnsupportedVersion { .. } => libc::ENOTSUP,
             QueueError::InvalidOptions(_) | QueueError::InvalidPosition { .. } => libc::EINVAL,
             QueueError::RecordTooLarge { .. } => libc::EMSGSIZE,

@@ -144,6 +144,27 @@ pub enum QueueError {
         /// Records after it whose CRCs are sound.
         intact_after: u64,
     },
+    /// Recovery found the file ending inside a committed record (it runs
+    /// past the end of the file), and inside that record's bytes the marks
+    /// of records that are whole: its length was probably damaged, and
+    /// dropping it would drop those records too. The writer did not open
+    /// and nothing was changed. (A record the file was merely cut short
+    /// inside is dropped without this: see [`Recovery::cut_record_at`].)
+    ///
+    /// [`Recovery::cut_record_at`]: super::Recovery::cut_record_at
+    #[error("{path}: the record at position {position} ({len} bytes) runs past the end of the file, but the marks of {intact_after} intact records lie inside it, from position {hidden_at} on: its length was probably damaged, not the file cut short, so nothing was changed. A reader still reads the records before it; to drop it and everything after it, open the writer with discard_damaged (pagewise queue append --discard-damaged)")]
+    DamagedLength {
+        /// The file.
+        path: PathBuf,
+        /// The record that runs past the end of the file.
+        position: Position,
+        /// Its payload length, as its mark says.
+        len: u32,
+        /// The first mark found inside it.
+        hidden_at: Position,
+        /// Whole records from there on (with record CRCs, those whose CRC is sound).
+        intact_after: u64,
+    },
     /// The payload is larger than a chunk can hold.
     #[error("a record of {len} bytes does not fit in a chunk (at most {max} bytes): use a larger chunk size")]
     RecordTooLarge {

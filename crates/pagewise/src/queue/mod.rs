@@ -51,7 +51,8 @@
 //!   populated whole.
 //! - **Recovery.** A new writer walks to the first uncommitted mark and
 //!   zeroes everything after it: a torn record is discarded, readers never
-//!   see part of one.
+//!   see part of one. A last record the file was cut short inside (a
+//!   truncation, an interrupted copy) is discarded the same way.
 //! - **Retention.** `Writer::retain` drops whole chunks by size or age
 //!   (punching holes); a reader left in a dropped chunk gets
 //!   [`QueueError::FellBehind`] saying how far behind it is.
