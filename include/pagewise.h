@@ -83,8 +83,9 @@
 
 /**
  * `pw_queue_options.flags`: when recovery finds a record whose CRC fails
- * with intact records after it (damage, not a torn write), drop it and all
- * after it instead of failing with `-EBADMSG`.
+ * with intact records after it, or a record running past the end of the
+ * file with whole records inside it (damage, not a torn write or a file
+ * cut short), drop it and all after it instead of failing with `-EBADMSG`.
  */
 #define PW_QUEUE_DISCARD_DAMAGED 16
 
@@ -349,7 +350,10 @@ const char *pw_last_error(void);
  * Opens the queue at `path` for writing (creating it unless
  * `PW_QUEUE_NO_CREATE`), takes the one-writer lock and recovers after a
  * crashed writer. `options` may be NULL (every default). On success stores
- * the writer in `*writer`. `-EBUSY`: another writer holds the queue.
+ * the writer in `*writer`. `-EBUSY`: another writer holds the queue;
+ * `-EISDIR`: `path` is a directory; `-EINVAL`: it is another file that is
+ * not regular (a FIFO, a device, a socket); `-EPERM`: a symbolic link or
+ * another user's file.
  */
 int pw_queue_writer_open(const char *path,
                          const struct pw_queue_options *options,
@@ -406,6 +410,8 @@ int pw_queue_writer_close(struct pw_queue_writer *writer);
 /**
  * Opens the queue at `path` for reading, from its oldest record. Readers
  * never change the file; any number may read at once, in any process.
+ * `-ENOENT`: no such file; `-EISDIR`: `path` is a directory; `-EINVAL`:
+ * it is another file that is not regular (a FIFO, a device, a socket).
  */
 int pw_queue_reader_open(const char *path, struct pw_queue_reader **reader);
 

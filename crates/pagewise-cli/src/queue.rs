@@ -75,9 +75,10 @@ pub struct AppendArgs {
     /// Do not flush (msync) before exiting.
     #[arg(long)]
     no_flush: bool,
-    /// When a record whose CRC fails has intact records after it (the file
-    /// was damaged, not torn by a crash), drop it and everything after it
-    /// instead of refusing. What was dropped is printed.
+    /// When a record whose CRC fails has intact records after it, or a
+    /// record running past the end of the file holds whole records (the
+    /// file was damaged, not torn by a crash or cut short), drop it and
+    /// everything after it instead of refusing. What was dropped is printed.
     #[arg(long)]
     discard_damaged: bool,
 }
@@ -480,16 +481,26 @@ fn append(args: &AppendArgs) -> anyhow::Result<ExitCode> {
 }
 
 /// Says on stderr what the writer's recovery threw away, if anything: a
-/// record whose CRC failed and those after it, or the bytes of a record torn
-/// by a crash. Silent when the queue ended cleanly.
+/// record whose CRC failed and those after it, a record the file was cut
+/// short inside (and, with `--discard-damaged`, the records inside it), or
+/// the bytes of a record torn by a crash. Silent when the queue ended
+/// cleanly.
 fn report_recovery(path: &std::path::Path, r: &queue::Recovery) {
-    if let Some(at) = r.crc_failed_at {
+    let why = match (r.crc_failed_at, r.cut_record_at) {
+        (Some(at), _) => Some((at, "the record there failed its CRC check")),
+        (None, Some(at)) => Some((
+            at,
+            "the file ends inside the record there (it was cut short: a truncation, or an interrupted copy; or its length was damaged)",
+        )),
+        (None, None) => None,
+    };
+    if let Some((at, why)) = why {
         let records = match r.discarded_records {
             1 => "1 record".to_owned(),
             n => format!("{n} records"),
         };
         errln!(
-            "pagewise: warning: {}: recovery dropped {records} from position {at} on ({} of them intact): the record there failed its CRC check; the queue now ends at {}",
+            "pagewise: warning: {}: recovery dropped {records} from position {at} on ({} of them intact): {why}; the queue now ends at {}",
             path.display(),
             r.discarded_intact,
             r.end

@@ -16,11 +16,17 @@ fn shm_dir() -> tempfile::TempDir {
 }
 
 fn inspect_json(path: &Path) -> serde_json::Value {
+    inspect_json_exiting(path, 0)
+}
+
+/// `queue inspect --json` of `path`, which must exit with `code` (1 when it
+/// finds a problem).
+fn inspect_json_exiting(path: &Path, code: i32) -> serde_json::Value {
     let out = pagewise()
         .args(["queue", "inspect", "--json"])
         .arg(path)
         .assert()
-        .success()
+        .code(code)
         .get_output()
         .clone();
     serde_json::from_slice(&out.stdout).expect("JSON")
@@ -162,14 +168,7 @@ fn errors_are_one_line_with_a_non_zero_exit() {
     assert_eq!(&bytes[second + 8..second + 11], b"two");
     bytes[second + 4] ^= 0x40; // the tag: the mark no longer matches its position
     std::fs::write(&q, &bytes).unwrap();
-    let out = pagewise()
-        .args(["queue", "inspect", "--json"])
-        .arg(&q)
-        .assert()
-        .code(1)
-        .get_output()
-        .clone();
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let v = inspect_json_exiting(&q, 1);
     assert_eq!(v["records"], 1);
     let problem = v["problem"].as_str().unwrap();
     assert!(
@@ -664,6 +663,20 @@ fn inspect_finds_a_length_damaged_to_swallow_the_records_after_it() {
     );
 }
 
+/// `queue append` of queue `q` (without `--discard-damaged`) must refuse:
+/// one line that `says` and how to recover, and the file unchanged.
+fn append_refused(q: &Path, says: &str) {
+    let before = std::fs::read(q).unwrap();
+    let err = append_stderr(q, &[], "new\n", false);
+    assert!(err.contains(says), "{err}");
+    assert!(err.contains("--discard-damaged"), "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    assert!(
+        std::fs::read(q).unwrap() == before,
+        "the refused append changed the file"
+    );
+}
+
 #[test]
 fn append_refuses_a_damaged_crc_queue_and_discards_only_when_asked() {
     let d = shm_dir();
@@ -679,18 +692,9 @@ fn append_refuses_a_damaged_crc_queue_and_discards_only_when_asked() {
     bytes[at] ^= 0xFF;
     std::fs::write(&q, &bytes).unwrap();
     // "three" and "four" are intact: the append refuses, one line, nothing changed.
-    let err = append_stderr(&q, &[], "five\n", false);
-    assert!(
-        err.contains(
-            "fails its CRC check and 2 intact records follow it; no crash tears a record there"
-        ),
-        "{err}"
-    );
-    assert!(err.contains("--discard-damaged"), "{err}");
-    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
-    assert!(
-        std::fs::read(&q).unwrap() == bytes,
-        "the refused append changed the file"
+    append_refused(
+        &q,
+        "fails its CRC check and 2 intact records follow it; no crash tears a record there",
     );
     // Asked to, it drops the damaged record and the two after it, and says so.
     let err = append_stderr(&q, &["--discard-damaged"], "five\n", true);
@@ -709,6 +713,86 @@ fn append_refuses_a_damaged_crc_queue_and_discards_only_when_asked() {
         .stdout
         .clone();
     assert_eq!(String::from_utf8_lossy(&tail), "one\nfive\n");
+}
+
+/// `pagewise queue tail PATH`: its status, standard output and standard error.
+fn tail(path: &Path) -> (bool, String, String) {
+    let out = pagewise()
+        .args(["queue", "tail"])
+        .arg(path)
+        .output()
+        .unwrap();
+    let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+    (out.status.success(), text(&out.stdout), text(&out.stderr))
+}
+
+#[test]
+fn append_continues_a_queue_cut_short_inside_its_last_record() {
+    // What `head -c 4200 Q > T` (an interrupted copy) or a truncation
+    // leaves: three records, the third cut partway through.
+    let d = shm_dir();
+    let q = d.path().join("q");
+    let second = "b".repeat(40);
+    append_stderr(
+        &q,
+        &[],
+        &format!("first\n{second}\nthe third record\n"),
+        true,
+    );
+    // Records at 4160 (5 bytes: 16 in all), 4176 (40: 48) and 4224 (16: 24).
+    let v = inspect_json(&q);
+    assert_eq!(
+        (v["last_position"].as_u64(), v["end_position"].as_u64()),
+        (Some(4224), Some(4248))
+    );
+    let bytes = std::fs::read(&q).unwrap();
+    let t = d.path().join("t");
+    std::fs::write(&t, &bytes[..4236]).unwrap();
+    // `tail` and `inspect` read the two whole records and name the cut in the same words.
+    let (ok, out, tail_err) = tail(&t);
+    assert_eq!((ok, out), (false, format!("first\n{second}\n")));
+    let tail_err = tail_err.trim_end().to_owned();
+    assert_eq!(tail_err.lines().count(), 1, "{tail_err}");
+    assert!(
+        tail_err.contains("corrupt record at position 4224: a record of 16 bytes runs past the end of the file (4236 bytes): the file was cut short inside it"),
+        "{tail_err}"
+    );
+    let v = inspect_json_exiting(&t, 1);
+    assert_eq!(v["records"], 2);
+    assert_eq!(
+        Some(format!("pagewise: {}", v["problem"].as_str().unwrap())),
+        Some(tail_err)
+    );
+    // `append` drops the cut record without being asked, says so, and
+    // appends after the second; with --discard-damaged the same.
+    for flags in [&[][..], &["--discard-damaged"]] {
+        let t2 = d.path().join("t2");
+        std::fs::copy(&t, &t2).unwrap();
+        let err = append_stderr(&t2, flags, "new\n", true);
+        assert!(
+            err.contains("recovery dropped 1 record from position 4224 on (0 of them intact): the file ends inside the record there (it was cut short"),
+            "{flags:?}: {err}"
+        );
+        assert!(
+            err.contains("appended 1 record, at position 4224"),
+            "{flags:?}: {err}"
+        );
+        let (ok, out, _) = tail(&t2);
+        assert_eq!((ok, out), (true, format!("first\n{second}\nnew\n")));
+        assert_eq!(inspect_json(&t2)["problem"], serde_json::Value::Null);
+    }
+    // A length damaged to run past the end, with a whole record inside it,
+    // is no cut: refused, one line saying how to recover, nothing changed.
+    let mut damaged = bytes[..4236].to_vec();
+    damaged[4160] = 200;
+    std::fs::write(&t, &damaged).unwrap();
+    append_refused(&t, "the record at position 4160 (200 bytes) runs past the end of the file, but the marks of 1 intact records lie inside it, from position 4176 on");
+    let err = append_stderr(&t, &["--discard-damaged"], "new\n", true);
+    assert!(
+        err.contains("recovery dropped 3 records from position 4160 on (1 of them intact)"),
+        "{err}"
+    );
+    assert_eq!(tail(&t).1, "new\n");
 }
 
 #[test]

@@ -253,7 +253,10 @@ pub extern "C" fn pw_last_error() -> *const c_char {
 /// Opens the queue at `path` for writing (creating it unless
 /// `PW_QUEUE_NO_CREATE`), takes the one-writer lock and recovers after a
 /// crashed writer. `options` may be NULL (every default). On success stores
-/// the writer in `*writer`. `-EBUSY`: another writer holds the queue.
+/// the writer in `*writer`. `-EBUSY`: another writer holds the queue;
+/// `-EISDIR`: `path` is a directory; `-EINVAL`: it is another file that is
+/// not regular (a FIFO, a device, a socket); `-EPERM`: a symbolic link or
+/// another user's file.
 #[no_mangle]
 pub extern "C" fn pw_queue_writer_open(
     path: *const c_char,
@@ -383,6 +386,8 @@ pub extern "C" fn pw_queue_writer_close(writer: *mut pw_queue_writer) -> c_int {
 
 /// Opens the queue at `path` for reading, from its oldest record. Readers
 /// never change the file; any number may read at once, in any process.
+/// `-ENOENT`: no such file; `-EISDIR`: `path` is a directory; `-EINVAL`:
+/// it is another file that is not regular (a FIFO, a device, a socket).
 #[no_mangle]
 pub extern "C" fn pw_queue_reader_open(
     path: *const c_char,

@@ -2,7 +2,7 @@
 //! value and a one-line message kept per thread.
 
 use pagewise::buffer::BufferError;
-use pagewise::queue::QueueError;
+use pagewise::queue::{FileKind, QueueError};
 use pagewise::region::RegionError;
 use std::cell::RefCell;
 use std::ffi::CString;
@@ -56,6 +56,15 @@ impl From<QueueError> for Failure {
             QueueError::Io { error, .. } => io_errno(error, libc::EIO),
             QueueError::Exists { .. } => libc::EEXIST,
             QueueError::Refused { .. } => libc::EPERM,
+            // What the kernel says of a directory opened for writing; any
+            // other file that is not regular is an argument no queue call
+            // accepts (`mmap` would say ENODEV, "No such device", which
+            // misleads for a FIFO).
+            QueueError::NotAFile {
+                kind: FileKind::Directory,
+                ..
+            } => libc::EISDIR,
+            QueueError::NotAFile { .. } => libc::EINVAL,
             QueueError::WriterLocked { .. } => libc::EBUSY,
             QueueError::TooShort { .. }
             | QueueError::NotAQueue { .. }
@@ -63,7 +72,8 @@ impl From<QueueError> for Failure {
             | QueueError::BadHeader { .. }
             | QueueError::Corrupt { .. }
             | QueueError::CrcMismatch { .. }
-            | QueueError::DamagedRecord { .. } => libc::EBADMSG,
+            | QueueError::DamagedRecord { .. }
+            | QueueError::DamagedLength { .. } => libc::EBADMSG,
             QueueError::UnsupportedVersion { .. } => libc::ENOTSUP,
             QueueError::InvalidOptions(_) | QueueError::InvalidPosition { .. } => libc::EINVAL,
             QueueError::RecordTooLarge { .. } => libc::EMSGSIZE,
@@ -203,6 +213,22 @@ mod tests {
         assert_eq!(Failure::from(e).code, -libc::EMSGSIZE);
         let e = QueueError::InvalidOptions("x".into());
         assert_eq!(Failure::from(e).code, -libc::EINVAL);
+        let not_a_file = |kind| QueueError::NotAFile {
+            path: "/tmp".into(),
+            kind,
+        };
+        assert_eq!(
+            Failure::from(not_a_file(FileKind::Directory)).code,
+            -libc::EISDIR
+        );
+        for kind in [FileKind::Fifo, FileKind::CharDevice, FileKind::Socket] {
+            assert_eq!(Failure::from(not_a_file(kind)).code, -libc::EINVAL);
+        }
+        let e = QueueError::Refused {
+            path: "/tmp/q".into(),
+            reason: "a symbolic link".into(),
+        };
+        assert_eq!(Failure::from(e).code, -libc::EPERM);
     }
 
     #[test]

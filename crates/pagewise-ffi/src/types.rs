@@ -42,8 +42,9 @@ pub const PW_QUEUE_CREATE_NEW: u32 = 4;
 /// `-ENOENT` if there is none.
 pub const PW_QUEUE_NO_CREATE: u32 = 8;
 /// `pw_queue_options.flags`: when recovery finds a record whose CRC fails
-/// with intact records after it (damage, not a torn write), drop it and all
-/// after it instead of failing with `-EBADMSG`.
+/// with intact records after it, or a record running past the end of the
+/// file with whole records inside it (damage, not a torn write or a file
+/// cut short), drop it and all after it instead of failing with `-EBADMSG`.
 pub const PW_QUEUE_DISCARD_DAMAGED: u32 = 16;
 
 /// Page policy: the ladder hugetlb 1 GiB, hugetlb 2 MiB, THP, 4 KiB.

@@ -57,6 +57,21 @@ fn reopen(path: &Path, options: Options) -> Writer {
     Writer::open(path, options).unwrap()
 }
 
+/// `Writer::open` that must refuse `path`: its error, once checked that the
+/// file is byte for byte as it was.
+fn refused_unchanged(path: &Path, options: Options) -> QueueError {
+    let before = std::fs::read(path).unwrap();
+    let err = {
+        let _no_children = no_children();
+        Writer::open(path, options).map(|_| ()).unwrap_err()
+    };
+    assert!(
+        std::fs::read(path).unwrap() == before,
+        "a refused open changed the file: {err}"
+    );
+    err
+}
+
 /// Counts the page faults `work` takes on the calling thread, after mapping
 /// this program's text (so that code run for the first time inside `work`
 /// does not fault on its instructions: docs/TESTING.md, "Fault-count
@@ -534,25 +549,17 @@ fn record_crcs_catch_damaged_payloads() {
     }
     // Intact records after it: damage, not a torn write. The writer refuses
     // and leaves every byte as it was.
-    let before = std::fs::read(&path).unwrap();
-    {
-        let _no_children = no_children();
-        match Writer::open(&path, options.clone()) {
-            Err(QueueError::DamagedRecord {
-                position,
-                intact_after,
-                ..
-            }) => {
-                assert_eq!(position, p[4]);
-                assert_eq!(intact_after, 5);
-            }
-            other => panic!("{other:?}"),
+    match refused_unchanged(&path, options.clone()) {
+        QueueError::DamagedRecord {
+            position,
+            intact_after,
+            ..
+        } => {
+            assert_eq!(position, p[4]);
+            assert_eq!(intact_after, 5);
         }
+        other => panic!("{other:?}"),
     }
-    assert!(
-        std::fs::read(&path).unwrap() == before,
-        "a refused open changed the file"
-    );
     // Asked to, recovery drops it and everything after it, and says how much.
     let w = reopen(
         &path,
@@ -679,6 +686,161 @@ fn a_last_record_with_a_bad_crc_is_a_torn_write_and_is_dropped() {
     assert_eq!(r.crc_failed_at, Some(p[4]));
     assert_eq!((r.discarded_records, r.discarded_intact), (1, 0));
     assert_eq!(w.position(), p[4]);
+}
+
+/// The bytes a record of `len` payload bytes takes (docs/queue.md, "Record").
+fn record_bytes(len: usize, crc: bool) -> u64 {
+    (8 + len as u64 + if crc { 4 } else { 0 } + 7) & !7
+}
+
+#[test]
+fn a_file_cut_short_inside_its_last_record_is_recovered_at_every_byte() {
+    // What a truncation or an interrupted copy leaves: the last record's
+    // mark committed, its bytes cut off. The writer drops it without being
+    // asked (as a torn record), says so, and appends after the record
+    // before it; every whole record survives. Readers and `inspect` read
+    // the whole records and stop at the cut with the same words.
+    let d = dir();
+    for crc in [false, true] {
+        let options = Options {
+            record_crc: crc,
+            ..small(false)
+        };
+        let full = d.path().join("full");
+        let mut w = Writer::create(&full, options.clone()).unwrap();
+        let p = (0..6)
+            .map(|s| w.append(&payload(s)).unwrap())
+            .collect::<Vec<_>>();
+        drop(w);
+        let bytes = std::fs::read(&full).unwrap();
+        std::fs::remove_file(&full).unwrap();
+        let last = p[5].0;
+        let end = last + record_bytes(payload(5).len(), crc);
+        for cut in last..end {
+            for discard_damaged in [false, true] {
+                let what = format!("crc {crc}, cut at {cut}, discard_damaged {discard_damaged}");
+                let q = d.path().join(format!("cut-{crc}-{cut}-{discard_damaged}"));
+                std::fs::write(&q, &bytes[..cut as usize]).unwrap();
+                let mark_whole = cut >= last + 8;
+                // Readers: five records, then the cut (or nothing more, where
+                // not even the mark is whole).
+                let mut r = Reader::open(&q).unwrap();
+                for s in 0..5 {
+                    assert_eq!(r.next().unwrap().unwrap().payload, payload(s), "{what}");
+                }
+                let stop = r.next().map(|rec| rec.map(|rec| rec.position));
+                let info = inspect(&q).unwrap();
+                assert_eq!(info.records, 5, "{what}");
+                if mark_whole {
+                    let e = stop.unwrap_err();
+                    assert!(
+                        matches!(e, QueueError::Corrupt { position, .. } if position == p[5]),
+                        "{what}: {e:?}"
+                    );
+                    let says = format!(
+                        "runs past the end of the file ({cut} bytes): the file was cut short inside it"
+                    );
+                    assert!(e.to_string().contains(&says), "{what}: {e}");
+                    assert_eq!(info.problem, Some(e.to_string()), "{what}");
+                } else {
+                    assert_eq!(stop.unwrap(), None, "{what}");
+                    assert_eq!(info.problem, None, "{what}");
+                }
+                drop(r);
+                // The writer drops the cut record, with or without discard_damaged.
+                let mut w = reopen(
+                    &q,
+                    Options {
+                        discard_damaged,
+                        ..options.clone()
+                    },
+                );
+                let rec = w.recovery().clone();
+                assert_eq!(rec.end, p[5], "{what}");
+                assert_eq!(rec.cut_record_at, mark_whole.then_some(p[5]), "{what}");
+                assert_eq!(
+                    (rec.discarded_records, rec.discarded_intact),
+                    (u64::from(mark_whole), 0),
+                    "{what}"
+                );
+                assert_eq!(rec.crc_failed_at, None, "{what}");
+                // Part of a mark is the bytes of an uncommitted record.
+                assert_eq!(
+                    rec.torn_record_discarded,
+                    cut > last && !mark_whole,
+                    "{what}"
+                );
+                assert_eq!(w.append(b"after the cut").unwrap(), p[5], "{what}");
+                drop(w);
+                let got = read_all(&mut Reader::open(&q).unwrap());
+                let want = (0..5)
+                    .map(|s| (p[s as usize], payload(s)))
+                    .chain([(p[5], b"after the cut".to_vec())])
+                    .collect::<Vec<_>>();
+                assert!(
+                    got == want,
+                    "{what}: read {} records, or other bytes",
+                    got.len()
+                );
+                assert_eq!(inspect(&q).unwrap().problem, None, "{what}");
+                std::fs::remove_file(&q).unwrap();
+            }
+        }
+    }
+}
+
+#[test]
+fn a_length_damaged_past_the_end_of_the_file_with_records_inside_is_refused() {
+    // A record running past the end of the file whose bytes hold whole
+    // records was not cut short: its length was damaged. Dropping it would
+    // drop them, so the writer refuses, changes nothing, and says how to
+    // drop them anyway; with discard_damaged it does, and counts them.
+    let d = dir();
+    for crc in [false, true] {
+        let q = d.path().join(format!("q-{crc}"));
+        let options = Options {
+            record_crc: crc,
+            ..small(false)
+        };
+        let mut w = Writer::create(&q, options.clone()).unwrap();
+        let p = (0..6)
+            .map(|s| w.append(&payload(s)).unwrap())
+            .collect::<Vec<_>>();
+        drop(w);
+        // The file ends inside the last record; record 2's length (the low
+        // 4 bytes of its mark) reaches past that end, not past its chunk.
+        let size = p[5].0 + 12;
+        let f = std::fs::OpenOptions::new().write(true).open(&q).unwrap();
+        f.set_len(size).unwrap();
+        let len = (size - p[2].0) as u32 + 100;
+        f.write_all_at(&len.to_le_bytes(), p[2].0).unwrap();
+        let e = refused_unchanged(&q, options.clone());
+        match &e {
+            QueueError::DamagedLength {
+                position,
+                hidden_at,
+                intact_after,
+                ..
+            } => assert_eq!((*position, *hidden_at, *intact_after), (p[2], p[3], 2)),
+            other => panic!("crc {crc}: {other:?}"),
+        }
+        assert!(e.to_string().contains("--discard-damaged"), "{e}");
+        let w = reopen(
+            &q,
+            Options {
+                discard_damaged: true,
+                ..options
+            },
+        );
+        let r = w.recovery();
+        assert_eq!(r.cut_record_at, Some(p[2]));
+        // Record 2, the two whole ones inside it, and the cut one.
+        assert_eq!((r.discarded_records, r.discarded_intact), (4, 2));
+        assert_eq!(w.position(), p[2]);
+        drop(w);
+        let got = read_all(&mut Reader::open(&q).unwrap());
+        assert_eq!(got.len(), 2, "crc {crc}");
+    }
 }
 
 #[test]

@@ -134,6 +134,11 @@ fn apply(bytes: &mut Vec<u8>, damages: &[Damage], fix_header_crc: bool, cut: Opt
     }
 }
 
+/// The bytes a record of `len` payload bytes takes (docs/queue.md, "Record").
+fn record_bytes(len: usize, crc: bool) -> u64 {
+    (8 + len as u64 + if crc { 4 } else { 0 } + 7) & !7
+}
+
 /// Records as read: position and payload.
 type Records = Vec<(Position, Vec<u8>)>;
 
@@ -152,8 +157,70 @@ fn read_through(path: &Path) -> Result<(Records, Option<QueueError>), QueueError
     panic!("the reader returned more records than the file can hold");
 }
 
+/// A valid queue cut short at `cut_at` bytes, and nothing else (a
+/// truncation, an interrupted copy), at `path`: a writer opens it without
+/// being asked to discard anything, drops at most the record the cut went
+/// through, and every record wholly before the cut survives, followed by
+/// the one it appends.
+fn cut_short_keeps_every_whole_record(
+    path: &Path,
+    crc: bool,
+    cut_at: usize,
+) -> Result<(), TestCaseError> {
+    let mut whole = sample(crc)
+        .records
+        .iter()
+        .filter(|(p, b)| p.0 + record_bytes(b.len(), crc) <= cut_at as u64)
+        .map(|(p, b)| (*p, b.clone()))
+        .collect::<Records>();
+    whole.sort();
+    let (before, _) = read_through(path).unwrap();
+    prop_assert!(
+        before == whole,
+        "cut at {}: a reader read {} records, {} expected",
+        cut_at,
+        before.len(),
+        whole.len()
+    );
+    let mut w = Writer::open(path, options(false))
+        .map_err(|e| TestCaseError::fail(format!("cut at {cut_at}: {e}")))?;
+    let r = w.recovery().clone();
+    prop_assert_eq!(r.crc_failed_at, None);
+    prop_assert!(
+        r.discarded_records <= 1 && r.discarded_intact == 0,
+        "{:?}",
+        r
+    );
+    let p = w.append(b"after recovery").unwrap();
+    drop(w);
+    whole.push((p, b"after recovery".to_vec()));
+    let (got, end) = read_through(path).unwrap();
+    prop_assert!(end.is_none(), "cut at {}: {:?}", cut_at, end);
+    prop_assert!(
+        got == whole,
+        "cut at {}: {} records read, {} expected",
+        cut_at,
+        got.len(),
+        whole.len()
+    );
+    Ok(())
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 200, ..ProptestConfig::default() })]
+
+    #[test]
+    fn a_queue_cut_short_anywhere_keeps_every_whole_record(
+        crc in any::<bool>(),
+        cut in any::<usize>(),
+    ) {
+        let len = sample(crc).bytes.len();
+        let cut_at = 4096 + cut % (len - 4096 + 1);
+        let dir = tempfile::tempdir_in("/dev/shm").unwrap_or_else(|_| tempfile::tempdir().unwrap());
+        let path = dir.path().join("q");
+        std::fs::write(&path, &sample(crc).bytes[..cut_at]).unwrap();
+        cut_short_keeps_every_whole_record(&path, crc, cut_at)?;
+    }
 
     #[test]
     fn damaged_files_give_records_or_typed_errors(
@@ -204,8 +271,11 @@ proptest! {
             }
         }
         let _ = inspect(&path);
-        // A writer either refuses the file or recovers it into a queue that takes appends.
-        if let Ok(mut w) = Writer::open(&path, options(false)) {
+        let cut_at = cut.map(|c| c % (sample.bytes.len() + 1)).filter(|&c| c >= 4096);
+        if let (true, Some(cut_at)) = (damages.is_empty(), cut_at) {
+            cut_short_keeps_every_whole_record(&path, crc, cut_at)?;
+        } else if let Ok(mut w) = Writer::open(&path, options(false)) {
+            // A writer either refuses the file or recovers it into a queue that takes appends.
             let p = w.append(b"after recovery");
             drop(w);
             if let Ok(p) = p {
@@ -301,4 +371,49 @@ fn foreign_and_short_files_are_refused_with_typed_errors() {
         }
         other => panic!("{other:?}"),
     }
+}
+
+#[test]
+fn paths_that_are_not_regular_files_are_not_a_file_with_their_kind() {
+    use pagewise::queue::FileKind;
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("fifo");
+    let mkfifo = std::process::Command::new("mkfifo").arg(&fifo).status();
+    assert!(mkfifo.unwrap().success(), "mkfifo {}", fifo.display());
+    let cases = [
+        (dir.path(), FileKind::Directory, "a directory"),
+        (fifo.as_path(), FileKind::Fifo, "a FIFO"),
+        (
+            Path::new("/dev/null"),
+            FileKind::CharDevice,
+            "a character device",
+        ),
+    ];
+    for (path, want, says) in cases {
+        let errors = [
+            Reader::open(path).map(|_| ()).unwrap_err(),
+            Writer::open(path, options(false)).map(|_| ()).unwrap_err(),
+            Writer::open_or_create(path, options(false))
+                .map(|_| ())
+                .unwrap_err(),
+            inspect(path).map(|_| ()).unwrap_err(),
+        ];
+        for err in errors {
+            match &err {
+                QueueError::NotAFile { kind, .. } => assert_eq!(*kind, want, "{err}"),
+                other => panic!("{}: {other:?}", path.display()),
+            }
+            assert_eq!(
+                err.to_string(),
+                format!(
+                    "{}: {says}, not a regular file, so not a queue",
+                    path.display()
+                )
+            );
+        }
+    }
+    assert!(
+        !pagewise::queue::lock_path(&fifo).exists(),
+        "a refused file left a lock file"
+    );
 }

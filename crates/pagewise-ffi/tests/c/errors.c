@@ -1,9 +1,11 @@
 /* Bad handles, NULL pointers, oversize records and bad options give error
  * codes and messages, never a crash. argv[1]: a directory. */
+#define _POSIX_C_SOURCE 200809L /* mkfifo */
 #include "check.h"
 #include <errno.h>
 #include <stdint.h>
 #include <string.h>
+#include <sys/stat.h>
 
 int main(int argc, char **argv) {
     EXPECT(argc == 2);
@@ -107,6 +109,21 @@ int main(int argc, char **argv) {
     pw_queue_reader *r2 = NULL;
     EXPECT_RC(pw_queue_reader_open(other, &r2), -EBADMSG);
     EXPECT_RC(pw_queue_reader_open("", &r2), -ENOENT);
+    /* Paths that are not regular files: a directory is -EISDIR, a FIFO or
+     * a device -EINVAL (never -EPERM, which means a link or another user's
+     * file), and neither open blocks on the FIFO. */
+    char fifo[4096];
+    snprintf(fifo, sizeof fifo, "%s/fifo", argv[1]);
+    EXPECT(mkfifo(fifo, 0600) == 0);
+    EXPECT_RC(pw_queue_writer_open(argv[1], NULL, &w2), -EISDIR);
+    EXPECT(strstr(pw_last_error(), "a directory, not a regular file") != NULL);
+    EXPECT_RC(pw_queue_reader_open(argv[1], &r2), -EISDIR);
+    EXPECT_RC(pw_queue_writer_open(fifo, NULL, &w2), -EINVAL);
+    EXPECT(strstr(pw_last_error(), "a FIFO, not a regular file") != NULL);
+    EXPECT_RC(pw_queue_reader_open(fifo, &r2), -EINVAL);
+    EXPECT_RC(pw_queue_writer_open("/dev/null", &excl, &w2), -EINVAL);
+    EXPECT_RC(pw_queue_reader_open("/dev/null", &r2), -EINVAL);
+    EXPECT(w2 == NULL && r2 == NULL);
     EXPECT_RC(pw_queue_seek(r, 12345), -EINVAL);
 
     /* Closed handles stay invalid, also once their slot is reused. */

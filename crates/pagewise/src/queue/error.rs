@@ -2,7 +2,7 @@
 //! what to do. Nothing in the queue panics on a bad file: every problem with
 //! the bytes on disk is one of these.
 
-use super::Position;
+use super::{FileKind, Position};
 use crate::sys::SysError;
 use std::path::PathBuf;
 
@@ -35,15 +35,24 @@ pub enum QueueError {
         /// The queue file.
         path: PathBuf,
     },
-    /// The path names something pagewise does not use as a queue: a
-    /// symbolic link or another user's file (for writing), or not a regular
-    /// file at all.
+    /// The path names a file pagewise refuses to write as a queue (a
+    /// symbolic link, or another user's file), or a writer's lock file it
+    /// refuses to use.
     #[error("{path}: {reason}")]
     Refused {
         /// The path given.
         path: PathBuf,
         /// What it is and what to do instead.
         reason: String,
+    },
+    /// The path names something that is not a regular file (a directory, a
+    /// FIFO, a device, a socket), so not a queue.
+    #[error("{path}: {kind}, not a regular file, so not a queue")]
+    NotAFile {
+        /// The path given.
+        path: PathBuf,
+        /// What it names.
+        kind: FileKind,
     },
     /// Another writer holds the queue's lock.
     #[error("{path}: another writer holds the queue (one writer at a time; the lock is released when that process exits)")]
@@ -133,6 +142,27 @@ pub enum QueueError {
         /// The record whose CRC fails.
         position: Position,
         /// Records after it whose CRCs are sound.
+        intact_after: u64,
+    },
+    /// Recovery found the file ending inside a committed record (it runs
+    /// past the end of the file), and inside that record's bytes the marks
+    /// of records that are whole: its length was probably damaged, and
+    /// dropping it would drop those records too. The writer did not open
+    /// and nothing was changed. (A record the file was merely cut short
+    /// inside is dropped without this: see [`Recovery::cut_record_at`].)
+    ///
+    /// [`Recovery::cut_record_at`]: super::Recovery::cut_record_at
+    #[error("{path}: the record at position {position} ({len} bytes) runs past the end of the file, but the marks of {intact_after} intact records lie inside it, from position {hidden_at} on: its length was probably damaged, not the file cut short, so nothing was changed. A reader still reads the records before it; to drop it and everything after it, open the writer with discard_damaged (pagewise queue append --discard-damaged)")]
+    DamagedLength {
+        /// The file.
+        path: PathBuf,
+        /// The record that runs past the end of the file.
+        position: Position,
+        /// Its payload length, as its mark says.
+        len: u32,
+        /// The first mark found inside it.
+        hidden_at: Position,
+        /// Whole records from there on (with record CRCs, those whose CRC is sound).
         intact_after: u64,
     },
     /// The payload is larger than a chunk can hold.

@@ -191,18 +191,18 @@ pub fn inspect(path: impl AsRef<Path>) -> Result<Inspection, QueueError> {
 /// offset about once in 2^31 8-byte words. Costs a pass over the payload.
 fn mark_inside(position: Position, payload: &[u8], after: &[u8]) -> Option<u64> {
     let start = position.0 + layout::MARK_LEN;
-    payload.chunks(8).enumerate().find_map(|(i, inside)| {
-        let mut word = [0u8; 8];
-        word[..inside.len()].copy_from_slice(inside);
-        let rest = after.get(..8 - inside.len())?;
-        word[inside.len()..].copy_from_slice(rest);
-        let at = start + 8 * i as u64;
-        matches!(
-            layout::decode_mark(u64::from_le_bytes(word), at),
-            Ok(layout::Mark::Data(_) | layout::Mark::Pad(_))
-        )
-        .then_some(at)
-    })
+    if let Some(at) = layout::first_mark_in(start, payload) {
+        return Some(at);
+    }
+    let whole = payload.len() / 8 * 8;
+    let inside = &payload[whole..];
+    if inside.is_empty() {
+        return None;
+    }
+    let mut word = [0u8; 8];
+    word[..inside.len()].copy_from_slice(inside);
+    word[inside.len()..].copy_from_slice(after.get(..8 - inside.len())?);
+    layout::first_mark_in(start + whole as u64, &word)
 }
 
 #[cfg(test)]

@@ -254,6 +254,38 @@ pub fn decode_mark(raw: u64, pos: u64) -> Result<Mark, String> {
     }
 }
 
+/// Why a data mark at some position is not a record: its length (`len`
+/// payload bytes) runs past the end of its chunk, which no writer makes. The
+/// one wording for readers, `inspect` and recovery.
+pub(crate) fn past_its_chunk(len: u32) -> String {
+    format!("a record of {len} bytes runs past the end of its chunk")
+}
+
+/// Why a data mark at some position is not a whole record: its length
+/// (`len` payload bytes) runs past the end of the file (`size` bytes), though
+/// not past its chunk. A writer never commits a mark before its record's
+/// bytes are allocated, so the file was cut short inside it (a truncation,
+/// an interrupted copy) or the length is damaged. The one wording for
+/// readers, `inspect` and recovery; it says what a writer does with it.
+pub(crate) fn past_the_file(len: u32, size: u64) -> String {
+    format!(
+        "a record of {len} bytes runs past the end of the file ({size} bytes): the file was cut short inside it (a truncation, or an interrupted copy), or its length is damaged; a writer opening the queue drops it (pagewise queue append)"
+    )
+}
+
+/// The file offset of the first 8-byte word of `bytes` (read from file
+/// offset `start`, a multiple of 8) that is a committed data or padding mark
+/// for its own offset, if any; a last word shorter than 8 bytes is none. A
+/// mark carries 28 bits of its own position and a commit bit, so other bytes
+/// pass for one about once in 2^31 words. Costs a pass over `bytes`.
+pub(crate) fn first_mark_in(start: u64, bytes: &[u8]) -> Option<u64> {
+    bytes.chunks_exact(8).enumerate().find_map(|(i, word)| {
+        let at = start + 8 * i as u64;
+        let raw = u64::from_le_bytes(word.try_into().expect("8 bytes"));
+        matches!(decode_mark(raw, at), Ok(Mark::Data(_) | Mark::Pad(_))).then_some(at)
+    })
+}
+
 /// The CRC-32 stored after a payload: over the mark's bytes, then the payload.
 pub fn record_crc(mark: u64, payload: &[u8]) -> u32 {
     let mut h = crc32fast::Hasher::new();
@@ -418,12 +450,9 @@ pub(crate) fn checked_open(
 
 /// The error for a path that names something other than a regular file.
 pub(crate) fn not_a_file(path: &Path, meta: &std::fs::Metadata) -> QueueError {
-    QueueError::Refused {
+    QueueError::NotAFile {
         path: path.to_owned(),
-        reason: format!(
-            "{}, not a regular file, so not a queue",
-            create::kind_of(meta)
-        ),
+        kind: create::FileKind::of(meta),
     }
 }
 

@@ -51,7 +51,8 @@
 //!   populated whole.
 //! - **Recovery.** A new writer walks to the first uncommitted mark and
 //!   zeroes everything after it: a torn record is discarded, readers never
-//!   see part of one.
+//!   see part of one. A last record the file was cut short inside (a
+//!   truncation, an interrupted copy) is discarded the same way.
 //! - **Retention.** `Writer::retain` drops whole chunks by size or age
 //!   (punching holes); a reader left in a dropped chunk gets
 //!   [`QueueError::FellBehind`] saying how far behind it is.
@@ -75,6 +76,7 @@ mod recovery;
 mod window;
 mod writer;
 
+pub use crate::sys::create::FileKind;
 pub use error::QueueError;
 pub use inspect::{inspect, Inspection, SCHEMA as INSPECT_SCHEMA};
 pub use layout::Geometry;

@@ -518,7 +518,7 @@ impl Reader {
                         return Err(QueueError::corrupt(
                             &self.path,
                             self.pos,
-                            format!("a length of {len} bytes runs past the end of the chunk"),
+                            layout::past_its_chunk(len),
                         ));
                     }
                     if end > self.known_size {
@@ -528,7 +528,7 @@ impl Reader {
                         return Err(QueueError::corrupt(
                             &self.path,
                             self.pos,
-                            format!("a length of {len} bytes runs past the end of the file"),
+                            layout::past_the_file(len, self.known_size),
                         ));
                     }
                     return Ok(Some((off, len as usize)));

@@ -12,6 +12,15 @@
 //! intact records after it is damage: recovery refuses
 //! ([`QueueError::DamagedRecord`]) rather than drop those records, unless
 //! the writer was opened with `Options::discard_damaged`.
+//!
+//! A committed record that runs past the end of the file (not past its
+//! chunk) is what a file cut short leaves: a truncation, an interrupted
+//! copy. No writer commits a mark before its record's bytes are allocated,
+//! so no crash of the writer leaves one, and nothing whole can follow it:
+//! it is dropped like a torn record ([`Recovery::cut_record_at`]). Unless
+//! the marks of whole records lie inside its bytes: then its length was
+//! damaged, and dropping it would drop them too, so recovery refuses
+//! ([`QueueError::DamagedLength`]) unless `Options::discard_damaged`.
 
 use super::error::QueueError;
 use super::layout::{self, decode_mark, Geometry, HeaderState, Mark, MARK_LEN};
@@ -32,16 +41,24 @@ pub struct Recovery {
     /// Whether bytes of an uncommitted (torn) record were found after the
     /// end and discarded.
     pub torn_record_discarded: bool,
+    /// A committed record that runs past the end of the file, where the
+    /// file was cut short (a truncation, an interrupted copy): discarded,
+    /// with whatever lay inside its bytes (the queue now ends at its
+    /// position, [`Recovery::end`]).
+    pub cut_record_at: Option<Position>,
     /// A committed record whose CRC failed and that was discarded with
     /// everything after it: on a disk file past the end the last flush made
     /// durable (a power cut can have torn it), or anywhere with
     /// `Options::discard_damaged`.
     pub crc_failed_at: Option<Position>,
     /// Records with a committed mark from the end on that were discarded:
-    /// the one whose CRC failed and those after it (0 when only the bytes of
-    /// an uncommitted record were).
+    /// the one whose CRC failed and those after it, or the one the file was
+    /// cut short inside and those whose marks lay inside it (only with
+    /// `Options::discard_damaged`); 0 when only the bytes of an uncommitted
+    /// record were.
     pub discarded_records: u64,
-    /// Of those, the ones whose own CRC was sound.
+    /// Of those, the ones whose own CRC was sound (without record CRCs, the
+    /// whole ones); a record the file was cut short inside is never one.
     pub discarded_intact: u64,
     /// Records walked to find the end (from the chunk the header's hint names).
     pub records_scanned: u64,
@@ -52,8 +69,11 @@ pub struct Recovery {
 /// a millisecond per 64 MiB chunk) and a hole punch after the end.
 ///
 /// A record whose CRC fails with intact records after it is
-/// [`QueueError::DamagedRecord`] and nothing is changed, unless
-/// `discard_damaged`; counting what follows costs a read of those records.
+/// [`QueueError::DamagedRecord`], and a record running past the end of the
+/// file with whole records inside it [`QueueError::DamagedLength`], and
+/// nothing is changed, unless `discard_damaged`; counting what follows costs
+/// a read of those records (for a record past the end, of its bytes that
+/// the file holds).
 pub(crate) fn recover(
     path: &Path,
     file: &File,
@@ -63,9 +83,25 @@ pub(crate) fn recover(
     discard_damaged: bool,
 ) -> Result<Recovery, QueueError> {
     let (end, scan) = find_end(path, file, g, state, size)?;
-    let after = match scan.crc_failed_at {
-        Some(at) => records_from(file, g, at.0, size),
-        None => After::default(),
+    let after = match (scan.crc_failed_at, scan.cut) {
+        (Some(at), _) => records_from(file, g, at.0, size),
+        (None, Some(cut)) => {
+            let inside = inside_cut(path, file, g, cut, size)?;
+            if inside.after.intact > 0 && !discard_damaged {
+                return Err(QueueError::DamagedLength {
+                    path: path.to_owned(),
+                    position: end,
+                    len: cut.len,
+                    hidden_at: Position(inside.hidden_at),
+                    intact_after: inside.after.intact,
+                });
+            }
+            After {
+                committed: 1 + inside.after.committed,
+                intact: inside.after.intact,
+            }
+        }
+        (None, None) => After::default(),
     };
     if let Some(at) = scan.crc_failed_at {
         let in_memory = matches!(file::fs_kind(file), Ok(file::FsKind::Tmpfs));
@@ -81,11 +117,56 @@ pub(crate) fn recover(
     let torn = discard_after(path, file, end.0, size)?;
     Ok(Recovery {
         end,
-        torn_record_discarded: torn,
+        // After a cut record the bytes there are its own, committed.
+        torn_record_discarded: torn && scan.cut.is_none(),
+        cut_record_at: scan.cut.map(|_| end),
         crc_failed_at: scan.crc_failed_at,
         discarded_records: after.committed,
         discarded_intact: after.intact,
         records_scanned: scan.records,
+    })
+}
+
+/// What lies inside the bytes the file holds of a record it was cut short
+/// inside: the first mark there, and the records from it on.
+struct Inside {
+    /// The first mark inside the record (its end when there is none).
+    hidden_at: u64,
+    /// The records from that mark on (none when there is no mark).
+    after: After,
+}
+
+/// Looks for a mark inside the bytes of the record `cut` that the file
+/// holds (`pread`s of up to 64 KiB, then [`records_from`] the first mark
+/// found): with none, or none that starts a whole record, the file was cut
+/// short inside the record; with whole records there, its length was
+/// damaged.
+fn inside_cut(
+    path: &Path,
+    file: &File,
+    g: &Geometry,
+    cut: Cut,
+    size: u64,
+) -> Result<Inside, QueueError> {
+    const BLOCK: u64 = 64 << 10;
+    let mut buf = vec![0u8; BLOCK as usize];
+    let mut at = cut.pos + MARK_LEN;
+    while at + MARK_LEN <= size {
+        let n = (size - at).min(BLOCK) / MARK_LEN * MARK_LEN;
+        let block = &mut buf[..n as usize];
+        file.read_exact_at(block, at)
+            .map_err(QueueError::io(path, "read a record cut short"))?;
+        if let Some(hidden_at) = layout::first_mark_in(at, block) {
+            return Ok(Inside {
+                hidden_at,
+                after: records_from(file, g, hidden_at, size),
+            });
+        }
+        at += n;
+    }
+    Ok(Inside {
+        hidden_at: size,
+        after: After::default(),
     })
 }
 
@@ -102,9 +183,10 @@ struct After {
 /// say, across padding into later chunks, to the first position that holds
 /// no committed record, and counts them. One `pread` per mark and per
 /// record (the walk can reach the end of the file: it runs only when a CRC
-/// failed); a mark that does not decode or cannot be read, padding that
-/// does not reach the end of its chunk, or a record running past its chunk
-/// or the file ends the walk.
+/// failed or the file ends inside a record); a mark that does not decode or
+/// cannot be read, padding that does not reach the end of its chunk, or a
+/// record running past its chunk ends the walk, and a record running past
+/// the file ends it counted (not intact).
 fn records_from(file: &File, g: &Geometry, from: u64, size: u64) -> After {
     let mut after = After::default();
     let mut buf = Vec::new();
@@ -113,10 +195,20 @@ fn records_from(file: &File, g: &Geometry, from: u64, size: u64) -> After {
         file.read_exact_at(&mut word, pos)
             .map(|()| u64::from_le_bytes(word))
     };
-    for rec in Walk::new(g, size, from, read_mark).map_while(Result::ok) {
-        after.committed += 1;
-        if record_intact(file, g, rec.pos, rec.raw, rec.len, &mut buf) == Some(true) {
-            after.intact += 1;
+    for rec in Walk::new(g, size, from, read_mark) {
+        match rec {
+            Ok(rec) => {
+                after.committed += 1;
+                if record_intact(file, g, rec.pos, rec.raw, rec.len, &mut buf) == Some(true) {
+                    after.intact += 1;
+                }
+            }
+            // A record the file ends inside: committed, never intact.
+            Err(Stop::Cut(_)) => {
+                after.committed += 1;
+                break;
+            }
+            Err(Stop::Load(_) | Stop::Corrupt { .. }) => break,
         }
     }
     after
@@ -132,21 +224,24 @@ struct Record {
     len: u32,
 }
 
+/// A committed record that runs past the end of the file (not past its
+/// chunk): the file was cut short inside it, or its length is damaged.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Cut {
+    /// Its position.
+    pos: u64,
+    /// Its payload length, as its mark says.
+    len: u32,
+}
+
 /// Why a [`Walk`] stopped before the end of the records.
 enum Stop<E> {
     /// The mark word could not be loaded (the loader's error).
     Load(E),
     /// The word at `position` is not a mark the walk can step over.
     Corrupt { position: u64, reason: String },
-}
-
-impl Stop<QueueError> {
-    fn into_error(self, path: &Path) -> QueueError {
-        match self {
-            Stop::Load(e) => e,
-            Stop::Corrupt { position, reason } => QueueError::corrupt(path, position, reason),
-        }
-    }
+    /// The record there runs past the end of the file.
+    Cut(Cut),
 }
 
 /// The one walk over the records of a queue file: from the position of a
@@ -155,8 +250,9 @@ impl Stop<QueueError> {
 /// and the file, and steps over chunk ends to the next chunk's first record.
 /// It ends (`None`, with `pos` the end) at a zero mark or where the
 /// file has no room for a mark, and yields [`Stop`] at a mark it cannot
-/// step over (a caller that goes on gets the same again). Costs one `load`
-/// per record and per padding; the payloads are not read.
+/// step over or a record the file ends inside (a caller that goes on gets
+/// the same again). Costs one `load` per record and per padding; the
+/// payloads are not read.
 struct Walk<'g, L> {
     g: &'g Geometry,
     size: u64,
@@ -218,11 +314,11 @@ impl<E, L: FnMut(u64) -> Result<u64, E>> Iterator for Walk<'_, L> {
                 }
                 Ok(Mark::Data(len)) => {
                     let rec = self.g.record_size(u64::from(len));
-                    if pos + rec > self.chunk_end || pos + rec > self.size {
-                        return corrupt(
-                            pos,
-                            format!("a record of {len} bytes runs past the end of its chunk or the file"),
-                        );
+                    if pos + rec > self.chunk_end {
+                        return corrupt(pos, layout::past_its_chunk(len));
+                    }
+                    if pos + rec > self.size {
+                        return Some(Err(Stop::Cut(Cut { pos, len })));
                     }
                     self.pos = pos + rec;
                     return Some(Ok(Record { pos, raw, len }));
@@ -259,10 +355,13 @@ fn record_intact(
 struct Scan {
     records: u64,
     crc_failed_at: Option<Position>,
+    /// The record the file ends inside, where the walk stopped.
+    cut: Option<Cut>,
 }
 
 /// Walks the records from the chunk the header's hint names to the first
-/// position that holds no committed record.
+/// position that holds no committed record, a record whose CRC fails, or a
+/// record the file ends inside.
 fn find_end(
     path: &Path,
     file: &File,
@@ -294,7 +393,17 @@ fn find_end(
     let mut buf = Vec::new();
     let mut walk = Walk::new(g, size, from, chunk_marks(path, file, g, size));
     for rec in walk.by_ref() {
-        let rec = rec.map_err(|stop| stop.into_error(path))?;
+        let rec = match rec {
+            Ok(rec) => rec,
+            Err(Stop::Cut(cut)) => {
+                scan.cut = Some(cut);
+                return Ok((Position(cut.pos), scan));
+            }
+            Err(Stop::Load(e)) => return Err(e),
+            Err(Stop::Corrupt { position, reason }) => {
+                return Err(QueueError::corrupt(path, position, reason))
+            }
+        };
         match record_intact(file, g, rec.pos, rec.raw, rec.len, &mut buf) {
             None => return Err(QueueError::unreadable(path, file, rec.pos, size)),
             Some(false) => {

@@ -53,7 +53,10 @@ pub struct Options {
     /// (see [`Recovery::discarded_records`]) instead of refusing with
     /// [`QueueError::DamagedRecord`] (default off). Past the durable end of
     /// a disk file such a record is taken for a torn write and dropped
-    /// either way.
+    /// either way. The same for a record that runs past the end of the file
+    /// with whole records inside it ([`QueueError::DamagedLength`]); one
+    /// the file was merely cut short inside is dropped either way
+    /// ([`Recovery::cut_record_at`]).
     pub discard_damaged: bool,
 }
 
@@ -268,14 +271,19 @@ impl Writer {
     /// Opens an existing queue for writing: takes the writer lock, finds the
     /// last committed record, discards a torn one (and anything after it),
     /// and starts the pre-toucher. Fails with [`QueueError::WriterLocked`] if
-    /// another writer is alive, and with [`QueueError::Refused`] for a
-    /// symbolic link, a file that is not regular, or a file another user
+    /// another writer is alive, with [`QueueError::NotAFile`] for anything
+    /// but a regular file (a directory, a FIFO, a device), with
+    /// [`QueueError::Refused`] for a symbolic link or a file another user
     /// owns (its owner could truncate it under the writer), and with
     /// [`QueueError::DamagedRecord`] for a record whose CRC fails where no
-    /// crash can have torn it (see [`Options::discard_damaged`]). Costs a
+    /// crash can have torn it, or [`QueueError::DamagedLength`] for a record
+    /// running past the end of the file with whole records inside it (see
+    /// [`Options::discard_damaged`]); a last record the file was cut short
+    /// inside is dropped ([`Recovery::cut_record_at`]). Costs a
     /// walk over the records of the chunk the writer was last in (about a
     /// millisecond per 64 MiB chunk); after a failed CRC, a read of every
-    /// record after it.
+    /// record after it; after a record the file ends inside, a read of its
+    /// bytes the file holds.
     pub fn open(path: impl AsRef<Path>, options: Options) -> Result<Writer, QueueError> {
         let path = path.as_ref();
         check_options(&options)?;

@@ -131,27 +131,71 @@ pub fn fifo_without_reader(e: &SysError) -> bool {
     e.errno() == Some(crate::sys::Errno::NXIO)
 }
 
-/// What kind of file `meta` describes, for messages: "a regular file", "a
-/// directory", "a FIFO", "a character device", "a block device", "a
-/// socket", "a symbolic link".
-pub fn kind_of(meta: &std::fs::Metadata) -> &'static str {
-    use std::os::unix::fs::FileTypeExt;
-    let t = meta.file_type();
-    if t.is_file() {
-        "a regular file"
-    } else if t.is_dir() {
-        "a directory"
-    } else if t.is_fifo() {
-        "a FIFO"
-    } else if t.is_char_device() {
-        "a character device"
-    } else if t.is_block_device() {
-        "a block device"
-    } else if t.is_socket() {
-        "a socket"
-    } else {
-        "a symbolic link"
+/// What kind of file a path names, from its metadata (`lstat` or `fstat`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum FileKind {
+    /// A regular file.
+    Regular,
+    /// A directory.
+    Directory,
+    /// A FIFO (named pipe).
+    Fifo,
+    /// A character device, such as `/dev/null`.
+    CharDevice,
+    /// A block device.
+    BlockDevice,
+    /// A Unix-domain socket.
+    Socket,
+    /// A symbolic link (seen only through `lstat`).
+    SymbolicLink,
+}
+
+impl FileKind {
+    /// The kind of file `meta` describes.
+    pub fn of(meta: &std::fs::Metadata) -> FileKind {
+        use std::os::unix::fs::FileTypeExt;
+        let t = meta.file_type();
+        if t.is_file() {
+            FileKind::Regular
+        } else if t.is_dir() {
+            FileKind::Directory
+        } else if t.is_fifo() {
+            FileKind::Fifo
+        } else if t.is_char_device() {
+            FileKind::CharDevice
+        } else if t.is_block_device() {
+            FileKind::BlockDevice
+        } else if t.is_socket() {
+            FileKind::Socket
+        } else {
+            FileKind::SymbolicLink
+        }
     }
+
+    /// The kind for messages: "a regular file", "a directory", "a FIFO",
+    /// "a character device", "a block device", "a socket", "a symbolic link".
+    pub fn name(self) -> &'static str {
+        match self {
+            FileKind::Regular => "a regular file",
+            FileKind::Directory => "a directory",
+            FileKind::Fifo => "a FIFO",
+            FileKind::CharDevice => "a character device",
+            FileKind::BlockDevice => "a block device",
+            FileKind::Socket => "a socket",
+            FileKind::SymbolicLink => "a symbolic link",
+        }
+    }
+}
+
+impl std::fmt::Display for FileKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// What kind of file `meta` describes, for messages: [`FileKind::name`].
+pub fn kind_of(meta: &std::fs::Metadata) -> &'static str {
+    FileKind::of(meta).name()
 }
 
 /// The effective user id of this process (the owner of the files it creates).
