@@ -550,8 +550,9 @@ fn append_lines(
         let mut read_any = false;
         let bad_line = |count: u64, e: String| {
             anyhow::anyhow!(
-                "line {}: {e}; {count} records were appended before it (use --raw to append lines as they are)",
-                count + 1
+                "line {}: {e}; {} appended before it (use --raw to append lines as they are)",
+                count + 1,
+                crate::format::count(count, "record was", "records were")
             )
         };
         loop {
@@ -574,8 +575,9 @@ fn append_lines(
             input.consume(used);
             if payload.len() > max {
                 anyhow::bail!(
-                    "line {} is longer than the largest record this queue takes ({max} bytes; a new queue with a larger --chunk-size takes more); {count} records were appended before it",
-                    count + 1
+                    "line {} is longer than the largest record this queue takes ({max} bytes; a new queue with a larger --chunk-size takes more); {} appended before it",
+                    count + 1,
+                    crate::format::count(count, "record was", "records were")
                 );
             }
             if ends {

@@ -152,7 +152,7 @@ fn errors_are_one_line_with_a_non_zero_exit() {
         err.starts_with("pagewise: line 2: \\p is not an escape"),
         "{err}"
     );
-    assert!(err.contains("1 records were appended before it"), "{err}");
+    assert!(err.contains("1 record was appended before it"), "{err}");
     assert_eq!(err.trim_end().lines().count(), 1, "{err}");
     assert_eq!(inspect_json(&q)["records"], 1);
 
