@@ -211,6 +211,10 @@ mod tests {
 
     #[test]
     fn samples_a_command() {
+        // Sampling a command installs `ForwardSignals`, as a test of it does.
+        let _serial = crate::sys::process::FORWARD_SIGNALS_TESTS
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
         let target = Target::Command(vec![
             "sh".into(),
             "-c".into(),

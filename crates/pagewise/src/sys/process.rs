@@ -484,6 +484,13 @@ pub fn restrict_this_thread(cpus: &[usize]) -> SysResult<()> {
     Ok(())
 }
 
+/// Held by the unit tests that install [`ForwardSignals`] (its handlers and
+/// statics are the process's): one such test must not redirect or restore
+/// another's, and one that signals itself would otherwise die of a default
+/// action another test's drop restored.
+#[cfg(test)]
+pub(crate) static FORWARD_SIGNALS_TESTS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 /// The process [`ForwardSignals`] passes signals on to (0: none).
 static FORWARD_TO: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
 
@@ -759,6 +766,9 @@ mod tests {
 
     #[test]
     fn signals_are_passed_on_except_the_terminals() {
+        let _serial = FORWARD_SIGNALS_TESTS
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
         let child = spawn_stopped(&c("/bin/sleep"), &[c("sleep"), c("60")]).unwrap();
         let pid = child.release().unwrap().unwrap();
         let forward = ForwardSignals::to(pid as u32);
