@@ -321,15 +321,18 @@ fn a_signal_stops_the_runs_and_removes_the_work_folder() {
         let tmp = dir.path().join("tmp");
         std::fs::create_dir(&tmp).unwrap();
         let pid_file = dir.path().join("pid");
-        let bench = std::process::Command::new(assert_cmd::cargo::cargo_bin("pagewise"))
-            .args(["bench", "run", "--fix", "keep-heap", "-n", "2", "-q"])
-            .args(["--", "sh", "-c"])
-            .arg(format!("echo $$ > {}; exec sleep 60", pid_file.display()))
-            .env("TMPDIR", &tmp)
-            .stderr(std::process::Stdio::piped())
-            .process_group(0)
-            .spawn()
-            .unwrap();
+        let bench = match common::pagewise_with_default_signals() {
+            Ok(command) => command,
+            Err((need, why)) => pagewise_testkit::skip!(need, "{why}"),
+        }
+        .args(["bench", "run", "--fix", "keep-heap", "-n", "2", "-q"])
+        .args(["--", "sh", "-c"])
+        .arg(format!("echo $$ > {}; exec sleep 60", pid_file.display()))
+        .env("TMPDIR", &tmp)
+        .stderr(std::process::Stdio::piped())
+        .process_group(0)
+        .spawn()
+        .unwrap();
         let command = common::pid_written_to(&pid_file);
         let target = i64::from(bench.id());
         common::send_signal(if whole_group { -target } else { target }, signal);

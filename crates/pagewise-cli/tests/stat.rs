@@ -425,13 +425,16 @@ fn a_signal_to_stat_goes_to_the_command_and_the_report_is_written() {
     for (signal, number) in [("TERM", 15), ("HUP", 1), ("INT", 2)] {
         let dir = tempfile::tempdir().unwrap();
         let (pid_file, report) = (dir.path().join("pid"), dir.path().join("report.txt"));
-        let mut stat = std::process::Command::new(assert_cmd::cargo::cargo_bin("pagewise"))
-            .args(["stat", "-o"])
-            .arg(&report)
-            .args(["--", "sh", "-c"])
-            .arg(format!("echo $$ > {}; exec sleep 60", pid_file.display()))
-            .spawn()
-            .unwrap();
+        let mut stat = match common::pagewise_with_default_signals() {
+            Ok(command) => command,
+            Err((need, why)) => pagewise_testkit::skip!(need, "{why}"),
+        }
+        .args(["stat", "-o"])
+        .arg(&report)
+        .args(["--", "sh", "-c"])
+        .arg(format!("echo $$ > {}; exec sleep 60", pid_file.display()))
+        .spawn()
+        .unwrap();
         let command = common::pid_written_to(&pid_file);
         common::send_signal(stat.id().into(), signal);
         let status = stat.wait().unwrap();

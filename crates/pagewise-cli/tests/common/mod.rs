@@ -170,6 +170,35 @@ pub fn pid_written_to(file: &std::path::Path) -> u32 {
     }
 }
 
+/// The real binary as a `std::process::Command`, started through `env
+/// --default-signal` so that `SIGINT`, `SIGQUIT` and `SIGHUP` are at their
+/// default disposition in it whatever the test inherited: a test run as a
+/// background job (`cmd &` in a script, as CI may run) starts with `SIGINT`
+/// and `SIGQUIT` ignored, and pagewise keeps a signal ignored that was
+/// ignored when it started (as `nohup` asks). `env` execs the binary, so the
+/// child's pid is pagewise's. Or why not: `env` lacks the option (coreutils
+/// before 8.31).
+#[allow(dead_code)] // each test binary uses the helpers it needs
+pub fn pagewise_with_default_signals(
+) -> Result<std::process::Command, (pagewise_testkit::Need, &'static str)> {
+    const SIGNALS: &str = "--default-signal=INT,QUIT,HUP";
+    let supported = std::process::Command::new("env")
+        .args([SIGNALS, "true"])
+        .status()
+        .is_ok_and(|s| s.success());
+    if !supported {
+        return Err((
+            pagewise_testkit::Need::Tool,
+            "env has no --default-signal (coreutils 8.31 or later)",
+        ));
+    }
+    let mut command = std::process::Command::new("env");
+    command
+        .arg(SIGNALS)
+        .arg(assert_cmd::cargo::cargo_bin("pagewise"));
+    Ok(command)
+}
+
 /// Sends `kill -SIGNAL` (a name: `TERM`, `INT`, …) to process `pid`, or to
 /// process group `-pid` when `pid` is negative.
 #[allow(dead_code)] // each test binary uses the helpers it needs

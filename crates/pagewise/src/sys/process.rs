@@ -764,11 +764,39 @@ mod tests {
         stat.rsplit(") ").next().unwrap().chars().next().unwrap()
     }
 
+    /// Sets `signal` to its default disposition until dropped, restoring the
+    /// one before: `ForwardSignals` leaves alone a signal that was ignored
+    /// when it started, which `SIGINT` is in a test run as a background job.
+    struct DefaultDisposition(libc::c_int, libc::sigaction);
+
+    impl DefaultDisposition {
+        fn of(signal: libc::c_int) -> Self {
+            // SAFETY: all-zero sigaction structs are valid; SIG_DFL needs no handler.
+            unsafe {
+                let mut default: libc::sigaction = std::mem::zeroed();
+                default.sa_sigaction = libc::SIG_DFL;
+                libc::sigemptyset(&mut default.sa_mask);
+                let mut before: libc::sigaction = std::mem::zeroed();
+                assert_eq!(libc::sigaction(signal, &default, &mut before), 0);
+                DefaultDisposition(signal, before)
+            }
+        }
+    }
+
+    impl Drop for DefaultDisposition {
+        fn drop(&mut self) {
+            // SAFETY: restoring the disposition sigaction returned.
+            unsafe { libc::sigaction(self.0, &self.1, std::ptr::null_mut()) };
+        }
+    }
+
     #[test]
     fn signals_are_passed_on_except_the_terminals() {
         let _serial = FORWARD_SIGNALS_TESTS
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
+        // Dropped after `forward` (declared before it), which restores these.
+        let _defaults = [libc::SIGINT, libc::SIGTERM].map(DefaultDisposition::of);
         let child = spawn_stopped(&c("/bin/sleep"), &[c("sleep"), c("60")]).unwrap();
         let pid = child.release().unwrap().unwrap();
         let forward = ForwardSignals::to(pid as u32);
