@@ -178,16 +178,21 @@ fn apply_tunables(
     path: &Path,
     args: &RunArgs,
 ) -> anyhow::Result<()> {
-    let (fix, instead) = match (args.keep_heap, args.thp_heap) {
+    // What the fixes are called in the report, how the refusal of a program
+    // without glibc names them, and what to do instead.
+    let (what, fix, instead) = match (args.keep_heap, args.thp_heap) {
         (true, false) => (
+            "keep-heap",
             "--keep-heap works through glibc's malloc tunables and",
             "use pagewise::buffer in the program instead",
         ),
         (false, _) => (
+            "thp-heap",
             "--thp-heap works through glibc's malloc tunables and",
             "use pagewise regions in the program instead",
         ),
         (true, true) => (
+            "keep-heap and thp-heap",
             "--keep-heap and --thp-heap work through glibc's malloc tunables and",
             "use pagewise::buffer or regions in the program instead",
         ),
@@ -206,11 +211,6 @@ fn apply_tunables(
     let (value, decided) = keep_heap::merge(existing.as_deref(), &wanted);
     command.env("GLIBC_TUNABLES", &value);
     if args.report {
-        let what = match (args.keep_heap, args.thp_heap) {
-            (true, true) => "keep-heap and thp-heap",
-            (true, false) => "keep-heap",
-            (false, _) => "thp-heap",
-        };
         errln!("pagewise run: {what} for {}", inspected.display());
         for t in &decided {
             let shown = if t.name.ends_with("mmap_max") || t.name == thp_heap::TUNABLE.0 {
