@@ -464,6 +464,16 @@ pub fn overlay_placement(
     merge(table);
 }
 
+/// The strategy `table` gives `n` bytes at placement `p` (`None` for an
+/// empty table).
+pub fn strategy_at(table: &[Class], n: usize, p: Placement) -> Option<Strategy> {
+    table
+        .iter()
+        .rev()
+        .find(|c| c.from <= n)
+        .map(|c| c.by_placement[p as usize])
+}
+
 /// Splits the class holding `at` so that a class starts there.
 fn split_at(table: &mut Vec<Class>, at: usize) {
     if table.iter().any(|c| c.from == at) {
@@ -525,11 +535,13 @@ fn streams_of(table: &[Class]) -> Option<u8> {
 ///   non-temporal from half the LLC. Masked AVX-512 moves for the smallest
 ///   sizes, guarded against 4K aliasing.
 /// - **AMD Zen 1–4** (glibc's and AOCL-LibMem's choices for Zen 3, confirmed
-///   on the Zen 3 guest): no `rep movsb`/`rep stosb` (it collapses to 2 GB/s
-///   at distances 1–31 mod 4 KiB there, glibc BZ #30994; the guard avoids
-///   1–63 B ahead modulo 4 KiB if a user turns it on), the vector loop up to
-///   3/4 of the L3 of one CCX, then non-temporal stores in one stream
-///   (interleaving pages lost up to 4× on the Zen 3 guest).
+///   on the Zen 3 guest): no `rep movsb` (it collapses to 2 GB/s at
+///   distances 1–31 mod 4 KiB there, glibc BZ #30994; the guard avoids 1–63 B
+///   ahead modulo 4 KiB if a user turns it on), the vector loop up to 3/4 of
+///   the L3 of one CCX, then non-temporal stores in one stream (interleaving
+///   pages lost up to 4× on the Zen 3 guest). `rep stosb` only on Zen 4 (the
+///   one with AVX-512) with ERMS, for misaligned destinations of 4–128 KiB
+///   (measured on the Zen 4 guest, see [`ZEN4_FILL_REP_MISALIGNED_END`]).
 /// - **AMD Zen 5** (AOCL-LibMem's Zen 5 rule, `rep movsb` up to the L3,
 ///   confirmed on the Zen 5 guest): Intel's sizes for the loop, `rep
 ///   movsb` and the non-temporal thresholds, `rep stosb` from 8 KiB (the
@@ -579,6 +591,15 @@ pub fn default_tables(kind: CpuKind, isa: Isa, erms: bool, llc: Option<u64>) -> 
             // Only Zen 4 of these has AVX-512, where the small shape applies:
             // masked moves inline (measured on a Zen 4 guest: worst ratio to
             // glibc over the small cases 0.99, against 0.71 in the leaf).
+            if erms && isa == Isa::Avx512 {
+                overlay_placement(
+                    &mut fill,
+                    FILL_REP_MISALIGNED_MIN,
+                    ZEN4_FILL_REP_MISALIGNED_END,
+                    Placement::Other,
+                    Strategy::Rep,
+                );
+            }
             (Small::Masked, nt, nt, 1)
         }
         CpuKind::AmdZen5 => {
@@ -1041,8 +1062,22 @@ const FILL_REP_MIN: usize = 16 << 10;
 /// stosb` from 8 KiB, 1.00–1.07 cold and 0.99–1.01 hot from 8 KiB.
 const ZEN5_FILL_REP_MIN: usize = 8 << 10;
 /// Smallest fill with a misaligned destination that uses `rep stosb` on Intel
-/// (and on Zen 5).
+/// (and on Zen 4 and 5).
 const FILL_REP_MISALIGNED_MIN: usize = 4096;
+/// First fill size with a misaligned destination that goes back to the loop
+/// on Zen 4 (AMD family 0x19 with AVX-512) with ERMS. Measured on the Zen 4
+/// guest (2026-11-25, ratios to glibc, whose `memset` is `rep stosb` from
+/// 2 KiB): first `bench memset` with `PAGEWISE_REP_STOSB=2K-128K` (every
+/// placement) against the loop, two runs each, alternating: `rep stosb` lost
+/// on aligned destinations from 2 to 8 KiB (0.86–0.97 against 0.96–1.24) and
+/// on misaligned ones below 4 KiB (0.95 against 1.05–1.29 at 3000 B) and from
+/// 128 KiB (0.96–0.98 against 0.99–1.00). Then this rule against the loop,
+/// three full runs each, alternating, hot fills one byte past a line: 4 KiB
+/// 0.78–0.92 → 0.92–0.94, 8 KiB 0.88–0.94 → 0.96–0.98, 64 KiB 0.96–1.02 →
+/// 1.00, but 10,000 B 1.03–1.07 → 0.93–0.98; cold ones 4 KiB 0.90–0.94 →
+/// 0.99–1.02, 10,000 B 0.96–0.98 → 0.99–1.10. The loop's slow sizes are
+/// whole pages (its last store reaches the next page's first line).
+const ZEN4_FILL_REP_MISALIGNED_END: usize = 128 << 10;
 
 fn parse_isa(text: &str) -> Result<Isa, PlanError> {
     match text.trim().to_ascii_lowercase().as_str() {
@@ -1189,6 +1224,41 @@ mod tests {
             .by_placement
             .iter()
             .all(|s| matches!(s, Strategy::Loop { .. }))));
+        // ...and fills misaligned destinations of 4-128 KiB with rep stosb,
+        // in both fill tables; aligned ones, and every size outside, loop.
+        let other = Placement::Other as usize;
+        for table in [&p.tables.fill, &p.tables.fill_temporal] {
+            for n in [4096, 8 << 10, (128 << 10) - 1] {
+                assert_eq!(strategy_at(table, n, Placement::Other), Some(Strategy::Rep));
+            }
+            for n in [4095, 128 << 10] {
+                assert_ne!(strategy_at(table, n, Placement::Other), Some(Strategy::Rep));
+            }
+            assert!(table
+                .iter()
+                .all(|c| c.by_placement[Placement::Aligned as usize] != Strategy::Rep));
+        }
+        // Without AVX-512 (Zen 1-3) or without ERMS: no rep stosb at all.
+        for (supported, erms) in [
+            (vec![Isa::Sse2, Isa::Avx2], true),
+            (inputs("x").supported, false),
+        ] {
+            let p = Plan::decide(&Inputs {
+                supported,
+                erms,
+                llc_bytes: Some(32 << 20),
+                key: MachineKey {
+                    family: 0x19,
+                    ..key("AuthenticAMD")
+                },
+                ..inputs("AuthenticAMD")
+            });
+            assert!(p
+                .tables
+                .fill
+                .iter()
+                .all(|c| c.by_placement[other] != Strategy::Rep));
+        }
     }
 
     #[test]

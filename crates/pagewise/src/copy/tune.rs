@@ -32,7 +32,7 @@
 //! never tunes by itself (see `docs/copy.md`).
 
 use super::cache::{MachineKey, Tuned, SCHEMA};
-use super::plan::{default_tables, overlay_placement, Plan, Table};
+use super::plan::{default_tables, overlay_placement, strategy_at, Plan, Table};
 use super::{Copier, Isa, LoopBlock, Placement, Small, Strategy};
 use crate::sys::copy::{glibc_memcpy, glibc_memset, Class};
 use crate::sys::mem::{Advice, AnonMapping, MapOptions};
@@ -691,15 +691,6 @@ fn choose(
         Some((s, t)) => (s, worst_score(&t), worst_score(&inc), glibc),
         None => (incumbent, worst_score(&inc), worst_score(&inc), glibc),
     }
-}
-
-/// The strategy `table` gives `n` bytes at placement `p`.
-fn strategy_at(table: &[Class], n: usize, p: Placement) -> Option<Strategy> {
-    table
-        .iter()
-        .rev()
-        .find(|c| c.from <= n)
-        .map(|c| c.by_placement[p as usize])
 }
 
 /// Measures the AVX-512 copy of the smallest sizes with every [`Small`]
