@@ -20,6 +20,15 @@ pub const SCHEMA: &str = "pagewise.bench.first-touch/1";
 
 const MIB2: usize = 2 << 20;
 
+/// The smallest size whose first pass means the same thing for every
+/// strategy: one 2 MiB page. Each pass writes in 2 MiB `fill`s, and `thp` and
+/// `hugetlb-2m` map whole 2 MiB pages, so below it their first touch zeroes a
+/// whole 2 MiB page for a write of a fraction of it, while the region rows
+/// fall back to 4 KiB pages (no huge page fits): the rows compare unlike
+/// things, and a pass of a few bytes or pages times little more than the
+/// clock reads around it, so the ratios to the third pass are noise.
+pub const MIN_SIZE: usize = MIB2;
+
 /// An allocation strategy.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
@@ -74,7 +83,8 @@ impl Strategy {
 /// What to run.
 #[derive(Debug, Clone)]
 pub struct Config {
-    /// Bytes to allocate and write (default 1 GiB).
+    /// Bytes to allocate and write (default 1 GiB; at least [`MIN_SIZE`]
+    /// for the comparison to mean anything).
     pub size: usize,
     /// Trials per strategy (default 5), interleaved across strategies.
     pub trials: usize,

@@ -269,8 +269,8 @@ impl Fixture {
             "--version",
             "queue --help",
             "bench heap-churn-worker --mode malloc --threads 1 --min-size 4K --max-size 4K --iterations 1 --warmup 0",
-            "bench first-touch --size 64K --trials 1 -q --only malloc",
-            "bench first-touch --size 64K --trials 1 -q --only malloc --json",
+            "bench first-touch --size 2M --trials 1 -q --only malloc",
+            "bench first-touch --size 2M --trials 1 -q --only malloc --json",
             "bench mmap-prefault --size 64K --record 4K --trials 1 -q --only plain",
         ]
         .iter()
@@ -346,7 +346,7 @@ fn a_full_stderr_never_crashes() {
                 "bench",
                 "first-touch",
                 "--size",
-                "64K",
+                "2M",
                 "--trials",
                 "1",
                 "--only",

@@ -9,8 +9,9 @@ use std::process::ExitCode;
 /// Allocate SIZE, write it three times per strategy; compare the first pass with the third.
 #[derive(Debug, clap::Args)]
 pub struct FirstTouchArgs {
-    /// Bytes to allocate and write (e.g. 1GiB, 256MiB).
-    #[arg(long, default_value = "1GiB", value_parser = crate::args::size_in(1, crate::args::MAX_BENCH_BYTES))]
+    /// Bytes to allocate and write (e.g. 1GiB, 256MiB); at least 2 MiB, one huge
+    /// page, the unit every pass writes in.
+    #[arg(long, default_value = "1GiB", value_parser = crate::args::size_in(first_touch::MIN_SIZE as u64, crate::args::MAX_BENCH_BYTES))]
     size: u64,
     /// Strategies to run, comma-separated (malloc, mmap, thp, hugetlb-2m, populate,
     /// region-eager, region-background); all by default.

@@ -20,6 +20,12 @@
 //! refused); it is written under a temporary name (created with
 //! `O_EXCL | O_NOFOLLOW`, mode 0600) and renamed into place, so readers
 //! never see half a file.
+//!
+//! **Pruning.** A cache whose keys change (new builds, new versions) removes
+//! its own kind's old files when it writes a new one ([`prune`]): only this
+//! user's regular files with its names (a link is never followed), those
+//! that can never be used again and, beyond a bound, the least recently used
+//! ([`mark_used`] refreshes a file's modification time when it is used).
 
 use std::ffi::OsStr;
 use std::io::{Read, Write};
@@ -376,13 +382,16 @@ pub fn prepare(dir: &Path) -> Result<(), UserCacheError> {
     ready(&CacheDir::private(dir.to_owned()), Purpose::Write)
 }
 
-/// The text of the cache file `name` in `dir` (at most `max_bytes` of it) and
-/// its path; `Ok(None)` when the directory or the file does not exist.
-/// Costs a `stat` of the directory, an `open`, an `fstat` and one read.
-pub fn read(
+/// What `how` reads of the cache file `name` in `dir` (at most `max_bytes`
+/// of it), once the file is known to be this user's regular file, not
+/// writable by group or others, and its path; `Ok(None)` when the directory
+/// or the file does not exist. Costs a `stat` of the directory, an `open`,
+/// an `fstat` and what `how` reads.
+fn read_with(
     dir: &Path,
     name: &str,
     max_bytes: u64,
+    how: impl FnOnce(std::io::Take<std::fs::File>) -> std::io::Result<String>,
 ) -> Result<Option<(String, PathBuf)>, UserCacheError> {
     match std::fs::symlink_metadata(dir) {
         Ok(meta) if !meta.is_dir() => return Err(untrusted(dir, "not a directory")),
@@ -406,11 +415,121 @@ pub fn read(
         return Err(untrusted(&path, "not a regular file"));
     }
     check_owner(&path, &meta, 0o022)?;
-    let mut text = String::new();
-    file.take(max_bytes)
-        .read_to_string(&mut text)
-        .map_err(io_error(&path, "read"))?;
+    let text = how(file.take(max_bytes)).map_err(io_error(&path, "read"))?;
     Ok(Some((text, path)))
+}
+
+/// The text of the cache file `name` in `dir` (at most `max_bytes` of it) and
+/// its path; `Ok(None)` when the directory or the file does not exist.
+/// Costs a `stat` of the directory, an `open`, an `fstat` and one read.
+pub fn read(
+    dir: &Path,
+    name: &str,
+    max_bytes: u64,
+) -> Result<Option<(String, PathBuf)>, UserCacheError> {
+    read_with(dir, name, max_bytes, |mut file| {
+        let mut text = String::new();
+        file.read_to_string(&mut text)?;
+        Ok(text)
+    })
+}
+
+/// As [`read`], but only the first line, without its newline (at most
+/// `max_bytes` of it): for a file whose first line says what it is (its
+/// key). Reads little past that line (one buffer).
+pub fn read_first_line(
+    dir: &Path,
+    name: &str,
+    max_bytes: u64,
+) -> Result<Option<(String, PathBuf)>, UserCacheError> {
+    use std::io::BufRead;
+    read_with(dir, name, max_bytes, |file| {
+        let mut line = Vec::new();
+        std::io::BufReader::new(file).read_until(b'\n', &mut line)?;
+        if line.last() == Some(&b'\n') {
+            line.pop();
+        }
+        String::from_utf8(line).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
+    })
+}
+
+/// One of this user's files in a cache directory, as [`files`] lists it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CacheFile {
+    /// Its name in the directory.
+    pub name: String,
+    /// Its path.
+    pub path: PathBuf,
+    /// When it was last written or marked used ([`mark_used`]).
+    pub modified: std::time::SystemTime,
+}
+
+/// The files of `dir` whose names `ours` accepts and that are this user's
+/// regular files (by `lstat`: a link is left out, never followed, and so is
+/// anything else that is not a regular file, or is another user's), in name
+/// order; none when `dir` cannot be read. One directory read and an `lstat`
+/// per accepted name; no file is opened.
+pub fn files(dir: &Path, ours: impl Fn(&str) -> bool) -> Vec<CacheFile> {
+    let uid = crate::sys::libc_info::effective_uid();
+    crate::sys::file::names_in(dir)
+        .into_iter()
+        .filter(|name| ours(name))
+        .filter_map(|name| {
+            let path = dir.join(&name);
+            let meta = std::fs::symlink_metadata(&path).ok()?;
+            if !meta.is_file() || meta.uid() != uid {
+                return None;
+            }
+            let modified = meta.modified().ok()?;
+            Some(CacheFile {
+                name,
+                path,
+                modified,
+            })
+        })
+        .collect()
+}
+
+/// Removes from `dir` the files of one kind, those [`files`] lists for
+/// `ours` other than `keep` (the entry just written, or in use), that can
+/// never be used again (`stale` says so), then, beyond `max_files` of the
+/// kind (counting `keep`), the least recently used (oldest [`CacheFile::modified`]).
+/// Returns what it removed. Best effort: a file that cannot be removed
+/// stays, and nothing fails. One directory read, an `lstat` per file of the
+/// kind, what `stale` costs, and an `unlink` per file removed.
+pub fn prune(
+    dir: &Path,
+    ours: impl Fn(&str) -> bool,
+    keep: &str,
+    max_files: usize,
+    mut stale: impl FnMut(&CacheFile) -> bool,
+) -> Vec<PathBuf> {
+    let mut removed = Vec::new();
+    let mut kept = Vec::new();
+    for file in files(dir, |name| name != keep && ours(name)) {
+        if stale(&file) && std::fs::remove_file(&file.path).is_ok() {
+            removed.push(file.path);
+        } else {
+            kept.push(file);
+        }
+    }
+    // Newest first; the same time in name order, so the choice is stable.
+    kept.sort_by(|a, b| b.modified.cmp(&a.modified).then(a.name.cmp(&b.name)));
+    for file in kept.into_iter().skip(max_files.saturating_sub(1)) {
+        if std::fs::remove_file(&file.path).is_ok() {
+            removed.push(file.path);
+        }
+    }
+    removed
+}
+
+/// Marks the cache file at `path` as used now: sets its modification time,
+/// which [`prune`] goes by, never through a link. Best effort: an `open`
+/// and a `futimens`.
+pub fn mark_used(path: &Path) {
+    if let Ok(f) = crate::sys::create::open_read_no_follow(path) {
+        let _ = f.set_modified(std::time::SystemTime::now());
+    }
 }
 
 /// Writes `bytes` as the cache file `name` in `dir` (made ready by

@@ -16,7 +16,6 @@
 
 use crate::host::user_cache::{self, CacheDir, Purpose, UserCacheError};
 use crate::sys::create;
-use crate::sys::file;
 use std::io::Read;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
@@ -114,36 +113,19 @@ fn holds(path: &Path, bytes: &[u8]) -> bool {
 /// Removes from `dir` the other versions of the library `name`
 /// (`<stem>-*.so` for a `name` of `<stem>-<hash>.so`) that are this user's
 /// regular files unused (not modified, see [`place`]) for [`UNUSED_FOR`]
-/// before `now`, and returns them. Best effort: one directory read, an
-/// `lstat` per entry.
+/// before `now`, and returns them. Best effort ([`user_cache::prune`]): one
+/// directory read, an `lstat` per entry.
 fn remove_unused_versions(dir: &Path, name: &str, now: std::time::SystemTime) -> Vec<PathBuf> {
     let Some((stem, _)) = name.rsplit_once('-') else {
         return Vec::new();
     };
     let family = format!("{stem}-");
-    let mut removed = Vec::new();
-    for other in file::names_in(dir) {
-        if other == name || !other.starts_with(&family) || !other.ends_with(".so") {
-            continue;
-        }
-        let path = dir.join(&other);
-        let Ok(meta) = std::fs::symlink_metadata(&path) else {
-            continue;
-        };
-        let unused = meta
-            .modified()
-            .ok()
-            .and_then(|m| now.duration_since(m).ok())
-            .is_some_and(|age| age >= UNUSED_FOR);
-        if meta.is_file()
-            && meta.uid() == create::effective_uid()
-            && unused
-            && std::fs::remove_file(&path).is_ok()
-        {
-            removed.push(path);
-        }
-    }
-    removed
+    let version = |other: &str| other.starts_with(&family) && other.ends_with(".so");
+    let unused = |f: &user_cache::CacheFile| {
+        now.duration_since(f.modified)
+            .is_ok_and(|age| age >= UNUSED_FOR)
+    };
+    user_cache::prune(dir, version, name, usize::MAX, unused)
 }
 
 /// Makes `path` hold `bytes`; `Ok(true)` when it had to be written. A file
@@ -151,9 +133,7 @@ fn remove_unused_versions(dir: &Path, name: &str, now: std::time::SystemTime) ->
 /// a version in use ([`remove_unused_versions`]).
 fn place(path: &Path, bytes: &[u8]) -> std::io::Result<bool> {
     if holds(path, bytes) {
-        if let Ok(f) = create::open_read_no_follow(path) {
-            let _ = f.set_modified(std::time::SystemTime::now());
-        }
+        user_cache::mark_used(path);
         return Ok(false);
     }
     create::replace_file(path, bytes, 0o644).map_err(|e| e.source)?;
@@ -163,6 +143,7 @@ fn place(path: &Path, bytes: &[u8]) -> std::io::Result<bool> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::sys::file;
     use std::os::unix::fs::DirBuilderExt;
 
     fn private(path: PathBuf) -> CacheDir {

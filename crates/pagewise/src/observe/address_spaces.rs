@@ -75,6 +75,50 @@ impl Mapping {
     }
 }
 
+/// Whose code an address is, by the mappings known so far.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CodeOwner {
+    /// The program's own: an executable file mapping outside the system
+    /// library folders.
+    Own,
+    /// Other code: a system library, the vDSO, anonymous (JIT) code.
+    Other,
+    /// No executable mapping known holds it: not code, or code whose mapping
+    /// record has not been read yet (it may come from another CPU's ring).
+    Unmapped,
+}
+
+/// The executable ranges of one process (with those it shares with the
+/// processes it was forked from), each list sorted and merged.
+#[derive(Debug, Default)]
+struct CodeRanges {
+    /// The program's own code.
+    own: Vec<(u64, u64)>,
+    /// All code, its own included.
+    all: Vec<(u64, u64)>,
+}
+
+impl CodeRanges {
+    /// Sorts `ranges` and merges those that overlap or touch.
+    fn merged(mut ranges: Vec<(u64, u64)>) -> Vec<(u64, u64)> {
+        ranges.sort_unstable();
+        let mut merged: Vec<(u64, u64)> = Vec::with_capacity(ranges.len());
+        for (start, end) in ranges {
+            match merged.last_mut() {
+                Some(last) if start <= last.1 => last.1 = last.1.max(end),
+                _ => merged.push((start, end)),
+            }
+        }
+        merged
+    }
+
+    /// Whether one of the sorted, merged `ranges` holds `addr`.
+    fn holds(ranges: &[(u64, u64)], addr: u64) -> bool {
+        let i = ranges.partition_point(|r| r.0 <= addr);
+        i > 0 && addr < ranges[i - 1].1
+    }
+}
+
 /// The mappings of every observed process, and the files behind their code.
 #[derive(Debug, Default)]
 pub struct AddressSpaces {
@@ -82,9 +126,12 @@ pub struct AddressSpaces {
     object_index: HashMap<String, usize>,
     by_pid: HashMap<u32, Vec<Mapping>>,
     parent: HashMap<u32, u32>,
+    /// The processes forked from each (the other way of `parent`).
+    children: HashMap<u32, Vec<u32>>,
     /// Processes that called `exec`, with the time of the newest one when known.
     execed: HashMap<u32, Option<u64>>,
-    own_ranges: HashMap<u32, Vec<(u64, u64)>>,
+    /// [`AddressSpaces::code_owner`]'s ranges per process, made on first use.
+    code_ranges: HashMap<u32, CodeRanges>,
 }
 
 impl AddressSpaces {
@@ -95,8 +142,10 @@ impl AddressSpaces {
 
     /// Records that `pid` was forked from `ppid` (it shares its mappings until it execs).
     pub fn set_parent(&mut self, pid: u32, ppid: u32) {
-        if pid != ppid {
-            self.parent.insert(pid, ppid);
+        if pid != ppid && self.parent.insert(pid, ppid) != Some(ppid) {
+            self.children.entry(ppid).or_default().push(pid);
+            // Its fork record may be read after samples of it.
+            self.forget_code_ranges(pid);
         }
     }
 
@@ -117,7 +166,26 @@ impl AddressSpaces {
                 self.by_pid.remove(&pid);
             }
         }
-        self.own_ranges.remove(&pid);
+        self.forget_code_ranges(pid);
+    }
+
+    /// Drops the code ranges made for `pid` and for the processes forked from
+    /// it, down to the depth [`AddressSpaces::code_owner`] looks up (theirs
+    /// hold the mappings they share with it): made again on use. Costs a
+    /// lookup per process forked from it.
+    fn forget_code_ranges(&mut self, pid: u32) {
+        let mut generation = vec![pid];
+        for _ in 0..16 {
+            let mut next = Vec::new();
+            for p in generation {
+                self.code_ranges.remove(&p);
+                next.extend(self.children.get(&p).into_iter().flatten());
+            }
+            if next.is_empty() {
+                break;
+            }
+            generation = next;
+        }
     }
 
     /// The objects seen so far.
@@ -237,7 +305,10 @@ impl AddressSpaces {
     /// their records say when (records from different CPUs' rings arrive out
     /// of that order), so that the last one holding an address is the newest.
     fn push(&mut self, pid: u32, m: Mapping) {
-        self.own_ranges.remove(&pid);
+        if m.exec {
+            // Only code is in them.
+            self.forget_code_ranges(pid);
+        }
         let maps = self.by_pid.entry(pid).or_default();
         let at = match m.mapped_at {
             Some(t) => maps
@@ -271,17 +342,26 @@ impl AddressSpaces {
     /// Whether `addr` lies in the program's own executable code (an executable
     /// file mapping outside the system library folders). Cached per process.
     pub fn is_own_code(&mut self, pid: u32, addr: u64) -> bool {
-        if !self.own_ranges.contains_key(&pid) {
-            let mut ranges = Vec::new();
+        self.code_owner(pid, addr) == CodeOwner::Own
+    }
+
+    /// Whose code `addr` is in process `pid`, by the executable mappings known
+    /// so far (its own and those it shares with the processes it was forked
+    /// from, up to an `exec`). The ranges are made once per process and kept
+    /// until code is mapped in it or in a process it was forked from, it
+    /// execs, or its fork is read; otherwise two binary searches.
+    pub fn code_owner(&mut self, pid: u32, addr: u64) -> CodeOwner {
+        if !self.code_ranges.contains_key(&pid) {
+            let (mut own, mut all) = (Vec::new(), Vec::new());
             let mut p = pid;
             for _ in 0..16 {
-                if let Some(v) = self.by_pid.get(&p) {
-                    for m in v {
-                        if let Some(o) = m.object {
-                            if !self.objects[o].system {
-                                ranges.push((m.start, m.end));
-                            }
-                        }
+                for m in self.by_pid.get(&p).into_iter().flatten() {
+                    if !m.exec {
+                        continue;
+                    }
+                    all.push((m.start, m.end));
+                    if m.object.is_some_and(|o| !self.objects[o].system) {
+                        own.push((m.start, m.end));
                     }
                 }
                 if self.execed.contains_key(&p) {
@@ -292,12 +372,20 @@ impl AddressSpaces {
                     None => break,
                 }
             }
-            ranges.sort_unstable();
-            self.own_ranges.insert(pid, ranges);
+            let ranges = CodeRanges {
+                own: CodeRanges::merged(own),
+                all: CodeRanges::merged(all),
+            };
+            self.code_ranges.insert(pid, ranges);
         }
-        let ranges = &self.own_ranges[&pid];
-        let i = ranges.partition_point(|r| r.0 <= addr);
-        i > 0 && addr < ranges[i - 1].1
+        let ranges = &self.code_ranges[&pid];
+        if CodeRanges::holds(&ranges.own, addr) {
+            CodeOwner::Own
+        } else if CodeRanges::holds(&ranges.all, addr) {
+            CodeOwner::Other
+        } else {
+            CodeOwner::Unmapped
+        }
     }
 }
 
@@ -448,9 +536,9 @@ mod tests {
         }
     }
 
-    #[test]
-    fn lookups_fall_back_to_the_parent_until_exec() {
-        let map = |addr, prot, name: &str| Mmap2 {
+    /// Process 10's page at `addr` with `prot`, mapping `name`, with no time.
+    fn map(addr: u64, prot: u32, name: &str) -> Mmap2 {
+        Mmap2 {
             pid: 10,
             tid: 10,
             addr,
@@ -461,7 +549,35 @@ mod tests {
             build_id: None,
             filename: name.to_owned(),
             time: None,
-        };
+        }
+    }
+
+    /// Code with no mapping read yet is told apart from other code, and a
+    /// child's ranges follow a mapping of its parent, or its fork, read after
+    /// they were first asked for (before, the child's cached ranges never saw
+    /// either).
+    #[test]
+    fn code_owner_tells_unmapped_code_and_follows_a_parents_late_mapping() {
+        let mut s = AddressSpaces::new();
+        s.add_mmap(&map(0x1000, 5, "/usr/lib/libc.so.6"));
+        s.add_mmap(&map(0x2000, 7, "//anon"));
+        s.add_mmap(&map(0x3000, 1, "/nonexistent/data"));
+        s.set_parent(11, 10);
+        assert_eq!(s.code_owner(11, 0x1800), CodeOwner::Other);
+        assert_eq!(s.code_owner(11, 0x2800), CodeOwner::Other, "JIT code");
+        assert_eq!(s.code_owner(11, 0x3800), CodeOwner::Unmapped, "data");
+        assert_eq!(s.code_owner(11, 0x4800), CodeOwner::Unmapped);
+        s.add_mmap(&map(0x4000, 5, "/nonexistent/prog"));
+        assert_eq!(s.code_owner(11, 0x4800), CodeOwner::Own);
+        assert!(s.is_own_code(10, 0x4800));
+        // A child asked about before its fork record was read.
+        assert_eq!(s.code_owner(12, 0x4800), CodeOwner::Unmapped);
+        s.set_parent(12, 11);
+        assert_eq!(s.code_owner(12, 0x4800), CodeOwner::Own);
+    }
+
+    #[test]
+    fn lookups_fall_back_to_the_parent_until_exec() {
         let mut s = AddressSpaces::new();
         s.add_mmap(&map(0x1000, 5, "/nonexistent/prog"));
         s.add_mmap(&map(0x5000, 5, "/usr/lib/libc.so.6"));

@@ -2,7 +2,7 @@
 //! spaces from side-band records, and samples reduced to counts by stack,
 //! by code page and by file.
 
-use super::address_spaces::AddressSpaces;
+use super::address_spaces::{AddressSpaces, CodeOwner};
 use super::churn::{Call, CallKind, RemapRecords};
 use super::kinds::KindWindow;
 use super::record::{Record, Records, Sample};
@@ -82,9 +82,14 @@ pub struct Collector {
     /// (`[unknown]` while no mapping holds it; see `unresolved_majors`).
     pub major_files: HashMap<String, u64>,
     /// Major faults counted as `[unknown]` in `major_files`, looked up again
-    /// in the next [`MAJOR_RETRY_BATCHES`] batches: another CPU's ring may
-    /// hold the mapping's record and be read a batch later.
-    unresolved_majors: Vec<UnresolvedMajor>,
+    /// in the next [`RETRY_BATCHES`] batches: another CPU's ring may hold the
+    /// mapping's record and be read a batch later.
+    unresolved_majors: Retries<UnresolvedMajor>,
+    /// Stacks counted while no known mapping held their sampled instruction,
+    /// so that which of their stack words are the program's own code was
+    /// decided without that mapping: decided again in the next
+    /// [`RETRY_BATCHES`] batches, once its record is read.
+    unsettled_stacks: Retries<UnsettledStack>,
     /// Batches consumed so far.
     batches: u64,
     /// User-mode cpu-clock samples by (pid, 4 KiB page).
@@ -114,17 +119,75 @@ pub struct Collector {
 struct UnresolvedMajor {
     pid: u32,
     addr: u64,
-    /// The batch it was read in.
-    batch: u64,
 }
 
-/// How many later batches a major fault with no mapping yet is looked up
+/// A sample's stack counted while no known mapping held its sampled
+/// instruction: what it takes to choose its stack words again.
+#[derive(Debug)]
+struct UnsettledStack {
+    /// The stack it was counted under.
+    id: u32,
+    /// What counted it.
+    tally: Tally,
+    pid: u32,
+    /// Its user frames, innermost first.
+    chain: Box<[u64]>,
+    /// Its copy of the user stack.
+    stack: Box<[u8]>,
+}
+
+/// Where a sample's stack was counted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Tally {
+    /// In `fault_stacks`.
+    Faults,
+    /// In `major_stacks`.
+    Majors,
+    /// In `call_stacks`.
+    Calls,
+    /// As the stack of `calls[i]`.
+    MmapCall(usize),
+}
+
+/// How many later batches something read before the mapping record that
+/// places it (a major fault's address, a sample's instruction) is looked up
 /// again in. A batch reads every ring once, one after another, so a mapping
-/// recorded in a ring already read, just before the fault was recorded in a
-/// ring read later, arrives one batch after the fault; a fault on memory no
-/// mapping record ever names (anonymous memory swapped back in) is given up
-/// on after that, so the list stays short.
-const MAJOR_RETRY_BATCHES: u64 = 2;
+/// recorded in a ring already read, just before the sample was recorded in a
+/// ring read later, arrives one batch after the sample; an address no
+/// mapping record ever names (anonymous memory swapped back in, a lost
+/// record) is given up on after that, so the list stays short.
+const RETRY_BATCHES: u64 = 2;
+
+/// Things read before the mapping that places them, each with the batch it
+/// was read in, kept for [`RETRY_BATCHES`] batches.
+#[derive(Debug)]
+struct Retries<T>(Vec<(u64, T)>);
+
+impl<T> Default for Retries<T> {
+    fn default() -> Self {
+        Retries(Vec::new())
+    }
+}
+
+impl<T> Retries<T> {
+    /// Keeps `item`, read in batch `batch`, to be retried.
+    fn push(&mut self, batch: u64, item: T) {
+        self.0.push((batch, item));
+    }
+
+    /// Offers every item to `settle` in batch `batch`, and keeps those it
+    /// could not settle (it returns `false`) that have waited fewer than
+    /// [`RETRY_BATCHES`] batches.
+    fn retry(&mut self, batch: u64, mut settle: impl FnMut(&T) -> bool) {
+        self.0
+            .retain(|(read_in, item)| !settle(item) && batch - read_in < RETRY_BATCHES);
+    }
+
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.0.len()
+    }
+}
 
 /// The name major faults are counted under while no mapping holds their address.
 const UNKNOWN_FILE: &str = "[unknown]";
@@ -143,6 +206,45 @@ fn stack_hash(pid: u32, chain: &[u64], words: &[u64]) -> u64 {
         h = (h.rotate_left(5) ^ v).wrapping_mul(K);
     }
     h
+}
+
+/// Fills `words` with the words of `stack` that point into the program's own
+/// code: candidates for the caller that frame-pointer unwinding skipped (see
+/// [`StackKey::words`]), by the mappings of `pid` known so far. Returns whose
+/// code the sampled instruction (`chain[0]`) is in, if there is one.
+///
+/// A frameless leaf hides its caller from frame-pointer unwinding. When the
+/// sampled instruction is library code, the caller in our code may be a few
+/// frames up: the first words of the stack that point into our code are
+/// kept. When it is our own code, only its own return address can be
+/// missing, and that is the first word on the stack.
+fn own_code_words(
+    spaces: &mut AddressSpaces,
+    pid: u32,
+    chain: &[u64],
+    stack: Option<&[u8]>,
+    words: &mut Vec<u64>,
+) -> Option<CodeOwner> {
+    words.clear();
+    let leaf = chain.first().map(|&ip| spaces.code_owner(pid, ip));
+    let word = |w: &[u8]| u64::from_ne_bytes(w.try_into().expect("8 bytes"));
+    if leaf == Some(CodeOwner::Own) {
+        if let Some(v) = stack.and_then(|st| st.get(..8)).map(word) {
+            if spaces.is_own_code(pid, v) {
+                words.push(v);
+            }
+        }
+    } else if let Some(stack) = stack {
+        for v in stack.chunks_exact(8).map(word) {
+            if v > 4096 && spaces.is_own_code(pid, v) {
+                words.push(v);
+                if words.len() == MAX_WORDS {
+                    break;
+                }
+            }
+        }
+    }
+    leaf
 }
 
 impl Collector {
@@ -165,7 +267,8 @@ impl Collector {
             major_stacks: HashMap::new(),
             call_stacks: HashMap::new(),
             major_files: HashMap::new(),
-            unresolved_majors: Vec::new(),
+            unresolved_majors: Retries::default(),
+            unsettled_stacks: Retries::default(),
             batches: 0,
             text_pages: HashMap::new(),
             calls: vec![],
@@ -193,6 +296,7 @@ impl Collector {
         }
         self.batches += 1;
         self.resolve_majors();
+        self.settle_stacks();
         for buf in buffers {
             for r in Records::new(buf, types) {
                 if let Record::Sample(s) = r {
@@ -207,16 +311,16 @@ impl Collector {
 
     /// Moves the major faults counted as `[unknown]` whose address a mapping
     /// now holds to that mapping's name, and forgets those that waited
-    /// [`MAJOR_RETRY_BATCHES`] batches.
+    /// [`RETRY_BATCHES`] batches.
     fn resolve_majors(&mut self) {
         let mut pending = std::mem::take(&mut self.unresolved_majors);
-        pending.retain(|m| {
+        pending.retry(self.batches, |m| {
             let Some(name) = self
                 .spaces
                 .lookup(m.pid, m.addr)
                 .map(|map| map.name.clone())
             else {
-                return self.batches - m.batch < MAJOR_RETRY_BATCHES;
+                return false;
             };
             if let Some(unknown) = self.major_files.get_mut(UNKNOWN_FILE) {
                 *unknown -= 1;
@@ -225,9 +329,64 @@ impl Collector {
                 }
             }
             *self.major_files.entry(name).or_default() += 1;
-            false
+            true
         });
         self.unresolved_majors = pending;
+    }
+
+    /// Chooses again the stack words of the stacks counted before the mapping
+    /// of their sampled instruction was known, for those whose mapping is known
+    /// now, and moves the count to the stack they make when that differs (a
+    /// stack word in that mapping is the program's own code, or the sampled
+    /// instruction is, which changes which words are kept); forgets those that
+    /// waited [`RETRY_BATCHES`] batches.
+    fn settle_stacks(&mut self) {
+        let mut pending = std::mem::take(&mut self.unsettled_stacks);
+        pending.retry(self.batches, |u| {
+            let Some(&leaf) = u.chain.first() else {
+                return true;
+            };
+            if self.spaces.code_owner(u.pid, leaf) == CodeOwner::Unmapped {
+                return false;
+            }
+            let mut words = std::mem::take(&mut self.words_buf);
+            own_code_words(
+                &mut self.spaces,
+                u.pid,
+                &u.chain,
+                Some(&u.stack),
+                &mut words,
+            );
+            if *words != *self.stacks[u.id as usize].words {
+                let id = self.intern_key(u.pid, &u.chain, &words);
+                self.recount(u.tally, u.id, id);
+            }
+            self.words_buf = words;
+            true
+        });
+        self.unsettled_stacks = pending;
+    }
+
+    /// Moves one count from stack `from` to stack `to` in what `tally` names.
+    fn recount(&mut self, tally: Tally, from: u32, to: u32) {
+        let counts = match tally {
+            Tally::Faults => &mut self.fault_stacks,
+            Tally::Majors => &mut self.major_stacks,
+            Tally::Calls => &mut self.call_stacks,
+            Tally::MmapCall(i) => {
+                if let Some(call) = self.calls.get_mut(i) {
+                    call.stack = Some(to);
+                }
+                return;
+            }
+        };
+        if let Some(n) = counts.get_mut(&from) {
+            *n -= 1;
+            if *n == 0 {
+                counts.remove(&from);
+            }
+        }
+        *counts.entry(to).or_default() += 1;
     }
 
     fn side_band(&mut self, r: Record<'_>) {
@@ -265,7 +424,10 @@ impl Collector {
         }
     }
 
-    fn intern(&mut self, s: &Sample<'_>) -> u32 {
+    /// Interns the stack of `s`, counted in `tally` by the caller. When no
+    /// known mapping holds its sampled instruction yet, its words are chosen
+    /// again once one does ([`Collector::settle_stacks`]).
+    fn intern(&mut self, s: &Sample<'_>, tally: Tally) -> u32 {
         // Build the key in reusable buffers; allocate only for a stack not seen before.
         let mut chain = std::mem::take(&mut self.chain_buf);
         let mut words = std::mem::take(&mut self.words_buf);
@@ -275,56 +437,48 @@ impl Collector {
         if chain.is_empty() {
             chain.extend(s.ip);
         }
-        // A frameless leaf hides its caller from frame-pointer unwinding. When the
-        // sampled instruction is library code, the caller in our code may be a few
-        // frames up: keep the first words of the stack that point into our code.
-        // When it is our own code, only its own return address can be missing,
-        // and that is the first word on the stack.
-        let leaf_own = chain
-            .first()
-            .is_some_and(|&ip| self.spaces.is_own_code(s.pid, ip));
-        if leaf_own {
-            if let Some(w) = s.stack.and_then(|st| st.get(..8)) {
-                let v = u64::from_ne_bytes(w.try_into().expect("8 bytes"));
-                if self.spaces.is_own_code(s.pid, v) {
-                    words.push(v);
-                }
-            }
-        } else {
-            if let Some(stack) = s.stack {
-                for w in stack.chunks_exact(8) {
-                    let v = u64::from_ne_bytes(w.try_into().expect("8 bytes"));
-                    if v > 4096 && self.spaces.is_own_code(s.pid, v) {
-                        words.push(v);
-                        if words.len() == MAX_WORDS {
-                            break;
-                        }
-                    }
-                }
+        let leaf = own_code_words(&mut self.spaces, s.pid, &chain, s.stack, &mut words);
+        let id = self.intern_key(s.pid, &chain, &words);
+        // A user instruction is always in some mapping: none known means its
+        // record is still in a ring not read yet. (Without a stack copy there
+        // are no words to choose.)
+        let stack = s.stack.filter(|st| !st.is_empty());
+        if let (Some(CodeOwner::Unmapped), Some(stack)) = (leaf, stack) {
+            if chain[0] < KERNEL_SPACE {
+                let unsettled = UnsettledStack {
+                    id,
+                    tally,
+                    pid: s.pid,
+                    chain: chain.as_slice().into(),
+                    stack: stack.into(),
+                };
+                self.unsettled_stacks.push(self.batches, unsettled);
             }
         }
-        let hash = stack_hash(s.pid, &chain, &words);
+        self.chain_buf = chain;
+        self.words_buf = words;
+        id
+    }
+
+    /// The id of the stack (`pid`, `chain`, `words`), interned if new.
+    fn intern_key(&mut self, pid: u32, chain: &[u64], words: &[u64]) -> u32 {
+        let hash = stack_hash(pid, chain, words);
         let found = self.stack_index.get(&hash).and_then(|ids| {
             ids.iter().copied().find(|&id| {
                 let k = &self.stacks[id as usize];
-                k.pid == s.pid && *k.chain == *chain && *k.words == *words
+                k.pid == pid && *k.chain == *chain && *k.words == *words
             })
         });
-        let id = match found {
-            Some(id) => id,
-            None => {
-                let id = self.stacks.len() as u32;
-                self.stacks.push(StackKey {
-                    pid: s.pid,
-                    chain: chain.as_slice().into(),
-                    words: words.as_slice().into(),
-                });
-                self.stack_index.entry(hash).or_default().push(id);
-                id
-            }
-        };
-        self.chain_buf = chain;
-        self.words_buf = words;
+        if let Some(id) = found {
+            return id;
+        }
+        let id = self.stacks.len() as u32;
+        self.stacks.push(StackKey {
+            pid,
+            chain: chain.into(),
+            words: words.into(),
+        });
+        self.stack_index.entry(hash).or_default().push(id);
         id
     }
 
@@ -362,15 +516,15 @@ impl Collector {
                 None => {}
             },
             Sampled::Faults => {
-                let id = self.intern(s);
+                let id = self.intern(s, Tally::Faults);
                 *self.fault_stacks.entry(id).or_default() += 1;
             }
             Sampled::CallStacks => {
-                let id = self.intern(s);
+                let id = self.intern(s, Tally::Calls);
                 *self.call_stacks.entry(id).or_default() += 1;
             }
             Sampled::MajorFaults => {
-                let id = self.intern(s);
+                let id = self.intern(s, Tally::Majors);
                 *self.major_stacks.entry(id).or_default() += 1;
                 let name = s
                     .addr
@@ -378,11 +532,8 @@ impl Collector {
                     .map(|m| m.name.clone());
                 if name.is_none() {
                     if let Some(addr) = s.addr {
-                        self.unresolved_majors.push(UnresolvedMajor {
-                            pid: s.pid,
-                            addr,
-                            batch: self.batches,
-                        });
+                        let major = UnresolvedMajor { pid: s.pid, addr };
+                        self.unresolved_majors.push(self.batches, major);
                     }
                 }
                 let name = name.unwrap_or_else(|| UNKNOWN_FILE.to_owned());
@@ -396,7 +547,7 @@ impl Collector {
                     self.malformed += 1;
                     return;
                 };
-                let stack = Some(self.intern(s));
+                let stack = Some(self.intern(s, Tally::MmapCall(self.calls.len())));
                 self.calls
                     .push(call(CallKind::Mmap { len, prot, flags }, stack));
             }
@@ -468,6 +619,18 @@ mod tests {
         Collector::new(ids, fields, AddressSpaces::new(), Arc::default())
     }
 
+    /// Process 7's executable mapping of its program, `/nonexistent/fixture`,
+    /// at 0x400000 (one page).
+    fn program_code() -> Mmap2 {
+        Mmap2 {
+            addr: 0x400000,
+            len: 0x1000,
+            prot: 5,
+            filename: "/nonexistent/fixture".into(),
+            ..data_file(None)
+        }
+    }
+
     /// Process 7's read-only mapping of `/data/file` at 0x7e00_0000_0000 (1 MiB).
     fn data_file(time: Option<u64>) -> Mmap2 {
         Mmap2 {
@@ -502,18 +665,7 @@ mod tests {
     #[test]
     fn faults_in_library_code_keep_own_code_words_from_the_stack() {
         let mut c = collector();
-        let own = Mmap2 {
-            pid: 7,
-            tid: 7,
-            addr: 0x400000,
-            len: 0x1000,
-            pgoff: 0,
-            prot: 5,
-            flags: 2,
-            build_id: None,
-            filename: "/nonexistent/fixture".into(),
-            time: None,
-        };
+        let own = program_code();
         let libc = Mmap2 {
             addr: 0x7f00_0000_0000,
             filename: "/usr/lib/x86_64-linux-gnu/libc.so.6".into(),
@@ -601,10 +753,10 @@ mod tests {
         assert_eq!(c.major_files[UNKNOWN_FILE], 1);
         assert_eq!(c.unresolved_majors.len(), 1);
         // The one no mapping holds is given up on, and stays unknown.
-        for _ in 0..MAJOR_RETRY_BATCHES + 1 {
+        for _ in 0..RETRY_BATCHES + 1 {
             c.consume(&[]);
         }
-        assert!(c.unresolved_majors.is_empty());
+        assert_eq!(c.unresolved_majors.len(), 0);
         assert_eq!(c.major_files[UNKNOWN_FILE], 1);
         // A later fault in the file is named at once.
         c.consume(&[build::sample(FAULT_ST, &major(0x7e00_0000_3000))]);
@@ -614,6 +766,87 @@ mod tests {
         c.consume(&[build::sample(FAULT_ST, &major(0x7e00_0000_1000))]);
         c.consume(&[build::mmap2(&data)]);
         assert_eq!(c.major_files, HashMap::from([("/data/file".to_owned(), 1)]));
+    }
+
+    /// A fault in a plugin's frameless code, read a batch before the plugin's
+    /// mapping (its record is in another CPU's ring, read before it was
+    /// written): the stack words are chosen again once the mapping is known.
+    /// Before, the leaf counted as library code for good, so the words kept
+    /// were the program's further up the stack, not the leaf's return address,
+    /// and the site was given a caller that never called it.
+    #[test]
+    fn a_stack_read_a_batch_before_the_mapping_of_its_leaf_gets_its_words_again() {
+        let mut c = collector();
+        const MMAP_STACK_ST: u64 = MMAP_ST | SAMPLE_STACK_USER;
+        c.ids.insert(5, (Sampled::EnterMmap, MMAP_STACK_ST));
+        let program = program_code();
+        let plugin = Mmap2 {
+            addr: 0x500000,
+            filename: "/nonexistent/plugin.so".into(),
+            ..program.clone()
+        };
+        c.consume(&[build::mmap2(&program)]);
+        // The leaf's return address (into the plugin), then one into the program.
+        let mut stack = Vec::new();
+        for w in [0x500123u64, 0x400456] {
+            stack.extend_from_slice(&w.to_ne_bytes());
+        }
+        let fault = Sample {
+            ip: Some(0x500010),
+            addr: Some(0x7e00_0000_1000),
+            stack: Some(&stack),
+            ..sample(1)
+        };
+        let major = Sample {
+            id: 4,
+            ..fault.clone()
+        };
+        let mut raw = vec![0u8; 64];
+        raw[24..32].copy_from_slice(&(1u64 << 20).to_ne_bytes());
+        let chain = build::chain(&[0x500010]);
+        let call = Sample {
+            raw: Some(&raw),
+            chain: &chain,
+            stack: Some(&stack),
+            ..sample(5)
+        };
+        // Never mapped: given up on, counted as it was.
+        let nowhere = Sample {
+            ip: Some(0x900010),
+            ..fault.clone()
+        };
+        let samples = [
+            build::sample(FAULT_ST, &fault),
+            build::sample(FAULT_ST, &major),
+            build::sample(MMAP_STACK_ST, &call),
+            build::sample(FAULT_ST, &nowhere),
+        ]
+        .concat();
+        c.consume(&[samples]);
+        assert_eq!(&*c.stacks[0].words, &[0x400456], "as library code, for now");
+        assert_eq!(c.unsettled_stacks.len(), 4);
+        c.consume(&[build::mmap2(&plugin)]);
+        let own_leaf = c
+            .stacks
+            .iter()
+            .position(|k| *k.chain == [0x500010] && *k.words == [0x500123])
+            .expect("the leaf's stack with its return address") as u32;
+        assert_eq!(
+            c.fault_stacks.get(&own_leaf),
+            Some(&1),
+            "{:?}",
+            c.fault_stacks
+        );
+        assert_eq!(c.major_stacks, HashMap::from([(own_leaf, 1)]));
+        assert_eq!(c.calls[0].stack, Some(own_leaf));
+        assert_eq!(c.unsettled_stacks.len(), 1);
+        let faults: u64 = c.fault_stacks.values().sum();
+        assert_eq!(faults, 2, "moved, not added: {:?}", c.fault_stacks);
+        for _ in 0..RETRY_BATCHES {
+            c.consume(&[]);
+        }
+        assert_eq!(c.unsettled_stacks.len(), 0);
+        assert_eq!(c.fault_stacks.values().sum::<u64>(), 2);
     }
 
     #[test]

@@ -696,27 +696,56 @@ fn moved_symbols_text(report: &RunReport) -> Result<(String, Vec<String>), Strin
     Ok((text, notes))
 }
 
-/// Removes the cached symbol lists named `prefix*` (one object's) whose file
-/// has changed since (a new build or version of it): they can never be used
-/// again. Reads the first line of each.
-fn remove_stale_symbols(dir: &Path, prefix: &str) {
-    for name in crate::sys::file::names_in(dir) {
-        if !name.starts_with(prefix) {
-            continue;
-        }
-        let Ok(Some((text, path))) = user_cache::read(dir, &name, 64 << 10) else {
-            continue;
+/// Removes from `dir` the cached lists of moved symbols other than `keep`
+/// (the one just written) that can never be used again: those whose object
+/// file is gone or has changed since (another build or version of it, by
+/// path, device, inode, size and modification time); then, beyond
+/// [`MAX_MOVED_SYMBOL_LISTS`], the least recently used. Only files named as
+/// this cache names them are looked at ([`is_moved_symbols_name`]), and only
+/// their first line is read (the key); one whose first line is not such a
+/// key is left to the bound. Best effort ([`user_cache::prune`]): one
+/// directory read, and per list an `lstat`, an `open`, a read of at most
+/// [`MOVED_SYMBOLS_KEY_LIMIT`] bytes and a `stat` of its object.
+fn remove_stale_symbols(dir: &Path, keep: &str, max_lists: usize) -> Vec<PathBuf> {
+    let gone = |f: &user_cache::CacheFile| {
+        let Ok(Some((line, _))) =
+            user_cache::read_first_line(dir, &f.name, MOVED_SYMBOLS_KEY_LIMIT)
+        else {
+            return false;
         };
-        let stamp = text
-            .lines()
-            .next()
-            .and_then(|l| l.strip_prefix(MOVED_SYMBOLS_HEADER))
-            .and_then(|key| serde_json::from_str::<FileStamp>(key).ok());
-        if stamp.is_some_and(|s| !s.still_holds()) {
-            let _ = std::fs::remove_file(path);
-        }
-    }
+        line.strip_prefix(MOVED_SYMBOLS_HEADER)
+            .and_then(|key| serde_json::from_str::<FileStamp>(key).ok())
+            .is_some_and(|stamp| !stamp.still_holds())
+    };
+    user_cache::prune(dir, is_moved_symbols_name, keep, max_lists, gone)
 }
+
+/// The cache file name of the list of `object`'s functions under `key` (its
+/// stamp): `functions-<object's hash>-<key's hash>.json`.
+fn moved_symbols_name(object: &str, key: &str) -> String {
+    let object_prefix = user_cache::file_name("functions", object);
+    user_cache::file_name(object_prefix.trim_end_matches(".json"), key)
+}
+
+/// Whether `name` is a cached list of moved symbols: `functions-<16 hex
+/// digits>-<16 hex digits>.json` (the object's hash, then its build's; see
+/// [`moved_symbols_name`]).
+fn is_moved_symbols_name(name: &str) -> bool {
+    let hex16 = |h: &str| h.len() == 16 && h.bytes().all(|b| b.is_ascii_hexdigit());
+    name.strip_prefix("functions-")
+        .and_then(|rest| rest.strip_suffix(".json"))
+        .and_then(|rest| rest.split_once('-'))
+        .is_some_and(|(object, build)| hex16(object) && hex16(build))
+}
+
+/// The most cached lists of moved symbols kept (one per build of each object
+/// moved: a program and its libraries make several); beyond it, writing a new
+/// one removes the least recently used.
+const MAX_MOVED_SYMBOL_LISTS: usize = 64;
+
+/// The longest first line (header and key) read when looking for stale lists:
+/// the key is a path of at most `PATH_MAX` bytes, escaped, and four numbers.
+const MOVED_SYMBOLS_KEY_LIMIT: u64 = 32 << 10;
 
 /// The first line of a cached list of moved symbols, before its key.
 const MOVED_SYMBOLS_HEADER: &str = "# pagewise moved-symbols 1 ";
@@ -731,7 +760,9 @@ const MOVED_SYMBOLS_LIMIT: u64 = 256 << 20;
 /// so the link-time span of its 2 MiB-aligned ranges, changes from run to
 /// run: a later run reads the list and keeps the lines in its ranges. Without
 /// a usable entry, one pass over the object's symbol and string tables makes
-/// it. Returns the lines and, when the list could not be cached, why.
+/// it, and writing it removes the lists that can never be used again
+/// ([`remove_stale_symbols`]). Returns the lines and, when the list could not
+/// be cached, why.
 fn moved_symbols(
     object: &str,
     ranges: &[(u64, u64)],
@@ -739,10 +770,7 @@ fn moved_symbols(
 ) -> Result<(String, Option<String>), String> {
     let key = serde_json::to_string(&FileStamp::of(object)).map_err(|e| e.to_string())?;
     let header = format!("{MOVED_SYMBOLS_HEADER}{key}\n");
-    // functions-<object>-<build>.json: an object's entries can be found again.
-    let object_prefix = user_cache::file_name("functions", object);
-    let object_prefix = object_prefix.trim_end_matches(".json");
-    let name = user_cache::file_name(object_prefix, &key);
+    let name = moved_symbols_name(object, &key);
     let in_ranges = |lines: &str| {
         let mut kept = String::new();
         for (start, size, name) in lines.lines().filter_map(perfmap::line_fields) {
@@ -759,7 +787,11 @@ fn moved_symbols(
     };
     if let Ok(Some((text, path))) = user_cache::read(&dir, &name, MOVED_SYMBOLS_LIMIT) {
         match text.strip_prefix(&header) {
-            Some(lines) => return Ok((in_ranges(lines), None)),
+            Some(lines) => {
+                // The mark pruning goes by: lists in use are the last removed.
+                user_cache::mark_used(&path);
+                return Ok((in_ranges(lines), None));
+            }
             // Damaged (or, with a vanishingly small chance, another key's): made again.
             None => {
                 let _ = std::fs::remove_file(path);
@@ -771,7 +803,8 @@ fn moved_symbols(
     let not_cached = user_cache::write_once(&dir, &name, format!("{header}{lines}").as_bytes())
         .err()
         .map(|e| e.to_string());
-    remove_stale_symbols(&dir, &format!("{object_prefix}-"));
+    // Even when this one could not be written: room is what it may have lacked.
+    remove_stale_symbols(&dir, &name, MAX_MOVED_SYMBOL_LISTS);
     Ok((in_ranges(&lines), not_cached))
 }
 
@@ -985,6 +1018,94 @@ mod tests {
         let mut text = String::new();
         perfmap::rebase_into(&mut text, "10 4 marker_a\n", 0x1000);
         assert_eq!(text, "1010 4 marker_a\n");
+    }
+
+    /// Writing a list removes the lists of objects that are gone or have
+    /// changed, whatever object they are for, and only files of this cache
+    /// (a link named like one is neither followed nor removed); beyond the
+    /// bound, the least recently used go. Before, only the written object's
+    /// own older lists were removed: those of deleted or rebuilt programs
+    /// stayed for ever.
+    #[test]
+    fn writing_a_list_prunes_lists_of_objects_gone_or_changed() {
+        use std::os::unix::fs::PermissionsExt;
+        let exe = std::env::current_exe().unwrap();
+        let exe = exe.to_str().unwrap();
+        let root = tempfile::tempdir().unwrap();
+        let cache_dir = root.path().join("pagewise");
+        user_cache::prepare(&cache_dir).unwrap();
+        let object = |name: &str| {
+            let path = root.path().join(name);
+            std::fs::write(&path, name).unwrap();
+            path.to_str().unwrap().to_owned()
+        };
+        // A list as moved_symbols writes it, for `object` as it is now.
+        let plant = |object: &str| {
+            let key = serde_json::to_string(&FileStamp::of(object)).unwrap();
+            let name = moved_symbols_name(object, &key);
+            let path = cache_dir.join(&name);
+            std::fs::write(&path, format!("{MOVED_SYMBOLS_HEADER}{key}\n10 4 f\n")).unwrap();
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+            name
+        };
+        let (gone, changed, same) = (object("gone"), object("changed"), object("same"));
+        let gone_list = plant(&gone);
+        let changed_list = plant(&changed);
+        let same_list = plant(&same);
+        std::fs::remove_file(&gone).unwrap();
+        std::fs::write(&changed, "rebuilt, longer").unwrap();
+        // Not lists of this cache, or not readable as one: left as they are.
+        let damaged = "functions-0123456789abcdef-0123456789abcdef.json";
+        std::fs::write(cache_dir.join(damaged), "# something else\n").unwrap();
+        let outside = root.path().join("outside");
+        let gone_key = format!("{{\"path\":{gone:?},\"identity\":[1,2,3,4]}}");
+        std::fs::write(&outside, format!("{MOVED_SYMBOLS_HEADER}{gone_key}\n")).unwrap();
+        let link = "functions-fedcba9876543210-fedcba9876543210.json";
+        std::os::unix::fs::symlink(&outside, cache_dir.join(link)).unwrap();
+        let unrelated = ["functions-x.json", "hot-pages-0123456789abcdef.json"];
+        for name in unrelated {
+            let path = cache_dir.join(name);
+            std::fs::write(&path, format!("{MOVED_SYMBOLS_HEADER}{gone_key}\n")).unwrap();
+        }
+        let names = || crate::sys::file::names_in(&cache_dir);
+        assert_eq!(names().len(), 7);
+
+        moved_symbols(exe, &[(0, 1)], Ok(cache_dir.clone())).unwrap();
+        let after = names();
+        assert!(!after.contains(&gone_list), "{after:?}");
+        assert!(!after.contains(&changed_list), "{after:?}");
+        for kept in [&same_list, damaged, link, unrelated[0], unrelated[1]] {
+            assert!(after.iter().any(|n| n == kept), "{kept} removed: {after:?}");
+        }
+        assert_eq!(after.len(), 6, "{after:?}");
+        assert!(std::fs::read_to_string(&outside).unwrap().contains(&gone));
+        let exe_key = serde_json::to_string(&FileStamp::of(exe)).unwrap();
+        let exe_list = moved_symbols_name(exe, &exe_key);
+        assert!(after.contains(&exe_list), "{after:?}");
+
+        // Reading a list marks it used.
+        let long_ago = std::time::SystemTime::now() - std::time::Duration::from_secs(3600);
+        let age = |name: &str| {
+            std::fs::metadata(cache_dir.join(name))
+                .unwrap()
+                .modified()
+                .unwrap()
+        };
+        for name in [&same_list, &exe_list] {
+            let f = std::fs::File::open(cache_dir.join(name)).unwrap();
+            f.set_modified(long_ago).unwrap();
+        }
+        moved_symbols(exe, &[(0, 1)], Ok(cache_dir.clone())).unwrap();
+        assert!(age(&exe_list) > long_ago);
+        assert_eq!(age(&same_list), long_ago);
+
+        // A bound of 2 lists: the one kept and the most recently used other
+        // (the damaged one, written after `same` was last used) stay.
+        let removed = remove_stale_symbols(&cache_dir, &exe_list, 2);
+        assert_eq!(removed, [cache_dir.join(&same_list)]);
+        let after = names();
+        assert!(after.contains(&exe_list) && after.iter().any(|n| n == damaged));
+        assert_eq!(after.len(), 5, "{after:?}");
     }
 
     #[test]
