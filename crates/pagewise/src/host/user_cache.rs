@@ -334,6 +334,20 @@ pub fn file_name(prefix: &str, key: &str) -> String {
     format!("{prefix}-{h:016x}.json")
 }
 
+/// Whether `name` is a name [`file_name`] gives for `prefix`:
+/// `<prefix>-<16 hex digits>.json`.
+pub fn is_file_name(prefix: &str, name: &str) -> bool {
+    name.strip_prefix(prefix)
+        .and_then(|rest| rest.strip_prefix('-'))
+        .and_then(|rest| rest.strip_suffix(".json"))
+        .is_some_and(is_hash)
+}
+
+/// Whether `text` is a hash as [`file_name`] writes it: 16 hex digits.
+pub fn is_hash(text: &str) -> bool {
+    text.len() == 16 && text.bytes().all(|b| b.is_ascii_hexdigit())
+}
+
 fn io_error(path: &Path, action: &'static str) -> impl FnOnce(std::io::Error) -> UserCacheError {
     let path = path.to_owned();
     move |error| UserCacheError::Io {

@@ -55,7 +55,7 @@ pub fn hot_pages(
         .to_string_lossy()
         .into_owned();
     let key = format!("{profile_path}\0{}", libs.join("\0"));
-    let name = user_cache::file_name("hot-pages", &key);
+    let name = user_cache::file_name(PREFIX, &key);
     let dir = match dir {
         Ok(dir) => dir,
         Err(e) => {
@@ -65,6 +65,7 @@ pub fn hot_pages(
     };
     if let Ok(Some((text, path))) = user_cache::read(&dir, &name, MAX_ENTRY_BYTES) {
         if let Some(hot) = still_valid(&text, &profile_path, libs) {
+            user_cache::mark_used(&path);
             return Ok((hot, HotSource::Cached(path)));
         }
     }
@@ -83,12 +84,53 @@ pub fn hot_pages(
     };
     let source = match serde_json::to_vec(&entry) {
         Ok(bytes) => match user_cache::write(&dir, &name, &bytes) {
-            Ok(path) => HotSource::Saved(path),
+            Ok(path) => {
+                remove_stale_entries(&dir, &name, MAX_ENTRIES);
+                HotSource::Saved(path)
+            }
             Err(e) => HotSource::NotSaved(e.to_string()),
         },
         Err(e) => HotSource::NotSaved(e.to_string()),
     };
     Ok((hot, source))
+}
+
+/// The most entries kept (one per profile and set of libraries); beyond it,
+/// saving a new one removes the least recently used.
+const MAX_ENTRIES: usize = 64;
+
+/// The file name prefix of an entry: `hot-pages-<16 hex digits>.json`.
+const PREFIX: &str = "hot-pages";
+
+/// Removes from `dir` the entries other than `keep` (the one just written)
+/// that can never be used again: another schema's, or those whose profile is
+/// gone or has changed since (path, device, inode, size, modification time);
+/// then, beyond `max_entries`, the least recently used (a reused entry is
+/// marked used). Only files named as this cache names them are looked at; one
+/// that does not parse is left to the bound. Best effort
+/// ([`user_cache::prune`]): one directory read, and per entry an `lstat`, a
+/// read of the entry (a few KiB per object it names) and a `stat` of its
+/// profile.
+fn remove_stale_entries(dir: &Path, keep: &str, max_entries: usize) -> Vec<PathBuf> {
+    let gone = |f: &user_cache::CacheFile| {
+        let Ok(Some((text, _))) = user_cache::read(dir, &f.name, MAX_ENTRY_BYTES) else {
+            return false;
+        };
+        #[derive(Deserialize)]
+        struct Head {
+            schema: String,
+            profile: FileStamp,
+        }
+        serde_json::from_str::<Head>(&text)
+            .is_ok_and(|head| head.schema != SCHEMA || !head.profile.still_holds())
+    };
+    user_cache::prune(
+        dir,
+        |name| user_cache::is_file_name(PREFIX, name),
+        keep,
+        max_entries,
+        gone,
+    )
 }
 
 /// The entry's hot pages when it is for this profile and these libraries and
@@ -150,6 +192,66 @@ mod tests {
         let fourth = hot_pages(&profile, &[], Ok(cache.clone())).unwrap();
         assert!(matches!(fourth.1, HotSource::Saved(_)), "{:?}", fourth.1);
         assert_eq!(fourth.0[0].addresses, [0x9000]);
+    }
+
+    #[test]
+    fn saving_an_entry_prunes_entries_of_profiles_gone_or_changed_and_bounds_the_rest() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = dir.path().join("cache");
+        let object = dir.path().join("prog");
+        std::fs::write(&object, "not an ELF file").unwrap();
+        let profile_at = |name: &str, addr: u64| {
+            let sub = dir.path().join(name);
+            std::fs::create_dir_all(&sub).unwrap();
+            profile_of(&sub, &object, addr)
+        };
+        let (gone, changed, kept) = (
+            profile_at("a", 0x1000),
+            profile_at("b", 0x2000),
+            profile_at("c", 0x3000),
+        );
+        let saved = |profile: &Path| match hot_pages(profile, &[], Ok(cache.clone())).unwrap().1 {
+            HotSource::Saved(path) => path,
+            other => panic!("{other:?}"),
+        };
+        let (gone_entry, changed_entry, kept_entry) = (saved(&gone), saved(&changed), saved(&kept));
+        std::fs::remove_file(&gone).unwrap();
+        std::fs::write(&changed, "# pagewise-profile 1\n").unwrap();
+        // Not ours by name, or not a regular file: never touched.
+        let unrelated = cache.join("hot-pages-x.json");
+        std::fs::write(&unrelated, "{}").unwrap();
+        std::os::unix::fs::symlink(&kept_entry, cache.join("hot-pages-0123456789abcdef.json"))
+            .unwrap();
+        let fresh = profile_at("d", 0x4000);
+        let fresh_entry = saved(&fresh);
+        assert!(!gone_entry.exists() && !changed_entry.exists());
+        assert!(kept_entry.exists() && fresh_entry.exists() && unrelated.exists());
+        assert!(cache
+            .join("hot-pages-0123456789abcdef.json")
+            .symlink_metadata()
+            .is_ok());
+        // The bound: beyond it the least recently used goes, and a reused
+        // entry counts as used.
+        let old = std::time::SystemTime::now() - std::time::Duration::from_secs(3600);
+        for path in [&kept_entry, &fresh_entry] {
+            std::fs::File::options()
+                .write(true)
+                .open(path)
+                .unwrap()
+                .set_modified(old)
+                .unwrap();
+        }
+        assert!(matches!(
+            hot_pages(&kept, &[], Ok(cache.clone())).unwrap().1,
+            HotSource::Cached(_)
+        ));
+        let newest = profile_at("e", 0x5000);
+        let newest_entry = saved(&newest);
+        assert_eq!(
+            remove_stale_entries(&cache, &user_cache::file_name(PREFIX, "none"), 3),
+            vec![fresh_entry.clone()]
+        );
+        assert!(kept_entry.exists() && newest_entry.exists() && !fresh_entry.exists());
     }
 
     #[test]

@@ -731,11 +731,10 @@ fn moved_symbols_name(object: &str, key: &str) -> String {
 /// digits>-<16 hex digits>.json` (the object's hash, then its build's; see
 /// [`moved_symbols_name`]).
 fn is_moved_symbols_name(name: &str) -> bool {
-    let hex16 = |h: &str| h.len() == 16 && h.bytes().all(|b| b.is_ascii_hexdigit());
     name.strip_prefix("functions-")
         .and_then(|rest| rest.strip_suffix(".json"))
         .and_then(|rest| rest.split_once('-'))
-        .is_some_and(|(object, build)| hex16(object) && hex16(build))
+        .is_some_and(|(object, build)| user_cache::is_hash(object) && user_cache::is_hash(build))
 }
 
 /// The most cached lists of moved symbols kept (one per build of each object
