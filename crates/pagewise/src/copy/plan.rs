@@ -542,6 +542,8 @@ fn streams_of(table: &[Class]) -> Option<u8> {
 ///   pages lost up to 4× on the Zen 3 guest). `rep stosb` only on Zen 4 (the
 ///   one with AVX-512) with ERMS, for misaligned destinations of 4–128 KiB
 ///   (measured on the Zen 4 guest, see [`ZEN4_FILL_REP_MISALIGNED_END`]).
+///   Zen 4 copies from 2.5 KiB with the AVX2 loop, which is faster than the
+///   AVX-512 one from memory (see [`ZEN4_COPY_AVX2_LOOP_MIN`]).
 /// - **AMD Zen 5** (AOCL-LibMem's Zen 5 rule, `rep movsb` up to the L3,
 ///   confirmed on the Zen 5 guest): Intel's sizes for the loop, `rep
 ///   movsb` and the non-temporal thresholds, `rep stosb` from 8 KiB (the
@@ -591,6 +593,18 @@ pub fn default_tables(kind: CpuKind, isa: Isa, erms: bool, llc: Option<u64>) -> 
             // Only Zen 4 of these has AVX-512, where the small shape applies:
             // masked moves inline (measured on a Zen 4 guest: worst ratio to
             // glibc over the small cases 0.99, against 0.71 in the leaf).
+            // Zen 4: the AVX2 loop from a few KiB (see the constant).
+            if isa == Isa::Avx512 {
+                overlay(
+                    &mut copy,
+                    ZEN4_COPY_AVX2_LOOP_MIN,
+                    usize::MAX,
+                    |s| match s {
+                        Strategy::Loop { .. } => Strategy::Loop { isa: Isa::Avx2 },
+                        other => other,
+                    },
+                );
+            }
             if erms && isa == Isa::Avx512 {
                 overlay_placement(
                     &mut fill,
@@ -1061,6 +1075,20 @@ const FILL_REP_MIN: usize = 16 << 10;
 /// 0.50–0.72 of glibc's `rep stosb` (hot ones at 1.6), 8 KiB at 0.98; with `rep
 /// stosb` from 8 KiB, 1.00–1.07 cold and 0.99–1.01 hot from 8 KiB.
 const ZEN5_FILL_REP_MIN: usize = 8 << 10;
+/// Smallest copy that runs the AVX2 (32-byte) loop instead of the AVX-512 one
+/// on Zen 4 (AMD family 0x19 with AVX-512). Measured on the Zen 4 guest
+/// (2026-11-25, `bench memcpy` with the vendor defaults, ratios to glibc):
+/// the 32-byte loop is as fast as the 64-byte one hot and faster from memory
+/// (three full runs alternating with the AVX-512 loop from 513 B: cold aligned
+/// 3000 B 0.86–0.87 → 0.97–0.99, 16 KiB 0.81–0.91 → 0.94, 512 KiB 0.80–0.90
+/// → 0.94–0.96, 2 MiB 1.02–1.03 → 1.10–1.18; hot `src+7 dst+1` 10,000 B
+/// 0.97–0.99 → 1.07–1.15). Below this size the loop it replaces is entered
+/// inline by the AVX-512 leaf, and the table walk to reach another loop cost
+/// more than it gained (two runs each: from 513 B, hot 513 B–1 KiB 0.52–0.92
+/// against 0.95–1.02; from 2 KiB, 2 KiB hot aligned 0.94–0.97 and cold
+/// 0.85–0.90 against 1.00 and 0.92–1.01, 3000 B hot 1.20–1.25 and cold
+/// 0.92–1.04 against 0.98–1.19 and 0.65–0.80).
+const ZEN4_COPY_AVX2_LOOP_MIN: usize = 2560;
 /// Smallest fill with a misaligned destination that uses `rep stosb` on Intel
 /// (and on Zen 4 and 5).
 const FILL_REP_MISALIGNED_MIN: usize = 4096;
@@ -1224,6 +1252,20 @@ mod tests {
             .by_placement
             .iter()
             .all(|s| matches!(s, Strategy::Loop { .. }))));
+        // ...runs the AVX2 loop for copies from a few KiB (in both copy
+        // tables; the non-temporal class stays), the AVX-512 loop below...
+        for table in [&p.tables.copy, &p.tables.copy_temporal] {
+            let avx2 = Some(Strategy::Loop { isa: Isa::Avx2 });
+            assert_eq!(
+                strategy_at(table, ZEN4_COPY_AVX2_LOOP_MIN, Placement::Other),
+                avx2
+            );
+            assert_eq!(strategy_at(table, 1 << 20, Placement::Aligned), avx2);
+            let below = strategy_at(table, ZEN4_COPY_AVX2_LOOP_MIN - 1, Placement::Aligned);
+            assert_eq!(below, Some(Strategy::Loop { isa: Isa::Avx512 }));
+        }
+        assert!(strategy_at(&p.tables.copy, 1 << 30, Placement::Aligned)
+            .is_some_and(|s| s.is_nontemporal()));
         // ...and fills misaligned destinations of 4-128 KiB with rep stosb,
         // in both fill tables; aligned ones, and every size outside, loop.
         let other = Placement::Other as usize;
