@@ -111,7 +111,8 @@ pub struct RangeReport {
     /// The object's load bias: its link-time address = runtime address - bias.
     #[serde(default)]
     pub bias: u64,
-    /// First byte of the 2 MiB-aligned range (runtime address).
+    /// First byte of the 2 MiB-aligned range (runtime address); for a
+    /// segment skipped whole, of the segment itself.
     pub start: u64,
     /// One past its last byte.
     pub end: u64,
@@ -240,18 +241,39 @@ fn around_mover(start: u64, end: u64) -> Vec<(u64, u64)> {
         .collect()
 }
 
-/// The aligned candidate ranges of one object: `(start, end)` runtime addresses.
-fn aligned_text(object: &LoadedObject) -> Vec<(u64, u64, u64)> {
+/// One executable segment of an object as loaded (runtime addresses).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct TextSegment {
+    /// The segment's first byte.
+    start: u64,
+    /// One past its last byte in the file.
+    end: u64,
+    /// Its 2 MiB-aligned interior, `[aligned_start, aligned_end)` (empty when
+    /// no whole 2 MiB page lies inside).
+    aligned_start: u64,
+    aligned_end: u64,
+    /// Its size in memory, for messages.
+    memsz: u64,
+}
+
+/// The executable segments of one object, each with its aligned interior.
+fn text_segments(object: &LoadedObject) -> Vec<TextSegment> {
     object
         .segments
         .iter()
         .filter(|s| s.executable && !s.writable)
         .map(|s| {
-            let seg_start = object.bias + s.vaddr;
-            let seg_end = seg_start + s.filesz.min(s.memsz);
-            let start = seg_start.next_multiple_of(HUGE);
-            let end = seg_end / HUGE * HUGE;
-            (start, end.max(start), s.memsz)
+            let start = object.bias + s.vaddr;
+            let end = start + s.filesz.min(s.memsz);
+            let aligned_start = start.next_multiple_of(HUGE);
+            let aligned_end = (end / HUGE * HUGE).max(aligned_start);
+            TextSegment {
+                start,
+                end,
+                aligned_start,
+                aligned_end,
+                memsz: s.memsz,
+            }
         })
         .collect()
 }
@@ -431,11 +453,16 @@ pub fn remap_text(options: &HugeTextOptions) -> RunReport {
                 ),
             },
         };
-        for (start, end, memsz) in aligned_text(object) {
+        for segment in text_segments(object) {
+            let (start, end) = (segment.aligned_start, segment.aligned_end);
             let range = RangeReport::considered(&path, object.bias, start, end);
             let refusal = refusal(runs_the_move, threads);
-            match candidate_runs(&range, memsz, refusal, object.bias, hot.as_deref()) {
+            match candidate_runs(&range, segment.memsz, refusal, object.bias, hot.as_deref()) {
+                // Skipped whole: the segment's own range (its aligned
+                // interior may be empty, which says nothing).
                 Err(why) => report.ranges.push(RangeReport {
+                    start: segment.start,
+                    end: segment.end,
                     skipped: Some(why),
                     ..range
                 }),
@@ -1170,6 +1197,45 @@ mod tests {
             around_mover(mover + HUGE, mover + 2 * HUGE),
             vec![(mover + HUGE, mover + 2 * HUGE)]
         );
+    }
+
+    /// A segment skipped whole is reported with its own range, not with its
+    /// 2 MiB-aligned interior, which for a small one is empty
+    /// (`0xc00000-0xc00000: skipped: … under 2 MiB`).
+    #[test]
+    fn a_segment_skipped_whole_is_reported_with_its_own_range() {
+        // This process runs test threads, so every segment of the executable is skipped whole.
+        let report = remap_text(&HugeTextOptions::default());
+        let exe = &dl::loaded_objects()[0];
+        let segments = text_segments(exe);
+        assert!(!segments.is_empty());
+        for seg in segments {
+            let r = report
+                .ranges
+                .iter()
+                .find(|r| r.start == seg.start)
+                .unwrap_or_else(|| panic!("no range at {:#x}: {:#?}", seg.start, report.ranges));
+            assert_eq!(r.end, seg.end, "{r:?}");
+            assert!(r.skipped.is_some() && r.end > r.start, "{r:?}");
+            let line = format!("{:#x}-{:#x}: skipped: ", seg.start, seg.end);
+            assert!(summary(&report).iter().any(|l| l.contains(&line)), "{line}");
+        }
+        // A segment with no whole 2 MiB page inside has an empty interior.
+        let small = LoadedObject {
+            name: "small".into(),
+            bias: 0x40_0000,
+            segments: vec![dl::Segment {
+                vaddr: 0x80_1000,
+                memsz: 0x2000,
+                filesz: 0x2000,
+                offset: 0x1000,
+                executable: true,
+                writable: false,
+            }],
+        };
+        let seg = text_segments(&small)[0];
+        assert_eq!((seg.start, seg.end), (0xc0_1000, 0xc0_3000));
+        assert_eq!(seg.aligned_start, seg.aligned_end);
     }
 
     #[test]
