@@ -547,6 +547,46 @@ fn huge_text_lib_needs_huge_text_and_one_library_name() {
     }
 }
 
+/// A `--huge-text-lib` that matches no library of a process is said for
+/// that process, on `--report` and in the JSON report; before, it was
+/// ignored in silence.
+#[test]
+fn a_huge_text_lib_that_matches_nothing_is_reported() {
+    let outcome = run_huge(
+        &["sh", "-c", "exit 0"],
+        &[],
+        &[
+            "--huge-text",
+            "--huge-text-lib",
+            "libnonexistent",
+            "--huge-text-lib",
+            "libc.so",
+            "--report",
+        ],
+    );
+    let line = "--huge-text-lib libnonexistent: no such library in this process";
+    let pid = outcome.report["pid"].as_u64().unwrap();
+    assert!(
+        outcome
+            .stderr
+            .lines()
+            .any(|l| l.starts_with(&format!("pagewise[{pid}] ")) && l.contains(line)),
+        "{}",
+        outcome.stderr
+    );
+    assert!(
+        !outcome.stderr.contains("lib libc.so:"),
+        "{}",
+        outcome.stderr
+    );
+    assert_eq!(
+        outcome.report["libs_not_found"],
+        serde_json::json!(["libnonexistent"]),
+        "{:#}",
+        outcome.report
+    );
+}
+
 const MDWE_WRAPPER: &str = r#"
 #include <stdio.h>
 #include <sys/prctl.h>

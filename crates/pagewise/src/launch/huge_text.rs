@@ -550,29 +550,23 @@ fn replace_own_file(path: &Path, bytes: &[u8]) -> Result<(), HugeTextRunError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::text::huge::{RangeReport, SCHEMA};
+    use crate::text::huge::RangeReport;
     use crate::text::perfmap::PerfMapWriter;
 
     fn report(pid: u32, program: &str) -> RunReport {
-        RunReport {
-            schema: SCHEMA.into(),
-            pid,
-            program: program.into(),
-            ranges: vec![RangeReport {
-                object: program.into(),
-                bias: 0,
-                start: 0x400000,
-                end: 0x600000,
-                huge_bytes: 0,
-                page_kind: None,
-                skipped: Some("test".into()),
-                note: None,
-                move_micros: None,
-            }],
-            perf_map: None,
-            perf_map_note: None,
-            vma_named: false,
-        }
+        let mut report = RunReport::empty(pid, program.into());
+        report.ranges.push(RangeReport {
+            object: program.into(),
+            bias: 0,
+            start: 0x400000,
+            end: 0x600000,
+            huge_bytes: 0,
+            page_kind: None,
+            skipped: Some("test".into()),
+            note: None,
+            move_micros: None,
+        });
+        report
     }
 
     #[test]

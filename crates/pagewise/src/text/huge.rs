@@ -166,9 +166,29 @@ pub struct RunReport {
     pub perf_map_note: Option<String>,
     /// Whether the moved ranges carry a `PR_SET_VMA_ANON_NAME` name.
     pub vma_named: bool,
+    /// The libraries asked for ([`HugeTextOptions::libs`], `--huge-text-lib`)
+    /// that match no library loaded in this process at the move (one opened
+    /// later with `dlopen` is never moved).
+    #[serde(default)]
+    pub libs_not_found: Vec<String>,
 }
 
 impl RunReport {
+    /// The report of process `pid` running `program` before anything is
+    /// considered: no ranges, no perf map.
+    pub fn empty(pid: u32, program: String) -> RunReport {
+        RunReport {
+            schema: SCHEMA.to_owned(),
+            pid,
+            program,
+            ranges: Vec::new(),
+            perf_map: None,
+            perf_map_note: None,
+            vma_named: false,
+            libs_not_found: Vec::new(),
+        }
+    }
+
     /// Bytes moved onto huge pages in total.
     pub fn moved_bytes(&self) -> u64 {
         self.ranges
@@ -413,15 +433,8 @@ pub fn remap_text(options: &HugeTextOptions) -> RunReport {
     let objects = dl::loaded_objects();
     let threads = threads_running();
     let maps = proc_maps::read(None).unwrap_or_default();
-    let mut report = RunReport {
-        schema: SCHEMA.to_owned(),
-        pid: std::process::id(),
-        program: exe_path(),
-        ranges: Vec::new(),
-        perf_map: None,
-        perf_map_note: None,
-        vma_named: false,
-    };
+    let mut report = RunReport::empty(std::process::id(), exe_path());
+    report.libs_not_found = libs_not_found(&objects, &options.libs);
     let mut all_named = true;
     for (index, object) in objects.iter().enumerate() {
         let path = object_path(object);
@@ -495,6 +508,20 @@ pub fn remap_text(options: &HugeTextOptions) -> RunReport {
         PerfMaps::new(PerfMapWriter::in_tmp()).publish(&mut report);
     }
     report
+}
+
+/// The names in `libs` that no library among `objects` (the executable,
+/// first, left out) matches by file-name prefix, as [`is_chosen`] matches.
+fn libs_not_found(objects: &[LoadedObject], libs: &[String]) -> Vec<String> {
+    libs.iter()
+        .filter(|lib| {
+            !objects
+                .iter()
+                .skip(1)
+                .any(|o| file_name(&o.name).starts_with(lib.as_str()))
+        })
+        .cloned()
+        .collect()
 }
 
 /// Whether the object named `name` (a file name) is one whose text the move
@@ -860,6 +887,10 @@ pub fn eprint_lines(lines: &[String]) {
     let _ = std::io::stderr().lock().write_all(text.as_bytes());
 }
 
+/// What the summary says of a `--huge-text-lib` name that matched no library.
+pub const LIB_NOT_FOUND: &str =
+    "no such library in this process (at start-up; one opened later is never moved)";
+
 /// A one-line-per-range summary for humans (`--report`).
 pub fn summary(report: &RunReport) -> Vec<String> {
     let mut lines = Vec::new();
@@ -886,6 +917,12 @@ pub fn summary(report: &RunReport) -> Vec<String> {
     if report.ranges.is_empty() {
         lines.push(format!(
             "pagewise[{}] {program}: no executable text to consider",
+            report.pid
+        ));
+    }
+    for lib in &report.libs_not_found {
+        lines.push(format!(
+            "pagewise[{}] {program}: --huge-text-lib {lib}: {LIB_NOT_FOUND}",
             report.pid
         ));
     }
@@ -1236,6 +1273,33 @@ mod tests {
         let seg = text_segments(&small)[0];
         assert_eq!((seg.start, seg.end), (0xc0_1000, 0xc0_3000));
         assert_eq!(seg.aligned_start, seg.aligned_end);
+    }
+
+    /// A `--huge-text-lib` name that matches no loaded library is said, in
+    /// the report and its summary, instead of being ignored in silence.
+    #[test]
+    fn a_library_name_that_matches_nothing_is_reported() {
+        let libs = ["libnonexistent".to_owned(), "libc.so".to_owned()];
+        let report = remap_text(&HugeTextOptions {
+            libs: libs.to_vec(),
+            ..Default::default()
+        });
+        assert_eq!(report.libs_not_found, ["libnonexistent"]);
+        let lines = summary(&report);
+        let said = format!(": --huge-text-lib libnonexistent: {LIB_NOT_FOUND}");
+        assert!(lines.iter().any(|l| l.ends_with(&said)), "{lines:#?}");
+        assert!(
+            !lines.iter().any(|l| l.contains("lib libc.so")),
+            "{lines:#?}"
+        );
+        // The executable is no library: its name matches none.
+        let objects = dl::loaded_objects();
+        let exe = exe_path();
+        let own_name = file_name(&exe).to_owned();
+        assert_eq!(
+            libs_not_found(&objects, std::slice::from_ref(&own_name)),
+            [own_name]
+        );
     }
 
     #[test]
