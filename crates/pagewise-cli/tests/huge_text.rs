@@ -918,6 +918,39 @@ fn the_perf_map_follows_an_exec_that_keeps_the_pid() {
     );
 }
 
+/// A program that moves its text and then execs one that moves nothing
+/// (`/bin/true`): the map is removed (by design), and the first program's
+/// report says so instead of naming a file that is gone.
+#[test]
+fn a_perf_map_removed_after_an_exec_is_not_named_as_written() {
+    let _s = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let first = movable_fixture!(dir.path(), "first", true);
+    let outcome = run_huge(
+        &[first.to_str().unwrap()],
+        &[("EXEC_NEXT", "/bin/true")],
+        &["--huge-text", "--report"],
+    );
+    let processes = outcome.report["processes"].as_array().unwrap();
+    assert_eq!(processes.len(), 2, "{:#}", outcome.report);
+    let moved = &processes[0];
+    assert!(!moved_ranges(moved).is_empty(), "{moved:#}");
+    let pid = moved["pid"].as_u64().unwrap();
+    let map = format!("/tmp/perf-{pid}.map");
+    assert!(!Path::new(&map).exists());
+    assert!(moved["perf_map"].is_null(), "{moved:#}");
+    let removed = moved["perf_map_removed"].as_str().unwrap();
+    assert!(
+        removed.starts_with(&format!("{map} removed: ")) && removed.contains("moved no text"),
+        "{removed}"
+    );
+    assert!(
+        outcome.stderr.contains(&format!("perf map {removed}")),
+        "{}",
+        outcome.stderr
+    );
+}
+
 #[test]
 fn no_read_of_the_executable_before_main() {
     let _s = serial();

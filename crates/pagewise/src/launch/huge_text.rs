@@ -18,7 +18,7 @@
 
 use crate::sys::create::{self, NewFile};
 use crate::sys::file::{self, Inotify, IN_CLOSE_WRITE, IN_IGNORED};
-use crate::text::huge::{HotPages, PerfMaps, PreparedMap, RunReport};
+use crate::text::huge::{perf_map_lines, HotPages, PerfMaps, PreparedMap, RunReport};
 use serde::Serialize;
 use std::collections::{BTreeMap, HashSet};
 use std::io::{Read, Write};
@@ -279,12 +279,46 @@ impl Gatherer {
         let mut lines = Vec::new();
         if let (Some(maps), Some(prepared)) = (&mut self.perf_maps, prepared) {
             maps.write_prepared(&mut taken.report, prepared);
+            let gone = self.maps_gone(&taken.report);
+            if self.print {
+                lines = perf_map_lines(&taken.report);
+                lines.extend(gone.iter().flat_map(perf_map_lines));
+            }
+        } else if self.perf_maps.is_some() && taken.report.moved_bytes() > 0 {
+            taken.report.perf_map_note = Some(
+                "not written: the process had run another program (exec) by the time \
+                 this report was read"
+                    .into(),
+            );
             if self.print {
                 lines = perf_map_lines(&taken.report);
             }
         }
         self.reports.push(taken.report);
         lines
+    }
+
+    /// Marks the reports of earlier programs of `newest`'s process whose perf
+    /// map is gone now that `newest`'s was published: replaced by its map,
+    /// or removed because it moved nothing. Returns copies of those marked.
+    fn maps_gone(&mut self, newest: &RunReport) -> Vec<RunReport> {
+        let next = &newest.program;
+        let why = match &newest.perf_map {
+            Some(_) => format!("replaced by the map of {next}, which the process ran next (exec)"),
+            None if newest.moved_bytes() == 0 && newest.perf_map_note.is_none() => {
+                format!("removed: the process ran {next} next (exec), which moved no text")
+            }
+            // A map that could not be written or removed: the earlier one may stay.
+            None => return Vec::new(),
+        };
+        let mut gone = Vec::new();
+        for earlier in self.reports.iter_mut().filter(|r| r.pid == newest.pid) {
+            if let Some(map) = earlier.perf_map.take() {
+                earlier.perf_map_removed = Some(format!("{map} {why}"));
+                gone.push(earlier.clone());
+            }
+        }
+        gone
     }
 
     /// Every report read, and the problems met. Reports a background thread
@@ -357,13 +391,6 @@ fn read_report(path: &Path) -> Result<RunReport, String> {
         .map_err(|e| format!("{}: {e}", path.display()))?;
     serde_json::from_str(&text)
         .map_err(|e| format!("{}: not a complete report: {e}", path.display()))
-}
-
-fn perf_map_lines(report: &RunReport) -> Vec<String> {
-    crate::text::huge::summary(report)
-        .into_iter()
-        .filter(|l| l.contains(": perf map"))
-        .collect()
 }
 
 /// What a run's processes reported.
@@ -648,15 +675,8 @@ mod tests {
     fn reports_a_stopped_background_thread_took_are_finished_by_the_caller() {
         let dir = ReportDir::create().unwrap();
         let maps_dir = tempfile::tempdir().unwrap();
-        // A moved range of this test binary's own text, so the map has symbols to name.
         let exe = std::env::current_exe().unwrap();
-        let table = crate::text::function_table::FunctionTable::read(&exe).unwrap();
-        let f = &table.functions()[table.functions().len() / 2];
-        let mut moved = report(80, exe.to_str().unwrap());
-        moved.ranges[0].start = f.vaddr & !0x1f_ffff;
-        moved.ranges[0].end = moved.ranges[0].start + (2 << 20);
-        moved.ranges[0].page_kind = Some("thp".into());
-        moved.ranges[0].skipped = None;
+        let (moved, function) = moved_report(80, exe.to_str().unwrap());
         write_process_report(dir.path(), &moved).unwrap();
         let maps = PerfMaps::new(PerfMapWriter::in_dir(maps_dir.path()));
         let shared = Mutex::new(Gatherer::new(dir.path(), Some(maps), false));
@@ -679,7 +699,79 @@ mod tests {
         let map = gathered.reports[0].perf_map.clone();
         let map = map.unwrap_or_else(|| panic!("{:?}", gathered.reports[0].perf_map_note));
         let text = std::fs::read_to_string(map).unwrap();
-        assert!(text.contains(&f.name), "{} not in the map", f.name);
+        assert!(text.contains(&function), "{function} not in the map");
+    }
+
+    /// A report of `pid` running `program` that moved the 2 MiB page of this
+    /// test binary's text holding one of its functions, so that a map has a
+    /// symbol to name; and that function's name.
+    fn moved_report(pid: u32, program: &str) -> (RunReport, String) {
+        let exe = std::env::current_exe().unwrap();
+        let table = crate::text::function_table::FunctionTable::read(&exe).unwrap();
+        let f = &table.functions()[table.functions().len() / 2];
+        let mut moved = report(pid, program);
+        moved.ranges[0].object = exe.display().to_string();
+        moved.ranges[0].start = f.vaddr & !0x1f_ffff;
+        moved.ranges[0].end = moved.ranges[0].start + (2 << 20);
+        moved.ranges[0].page_kind = Some("thp".into());
+        moved.ranges[0].skipped = None;
+        (moved, f.name.clone())
+    }
+
+    /// When a process runs another program (`exec`), the map of the one
+    /// before is replaced or, when the next moves nothing, removed: the
+    /// earlier report then says so instead of naming a file that is gone
+    /// or now names another program's code.
+    #[test]
+    fn a_map_gone_after_an_exec_is_said_in_the_earlier_report() {
+        let dir = ReportDir::create().unwrap();
+        let maps_dir = tempfile::tempdir().unwrap();
+        let maps = PerfMaps::new(PerfMapWriter::in_dir(maps_dir.path()));
+        let mut g = Gatherer::new(dir.path(), Some(maps), false);
+        let mut step = |report: &RunReport| {
+            write_process_report(dir.path(), report).unwrap();
+            g.collect(false);
+            g.reports.clone()
+        };
+        let reports = step(&moved_report(90, "/bin/first").0);
+        let map = reports[0].perf_map.clone().expect("a map");
+        let reports = step(&moved_report(90, "/bin/second").0);
+        assert_eq!(reports[0].perf_map, None);
+        let replaced = reports[0].perf_map_removed.clone().unwrap();
+        assert_eq!(
+            replaced,
+            format!("{map} replaced by the map of /bin/second, which the process ran next (exec)")
+        );
+        assert_eq!(reports[1].perf_map.as_deref(), Some(map.as_str()));
+        let reports = step(&report(90, "/bin/true"));
+        assert!(!Path::new(&map).exists());
+        assert_eq!(reports[1].perf_map, None);
+        let removed = reports[1].perf_map_removed.clone().unwrap();
+        assert_eq!(
+            removed,
+            format!("{map} removed: the process ran /bin/true next (exec), which moved no text")
+        );
+        let lines = crate::text::huge::summary(&reports[1]);
+        assert!(
+            lines.contains(&format!("pagewise[90] second: perf map {removed}")),
+            "{lines:#?}"
+        );
+        assert_eq!(
+            (reports[2].perf_map.as_ref(), reports[0].perf_map.as_ref()),
+            (None, None)
+        );
+        // Two programs of one process read together: the first, gone already,
+        // gets no map, and says why.
+        write_process_report(dir.path(), &moved_report(91, "/bin/first").0).unwrap();
+        write_process_report(dir.path(), &report(91, "/bin/true")).unwrap();
+        g.collect(false);
+        let first = g.reports.iter().find(|r| r.pid == 91).unwrap();
+        assert_eq!(first.perf_map, None);
+        assert!(first
+            .perf_map_note
+            .as_ref()
+            .unwrap()
+            .contains("not written"));
     }
 
     #[test]

@@ -164,6 +164,11 @@ pub struct RunReport {
     pub perf_map: Option<String>,
     /// Why no perf map was written, when ranges moved but none was.
     pub perf_map_note: Option<String>,
+    /// The map this process's program had, and why it is gone: the process
+    /// then ran another program (`exec`), whose map replaced it or which
+    /// moved nothing, so it was removed. `perf_map` is then `null`.
+    #[serde(default)]
+    pub perf_map_removed: Option<String>,
     /// Whether the moved ranges carry a `PR_SET_VMA_ANON_NAME` name.
     pub vma_named: bool,
     /// The libraries asked for ([`HugeTextOptions::libs`], `--huge-text-lib`)
@@ -184,6 +189,7 @@ impl RunReport {
             ranges: Vec::new(),
             perf_map: None,
             perf_map_note: None,
+            perf_map_removed: None,
             vma_named: false,
             libs_not_found: Vec::new(),
         }
@@ -926,17 +932,23 @@ pub fn summary(report: &RunReport) -> Vec<String> {
             report.pid
         ));
     }
+    lines.extend(perf_map_lines(report));
+    lines
+}
+
+/// The lines of [`summary`] about `report`'s perf map: the map written, why
+/// none was, why it is gone.
+pub fn perf_map_lines(report: &RunReport) -> Vec<String> {
+    let (pid, program) = (report.pid, file_name(&report.program));
+    let mut lines = Vec::new();
     if let Some(map) = &report.perf_map {
-        lines.push(format!(
-            "pagewise[{}] {program}: perf map {map}",
-            report.pid
-        ));
+        lines.push(format!("pagewise[{pid}] {program}: perf map {map}"));
     }
     if let Some(note) = &report.perf_map_note {
-        lines.push(format!(
-            "pagewise[{}] {program}: perf map: {note}",
-            report.pid
-        ));
+        lines.push(format!("pagewise[{pid}] {program}: perf map: {note}"));
+    }
+    if let Some(removed) = &report.perf_map_removed {
+        lines.push(format!("pagewise[{pid}] {program}: perf map {removed}"));
     }
     lines
 }
