@@ -41,7 +41,8 @@ pub struct RunArgs {
     #[arg(long)]
     pub(crate) thp_heap: bool,
     /// Print what was set up, on stderr: the tunables before the program starts, and one
-    /// line per text range from each process (set PAGEWISE_REPORT=FILE for JSON).
+    /// line per text range of each process, printed by pagewise as the process's report
+    /// arrives, never into the program's own stderr (set PAGEWISE_REPORT=FILE for JSON).
     #[arg(long)]
     report: bool,
     /// The program and its arguments, after `--`.
@@ -63,6 +64,9 @@ code), passes SIGTERM, SIGHUP, SIGINT, SIGQUIT, SIGUSR1 and SIGUSR2 on (not thos
 terminal sends the whole process group, such as Ctrl-C), and exits with the program's
 status. PAGEWISE_REPORT=FILE writes a JSON report (schema pagewise.run/1: the started
 program's, with every process's under \"processes\"); PAGEWISE_PERF_MAP=0 writes no maps.
+The processes write their reports into a private directory and never into the program's
+stdout or stderr (a parent that captures a child's stderr gets only the child's own):
+--report's lines are printed by pagewise, on its stderr, as each report arrives.
 
 --keep-heap: glibc serves blocks above its mmap threshold (adaptive, at most 32 MiB) with
 a fresh mmap that the kernel must fault in and zero page by page, and unmaps them on free.
@@ -288,7 +292,6 @@ fn run_with_huge_text(
         .env("PAGEWISE_HUGE_TEXT_LIBS", args.huge_text_lib.join(","))
         .env(huge_text::REPORT_DIR_ENV, dir.path());
     if args.report {
-        command.env("PAGEWISE_REPORT_STDERR", "1");
         for note in &notes {
             errln!("pagewise run: {note}");
         }

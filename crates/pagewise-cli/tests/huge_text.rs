@@ -547,6 +547,42 @@ fn huge_text_lib_needs_huge_text_and_one_library_name() {
     }
 }
 
+/// The processes of the program never write into its stdout or stderr:
+/// a parent that captures a child's stderr gets only what the child wrote,
+/// and the `--report` lines of every process (one whose stderr is captured
+/// or discarded, one where the move could not apply) reach pagewise's own
+/// stderr. Before, each process printed its lines into its own stderr.
+#[test]
+fn report_lines_never_go_into_the_programs_streams() {
+    let _s = serial();
+    let script = r#"out=$(sh -c 'echo child' 2>&1); echo "captured=[$out]"
+sh -c 'exit 0' 2>/dev/null
+err=$(PAGEWISE_HUGE_TEXT=bogus sh -c 'exit 0' 2>&1); echo "bogus=[$err]""#;
+    let outcome = run_huge(&["sh", "-c", script], &[], &["--huge-text", "--report"]);
+    assert_eq!(outcome.stdout, "captured=[child]\nbogus=[]\n");
+    let processes = outcome.report["processes"].as_array().unwrap();
+    assert!(processes.len() >= 4, "{:#}", outcome.report);
+    for p in processes {
+        let pid = p["pid"].as_u64().unwrap();
+        assert!(
+            outcome.stderr.contains(&format!("pagewise[{pid}] ")),
+            "no line of {pid}: {}",
+            outcome.stderr
+        );
+    }
+    let bogus = processes
+        .iter()
+        .find(|p| p["not_applied"].is_string())
+        .unwrap_or_else(|| panic!("{:#}", outcome.report));
+    let program = Path::new(bogus["program"].as_str().unwrap());
+    let shell = program.file_name().unwrap().to_string_lossy();
+    let line = format!(
+        "pagewise[{}] {shell}: huge text not applied: PAGEWISE_HUGE_TEXT=\"bogus\"",
+        bogus["pid"]
+    );
+    assert!(outcome.stderr.contains(&line), "{}", outcome.stderr);
+}
+
 /// A `--huge-text-lib` that matches no library of a process is said for
 /// that process, on `--report` and in the JSON report; before, it was
 /// ignored in silence.
@@ -1115,9 +1151,10 @@ fn the_parent_passes_on_exit_status_and_signals() {
     );
 }
 
-/// The preload's messages go to the program's stderr; when that cannot be
-/// written (here /dev/full), the program must still run and exit as it
-/// would (an `eprintln!` there panicked and aborted it: exit 134).
+/// Preloaded by hand (no report directory), the library says on the
+/// program's stderr why it could not apply; when that cannot be written
+/// (here /dev/full), the program must still run and exit as it would (an
+/// `eprintln!` there panicked and aborted it: exit 134).
 #[test]
 fn an_unwritable_stderr_never_stops_the_program() {
     let lib = common::preload_library();

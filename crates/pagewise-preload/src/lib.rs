@@ -7,6 +7,12 @@
 //! names the moved code is written by the `pagewise run` parent from the
 //! report (object, load bias, ranges).
 //!
+//! It never writes into the program's standard output or error (a parent
+//! that captures a child's stderr would get pagewise's lines in its data):
+//! everything it has to say, failures included, goes into the report, and
+//! the `pagewise run` parent prints the `--report` lines from the reports on
+//! its own stderr.
+//!
 //! Environment (set by `pagewise run`; children inherit it):
 //!
 //! | variable | meaning |
@@ -14,11 +20,14 @@
 //! | `PAGEWISE_HUGE_TEXT` | `all`, or `hot-pages:FILE` to move only the 2 MiB pages holding the hot code listed in FILE (written by `pagewise run` from a profile) |
 //! | `PAGEWISE_HUGE_TEXT_LIBS` | comma-separated library names to move too (`libc.so.6`, `libpython`) |
 //! | `PAGEWISE_REPORT_DIR` | the private directory to write this process's `pagewise.run/1` report into (`PID.json`) |
-//! | `PAGEWISE_REPORT_STDERR` | `1`: print a summary line per range on stderr |
 //! | `PAGEWISE_FAIL_AT` | test hook: `map`, `copy`, `protect` or `remap` fails on purpose |
 //!
 //! Nothing here may disturb the program: every failure is reported and the
-//! program runs on with its original text.
+//! program runs on with its original text. A report that cannot be written
+//! (the directory is gone, or the process now runs as another user) is
+//! lost: there is nowhere else to say it but the program's own stderr. Only
+//! without `PAGEWISE_REPORT_DIR` (the library preloaded by hand) does a
+//! failure to apply go to stderr, the one place left.
 
 #![deny(unsafe_code)]
 // Printing must never panic inside someone else's program: huge::eprint_lines.
@@ -29,22 +38,14 @@ use pagewise::os::text::MoveStep;
 use pagewise::text::huge::{self, HugeTextOptions, RunReport};
 
 fn publish(report: &RunReport) {
-    if std::env::var("PAGEWISE_REPORT_STDERR").as_deref() == Ok("1") {
-        huge::eprint_lines(&huge::summary(report));
-    }
-    if let Some(dir) = std::env::var_os(REPORT_DIR_ENV).filter(|d| !d.is_empty()) {
-        let dir = std::path::Path::new(&dir);
-        match run_side::write_process_report(dir, report) {
-            Ok(_) => {}
-            // The run that asked for reports is over (a daemon's child outlived
-            // pagewise run): nobody is listening, so say nothing.
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => huge::eprint_lines(&[format!(
-                "pagewise[{}]: cannot write the report into {}: {e}",
-                report.pid,
-                dir.display()
-            )]),
+    match std::env::var_os(REPORT_DIR_ENV).filter(|d| !d.is_empty()) {
+        // The parent prints it (and a report that cannot be written is lost:
+        // the run that asked for it is over, or this process may not write there).
+        Some(dir) => {
+            let _ = run_side::write_process_report(std::path::Path::new(&dir), report);
         }
+        None if report.not_applied.is_some() => huge::eprint_lines(&huge::summary(report)),
+        None => {}
     }
 }
 
@@ -80,22 +81,16 @@ extern "C" fn pagewise_preload_init() {
     let Ok(mode) = std::env::var("PAGEWISE_HUGE_TEXT") else {
         return;
     };
-    // A panic must never cross into the program: catch it and report.
-    let outcome = std::panic::catch_unwind(|| match options_from_env(&mode) {
-        Ok(options) => publish(&huge::remap_text(&options)),
-        Err(e) => huge::eprint_lines(&[format!(
-            "pagewise[{}]: huge text not applied: {e}",
-            std::process::id()
-        )]),
-    });
-    if outcome.is_err() {
-        // Outside catch_unwind: this line must not be able to panic (eprintln!
-        // panics when stderr cannot be written, which would abort the program).
-        huge::eprint_lines(&[format!(
-            "pagewise[{}]: huge text not applied: internal error",
-            std::process::id()
-        )]);
-    }
+    // A panic must never cross into the program: catch it and report it.
+    // Silently: the default hook would print it on the program's stderr.
+    // (The hook is this library's own standard library's, not the program's.)
+    std::panic::set_hook(Box::new(|_| {}));
+    let report = std::panic::catch_unwind(|| match options_from_env(&mode) {
+        Ok(options) => huge::remap_text(&options),
+        Err(e) => RunReport::not_applied(e),
+    })
+    .unwrap_or_else(|_| RunReport::not_applied("internal error".into()));
+    let _ = std::panic::catch_unwind(|| publish(&report));
 }
 
 // The one piece of link-level plumbing outside the sys layer: a pointer in

@@ -173,8 +173,7 @@ fn fix_runner(exe: PathBuf, perf_maps: bool) -> impl Fn(&[Fix], &[OsString], &Pa
         let mut command = Command::new(&exe);
         command
             .args(fix_argv(fixes, argv))
-            .env("PAGEWISE_REPORT", report)
-            .env_remove("PAGEWISE_REPORT_STDERR");
+            .env("PAGEWISE_REPORT", report);
         if !perf_maps {
             command.env("PAGEWISE_PERF_MAP", "0");
         }

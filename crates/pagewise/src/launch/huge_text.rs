@@ -12,13 +12,15 @@
 //! - [`run_program`] starts the program and waits for it, passing signals on,
 //!   while a [`Gatherer`] reads the reports as they appear and writes each
 //!   moved process's perf map ([`PerfMaps`]), so profilers can name moved code
-//!   while the program still runs and after an `exec` that keeps the pid.
+//!   while the program still runs and after an `exec` that keeps the pid;
+//!   for `--report` it prints each process's lines on the parent's stderr as
+//!   the report arrives (the program's own streams are never written to).
 //! - [`write_run_report`]: the user's `PAGEWISE_REPORT` file, replaced
 //!   atomically, never through a link and never when another user owns it.
 
 use crate::sys::create::{self, NewFile};
 use crate::sys::file::{self, Inotify, IN_CLOSE_WRITE, IN_IGNORED};
-use crate::text::huge::{perf_map_lines, HotPages, PerfMaps, PreparedMap, RunReport};
+use crate::text::huge::{perf_map_lines, summary, HotPages, PerfMaps, PreparedMap, RunReport};
 use serde::Serialize;
 use std::collections::{BTreeMap, HashSet};
 use std::io::{Read, Write};
@@ -199,7 +201,9 @@ struct Taken {
 
 impl Gatherer {
     /// Collects from `dir`; writes perf maps with `perf_maps` (none: no maps);
-    /// with `print`, says on stderr what maps it writes.
+    /// with `print`, prints each report's [`summary`] lines on stderr (this
+    /// process's, never the program's) as it reads the report, and a line
+    /// for each map it later replaces or removes.
     pub fn new(dir: &Path, perf_maps: Option<PerfMaps>, print: bool) -> Self {
         Gatherer {
             dir: dir.to_owned(),
@@ -272,27 +276,26 @@ impl Gatherer {
     }
 
     /// Writes `taken`'s map from its prepared text and keeps its report;
-    /// returns the lines to print (printed by the caller once it holds no
+    /// returns the lines to print, its [`summary`] and those of earlier
+    /// maps it replaced or removed (printed by the caller once it holds no
     /// lock: a full stderr pipe must not block the other thread).
     fn settle(&mut self, mut taken: Taken, prepared: Option<PreparedMap>) -> Vec<String> {
         self.in_flight.retain(|t| t.key != taken.key);
-        let mut lines = Vec::new();
+        let mut gone = Vec::new();
         if let (Some(maps), Some(prepared)) = (&mut self.perf_maps, prepared) {
             maps.write_prepared(&mut taken.report, prepared);
-            let gone = self.maps_gone(&taken.report);
-            if self.print {
-                lines = perf_map_lines(&taken.report);
-                lines.extend(gone.iter().flat_map(perf_map_lines));
-            }
+            gone = self.maps_gone(&taken.report);
         } else if self.perf_maps.is_some() && taken.report.moved_bytes() > 0 {
             taken.report.perf_map_note = Some(
                 "not written: the process had run another program (exec) by the time \
                  this report was read"
                     .into(),
             );
-            if self.print {
-                lines = perf_map_lines(&taken.report);
-            }
+        }
+        let mut lines = Vec::new();
+        if self.print {
+            lines = summary(&taken.report);
+            lines.extend(gone.iter().flat_map(perf_map_lines));
         }
         self.reports.push(taken.report);
         lines

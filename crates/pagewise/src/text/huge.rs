@@ -176,6 +176,10 @@ pub struct RunReport {
     /// later with `dlopen` is never moved).
     #[serde(default)]
     pub libs_not_found: Vec<String>,
+    /// Why nothing was considered in this process, when nothing was: a bad
+    /// setting, an internal error.
+    #[serde(default)]
+    pub not_applied: Option<String>,
 }
 
 impl RunReport {
@@ -192,6 +196,15 @@ impl RunReport {
             perf_map_removed: None,
             vma_named: false,
             libs_not_found: Vec::new(),
+            not_applied: None,
+        }
+    }
+
+    /// The report of this process when nothing could be considered, and why.
+    pub fn not_applied(why: String) -> RunReport {
+        RunReport {
+            not_applied: Some(why),
+            ..RunReport::empty(std::process::id(), exe_path())
         }
     }
 
@@ -920,7 +933,12 @@ pub fn summary(report: &RunReport) -> Vec<String> {
             report.pid, r.start, r.end
         ));
     }
-    if report.ranges.is_empty() {
+    if let Some(why) = &report.not_applied {
+        lines.push(format!(
+            "pagewise[{}] {program}: huge text not applied: {why}",
+            report.pid
+        ));
+    } else if report.ranges.is_empty() {
         lines.push(format!(
             "pagewise[{}] {program}: no executable text to consider",
             report.pid
