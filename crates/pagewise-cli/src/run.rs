@@ -6,9 +6,10 @@ use crate::preload;
 use anyhow::Context;
 use pagewise::host::user_cache::{self, Purpose};
 use pagewise::launch::huge_text::{self, ReportDir};
-use pagewise::launch::{self, keep_heap, thp_heap, LaunchError};
+use pagewise::launch::keep_heap::{self, HeapTunables};
+use pagewise::launch::{self, thp_heap, LaunchError};
 use pagewise::text::hot_cache::{self, HotSource};
-use pagewise::text::huge::PerfMaps;
+use pagewise::text::huge::{PerfMaps, RunReport};
 use pagewise::text::perfmap::PerfMapWriter;
 use std::ffi::OsString;
 use std::os::unix::process::CommandExt;
@@ -77,6 +78,7 @@ trim_threshold=256GiB (the heap is never given back) and top_pad=--keep-heap-pad
 (at most 1 GiB: a larger pad buys nothing, and one the kernel refuses makes every malloc fail).
 Trade-off: the process keeps its peak heap resident until it exits (plus fragmentation),
 so its RSS no longer falls after a burst. Settings already in GLIBC_TUNABLES are kept.
+PAGEWISE_REPORT=FILE writes them as JSON (\"tunables\"), before the program starts.
 Programs not dynamically linked against glibc (musl, static) are refused: the tunables
 would change nothing. The program's exit status is pagewise's exit status.
 
@@ -154,9 +156,10 @@ fn start(args: &RunArgs) -> anyhow::Result<ExitCode> {
     // argv[0] as the user typed it (or the shell's), like a shell.
     command.arg0(&line[0]).args(&line[1..]);
 
-    if args.keep_heap || args.thp_heap {
-        apply_tunables(&mut command, &path, args)?;
-    }
+    let tunables = match args.keep_heap || args.thp_heap {
+        true => Some(apply_tunables(&mut command, &path, args)?),
+        false => None,
+    };
     if let Some(mode) = &args.huge_text {
         let inspected = launch::require_glibc(
             &path,
@@ -164,7 +167,21 @@ fn start(args: &RunArgs) -> anyhow::Result<ExitCode> {
             "call pagewise::text::huge::remap_text early in the program instead",
         )?;
         refuse_setid(&inspected)?;
-        return run_with_huge_text(command, mode, args);
+        return run_with_huge_text(command, mode, args, tunables.as_ref());
+    }
+    // This process becomes the program: the report is written before, with
+    // the pid the program will have.
+    if let (Some(file), Some(tunables)) = (report_file(), &tunables) {
+        let top = RunReport::empty(std::process::id(), tunables.program.clone());
+        let summary = huge_text::RunSummary {
+            top: &top,
+            processes: &[],
+            preload: None,
+            tunables: Some(tunables),
+        };
+        if let Err(e) = huge_text::write_run_report(&file, &summary) {
+            errln!("pagewise run: {e}");
+        }
     }
     let error = command.exec();
     Err(if error.kind() == std::io::ErrorKind::NotFound {
@@ -175,13 +192,20 @@ fn start(args: &RunArgs) -> anyhow::Result<ExitCode> {
     .into())
 }
 
+/// The `PAGEWISE_REPORT` file asked for, if any.
+fn report_file() -> Option<PathBuf> {
+    std::env::var_os("PAGEWISE_REPORT")
+        .filter(|f| !f.is_empty())
+        .map(PathBuf::from)
+}
+
 /// Sets `GLIBC_TUNABLES` for `--keep-heap` and `--thp-heap` (one value for
-/// both, the user's own settings kept).
+/// both, the user's own settings kept) and returns what was set.
 fn apply_tunables(
     command: &mut std::process::Command,
     path: &Path,
     args: &RunArgs,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<HeapTunables> {
     // What the fixes are called in the report, how the refusal of a program
     // without glibc names them, and what to do instead.
     let (what, fix, instead) = match (args.keep_heap, args.thp_heap) {
@@ -202,21 +226,25 @@ fn apply_tunables(
         ),
     };
     let inspected = launch::require_glibc(path, fix, instead)?;
-    let mut wanted = Vec::new();
+    let (mut wanted, mut fixes) = (Vec::new(), Vec::new());
     if args.keep_heap {
         wanted.extend(keep_heap::tunables(args.keep_heap_pad));
+        fixes.push("keep-heap");
     }
     if args.thp_heap {
         thp_heap::check_here()
             .map_err(|why| anyhow::anyhow!("--thp-heap would change nothing: {why}"))?;
         wanted.push(thp_heap::TUNABLE);
+        fixes.push("thp-heap");
     }
     let existing = std::env::var("GLIBC_TUNABLES").ok();
-    let (value, decided) = keep_heap::merge(existing.as_deref(), &wanted);
-    command.env("GLIBC_TUNABLES", &value);
+    let program = inspected.display().to_string();
+    let tunables = HeapTunables::new(fixes, program, &wanted, existing.as_deref());
+    let value = &tunables.glibc_tunables;
+    command.env("GLIBC_TUNABLES", value);
     if args.report {
         errln!("pagewise run: {what} for {}", inspected.display());
-        for t in &decided {
+        for t in &tunables.set {
             let shown = if t.name.ends_with("mmap_max") || t.name == thp_heap::TUNABLE.0 {
                 t.value.to_string()
             } else {
@@ -231,7 +259,7 @@ fn apply_tunables(
         }
         errln!("pagewise run: GLIBC_TUNABLES={value}");
     }
-    Ok(())
+    Ok(tunables)
 }
 
 /// Set-user-ID and set-group-ID programs run in secure mode, where the loader
@@ -257,6 +285,7 @@ fn run_with_huge_text(
     mut command: std::process::Command,
     mode: &str,
     args: &RunArgs,
+    tunables: Option<&HeapTunables>,
 ) -> anyhow::Result<ExitCode> {
     let dir = ReportDir::create()?;
     let mut hot_note = None;
@@ -307,20 +336,20 @@ fn run_with_huge_text(
     let finished = huge_text::run_program(command, gatherer)
         .with_context(|| format!("cannot start or wait for {program}"))?;
     let (pid, gathered) = (finished.pid, &finished.gathered);
-    let report_file = std::env::var_os("PAGEWISE_REPORT").filter(|f| !f.is_empty());
+    let report_file = report_file();
     if args.report || report_file.is_some() {
         for problem in finished.note.iter().chain(&gathered.problems) {
             errln!("pagewise run: {problem}");
         }
     }
     if let Some(file) = report_file {
-        let file = PathBuf::from(file);
         match gathered.newest_for(pid) {
             Some(top) => {
                 let summary = huge_text::RunSummary {
                     top,
                     processes: &gathered.reports,
-                    preload: &library,
+                    preload: Some(&library),
+                    tunables,
                 };
                 if let Err(e) = huge_text::write_run_report(&file, &summary) {
                     errln!("pagewise run: {e}");

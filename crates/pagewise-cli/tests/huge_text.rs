@@ -583,6 +583,34 @@ err=$(PAGEWISE_HUGE_TEXT=bogus sh -c 'exit 0' 2>&1); echo "bogus=[$err]""#;
     assert!(outcome.stderr.contains(&line), "{}", outcome.stderr);
 }
 
+/// With `--huge-text` and the heap fixes, the JSON report holds the
+/// tunables `--report` prints, beside the processes' reports (before, they
+/// were left out).
+#[test]
+fn the_json_report_holds_the_tunables_beside_huge_text() {
+    let mut flags = vec!["--huge-text", "--keep-heap"];
+    if pagewise::launch::thp_heap::check_here().is_ok() {
+        flags.push("--thp-heap");
+    }
+    let outcome = run_huge(&["sh", "-c", "echo \"$GLIBC_TUNABLES\""], &[], &flags);
+    let tunables = &outcome.report["tunables"];
+    assert_eq!(
+        tunables["glibc_tunables"].as_str(),
+        Some(outcome.stdout.trim_end()),
+        "{:#}",
+        outcome.report
+    );
+    let fixes: Vec<&str> = flags[1..].iter().map(|f| &f[2..]).collect();
+    assert_eq!(tunables["fixes"], serde_json::json!(fixes));
+    let set = tunables["set"].as_array().unwrap();
+    assert!(
+        set.iter().any(|t| t["name"] == "glibc.malloc.mmap_max"),
+        "{set:#?}"
+    );
+    assert!(!outcome.report["processes"].as_array().unwrap().is_empty());
+    assert!(outcome.report["preload"]["path"].is_string());
+}
+
 /// A `--huge-text-lib` that matches no library of a process is said for
 /// that process, on `--report` and in the JSON report; before, it was
 /// ignored in silence.

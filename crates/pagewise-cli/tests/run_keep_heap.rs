@@ -41,10 +41,21 @@ fn printed_plain_and_under(bin: &Path, fix: &str) -> (u64, u64) {
     (number(&plain.stdout), number(&fixed.stdout))
 }
 
+/// The output of `pagewise ARGS` with `GLIBC_TUNABLES` set to `tunables`
+/// (and `PAGEWISE_REPORT` to `report`, if given), after checking that it succeeded.
+fn run_with_tunables(args: &[&str], tunables: &str, report: Option<&Path>) -> std::process::Output {
+    let mut cmd = pagewise();
+    cmd.args(args).env("GLIBC_TUNABLES", tunables);
+    if let Some(report) = report {
+        cmd.env("PAGEWISE_REPORT", report);
+    }
+    cmd.assert().success().get_output().clone()
+}
+
 #[test]
 fn report_shows_the_environment() {
-    let out = pagewise()
-        .args([
+    let out = run_with_tunables(
+        &[
             "run",
             "--keep-heap",
             "--keep-heap-pad",
@@ -52,12 +63,10 @@ fn report_shows_the_environment() {
             "--report",
             "--",
             "true",
-        ])
-        .env("GLIBC_TUNABLES", "glibc.malloc.trim_threshold=1")
-        .assert()
-        .success()
-        .get_output()
-        .clone();
+        ],
+        "glibc.malloc.trim_threshold=1",
+        None,
+    );
     let stderr = String::from_utf8(out.stderr).unwrap();
     assert!(
         stderr.contains("glibc.malloc.top_pad = 128 MiB"),
@@ -73,6 +82,46 @@ fn report_shows_the_environment() {
         ),
         "{stderr}"
     );
+}
+
+/// `PAGEWISE_REPORT=FILE` with `--keep-heap` or `--thp-heap` alone writes
+/// the report, with the tunables `--report` prints (before, no file at all),
+/// before pagewise becomes the program: its pid is the program's.
+#[test]
+fn the_json_report_is_written_without_huge_text() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut fixes = vec![("--keep-heap", 4)];
+    match pagewise::launch::thp_heap::check_here() {
+        Ok(()) => fixes.push(("--thp-heap", 1)),
+        Err(why) => {
+            pagewise_testkit::skip_part!("--thp-heap", pagewise_testkit::Need::Thp, "{why}")
+        }
+    }
+    for (fix, count) in fixes {
+        let report = dir.path().join(format!("{fix}.json"));
+        let echo = ["run", fix, "--", "sh", "-c", "echo $$ \"$GLIBC_TUNABLES\""];
+        let out = run_with_tunables(&echo, "glibc.malloc.top_pad=1", Some(&report));
+        let stdout = String::from_utf8(out.stdout).unwrap();
+        let (pid, tunables) = stdout.trim_end().split_once(' ').unwrap();
+        let text = std::fs::read_to_string(&report)
+            .unwrap_or_else(|e| panic!("{fix}: no report at {}: {e}", report.display()));
+        let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(v["schema"], "pagewise.run/1", "{v:#}");
+        assert_eq!(v["pid"].to_string(), pid, "{v:#}");
+        assert!(v["program"].as_str().unwrap().ends_with("sh"), "{v:#}");
+        assert_eq!(v["processes"], serde_json::json!([]), "{v:#}");
+        assert!(v["preload"].is_null(), "{v:#}");
+        let t = &v["tunables"];
+        assert_eq!(t["fixes"], serde_json::json!([&fix[2..]]), "{v:#}");
+        assert_eq!(t["glibc_tunables"], tunables, "{v:#}");
+        let set = t["set"].as_array().unwrap();
+        assert_eq!(set.len(), count, "{v:#}");
+        for s in set {
+            let kept = s["name"] == "glibc.malloc.top_pad";
+            assert_eq!(s["kept_user_value"], kept, "{s}");
+            assert!(s["value"].is_u64(), "{s}");
+        }
+    }
 }
 
 #[test]

@@ -18,6 +18,7 @@
 //! - [`write_run_report`]: the user's `PAGEWISE_REPORT` file, replaced
 //!   atomically, never through a link and never when another user owns it.
 
+use crate::launch::keep_heap::HeapTunables;
 use crate::sys::create::{self, NewFile};
 use crate::sys::file::{self, Inotify, IN_CLOSE_WRITE, IN_IGNORED};
 use crate::text::huge::{perf_map_lines, summary, HotPages, PerfMaps, PreparedMap, RunReport};
@@ -525,7 +526,9 @@ pub struct PreloadUsed {
 
 /// The `PAGEWISE_REPORT` file of a run: the report of the program `pagewise
 /// run` started (as it runs at the end, after any `exec`), every process's
-/// report, and the preload library used.
+/// report, the preload library used and the `GLIBC_TUNABLES` set. Without
+/// `--huge-text` the top report considers nothing, `processes` is empty and
+/// `preload` is `null`.
 #[derive(Debug, Serialize)]
 pub struct RunSummary<'a> {
     /// The started program's report (its fields at the top level).
@@ -533,8 +536,10 @@ pub struct RunSummary<'a> {
     pub top: &'a RunReport,
     /// Every report, in order of pid and `exec`, the top one included.
     pub processes: &'a [RunReport],
-    /// The library preloaded.
-    pub preload: &'a PreloadUsed,
+    /// The library preloaded, with `--huge-text`.
+    pub preload: Option<&'a PreloadUsed>,
+    /// The tunables set, with `--keep-heap` or `--thp-heap`.
+    pub tunables: Option<&'a HeapTunables>,
 }
 
 /// Writes `summary` as JSON to `path`: under a temporary name in the same
@@ -654,7 +659,8 @@ mod tests {
         let summary = RunSummary {
             top: &top,
             processes: std::slice::from_ref(&top),
-            preload: &preload,
+            preload: Some(&preload),
+            tunables: None,
         };
         let path = dir.path().join("r.json");
         std::fs::write(&path, "old").unwrap();

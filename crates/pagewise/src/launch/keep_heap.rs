@@ -48,6 +48,39 @@ pub struct Tunable {
     pub kept_user_value: bool,
 }
 
+/// The `GLIBC_TUNABLES` a run sets for `--keep-heap`, `--thp-heap` or both,
+/// as `--report` prints it and the `PAGEWISE_REPORT` file holds it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct HeapTunables {
+    /// The fixes asked for, `keep-heap` and/or `thp-heap`.
+    pub fixes: Vec<&'static str>,
+    /// The program that reads them (for a script, its interpreter).
+    pub program: String,
+    /// Each tunable wanted, with whether the user's own value was kept.
+    pub set: Vec<Tunable>,
+    /// The whole value the program gets.
+    pub glibc_tunables: String,
+}
+
+impl HeapTunables {
+    /// The tunables for `fixes` read by `program`: `wanted` [`merge`]d into
+    /// the user's `existing` value. Costs a pass over the existing value.
+    pub fn new(
+        fixes: Vec<&'static str>,
+        program: String,
+        wanted: &[(&'static str, u64)],
+        existing: Option<&str>,
+    ) -> HeapTunables {
+        let (glibc_tunables, set) = merge(existing, wanted);
+        HeapTunables {
+            fixes,
+            program,
+            set,
+            glibc_tunables,
+        }
+    }
+}
+
 /// The tunables for a given `top_pad` (bytes), in the order they are set.
 pub fn tunables(top_pad: u64) -> Vec<(&'static str, u64)> {
     vec![
