@@ -80,7 +80,8 @@ Trade-off: the process keeps its peak heap resident until it exits (plus fragmen
 so its RSS no longer falls after a burst. Settings already in GLIBC_TUNABLES are kept.
 PAGEWISE_REPORT=FILE writes them as JSON (\"tunables\"), before the program starts.
 Programs not dynamically linked against glibc (musl, static) are refused: the tunables
-would change nothing. The program's exit status is pagewise's exit status.
+would change nothing; so are programs that would run in secure mode (set-user-ID or
+set-group-ID of another user or group, file capabilities), where glibc ignores them. The program's exit status is pagewise's exit status.
 
 --thp-heap: a program that writes a lot of fresh heap memory takes a page fault per 4 KiB.
 --thp-heap sets GLIBC_TUNABLES glibc.malloc.hugetlb=1 (glibc 2.35 or later): malloc asks
@@ -166,7 +167,10 @@ fn start(args: &RunArgs) -> anyhow::Result<ExitCode> {
             "--huge-text works through LD_PRELOAD of a glibc library and",
             "call pagewise::text::huge::remap_text early in the program instead",
         )?;
-        refuse_setid(&inspected)?;
+        launch::require_not_secure(
+            &inspected,
+            "the loader ignores LD_PRELOAD there, so --huge-text cannot apply",
+        )?;
         return run_with_huge_text(command, mode, args, tunables.as_ref());
     }
     // This process becomes the program: the report is written before, with
@@ -206,26 +210,33 @@ fn apply_tunables(
     path: &Path,
     args: &RunArgs,
 ) -> anyhow::Result<HeapTunables> {
-    // What the fixes are called in the report, how the refusal of a program
-    // without glibc names them, and what to do instead.
-    let (what, fix, instead) = match (args.keep_heap, args.thp_heap) {
+    // What the fixes are called in the report, how the refusals of a program
+    // without glibc (and in secure mode) name them, and what to do instead.
+    let (what, fix, flags, instead) = match (args.keep_heap, args.thp_heap) {
         (true, false) => (
             "keep-heap",
             "--keep-heap works through glibc's malloc tunables and",
+            "--keep-heap",
             "use pagewise::buffer in the program instead",
         ),
         (false, _) => (
             "thp-heap",
             "--thp-heap works through glibc's malloc tunables and",
+            "--thp-heap",
             "use pagewise regions in the program instead",
         ),
         (true, true) => (
             "keep-heap and thp-heap",
             "--keep-heap and --thp-heap work through glibc's malloc tunables and",
+            "--keep-heap and --thp-heap",
             "use pagewise::buffer or regions in the program instead",
         ),
     };
     let inspected = launch::require_glibc(path, fix, instead)?;
+    launch::require_not_secure(
+        &inspected,
+        &format!("glibc ignores GLIBC_TUNABLES there, so {flags} would change nothing"),
+    )?;
     let (mut wanted, mut fixes) = (Vec::new(), Vec::new());
     if args.keep_heap {
         wanted.extend(keep_heap::tunables(args.keep_heap_pad));
@@ -260,22 +271,6 @@ fn apply_tunables(
         errln!("pagewise run: GLIBC_TUNABLES={value}");
     }
     Ok(tunables)
-}
-
-/// Set-user-ID and set-group-ID programs run in secure mode, where the loader
-/// ignores `LD_PRELOAD` from another directory: say so instead of doing nothing.
-fn refuse_setid(path: &Path) -> anyhow::Result<()> {
-    use std::os::unix::fs::PermissionsExt;
-    let mode = std::fs::metadata(path)
-        .with_context(|| format!("cannot read {}", path.display()))?
-        .permissions()
-        .mode();
-    anyhow::ensure!(
-        mode & 0o6000 == 0,
-        "{} is set-user-ID or set-group-ID: the loader ignores LD_PRELOAD for it, so --huge-text cannot apply",
-        path.display()
-    );
-    Ok(())
 }
 
 /// Starts the program with the preload library and stays as its parent:

@@ -48,6 +48,17 @@ macro_rules! movable_fixture {
     }};
 }
 
+/// A copy of pagewise that the nobody user can run, in a folder of its own
+/// ([`common::binary_for_nobody`]), or the test is skipped.
+macro_rules! binary_for_nobody {
+    () => {
+        match common::binary_for_nobody() {
+            Ok(found) => found,
+            Err((need, why)) => skip!(need, "{why}"),
+        }
+    };
+}
+
 /// Whether neither THP nor a hugetlb pool can take a move here.
 fn no_huge_pages() -> bool {
     pagewise::host::thp::enabled_mode().as_deref() == Some("never")
@@ -780,6 +791,82 @@ fn static_programs_are_refused_with_a_reason() {
     assert_eq!(stderr.trim_end().lines().count(), 1);
 }
 
+/// Secure mode as the kernel decides it (glibc then ignores LD_PRELOAD
+/// and GLIBC_TUNABLES) refuses every fix in one line, and only secure mode
+/// does: root running a set-user-ID-root program is not in it (it was
+/// refused for --huge-text), while --keep-heap claimed to apply to a
+/// set-user-ID program of another user.
+#[test]
+fn programs_in_secure_mode_are_refused_and_only_they() {
+    use std::os::unix::fs::{chown, PermissionsExt};
+    let _s = serial();
+    let (dir, bin) = binary_for_nobody!();
+    let program = dir.path().join("true");
+    pagewise_testkit::copy_executable(Path::new("/bin/true"), &program);
+    let set = |owner: u32, group: u32, mode: u32| {
+        // chown clears the set-ID bits: the mode comes after it.
+        chown(&program, Some(owner), Some(group)).unwrap();
+        std::fs::set_permissions(&program, std::fs::Permissions::from_mode(mode)).unwrap();
+    };
+    let mut fixes = vec!["--huge-text", "--keep-heap"];
+    if pagewise::launch::thp_heap::check_here().is_ok() {
+        fixes.push("--thp-heap");
+    }
+    let run = |fix: &str| pagewise().args(["run", fix, "--"]).arg(&program).assert();
+    let refused = |fix: &str, why: &str| {
+        let out = run(fix).code(1).get_output().clone();
+        let stderr = String::from_utf8(out.stderr).unwrap();
+        let said = format!("{} runs in secure mode ({why}): ", program.display());
+        assert!(
+            stderr.starts_with("pagewise: ") && stderr.contains(&said) && stderr.contains(fix),
+            "{fix}: {stderr}"
+        );
+        assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    };
+    set(0, 0, 0o4755);
+    for fix in &fixes {
+        run(fix).success();
+    }
+    set(65534, 0, 0o4755);
+    for fix in &fixes {
+        refused(fix, "set-user-ID, owned by uid 65534, and you are uid 0");
+    }
+    set(0, 65534, 0o2755);
+    for fix in &fixes {
+        refused(fix, "set-group-ID, group gid 65534, and your gid is 0");
+    }
+    // Without the group execute bit, set-group-ID means mandatory locking.
+    set(0, 65534, 0o2745);
+    run("--keep-heap").success();
+    set(0, 0, 0o755);
+    let setcap = std::process::Command::new("setcap")
+        .args(["cap_net_raw+ep"])
+        .arg(&program)
+        .status();
+    if !setcap.is_ok_and(|s| s.success()) {
+        pagewise_testkit::skip_part!(
+            "file capabilities",
+            Need::Tool,
+            "setcap is missing or cannot set capabilities here"
+        );
+        return;
+    }
+    // Root is not in secure mode for capabilities; another user is.
+    run("--keep-heap").success();
+    let out = common::as_nobody(&bin, &["run", "--keep-heap", "--"])
+        .arg(&program)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains(
+            "runs in secure mode (file capabilities in security.capability, and you are not root)"
+        ),
+        "{stderr}"
+    );
+}
+
 #[test]
 fn the_embedded_library_goes_to_a_private_cache_once() {
     let _s = serial();
@@ -839,10 +926,7 @@ fn the_embedded_library_goes_to_a_private_cache_once() {
 #[test]
 fn without_a_usable_home_every_cache_falls_back_to_one_private_directory() {
     let _s = serial();
-    let (dir, bin) = match common::binary_for_nobody() {
-        Ok(found) => found,
-        Err((need, why)) => skip!(need, "{why}"),
-    };
+    let (dir, bin) = binary_for_nobody!();
     let program = movable_fixture!(dir.path(), "big_text_pie", true);
     use std::os::unix::fs::{MetadataExt, PermissionsExt};
     std::fs::set_permissions(&program, std::fs::Permissions::from_mode(0o755)).unwrap();

@@ -9,7 +9,7 @@ use object::{Endianness, ReadRef};
 use serde::Serialize;
 use std::ffi::{OsStr, OsString};
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::PermissionsExt;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 /// How a program is linked, as far as pagewise cares.
@@ -77,13 +77,25 @@ pub enum LaunchError {
         /// What to do instead.
         remedy: &'static str,
     },
+    /// The program would run in secure mode, where the fix cannot apply.
+    #[error("{path} runs in secure mode ({why}): {consequence}")]
+    SecureMode {
+        /// The file.
+        path: PathBuf,
+        /// What puts it in secure mode.
+        why: SecureMode,
+        /// What that does to the fix, e.g. "the loader ignores LD_PRELOAD
+        /// there, so --huge-text cannot apply".
+        consequence: String,
+    },
 }
 
 impl LaunchError {
     /// The exit status a shell gives when a program cannot start this way:
     /// 127 when it (or its `#!` interpreter) is not found, 126 when it is
     /// found but cannot be executed (no execute permission, not a program),
-    /// 1 when it would run but the fix cannot apply to it (another C library).
+    /// 1 when it would run but the fix cannot apply to it (another C library,
+    /// secure mode).
     pub fn exit_code(&self) -> u8 {
         match self {
             LaunchError::NotFound(_) => 127,
@@ -91,7 +103,7 @@ impl LaunchError {
             LaunchError::NotExecutable { .. }
             | LaunchError::Read { .. }
             | LaunchError::NotElf { .. } => 126,
-            LaunchError::NotGlibc { .. } => 1,
+            LaunchError::NotGlibc { .. } | LaunchError::SecureMode { .. } => 1,
         }
     }
 }
@@ -291,6 +303,133 @@ pub fn require_glibc(
     })
 }
 
+/// What makes the kernel run a program in secure mode (`AT_SECURE`), where
+/// the dynamic loader ignores `LD_PRELOAD` (but for libraries in the system
+/// directories) and glibc ignores `GLIBC_TUNABLES`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SecureMode {
+    /// Set-user-ID, owned by another user than the one running it.
+    SetUid {
+        /// The file's owner.
+        owner: u32,
+        /// The real user id of the one running it.
+        real: u32,
+    },
+    /// Set-group-ID (and group-executable), of another group than the real one.
+    SetGid {
+        /// The file's group.
+        group: u32,
+        /// The real group id of the one running it.
+        real: u32,
+    },
+    /// The file carries capabilities and the one running it is not root.
+    Capabilities,
+}
+
+impl std::fmt::Display for SecureMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SecureMode::SetUid { owner, real } => {
+                write!(
+                    f,
+                    "set-user-ID, owned by uid {owner}, and you are uid {real}"
+                )
+            }
+            SecureMode::SetGid { group, real } => {
+                write!(f, "set-group-ID, group gid {group}, and your gid is {real}")
+            }
+            SecureMode::Capabilities => {
+                write!(
+                    f,
+                    "file capabilities in security.capability, and you are not root"
+                )
+            }
+        }
+    }
+}
+
+/// What [`secure_mode_of`] decides from: the program file and who runs it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ExecFacts {
+    /// The file's mode bits (`st_mode`).
+    pub mode: u32,
+    /// Its owner.
+    pub uid: u32,
+    /// Its group.
+    pub gid: u32,
+    /// Whether it carries file capabilities.
+    pub capabilities: bool,
+    /// Whether its file system is mounted `nosuid`.
+    pub nosuid: bool,
+    /// The real user id of the one who runs it.
+    pub real_uid: u32,
+    /// Their real group id.
+    pub real_gid: u32,
+}
+
+/// Whether `exec` of a file runs it in secure mode, as the kernel decides
+/// (`cap_bprm_creds_from_file`): set-user-ID when its owner is not the real
+/// user, set-group-ID (with the group execute bit; without it the bit means
+/// mandatory locking) when its group is not the real group, or file
+/// capabilities for anyone but root. On a `nosuid` mount none of these
+/// count. Root running a set-user-ID-root program is not in secure mode.
+/// Free.
+pub fn secure_mode_of(f: &ExecFacts) -> Option<SecureMode> {
+    if f.nosuid {
+        return None;
+    }
+    if f.mode & 0o4000 != 0 && f.uid != f.real_uid {
+        return Some(SecureMode::SetUid {
+            owner: f.uid,
+            real: f.real_uid,
+        });
+    }
+    if f.mode & 0o2010 == 0o2010 && f.gid != f.real_gid {
+        return Some(SecureMode::SetGid {
+            group: f.gid,
+            real: f.real_gid,
+        });
+    }
+    (f.capabilities && f.real_uid != 0).then_some(SecureMode::Capabilities)
+}
+
+/// Refuses the program file at `path` (the one that really runs: a
+/// script's interpreter) when this process would start it in secure mode
+/// ([`secure_mode_of`]), where `consequence` says what that does to the fix.
+/// A `stat`, a `getxattr` (not for root) and, for a file that would run in
+/// secure mode, a `statvfs`.
+pub fn require_not_secure(path: &Path, consequence: &str) -> Result<(), LaunchError> {
+    let read_error = |error| LaunchError::Read {
+        path: path.to_owned(),
+        error,
+    };
+    let meta = path.metadata().map_err(read_error)?;
+    let (real_uid, real_gid) = crate::sys::create::real_ids();
+    let sys_error = |e: crate::sys::SysError| read_error(e.source);
+    let facts = ExecFacts {
+        mode: meta.mode(),
+        uid: meta.uid(),
+        gid: meta.gid(),
+        capabilities: real_uid != 0
+            && crate::sys::file::has_file_capabilities(path).map_err(sys_error)?,
+        nosuid: false,
+        real_uid,
+        real_gid,
+    };
+    let Some(why) = secure_mode_of(&facts) else {
+        return Ok(());
+    };
+    // Only now: most programs have no set-ID bit and no capabilities.
+    if crate::sys::file::is_nosuid_mount(path).map_err(sys_error)? {
+        return Ok(());
+    }
+    Err(LaunchError::SecureMode {
+        path: path.to_owned(),
+        why,
+        consequence: consequence.to_owned(),
+    })
+}
+
 /// Tells how an ELF image is linked from its program interpreter
 /// (`PT_INTERP`): `ld-linux*` is glibc's, `ld-musl*` musl's, none is static.
 /// Works over a file (through a read cache) or bytes, and reads only the ELF
@@ -328,6 +467,55 @@ mod tests {
         let exe = std::env::current_exe().unwrap();
         let (_, linkage) = inspect_program(&exe).unwrap();
         assert!(matches!(linkage, Linkage::Glibc { .. }), "{linkage:?}");
+    }
+
+    /// Secure mode as the kernel decides it: root running a set-user-ID-root
+    /// program is not in it (it was refused for --huge-text), a set-ID
+    /// file of another user or group is, and so is a file with
+    /// capabilities for anyone but root.
+    #[test]
+    fn secure_mode_follows_the_kernels_rule() {
+        let facts = |mode: u32, uid, gid, real_uid, real_gid| ExecFacts {
+            mode: 0o100000 | mode,
+            uid,
+            gid,
+            capabilities: false,
+            nosuid: false,
+            real_uid,
+            real_gid,
+        };
+        assert_eq!(secure_mode_of(&facts(0o755, 0, 0, 1000, 1000)), None);
+        // Set-user-ID.
+        assert_eq!(secure_mode_of(&facts(0o4755, 0, 0, 0, 0)), None);
+        assert_eq!(secure_mode_of(&facts(0o4755, 1000, 1000, 1000, 1000)), None);
+        let uid = SecureMode::SetUid {
+            owner: 0,
+            real: 1000,
+        };
+        assert_eq!(secure_mode_of(&facts(0o4755, 0, 0, 1000, 1000)), Some(uid));
+        let as_root = secure_mode_of(&facts(0o4755, 65534, 0, 0, 0)).unwrap();
+        assert_eq!(
+            as_root.to_string(),
+            "set-user-ID, owned by uid 65534, and you are uid 0"
+        );
+        // Set-group-ID counts only with the group execute bit.
+        assert_eq!(secure_mode_of(&facts(0o2755, 0, 0, 0, 0)), None);
+        let gid = SecureMode::SetGid { group: 5, real: 0 };
+        assert_eq!(secure_mode_of(&facts(0o2755, 0, 5, 0, 0)), Some(gid));
+        assert_eq!(secure_mode_of(&facts(0o2745, 0, 5, 0, 0)), None);
+        // Capabilities: not for root.
+        let caps = |real_uid| ExecFacts {
+            capabilities: true,
+            ..facts(0o755, 0, 0, real_uid, 0)
+        };
+        assert_eq!(secure_mode_of(&caps(0)), None);
+        assert_eq!(secure_mode_of(&caps(1000)), Some(SecureMode::Capabilities));
+        // A nosuid mount ignores all of it.
+        let nosuid = ExecFacts {
+            nosuid: true,
+            ..facts(0o6755, 0, 5, 1000, 1000)
+        };
+        assert_eq!(secure_mode_of(&nosuid), None);
     }
 
     #[test]

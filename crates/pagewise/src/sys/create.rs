@@ -204,6 +204,13 @@ pub fn effective_uid() -> u32 {
     unsafe { libc::geteuid() }
 }
 
+/// The real user and group ids of this process (who started it: what
+/// `exec` compares a set-user-ID or set-group-ID file's owner with).
+pub fn real_ids() -> (u32, u32) {
+    // SAFETY: getuid and getgid have no preconditions and cannot fail.
+    unsafe { (libc::getuid(), libc::getgid()) }
+}
+
 /// A file being created: unnamed until [`NewFile::link_at`] succeeds.
 #[derive(Debug)]
 pub struct NewFile {

@@ -254,9 +254,8 @@ pub(crate) fn names_in(dir: &Path) -> Vec<String> {
     names
 }
 
-/// Whether the file system holding `path` is mounted `noexec` (code cannot be
-/// mapped executable from it, so a library there cannot be loaded). One `statvfs`.
-pub fn is_noexec_mount(path: &Path) -> SysResult<bool> {
+/// The mount flags (`ST_*`) of the file system holding `path`. One `statvfs`.
+fn mount_flags(path: &Path) -> SysResult<libc::c_ulong> {
     let c_path = CString::new(path.as_os_str().as_bytes()).map_err(|_| einval("statvfs"))?;
     // SAFETY: an all-zero statvfs is a valid value of this plain C struct.
     let mut buf: libc::statvfs = unsafe { std::mem::zeroed() };
@@ -265,7 +264,38 @@ pub fn is_noexec_mount(path: &Path) -> SysResult<bool> {
     if rc != 0 {
         return Err(SysError::last("statvfs"));
     }
-    Ok(buf.f_flag & libc::ST_NOEXEC != 0)
+    Ok(buf.f_flag)
+}
+
+/// Whether the file system holding `path` is mounted `noexec` (code cannot be
+/// mapped executable from it, so a library there cannot be loaded). One `statvfs`.
+pub fn is_noexec_mount(path: &Path) -> SysResult<bool> {
+    Ok(mount_flags(path)? & libc::ST_NOEXEC != 0)
+}
+
+/// Whether the file system holding `path` is mounted `nosuid` (`exec` there
+/// ignores set-user-ID and set-group-ID bits and file capabilities). One `statvfs`.
+pub fn is_nosuid_mount(path: &Path) -> SysResult<bool> {
+    Ok(mount_flags(path)? & libc::ST_NOSUID != 0)
+}
+
+/// Whether the file at `path` (a link followed) carries file capabilities
+/// (the `security.capability` extended attribute, as `setcap` writes it).
+/// A file system without extended attributes has none. One `getxattr`.
+pub fn has_file_capabilities(path: &Path) -> SysResult<bool> {
+    const NAME: &std::ffi::CStr = c"security.capability";
+    let c_path = CString::new(path.as_os_str().as_bytes()).map_err(|_| einval("getxattr"))?;
+    // SAFETY: both strings are NUL-terminated; a null buffer of size 0 asks
+    // only for the value's size, so nothing is written.
+    let rc = unsafe { libc::getxattr(c_path.as_ptr(), NAME.as_ptr(), std::ptr::null_mut(), 0) };
+    if rc >= 0 {
+        return Ok(true);
+    }
+    let err = SysError::last("getxattr");
+    match err.source.raw_os_error() {
+        Some(libc::ENODATA) | Some(libc::ENOTSUP) => Ok(false),
+        _ => Err(err),
+    }
 }
 
 /// Whether this process, by its effective user and group ids, may create
