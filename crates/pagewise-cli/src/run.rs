@@ -79,8 +79,8 @@ trim_threshold=256GiB (the heap is never given back) and top_pad=--keep-heap-pad
 Trade-off: the process keeps its peak heap resident until it exits (plus fragmentation),
 so its RSS no longer falls after a burst. Settings already in GLIBC_TUNABLES are kept.
 PAGEWISE_REPORT=FILE writes them as JSON (\"tunables\"), before the program starts.
-Programs not dynamically linked against glibc (musl, static) are refused: the tunables
-would change nothing; so are programs that would run in secure mode (set-user-ID or
+Programs not linked against glibc (musl, Go, static with another C library) are refused:
+the tunables would change nothing (glibc linked statically reads them too); so are programs that would run in secure mode (set-user-ID or
 set-group-ID of another user or group, file capabilities), where glibc ignores them. The program's exit status is pagewise's exit status.
 
 --thp-heap: a program that writes a lot of fresh heap memory takes a page fault per 4 KiB.
@@ -232,7 +232,7 @@ fn apply_tunables(
             "use pagewise::buffer or regions in the program instead",
         ),
     };
-    let inspected = launch::require_glibc(path, fix, instead)?;
+    let (inspected, linkage) = launch::require_glibc_tunables(path, fix, instead)?;
     launch::require_not_secure(
         &inspected,
         &format!("glibc ignores GLIBC_TUNABLES there, so {flags} would change nothing"),
@@ -243,7 +243,7 @@ fn apply_tunables(
         fixes.push("keep-heap");
     }
     if args.thp_heap {
-        thp_heap::check_here()
+        thp_heap::check_for(&linkage)
             .map_err(|why| anyhow::anyhow!("--thp-heap would change nothing: {why}"))?;
         wanted.push(thp_heap::TUNABLE);
         fixes.push("thp-heap");

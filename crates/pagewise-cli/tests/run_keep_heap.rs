@@ -186,19 +186,44 @@ fn assert_refused(bin: &Path, expected: &str) {
     assert_eq!(stderr.trim_end().lines().count(), 1, "{stderr}");
 }
 
+/// Programs whose C library is not glibc are refused (a static one without
+/// glibc, one with musl's loader); a static glibc program (static and
+/// static-pie) is not: glibc linked in reads GLIBC_TUNABLES too, and
+/// --keep-heap stops its mmaps as it does a dynamic program's. It was
+/// refused as "statically linked".
 #[test]
-fn static_and_musl_programs_are_refused() {
+fn static_glibc_programs_take_the_tunables_and_other_c_libraries_are_refused() {
     let dir = tempfile::tempdir().unwrap();
-    let src = "int main(void) { return 0; }\n";
+    for flags in [&["-static"][..], &["-static-pie"]] {
+        match pagewise_testkit::compiler_supports(dir.path(), flags) {
+            Ok(()) => {
+                let bin = pagewise_testkit::compile_c(dir.path(), "churn", CHURN, flags)
+                    .unwrap_or_else(|why| panic!("{why}"));
+                let (plain, kept) = printed_plain_and_under(&bin, "--keep-heap");
+                assert_eq!((plain, kept), (10, 0), "{flags:?}");
+            }
+            Err(why) => {
+                pagewise_testkit::skip_part!(flags[0], pagewise_testkit::Need::Compiler, "{why}")
+            }
+        }
+    }
+    let bare =
+        "void _start(void) { __asm__ volatile(\"mov $60, %eax; xor %edi, %edi; syscall\"); }\n";
     let cases = [
-        ("static", &["-static"][..], "statically linked"),
+        (
+            "static",
+            bare,
+            &["-static", "-nostdlib", "-nostartfiles"][..],
+            "statically linked, not against glibc",
+        ),
         (
             "musl",
+            "int main(void) { return 0; }\n",
             &["-Wl,--dynamic-linker=/lib/ld-musl-x86_64.so.1"][..],
             "linked against musl",
         ),
     ];
-    for (name, flags, expected) in cases {
+    for (name, src, flags, expected) in cases {
         match pagewise_testkit::compiler_supports(dir.path(), flags) {
             Ok(()) => {
                 let bin = pagewise_testkit::compile_c(dir.path(), name, src, flags)

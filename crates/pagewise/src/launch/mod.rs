@@ -9,7 +9,7 @@ mod program;
 pub mod thp_heap;
 
 pub use program::{
-    command_line, inspect_program, require_executable, require_glibc, require_not_secure,
-    resolve_program, script_shell, secure_mode_of, ExecFacts, LaunchError, Linkage, SecureMode,
-    SCRIPT_SHELL,
+    command_line, inspect_program, require_executable, require_glibc, require_glibc_tunables,
+    require_not_secure, resolve_program, script_shell, secure_mode_of, ExecFacts, LaunchError,
+    Linkage, SecureMode, SCRIPT_SHELL,
 };

@@ -3,8 +3,8 @@
 use crate::host::user_files;
 use crate::sys::Errno;
 use object::elf;
-use object::elf::FileHeader64;
-use object::read::elf::{FileHeader, ProgramHeader};
+use object::elf::{FileHeader64, ProgramHeader64};
+use object::read::elf::{FileHeader, ProgramHeader, SectionHeader};
 use object::{Endianness, ReadRef};
 use serde::Serialize;
 use std::ffi::{OsStr, OsString};
@@ -26,8 +26,16 @@ pub enum Linkage {
         /// The program interpreter.
         interpreter: String,
     },
-    /// No program interpreter: statically linked.
+    /// No program interpreter: statically linked, and not against glibc (Go,
+    /// musl, a libc pagewise does not recognise).
     Static,
+    /// No program interpreter, statically linked against glibc (static or
+    /// static-pie, as `gcc -static` makes it, or `ldconfig`): it reads
+    /// `GLIBC_TUNABLES` itself, but no `LD_PRELOAD`.
+    StaticGlibc {
+        /// Whether its glibc knows `glibc.malloc.hugetlb` (2.35 or later).
+        malloc_hugetlb: bool,
+    },
     /// Dynamically linked, but neither glibc nor musl was recognised.
     Other {
         /// The program interpreter.
@@ -281,18 +289,48 @@ pub fn inspect_program(path: &Path) -> Result<(PathBuf, Linkage), LaunchError> {
 }
 
 /// The program that will really run (following a `#!` line), if it is a
-/// dynamically linked glibc program; otherwise [`LaunchError::NotGlibc`]
-/// naming `fix` and `remedy`.
+/// dynamically linked glibc program (one that takes `LD_PRELOAD`);
+/// otherwise [`LaunchError::NotGlibc`] naming `fix` and `remedy`.
 pub fn require_glibc(
     path: &Path,
     fix: &'static str,
     remedy: &'static str,
 ) -> Result<PathBuf, LaunchError> {
+    let found = require(path, fix, remedy, |l| matches!(l, Linkage::Glibc { .. }))?;
+    Ok(found.0)
+}
+
+/// The program that will really run (following a `#!` line) and how it is
+/// linked, if glibc's tunables apply to it: dynamically or statically
+/// linked against glibc (`GLIBC_TUNABLES` is read by glibc's start-up code
+/// in both); otherwise [`LaunchError::NotGlibc`] naming `fix` and `remedy`.
+pub fn require_glibc_tunables(
+    path: &Path,
+    fix: &'static str,
+    remedy: &'static str,
+) -> Result<(PathBuf, Linkage), LaunchError> {
+    require(path, fix, remedy, |l| {
+        matches!(l, Linkage::Glibc { .. } | Linkage::StaticGlibc { .. })
+    })
+}
+
+/// [`inspect_program`], refused with [`LaunchError::NotGlibc`] unless its
+/// linkage is `accepted`.
+fn require(
+    path: &Path,
+    fix: &'static str,
+    remedy: &'static str,
+    accepted: impl Fn(&Linkage) -> bool,
+) -> Result<(PathBuf, Linkage), LaunchError> {
     let (inspected, linkage) = inspect_program(path)?;
+    if accepted(&linkage) {
+        return Ok((inspected, linkage));
+    }
     let what = match linkage {
-        Linkage::Glibc { .. } => return Ok(inspected),
+        Linkage::Glibc { interpreter } => format!("dynamically linked ({interpreter})"),
         Linkage::Musl { .. } => "linked against musl".to_owned(),
-        Linkage::Static => "statically linked".to_owned(),
+        Linkage::Static => "statically linked, not against glibc".to_owned(),
+        Linkage::StaticGlibc { .. } => "statically linked (against glibc)".to_owned(),
         Linkage::Other { interpreter } => format!("linked with an unknown loader ({interpreter})"),
     };
     Err(LaunchError::NotGlibc {
@@ -431,9 +469,11 @@ pub fn require_not_secure(path: &Path, consequence: &str) -> Result<(), LaunchEr
 }
 
 /// Tells how an ELF image is linked from its program interpreter
-/// (`PT_INTERP`): `ld-linux*` is glibc's, `ld-musl*` musl's, none is static.
-/// Works over a file (through a read cache) or bytes, and reads only the ELF
-/// header, the program headers and the interpreter's name.
+/// (`PT_INTERP`): `ld-linux*` is glibc's, `ld-musl*` musl's, none is static,
+/// against glibc when [`static_glibc`] recognises it. Works over a file
+/// (through a read cache) or bytes, and reads only the ELF header, the
+/// program headers and the interpreter's name; for a static program also
+/// its notes and, when one is glibc's ABI tag, what [`static_glibc`] reads.
 pub fn linkage_of<'data, R: ReadRef<'data>>(data: R) -> Result<Linkage, String> {
     let header = FileHeader64::<Endianness>::parse(data).map_err(|e| e.to_string())?;
     let endian = header.endian().map_err(|e| e.to_string())?;
@@ -451,10 +491,84 @@ pub fn linkage_of<'data, R: ReadRef<'data>>(data: R) -> Result<Linkage, String> 
         }
     }
     Ok(match interpreter {
-        None => Linkage::Static,
+        None => static_glibc(header, endian, data, segments).unwrap_or(Linkage::Static),
         Some(i) if i.contains("ld-musl") => Linkage::Musl { interpreter: i },
         Some(i) if i.contains("ld-linux") => Linkage::Glibc { interpreter: i },
         Some(i) => Linkage::Other { interpreter: i },
+    })
+}
+
+/// The string glibc's tunables code looks for in the environment: in a
+/// static program only when glibc's start-up code, which reads
+/// `GLIBC_TUNABLES`, is linked in.
+const TUNABLES_MARK: &[u8] = b"GLIBC_TUNABLES\0";
+
+/// The name of the tunable `--thp-heap` sets, in glibc's list of tunables.
+const HUGETLB_MARK: &[u8] = b"glibc.malloc.hugetlb";
+
+/// The largest section (or, without section headers, segment) that
+/// [`static_glibc`] reads: glibc's strings are in small ones.
+const MARK_SCAN_LIMIT: u64 = 64 << 20;
+
+/// Whether a static program (`segments`, no `PT_INTERP`) is linked against
+/// glibc, and what its glibc knows; `None` when it is not recognised as such.
+/// It must carry glibc's ABI tag (an `NT_GNU_ABI_TAG` note, from glibc's
+/// `crt1.o`: Go and musl programs have none) and glibc's tunables code
+/// ([`TUNABLES_MARK`] in `.rodata` or `.data.rel.ro`, where glibc keeps its
+/// strings and its list of tunables; without section headers, in the
+/// loaded segments). Reads the notes, and only for a program with the tag
+/// the section headers and those two sections (about 130 KiB for a small
+/// `gcc -static` program); a section over [`MARK_SCAN_LIMIT`] is not read.
+fn static_glibc<'data, R: ReadRef<'data>>(
+    header: &FileHeader64<Endianness>,
+    endian: Endianness,
+    data: R,
+    segments: &[ProgramHeader64<Endianness>],
+) -> Option<Linkage> {
+    let abi_tag = segments.iter().any(|segment| {
+        let Ok(Some(mut notes)) = segment.notes(endian, data) else {
+            return false;
+        };
+        while let Ok(Some(note)) = notes.next() {
+            if note.name() == b"GNU" && note.n_type(endian) == elf::NT_GNU_ABI_TAG {
+                return true;
+            }
+        }
+        false
+    });
+    if !abi_tag {
+        return None;
+    }
+    let mut ranges: Vec<(u64, u64)> = Vec::new();
+    if let Ok(sections) = header.sections(endian, data) {
+        for name in [&b".rodata"[..], b".data.rel.ro"] {
+            if let Some(range) = sections
+                .section_by_name(endian, name)
+                .and_then(|(_, section)| section.file_range(endian))
+            {
+                ranges.push(range);
+            }
+        }
+    }
+    if ranges.is_empty() {
+        ranges = segments
+            .iter()
+            .filter(|s| s.p_type(endian) == elf::PT_LOAD)
+            .map(|s| s.file_range(endian))
+            .collect();
+    }
+    let contents: Vec<&[u8]> = ranges
+        .into_iter()
+        .filter(|&(_, size)| size <= MARK_SCAN_LIMIT)
+        .filter_map(|(offset, size)| data.read_bytes_at(offset, size).ok())
+        .collect();
+    let holds = |mark: &[u8]| {
+        contents
+            .iter()
+            .any(|c| c.windows(mark.len()).any(|w| w == mark))
+    };
+    holds(TUNABLES_MARK).then(|| Linkage::StaticGlibc {
+        malloc_hugetlb: holds(HUGETLB_MARK),
     })
 }
 
@@ -516,6 +630,58 @@ mod tests {
             ..facts(0o6755, 0, 5, 1000, 1000)
         };
         assert_eq!(secure_mode_of(&nosuid), None);
+    }
+
+    /// Static programs linked against glibc (static and static-pie) are
+    /// told apart from other static programs (here one without a C
+    /// library): glibc's own copy in them reads GLIBC_TUNABLES.
+    #[test]
+    fn static_glibc_programs_are_recognised() {
+        let dir = tempfile::tempdir().unwrap();
+        for flags in [&["-static"][..], &["-static-pie"]] {
+            if let Err(why) = pagewise_testkit::compiler_supports(dir.path(), flags) {
+                pagewise_testkit::skip_part!(flags[0], pagewise_testkit::Need::Compiler, "{why}");
+                continue;
+            }
+            let source = "#include <stdlib.h>\nint main(void) { free(malloc(1)); return 0; }\n";
+            let bin = pagewise_testkit::compile_c(dir.path(), "s", source, flags).unwrap();
+            let (_, linkage) = inspect_program(&bin).unwrap();
+            // Every glibc this test runs with is 2.35 or later.
+            let expected = Linkage::StaticGlibc {
+                malloc_hugetlb: crate::launch::thp_heap::check(
+                    crate::sys::libc_info::glibc_version().as_deref(),
+                    Some("always"),
+                )
+                .is_ok(),
+            };
+            assert_eq!(linkage, expected, "{flags:?}");
+            // Stripped of its section headers' help (no .rodata by name): the
+            // segments are read instead.
+            let mut bytes = std::fs::read(&bin).unwrap();
+            bytes[0x3c..0x3e].copy_from_slice(&0u16.to_le_bytes()); // e_shnum
+            bytes[0x28..0x30].copy_from_slice(&0u64.to_le_bytes()); // e_shoff
+            assert_eq!(linkage_of(&bytes[..]).unwrap(), expected, "{flags:?}");
+        }
+        // Static, and not against glibc: no ABI tag, no tunables.
+        let flags = ["-static", "-nostdlib", "-nostartfiles"];
+        let source =
+            "void _start(void) { __asm__ volatile(\"mov $60, %eax; xor %edi, %edi; syscall\"); }\n";
+        match pagewise_testkit::compiler_supports(dir.path(), &flags) {
+            Ok(()) => {
+                let bin = pagewise_testkit::compile_c(dir.path(), "bare", source, &flags).unwrap();
+                assert_eq!(inspect_program(&bin).unwrap().1, Linkage::Static);
+            }
+            Err(why) => {
+                pagewise_testkit::skip_part!("bare", pagewise_testkit::Need::Compiler, "{why}")
+            }
+        }
+        if Path::new("/usr/sbin/ldconfig").exists() {
+            let (_, ldconfig) = inspect_program(Path::new("/usr/sbin/ldconfig")).unwrap();
+            assert!(
+                matches!(ldconfig, Linkage::StaticGlibc { .. }),
+                "{ldconfig:?}"
+            );
+        }
     }
 
     #[test]

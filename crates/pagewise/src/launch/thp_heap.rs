@@ -19,6 +19,8 @@
 //! name without a word, and with THP `never` nothing changes; [`check`]
 //! refuses both rather than run a fix that does nothing.
 
+use crate::launch::Linkage;
+
 /// The tunable and its value.
 pub const TUNABLE: (&str, u64) = ("glibc.malloc.hugetlb", 1);
 
@@ -44,6 +46,25 @@ pub fn check(glibc: Option<&str>, thp_enabled: Option<&str>) -> Result<(), Strin
         Some(_) => {}
         None => return Err("the C library's version could not be read".to_owned()),
     }
+    check_thp(thp_enabled)
+}
+
+/// [`check`] for a program statically linked against glibc, whose glibc
+/// knows [`TUNABLE`] or not (`malloc_hugetlb`, read from the program by
+/// [`crate::launch::linkage_of`]: its version is its own, not this
+/// machine's). Costs nothing.
+pub fn check_static(malloc_hugetlb: bool, thp_enabled: Option<&str>) -> Result<(), String> {
+    if !malloc_hugetlb {
+        return Err(format!(
+            "its statically linked glibc does not know {} (it needs {}.{} or later) and would ignore it",
+            TUNABLE.0, MIN_GLIBC.0, MIN_GLIBC.1
+        ));
+    }
+    check_thp(thp_enabled)
+}
+
+/// Whether THP in `thp_enabled` mode can take [`TUNABLE`]'s advice.
+fn check_thp(thp_enabled: Option<&str>) -> Result<(), String> {
     match thp_enabled {
         Some("always") | Some("madvise") => Ok(()),
         Some(mode) => Err(format!(
@@ -65,6 +86,18 @@ pub fn check_here() -> Result<(), String> {
     )
 }
 
+/// [`check_here`] for a program linked as `linkage` says: a static glibc
+/// program by its own glibc ([`check_static`]), any other by this machine's.
+/// Costs one small file read.
+pub fn check_for(linkage: &Linkage) -> Result<(), String> {
+    match linkage {
+        Linkage::StaticGlibc { malloc_hugetlb } => {
+            check_static(*malloc_hugetlb, crate::host::thp::enabled_mode().as_deref())
+        }
+        _ => check_here(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -84,5 +117,10 @@ mod tests {
         assert!(check(Some("2.36"), None).is_err());
         assert!(check(None, Some("madvise")).is_err());
         assert!(check(Some("garbage"), Some("madvise")).is_err());
+        // A static program's glibc is its own.
+        assert_eq!(check_static(true, Some("madvise")), Ok(()));
+        let old = check_static(false, Some("madvise")).unwrap_err();
+        assert!(old.starts_with("its statically linked glibc does not know"));
+        assert!(check_static(true, Some("never")).is_err());
     }
 }
