@@ -171,21 +171,21 @@ fn start(args: &RunArgs) -> anyhow::Result<ExitCode> {
             &inspected,
             "the loader ignores LD_PRELOAD there, so --huge-text cannot apply",
         )?;
-        return run_with_huge_text(command, mode, args, tunables.as_ref());
+        return run_with_huge_text(command, mode, args, &inspected, tunables.as_ref());
     }
     // This process becomes the program: the report is written before, with
     // the pid the program will have.
     if let (Some(file), Some(tunables)) = (report_file(), &tunables) {
         let top = RunReport::empty(std::process::id(), tunables.program.clone());
-        let summary = huge_text::RunSummary {
-            top: &top,
-            processes: &[],
-            preload: None,
-            tunables: Some(tunables),
-        };
-        if let Err(e) = huge_text::write_run_report(&file, &summary) {
-            errln!("pagewise run: {e}");
-        }
+        write_report(
+            &file,
+            &huge_text::RunSummary {
+                top: &top,
+                processes: &[],
+                preload: None,
+                tunables: Some(tunables),
+            },
+        );
     }
     let error = command.exec();
     Err(if error.kind() == std::io::ErrorKind::NotFound {
@@ -201,6 +201,13 @@ fn report_file() -> Option<PathBuf> {
     std::env::var_os("PAGEWISE_REPORT")
         .filter(|f| !f.is_empty())
         .map(PathBuf::from)
+}
+
+/// Writes the `PAGEWISE_REPORT` file, or says on stderr why it cannot.
+fn write_report(file: &Path, summary: &huge_text::RunSummary<'_>) {
+    if let Err(e) = huge_text::write_run_report(file, summary) {
+        errln!("pagewise run: {e}");
+    }
 }
 
 /// Sets `GLIBC_TUNABLES` for `--keep-heap` and `--thp-heap` (one value for
@@ -280,6 +287,7 @@ fn run_with_huge_text(
     mut command: std::process::Command,
     mode: &str,
     args: &RunArgs,
+    inspected: &Path,
     tunables: Option<&HeapTunables>,
 ) -> anyhow::Result<ExitCode> {
     let dir = ReportDir::create()?;
@@ -338,23 +346,29 @@ fn run_with_huge_text(
         }
     }
     if let Some(file) = report_file {
-        match gathered.newest_for(pid) {
-            Some(top) => {
-                let summary = huge_text::RunSummary {
-                    top,
-                    processes: &gathered.reports,
-                    preload: Some(&library),
-                    tunables,
+        let missing;
+        let top = match gathered.newest_for(pid) {
+            Some(top) => top,
+            // Still written: the other processes' reports and the tunables.
+            None => {
+                let why = "sent no huge-text report: the preload library did not run in it";
+                errln!("pagewise run: {program} {why}");
+                missing = RunReport {
+                    not_applied: Some(why.to_owned()),
+                    ..RunReport::empty(pid, inspected.display().to_string())
                 };
-                if let Err(e) = huge_text::write_run_report(&file, &summary) {
-                    errln!("pagewise run: {e}");
-                }
+                &missing
             }
-            None => errln!(
-                "pagewise run: {program} sent no huge-text report (the preload library did not run in it), so {} was not written",
-                file.display()
-            ),
-        }
+        };
+        write_report(
+            &file,
+            &huge_text::RunSummary {
+                top,
+                processes: &gathered.reports,
+                preload: Some(&library),
+                tunables,
+            },
+        );
     }
     Ok(exit_code(finished.status))
 }

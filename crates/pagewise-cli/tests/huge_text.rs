@@ -620,6 +620,25 @@ fn the_json_report_holds_the_tunables_beside_huge_text() {
     );
     assert!(!outcome.report["processes"].as_array().unwrap().is_empty());
     assert!(outcome.report["preload"]["path"].is_string());
+    // A program the library did not run in still gets its report, saying so
+    // (before: no file, and a line saying it was not written).
+    let dir = tempfile::tempdir().unwrap();
+    let not_a_library = dir.path().join("not-a-library.so");
+    std::fs::write(&not_a_library, "text\n").unwrap();
+    let preload = not_a_library.to_str().unwrap();
+    let outcome = run_huge(&["true"], &[("PAGEWISE_PRELOAD", preload)], &flags);
+    let report = &outcome.report;
+    assert!(
+        report["not_applied"]
+            .as_str()
+            .is_some_and(|s| s.contains("the preload library did not run in it")),
+        "{report:#}"
+    );
+    assert_eq!(report["processes"], serde_json::json!([]), "{report:#}");
+    assert!(
+        report["tunables"]["glibc_tunables"].is_string(),
+        "{report:#}"
+    );
 }
 
 /// A `--huge-text-lib` that matches no library of a process is said for
