@@ -80,8 +80,10 @@ Trade-off: the process keeps its peak heap resident until it exits (plus fragmen
 so its RSS no longer falls after a burst. Settings already in GLIBC_TUNABLES are kept.
 PAGEWISE_REPORT=FILE writes them as JSON (\"tunables\"), before the program starts.
 Programs not linked against glibc (musl, Go, static with another C library) are refused:
-the tunables would change nothing (glibc linked statically reads them too); so are programs that would run in secure mode (set-user-ID or
-set-group-ID of another user or group, file capabilities), where glibc ignores them. The program's exit status is pagewise's exit status.
+the tunables would change nothing (glibc linked statically reads them too); so are
+programs that would run in secure mode (set-user-ID or set-group-ID of another user or
+group, file capabilities), where glibc ignores them. The program's exit status is
+pagewise's exit status.
 
 --thp-heap: a program that writes a lot of fresh heap memory takes a page fault per 4 KiB.
 --thp-heap sets GLIBC_TUNABLES glibc.malloc.hugetlb=1 (glibc 2.35 or later): malloc asks
