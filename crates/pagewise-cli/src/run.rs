@@ -149,10 +149,14 @@ fn start(args: &RunArgs) -> anyhow::Result<ExitCode> {
     }
     let program = &args.command[0];
     let path = launch::resolve_program(program.as_ref())?;
-    // Before reading it: a file without execute permission is that error, not "not ELF".
-    launch::require_executable(&path)?;
+    let fixes = Fixes {
+        huge_text: args.huge_text.is_some(),
+        keep_heap: args.keep_heap,
+        thp_heap: args.thp_heap,
+    };
+    let inspected = check_program(&path, fixes)?;
     // A script without a `#!` line runs as `/bin/sh SCRIPT ARGS…`, as in a
-    // shell; `require_glibc` below inspects that shell.
+    // shell; `check_program` above inspected that shell.
     let argv: Vec<OsString> = args.command.iter().map(OsString::from).collect();
     let (executable, line) = launch::command_line(&path, &argv);
     let mut command = std::process::Command::new(&executable);
@@ -160,19 +164,10 @@ fn start(args: &RunArgs) -> anyhow::Result<ExitCode> {
     command.arg0(&line[0]).args(&line[1..]);
 
     let tunables = match args.keep_heap || args.thp_heap {
-        true => Some(apply_tunables(&mut command, &path, args)?),
+        true => Some(apply_tunables(&mut command, &inspected, args)),
         false => None,
     };
     if let Some(mode) = &args.huge_text {
-        let inspected = launch::require_glibc(
-            &path,
-            "--huge-text works through LD_PRELOAD of a glibc library and",
-            "call pagewise::text::huge::remap_text early in the program instead",
-        )?;
-        launch::require_not_secure(
-            &inspected,
-            "the loader ignores LD_PRELOAD there, so --huge-text cannot apply",
-        )?;
         return run_with_huge_text(command, mode, args, &inspected, tunables.as_ref());
     }
     // This process becomes the program: the report is written before, with
@@ -212,16 +207,26 @@ fn write_report(file: &Path, summary: &huge_text::RunSummary<'_>) {
     }
 }
 
-/// Sets `GLIBC_TUNABLES` for `--keep-heap` and `--thp-heap` (one value for
-/// both, the user's own settings kept) and returns what was set.
-fn apply_tunables(
-    command: &mut std::process::Command,
-    path: &Path,
-    args: &RunArgs,
-) -> anyhow::Result<HeapTunables> {
-    // What the fixes are called in the report, how the refusals of a program
-    // without glibc (and in secure mode) name them, and what to do instead.
-    let (what, fix, flags, instead) = match (args.keep_heap, args.thp_heap) {
+/// The fixes of one `pagewise run` (or of one `bench run` variant), as far
+/// as [`check_program`] cares.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Fixes {
+    /// `--huge-text` (either mode).
+    pub(crate) huge_text: bool,
+    /// `--keep-heap`.
+    pub(crate) keep_heap: bool,
+    /// `--thp-heap`.
+    pub(crate) thp_heap: bool,
+}
+
+/// The heap fixes in words: what the report calls them, how the refusals of
+/// a program without glibc (and in secure mode) name them (the fix and how
+/// it works; the flags), and what to do instead.
+fn heap_fix_words(
+    keep_heap: bool,
+    thp_heap: bool,
+) -> (&'static str, &'static str, &'static str, &'static str) {
+    match (keep_heap, thp_heap) {
         (true, false) => (
             "keep-heap",
             "--keep-heap works through glibc's malloc tunables and",
@@ -240,20 +245,68 @@ fn apply_tunables(
             "--keep-heap and --thp-heap",
             "use pagewise::buffer or regions in the program instead",
         ),
-    };
-    let (inspected, linkage) = launch::require_glibc_tunables(path, fix, instead)?;
-    launch::require_not_secure(
-        &inspected,
-        &format!("glibc ignores GLIBC_TUNABLES there, so {flags} would change nothing"),
-    )?;
+    }
+}
+
+/// `run`'s decision whether `fixes` can apply to the program at `path` (as
+/// [`launch::resolve_program`] found it): every refusal `run` makes before
+/// it starts a program, as the error `run` reports (a [`LaunchError`] for a
+/// program that cannot start or that the fixes cannot reach). The program
+/// must be executable; the one that will really run (after a `#!` line)
+/// must read glibc's tunables for the heap fixes (dynamically or statically
+/// linked against glibc) and be dynamically linked against glibc for huge
+/// text, and must not run in secure mode; `--thp-heap` needs a glibc (the
+/// program's own, for a static one) and kernel where it changes something.
+/// `bench run` calls it for each fix before anything runs. Returns the
+/// program inspected. Costs a `stat`, reads of the program's headers (and
+/// its interpreter's name), and a few small reads.
+pub(crate) fn check_program(path: &Path, fixes: Fixes) -> anyhow::Result<PathBuf> {
+    // Before reading it: a file without execute permission is that error, not "not ELF".
+    launch::require_executable(path)?;
+    let mut inspected = None;
+    if fixes.keep_heap || fixes.thp_heap {
+        let (_, fix, flags, instead) = heap_fix_words(fixes.keep_heap, fixes.thp_heap);
+        let (program, linkage) = launch::require_glibc_tunables(path, fix, instead)?;
+        launch::require_not_secure(
+            &program,
+            &format!("glibc ignores GLIBC_TUNABLES there, so {flags} would change nothing"),
+        )?;
+        if fixes.thp_heap {
+            thp_heap::check_for(&linkage)
+                .map_err(|why| anyhow::anyhow!("--thp-heap would change nothing: {why}"))?;
+        }
+        inspected = Some(program);
+    }
+    if fixes.huge_text {
+        let program = launch::require_glibc(
+            path,
+            "--huge-text works through LD_PRELOAD of a glibc library and",
+            "call pagewise::text::huge::remap_text early in the program instead",
+        )?;
+        launch::require_not_secure(
+            &program,
+            "the loader ignores LD_PRELOAD there, so --huge-text cannot apply",
+        )?;
+        inspected = Some(program);
+    }
+    Ok(inspected.unwrap_or_else(|| path.to_owned()))
+}
+
+/// Sets `GLIBC_TUNABLES` for `--keep-heap` and `--thp-heap` (one value for
+/// both, the user's own settings kept) on the program [`check_program`]
+/// accepted (`inspected`, named in the report), and returns what was set.
+fn apply_tunables(
+    command: &mut std::process::Command,
+    inspected: &Path,
+    args: &RunArgs,
+) -> HeapTunables {
+    let (what, _, _, _) = heap_fix_words(args.keep_heap, args.thp_heap);
     let (mut wanted, mut fixes) = (Vec::new(), Vec::new());
     if args.keep_heap {
         wanted.extend(keep_heap::tunables(args.keep_heap_pad));
         fixes.push("keep-heap");
     }
     if args.thp_heap {
-        thp_heap::check_for(&linkage)
-            .map_err(|why| anyhow::anyhow!("--thp-heap would change nothing: {why}"))?;
         wanted.push(thp_heap::TUNABLE);
         fixes.push("thp-heap");
     }
@@ -279,7 +332,7 @@ fn apply_tunables(
         }
         errln!("pagewise run: GLIBC_TUNABLES={value}");
     }
-    Ok(tunables)
+    tunables
 }
 
 /// Starts the program with the preload library and stays as its parent:

@@ -265,6 +265,80 @@ fn bad_input_is_one_line() {
     assert!(!dir.path().join("typo").exists());
 }
 
+/// `bench run --fix FIX -- BIN` fails at once with one line that starts
+/// with `--fix FIX:` and holds `expected`, before `marker` is made by a run.
+fn assert_refused_up_front(
+    bin: &std::path::Path,
+    fix: &str,
+    expected: &str,
+    marker: &std::path::Path,
+) {
+    let out = pagewise()
+        .args([
+            "bench", "run", "-q", "-n", "1", "--warmup", "0", "--fix", fix,
+        ])
+        .arg("--")
+        .arg(bin)
+        .assert()
+        .code(1)
+        .get_output()
+        .clone();
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert_eq!(err.trim().lines().count(), 1, "{fix}: {err}");
+    assert!(
+        err.starts_with(&format!("pagewise: --fix {fix}: ")) && err.contains(expected),
+        "{fix}: {err}"
+    );
+    for after_the_runs in ["wrote no report", "changes what the program does"] {
+        assert!(!err.contains(after_the_runs), "{fix}: {err}");
+    }
+    assert!(!marker.exists(), "{fix}: the program ran");
+    assert!(out.stdout.is_empty());
+}
+
+/// A fix that `pagewise run` refuses for the program (huge text for a
+/// static program, the heap fixes for a musl one) is refused by bench run
+/// up front, with run's own reason, in one line: not after every run, as
+/// "the fix wrote no report" or "the variant changes what the program does".
+#[test]
+fn a_fix_run_refuses_for_the_program_is_refused_before_anything_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    // The static program leaves a mark when it runs, so a run is seen.
+    let marker = dir.path().join("ran");
+    let marking = format!(
+        "#include <stdio.h>\nint main(void) {{ FILE *f = fopen(\"{}\", \"w\"); if (f) fclose(f); return 0; }}\n",
+        marker.display()
+    );
+    match pagewise_testkit::compiler_supports(dir.path(), &["-static"]) {
+        Ok(()) => {
+            let bin = pagewise_testkit::compile_c(dir.path(), "static", &marking, &["-static"])
+                .unwrap_or_else(|why| panic!("{why}"));
+            for fix in ["huge-text", "huge-text+keep-heap"] {
+                assert_refused_up_front(&bin, fix, "statically linked", &marker);
+            }
+        }
+        Err(why) => {
+            pagewise_testkit::skip_part!("static", pagewise_testkit::Need::Compiler, "{why}")
+        }
+    }
+    let musl = ["-Wl,--dynamic-linker=/lib/ld-musl-x86_64.so.1"];
+    match pagewise_testkit::compiler_supports(dir.path(), &musl) {
+        Ok(()) => {
+            let bin = pagewise_testkit::compile_c(
+                dir.path(),
+                "musl",
+                "int main(void) { return 0; }\n",
+                &musl,
+            )
+            .unwrap_or_else(|why| panic!("{why}"));
+            for fix in ["thp-heap", "keep-heap", "keep-heap+thp-heap"] {
+                assert_refused_up_front(&bin, fix, "linked against musl", &marker);
+            }
+        }
+        Err(why) => pagewise_testkit::skip_part!("musl", pagewise_testkit::Need::Compiler, "{why}"),
+    }
+}
+
 #[test]
 fn a_variant_that_changes_the_exit_status_is_an_error() {
     let out = pagewise()

@@ -135,7 +135,39 @@ fn variants(args: &BenchRunArgs) -> anyhow::Result<Vec<Variant>> {
     usage_unless(list.len() > 1, || {
         "nothing to compare: give --fix (e.g. --fix huge-text) or --variant NAME=ARGS".into()
     })?;
+    refuse_unfit_program(&args.command, &list)?;
     Ok(list)
+}
+
+/// Refuses, before anything runs, a program that `pagewise run` would
+/// refuse under one of the fix variants (a static program for huge text, a
+/// musl or static non-glibc one for the heap fixes, one in secure mode, a
+/// machine where thp-heap changes nothing): with `pagewise run`'s own reason ([`crate::run::check_program`],
+/// the one decision), where the runs would otherwise all fail afterwards.
+/// Costs what that check costs, once per fix variant.
+fn refuse_unfit_program(command: &[OsString], variants: &[Variant]) -> anyhow::Result<()> {
+    let mut path = None;
+    for v in variants {
+        let VariantKind::Fixes { fixes } = &v.kind else {
+            continue;
+        };
+        let path = match &path {
+            Some(p) => p,
+            None => path.insert(
+                pagewise::launch::resolve_program(&command[0])
+                    .map_err(|e| anyhow!("--fix {}: {e}", v.name))?,
+            ),
+        };
+        let has = |f: fn(&Fix) -> bool| fixes.iter().any(f);
+        let wanted = crate::run::Fixes {
+            huge_text: has(|f| matches!(f, Fix::HugeText { .. })),
+            keep_heap: has(|f| matches!(f, Fix::KeepHeap)),
+            thp_heap: has(|f| matches!(f, Fix::ThpHeap)),
+        };
+        crate::run::check_program(path, wanted)
+            .map_err(|e| anyhow!("--fix {}: {}", v.name, crate::format::one_line(&e)))?;
+    }
+    Ok(())
 }
 
 /// The arguments of `pagewise run FLAGS -- ARGV` for `fixes`, after the program name.
