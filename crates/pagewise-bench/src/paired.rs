@@ -94,10 +94,12 @@ pub fn median_interval(values: &[f64], confidence: f64) -> Option<Interval> {
 }
 
 /// Per-pair ratios `with[i] / without[i]`. A pair where both are 0 counts as
-/// 1 (no change); `None` when some pair has 0 "without" and more "with" (no
-/// finite ratio: compare differences instead) or the lengths differ.
+/// 1 (no change) among pairs that are not; `None` when some pair has 0
+/// "without" and more "with" (no finite ratio: compare differences
+/// instead), when every pair is 0 on both sides (nothing was measured to
+/// compare: a ratio of 1 would claim a result), or the lengths differ.
 pub fn ratios(with: &[f64], without: &[f64]) -> Option<Vec<f64>> {
-    if with.len() != without.len() {
+    if with.len() != without.len() || with.iter().chain(without).all(|&v| v == 0.0) {
         return None;
     }
     with.iter()
@@ -113,6 +115,39 @@ pub fn ratios(with: &[f64], without: &[f64]) -> Option<Vec<f64>> {
 /// Per-pair differences `with[i] − without[i]`; `None` when the lengths differ.
 pub fn differences(with: &[f64], without: &[f64]) -> Option<Vec<f64>> {
     (with.len() == without.len()).then(|| with.iter().zip(without).map(|(a, b)| a - b).collect())
+}
+
+/// `fraction` (from 0 to 1) as a percentage, without the `%`: with
+/// `decimals` decimals, or more (up to 12) where that many would round a
+/// fraction below 1 up to `100` or one above 0 down to `0`
+/// (`percent(0.9999990, 1)` is `99.9999`, not `100.0`). Free.
+pub fn percent(fraction: f64, decimals: usize) -> String {
+    let p = fraction * 100.0;
+    let mut d = decimals;
+    loop {
+        let text = format!("{p:.d$}");
+        let shown: f64 = text.parse().unwrap_or(p);
+        let misleading = (shown >= 100.0 && fraction < 1.0) || (shown <= 0.0 && fraction > 0.0);
+        if !misleading || d >= 12 {
+            return text;
+        }
+        d += 1;
+    }
+}
+
+/// A confidence level (e.g. 0.95) as a percentage without the `%`, with
+/// the decimals it was given with: `95`, `97.5`, `99.9999` (never `100` for
+/// a level below 1). Free.
+pub fn level_percent(level: f64) -> String {
+    let p = level * 100.0;
+    let exact = (0..=9)
+        .find(|&d| {
+            format!("{p:.d$}")
+                .parse::<f64>()
+                .is_ok_and(|shown| (shown - p).abs() < 1e-9)
+        })
+        .unwrap_or(9);
+    percent(level, exact)
 }
 
 /// What a ratio interval (of a lower-is-better quantity, "with" over
@@ -222,6 +257,8 @@ mod tests {
     fn ratios_and_differences_pair_by_index() {
         assert_eq!(ratios(&[2.0, 0.0], &[4.0, 0.0]), Some(vec![0.5, 1.0]));
         assert_eq!(ratios(&[1.0], &[0.0]), None);
+        // 0 on both sides in every pair: nothing to take a ratio of.
+        assert_eq!(ratios(&[0.0, 0.0], &[0.0, 0.0]), None);
         assert_eq!(ratios(&[1.0], &[1.0, 2.0]), None);
         assert_eq!(differences(&[3.0, 1.0], &[1.0, 1.0]), Some(vec![2.0, 0.0]));
     }
@@ -252,6 +289,22 @@ mod tests {
         assert_eq!(pairs_needed(0.95), Some(6));
         assert_eq!(pairs_needed(0.99), Some(8));
         assert_eq!(pairs_needed(1.0), None);
+    }
+
+    #[test]
+    fn percentages_never_round_to_100_or_0_and_levels_keep_their_digits() {
+        assert_eq!(level_percent(0.95), "95");
+        assert_eq!(level_percent(0.975), "97.5");
+        assert_eq!(level_percent(0.99), "99");
+        assert_eq!(level_percent(0.999999), "99.9999");
+        assert_eq!(level_percent(0.9999999999), "99.99999999");
+        assert_eq!(percent(0.978515625, 1), "97.9");
+        assert_eq!(percent(0.75, 1), "75.0");
+        // 21 pairs at the widest interval: 1 − 2/2^21.
+        assert_eq!(percent(1.0 - 2.0 / 2f64.powi(21), 1), "99.9999");
+        assert_eq!(percent(0.0001, 0), "0.01");
+        assert_eq!(percent(0.0, 1), "0.0");
+        assert_eq!(percent(1.0, 1), "100.0");
     }
 
     /// A small deterministic generator for the coverage check.

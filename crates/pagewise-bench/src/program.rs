@@ -257,7 +257,8 @@ pub struct Comparison {
     /// What it is compared with (`baseline`, or an argument variant).
     pub against: String,
     /// Median per-pair ratio `variant / against` of each quantity with its
-    /// interval; `null` where `against` was 0 and `variant` was not.
+    /// interval; `null` where `against` was 0 and `variant` was not, or
+    /// where both were 0 in every pair (see [`paired::ratios`]).
     pub ratio: Metrics<Option<Interval>>,
     /// Median per-pair difference `variant − against` with its interval.
     pub difference: Metrics<Interval>,
@@ -879,7 +880,8 @@ fn compare(
 
 /// The verdict as a sentence: `huge-text against baseline: wall 0.97x (95%
 /// interval 0.95-0.99): helped, 3.0% faster`; `level` is the confidence
-/// asked for (the interval's own may be lower with too few pairs).
+/// asked for (the interval's own may be lower with too few pairs; one pair
+/// gives none, and the sentence says so).
 pub fn verdict_sentence(
     variant: &str,
     against: &str,
@@ -887,20 +889,27 @@ pub fn verdict_sentence(
     verdict: Verdict,
     level: f64,
 ) -> String {
+    let interval = if wall.confidence > 0.0 {
+        format!(
+            "{}% interval {:.3}-{:.3}",
+            paired::percent(wall.confidence, 1),
+            wall.low,
+            wall.high
+        )
+    } else {
+        "no interval from 1 pair".to_owned()
+    };
     let head = format!(
-        "{variant} against {against}: wall {:.3}x ({:.1}% interval {:.3}-{:.3})",
-        wall.estimate,
-        wall.confidence * 100.0,
-        wall.low,
-        wall.high
+        "{variant} against {against}: wall {:.3}x ({interval})",
+        wall.estimate
     );
     let tail = match verdict {
         Verdict::Helped => format!("helped, {:.1}% faster", (1.0 - wall.estimate) * 100.0),
         Verdict::Hurt => format!("hurt, {:.1}% slower", (wall.estimate - 1.0) * 100.0),
         Verdict::WithinNoise => "within noise: the interval holds 1".to_owned(),
         Verdict::TooFewPairs => format!(
-            "too few pairs for a {:.0}% interval: no verdict (give -n {} or more)",
-            level * 100.0,
+            "too few pairs for a {}% interval: no verdict (give -n {} or more)",
+            paired::level_percent(level),
             paired::pairs_needed(level).map_or("more".to_owned(), |n| n.to_string())
         ),
     };

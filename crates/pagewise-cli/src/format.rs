@@ -158,6 +158,13 @@ fn first_paragraph(rendered: &str) -> String {
     }
 }
 
+/// `text` with its spaces made non-breaking, for a table cell whose words
+/// must stay on one line when the table wraps the cell (`44.4 MiB`: a
+/// value and its unit). Tables wrap only at plain spaces ([`TextTable`]).
+pub fn unbroken(text: &str) -> String {
+    text.replace(' ', "\u{a0}")
+}
+
 /// A borderless table with the given header.
 pub fn table(header: &[&str]) -> TextTable {
     let mut table = Table::new();
@@ -204,8 +211,11 @@ impl std::fmt::Display for TextTable {
                 .column_cells_with_header_iter(i)
                 .flatten()
                 .filter_map(|cell| {
+                    // Words as comfy-table wraps them: between plain spaces
+                    // only, so a non-breaking space ([`unbroken`]) is inside one.
                     cell.content()
-                        .split_whitespace()
+                        .lines()
+                        .flat_map(|line| line.split(' '))
                         .map(|w| w.chars().count())
                         .max()
                 })
@@ -279,6 +289,35 @@ mod tests {
             text.lines().filter(|l| l.contains('│')).count() > 3,
             "{text}"
         );
+    }
+
+    /// A value and its unit joined by [`unbroken`] stay on one line when
+    /// the table wraps the cell: the cell breaks between values only.
+    #[test]
+    fn a_value_and_its_unit_stay_together_when_a_cell_wraps() {
+        let cell = format!(
+            "{} ({}-{})",
+            unbroken("44.4 MiB"),
+            unbroken("44.3 MiB"),
+            unbroken("44.4 MiB")
+        );
+        let mut t = table(&["variant", "wall s", "peak RSS", "text moved"]);
+        t.set_width(48);
+        t.add_row(vec![
+            "baseline".to_owned(),
+            "0.001 (0.001-0.001)".to_owned(),
+            cell,
+            unbroken("6 MiB"),
+        ]);
+        let text = t.to_string();
+        assert!(text.contains("(44.3\u{a0}MiB-44.4\u{a0}MiB)"), "{text}");
+        assert!(text.contains("44.4\u{a0}MiB "), "{text}");
+        for line in text.lines() {
+            let starts_with_unit = line
+                .split(['│', ' '])
+                .any(|w| w.starts_with("MiB") || w.starts_with("B-"));
+            assert!(!starts_with_unit, "a unit apart from its value: {text}");
+        }
     }
 
     #[test]

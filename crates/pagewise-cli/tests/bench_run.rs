@@ -177,6 +177,49 @@ fn the_table_says_the_verdict_in_words() {
     );
 }
 
+/// The statistics read right at the edges: one pair gives no interval
+/// (and says so, not "0.0% interval"), a level such as 0.999999 keeps its
+/// digits (not "100%"), a quantity that is 0 on both sides is `n/a` (as
+/// where the baseline's is 0), and a size in the table keeps its unit on
+/// its line when a cell wraps.
+#[test]
+fn one_pair_fine_levels_zeros_and_sizes_read_right() {
+    let run = |args: &[&str]| {
+        let out = pagewise()
+            .args(["bench", "run", "--variant", "same=", "-q"])
+            .args(args)
+            .args(["--", "sh", "-c", "exit 0"])
+            .assert()
+            .success()
+            .get_output()
+            .clone();
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let one = run(&["-n", "1"]);
+    assert!(one.contains("wall "), "{one}");
+    assert!(one.contains("(no interval from 1 pair)"), "{one}");
+    assert!(!one.contains("0.0% interval"), "{one}");
+    assert!(one.contains("minor faults "), "{one}");
+    // `sh -c` takes no major fault from the page cache: 0 and 0, no ratio.
+    assert!(one.contains("major faults n/a"), "{one}");
+    assert!(!one.contains("1.000x (1.000-1.000)"), "{one}");
+    // A size and its unit are one word for the table (a non-breaking space).
+    assert!(one.contains("\u{a0}MiB"), "{one}");
+    for line in one.lines().filter(|l| l.starts_with('│')) {
+        assert!(
+            !line.split([' ', '│']).any(|w| w.starts_with("MiB")),
+            "a unit apart from its value: {one}"
+        );
+    }
+    let fine = run(&["-n", "2", "--confidence", "0.999999"]);
+    assert!(fine.contains("median (99.9999% interval)"), "{fine}");
+    assert!(
+        fine.contains("too few pairs for a 99.9999% interval: no verdict (give -n 21 or more)"),
+        "{fine}"
+    );
+    assert!(!fine.contains("100%"), "{fine}");
+}
+
 /// Bad input is refused with one line on stderr that says what is wrong,
 /// before anything runs: a usage error (a bad fix, variant or option) with
 /// status 2, a file, program or folder that is not there with status 1.

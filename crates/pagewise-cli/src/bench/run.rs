@@ -1,7 +1,7 @@
 //! `pagewise bench run`: a user's own command with and without a fix, in
 //! randomised pairs (the experiment is `pagewise_bench::program`).
 
-use crate::format::{bytes, table, usage, usage_unless};
+use crate::format::{bytes, table, unbroken, usage, usage_unless};
 use crate::output::{errln, outln, OutputError};
 use anyhow::{anyhow, Context};
 use pagewise_bench::paired::Interval;
@@ -269,10 +269,14 @@ fn summary_text(s: &Summary, value: impl Fn(f64) -> String) -> String {
     format!("{} ({}-{})", value(s.median), value(s.min), value(s.max))
 }
 
+/// A ratio with its interval, `0.980x` alone where one pair gives none, and
+/// `n/a` where there is no ratio (0 on the baseline's side, or on both).
 fn ratio_text(r: &Option<Interval>) -> String {
-    r.as_ref().map_or("n/a".to_owned(), |i| {
-        format!("{:.3}x ({:.3}-{:.3})", i.estimate, i.low, i.high)
-    })
+    r.as_ref()
+        .map_or("n/a".to_owned(), |i| match i.confidence > 0.0 {
+            true => format!("{:.3}x ({:.3}-{:.3})", i.estimate, i.low, i.high),
+            false => format!("{:.3}x", i.estimate),
+        })
 }
 
 fn signed_bytes(value: f64) -> String {
@@ -311,7 +315,8 @@ fn print_report(report: &Report) -> Result<(), OutputError> {
         let m = &v.metrics;
         let secs = |x: f64| format!("{x:.3}");
         let count = |x: f64| format!("{x:.0}");
-        let size = |x: f64| bytes(x as u64);
+        // A size and its unit stay on one line when the table wraps.
+        let size = |x: f64| unbroken(&bytes(x as u64));
         t.add_row(vec![
             v.variant.name.clone(),
             summary_text(&m.wall_s, secs),
@@ -320,7 +325,8 @@ fn print_report(report: &Report) -> Result<(), OutputError> {
             summary_text(&m.minor_faults, count),
             summary_text(&m.major_faults, count),
             summary_text(&m.max_rss_bytes, size),
-            v.moved_bytes.map_or("-".to_owned(), bytes),
+            v.moved_bytes
+                .map_or("-".to_owned(), |b| unbroken(&bytes(b))),
         ]);
     }
     outln!("{t}")?;
@@ -346,8 +352,8 @@ fn print_report(report: &Report) -> Result<(), OutputError> {
         }
     }
     outln!(
-        "per-pair ratios, median ({:.0}% interval): {}",
-        report.confidence * 100.0,
+        "per-pair ratios, median ({}% interval): {}",
+        pagewise_bench::paired::level_percent(report.confidence),
         program::INTERVAL_METHOD
     )?;
     for c in &report.comparisons {
