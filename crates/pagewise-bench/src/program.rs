@@ -561,13 +561,10 @@ fn check_variants(config: &Config) -> Result<(), String> {
     {
         return Err("only the first variant may be the baseline".into());
     }
-    for (i, v) in config.variants.iter().enumerate() {
-        if v.name.is_empty() || config.variants[..i].iter().any(|w| w.name == v.name) {
-            return Err(format!(
-                "variant names must be unique and non-empty: {:?}",
-                v.name
-            ));
-        }
+    if let Some(name) = repeated_name(&config.variants) {
+        return Err(format!(
+            "variant names must be unique and non-empty: {name:?}"
+        ));
     }
     if config.blocks == 0 {
         return Err("at least one measured pair is needed".into());
@@ -576,6 +573,17 @@ fn check_variants(config: &Config) -> Result<(), String> {
         return Err("the confidence level must be between 0 and 1".into());
     }
     Ok(())
+}
+
+/// The first variant name that is empty or that an earlier variant has
+/// already (`--fix keep-heap` twice, `--variant a= --variant a=-x`), if any:
+/// [`run`] refuses such variants, and a caller can check them first. Costs
+/// a comparison per pair of variants.
+pub fn repeated_name(variants: &[Variant]) -> Option<&str> {
+    variants.iter().enumerate().find_map(|(i, v)| {
+        (v.name.is_empty() || variants[..i].iter().any(|w| w.name == v.name))
+            .then_some(v.name.as_str())
+    })
 }
 
 /// That the program's exit status varies between runs of one variant.

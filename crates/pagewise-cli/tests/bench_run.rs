@@ -235,7 +235,7 @@ fn bad_input_is_one_line() {
     // A mistyped --work-dir creates no tree of folders.
     let typo = dir.path().join("typo/work");
     let typo = typo.to_str().unwrap();
-    let cases: [(&[&str], &str, i32); 9] = [
+    let cases: [(&[&str], &str, i32); 12] = [
         (
             &["--fix", "huge-text=hot:/nonexistent/profile", "--", "true"],
             "/nonexistent/profile",
@@ -244,6 +244,28 @@ fn bad_input_is_one_line() {
         (
             &["--fix", "keep-heap+keep-heap", "--", "true"],
             "the same fix twice",
+            2,
+        ),
+        (
+            &["--fix", "keep-heap", "--fix", "keep-heap", "--", "true"],
+            "variant names must be unique: \"keep-heap\" is given twice",
+            2,
+        ),
+        (
+            &["--variant", "a=", "--variant", "a=-x", "--", "true"],
+            "variant names must be unique: \"a\" is given twice",
+            2,
+        ),
+        (
+            &[
+                "--fix",
+                "keep-heap",
+                "--variant",
+                "keep-heap=-x",
+                "--",
+                "true",
+            ],
+            "\"keep-heap\" is given twice",
             2,
         ),
         (&["--variant", "noequals", "--", "true"], "NAME=ARGS", 2),

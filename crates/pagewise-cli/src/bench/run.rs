@@ -135,6 +135,11 @@ fn variants(args: &BenchRunArgs) -> anyhow::Result<Vec<Variant>> {
     usage_unless(list.len() > 1, || {
         "nothing to compare: give --fix (e.g. --fix huge-text) or --variant NAME=ARGS".into()
     })?;
+    if let Some(name) = program::repeated_name(&list) {
+        return Err(usage(format!(
+            "variant names must be unique: {name:?} is given twice (a --fix is named by its text, a --variant by its NAME)"
+        )));
+    }
     refuse_unfit_program(&args.command, &list)?;
     Ok(list)
 }
