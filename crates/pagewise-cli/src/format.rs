@@ -71,8 +71,9 @@ pub fn usage_unless(ok: bool, message: impl FnOnce() -> String) -> anyhow::Resul
 /// Prints a clap error: help and version as clap renders them; the help that
 /// a command without its subcommand (or bare `pagewise`) gets, as clap
 /// renders it (on stderr) with [`USAGE_STATUS`]; anything else as one line
-/// on stderr with [`USAGE_STATUS`].
-pub fn usage_error(err: clap::Error) -> ExitCode {
+/// on stderr with [`USAGE_STATUS`], naming the help of `command`, the
+/// (sub)command the error is about ([`subcommand_of`]).
+pub fn usage_error(err: clap::Error, command: &str) -> ExitCode {
     use clap::error::ErrorKind;
     match err.kind() {
         ErrorKind::DisplayHelp | ErrorKind::DisplayVersion => match err.print() {
@@ -91,13 +92,32 @@ pub fn usage_error(err: clap::Error) -> ExitCode {
                     crate::output::errln!("pagewise: {}: {hint}", first_paragraph(&rendered))
                 }
                 None => crate::output::errln!(
-                    "pagewise: {} (see 'pagewise --help')",
+                    "pagewise: {} (see '{command} --help')",
                     first_paragraph(&rendered)
                 ),
             }
             ExitCode::from(USAGE_STATUS)
         }
     }
+}
+
+/// The (sub)command a command line `args` (without the program) is for, as
+/// its help names it: `pagewise bench run` for `bench run -n x -- true`,
+/// `pagewise` when no subcommand is named. The subcommands are the leading
+/// words that name one (aliases as their names). Walks `cmd`'s tree.
+pub fn subcommand_of(cmd: &clap::Command, args: &[std::ffi::OsString]) -> String {
+    let mut names = vec![cmd.get_name().to_owned()];
+    let mut at = cmd;
+    for arg in args {
+        match arg.to_str().and_then(|a| at.find_subcommand(a)) {
+            Some(sub) => {
+                names.push(sub.get_name().to_owned());
+                at = sub;
+            }
+            None => break,
+        }
+    }
+    names.join(" ")
 }
 
 /// What to do instead, for the two mistakes around a command to run
@@ -239,9 +259,8 @@ mod tests {
     /// `--pid`, for each subcommand that runs one; none for other mistakes.
     #[test]
     fn command_mistakes_get_a_hint() {
-        use clap::Parser;
         let hint = |argv: &[&str]| {
-            let err = crate::Cli::try_parse_from(argv).map(|_| ()).unwrap_err();
+            let err = crate::parse(argv).map(|_| ()).unwrap_err();
             super::command_hint(&err, &err.render().to_string())
         };
         for (sub, shown) in [

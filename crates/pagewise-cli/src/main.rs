@@ -19,11 +19,12 @@ mod stat;
 mod text;
 mod tune;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Subcommand};
+use std::ffi::OsString;
 use std::process::ExitCode;
 
 /// Make Linux programs fast on the memory path: page faults, TLB misses and copying.
-#[derive(Debug, Parser)]
+#[derive(Debug, clap::Parser)]
 #[command(name = "pagewise", version, about, propagate_version = true)]
 struct Cli {
     #[command(subcommand)]
@@ -59,10 +60,40 @@ enum Command {
     },
 }
 
+/// Lets every option that takes a value, in `cmd` and its subcommands, take
+/// a negative number as that value (`-n -1`), so that the option's own
+/// value parser refuses it with its range (one usage line, as for `-n=-1`)
+/// instead of clap calling it an unexpected argument. Only what reads as a
+/// number: a flag after an option is still a flag.
+fn negative_numbers(cmd: clap::Command) -> clap::Command {
+    cmd.mut_args(|arg| {
+        if arg.get_action().takes_values() && !arg.is_positional() {
+            arg.allow_negative_numbers(true)
+        } else {
+            arg
+        }
+    })
+    .mut_subcommands(negative_numbers)
+}
+
+/// Parses a command line (`args[0]` is the program) as `pagewise` does.
+fn parse<I, T>(args: I) -> Result<Cli, clap::Error>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<OsString> + Clone,
+{
+    let mut matches = negative_numbers(Cli::command()).try_get_matches_from(args)?;
+    Cli::from_arg_matches_mut(&mut matches)
+}
+
 fn main() -> ExitCode {
-    let cli = match Cli::try_parse() {
+    let args: Vec<OsString> = std::env::args_os().collect();
+    let cli = match parse(&args) {
         Ok(cli) => cli,
-        Err(err) => return format::usage_error(err),
+        Err(err) => {
+            let command = format::subcommand_of(&Cli::command(), args.get(1..).unwrap_or(&[]));
+            return format::usage_error(err, &command);
+        }
     };
     let result = match cli.command {
         Command::Doctor(args) => doctor::run(&args),
@@ -95,8 +126,8 @@ fn main() -> ExitCode {
 
 #[cfg(test)]
 mod tests {
-    use super::Cli;
-    use clap::{CommandFactory, Parser};
+    use super::{parse, Cli};
+    use clap::CommandFactory;
 
     /// Options whose values are text or paths, not numbers.
     const TEXT_OPTIONS: &[&str] = &[
@@ -154,7 +185,9 @@ mod tests {
     /// Each option that takes a number refuses a value out of its range as
     /// it is parsed (a usage error naming the option, exit status 2), so no
     /// huge, negative or non-finite number reaches a command; a count, rate
-    /// or time above 2^32 − 1 neither. A new numeric option without bounds
+    /// or time above 2^32 − 1 neither. A negative number is the option's
+    /// value also when given apart (`--pairs -1`), refused by its parser,
+    /// not taken for an unknown option. A new numeric option without bounds
     /// fails here.
     #[test]
     fn every_numeric_option_refuses_huge_negative_and_non_finite_values() {
@@ -175,19 +208,25 @@ mod tests {
                 }
                 let huge_count = (!SIZE_OPTIONS.contains(&long)).then_some("4294967295");
                 let values = ["18446744073709551615", "-1", "1e30", "NaN", "inf", ""];
-                for bad in values.into_iter().chain(huge_count) {
+                let joined = values
+                    .into_iter()
+                    .chain(huge_count)
+                    .map(|bad| vec![format!("--{long}={bad}")]);
+                let apart = ["-1", "-2.5", "-1e3"].map(|bad| vec![format!("--{long}"), bad.into()]);
+                for given in joined.chain(apart) {
                     let argv = std::iter::once("pagewise".to_owned())
                         .chain(path.iter().cloned())
-                        .chain([format!("--{long}={bad}")]);
-                    let kind = Cli::try_parse_from(argv).map(|_| ()).map_err(|e| e.kind());
+                        .chain(given.iter().cloned());
+                    let kind = parse(argv).map(|_| ()).map_err(|e| e.kind());
                     assert!(
                         matches!(
                             kind,
                             Err(clap::error::ErrorKind::ValueValidation
                                 | clap::error::ErrorKind::InvalidValue)
                         ),
-                        "pagewise {} --{long}={bad}: {kind:?}, not a refused value",
-                        path.join(" ")
+                        "pagewise {} {}: {kind:?}, not a refused value",
+                        path.join(" "),
+                        given.join(" ")
                     );
                 }
                 checked += 1;

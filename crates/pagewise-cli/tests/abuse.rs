@@ -434,13 +434,23 @@ fn numbers_out_of_range_are_one_line_usage_errors() {
     let mut runs = 0;
     for (command, options) in OPTIONS {
         for option in *options {
-            for value in values {
+            // `--option=-1`, and a negative number given apart, `--option -1`:
+            // the option's value too, refused with its range.
+            let joined = values.map(|value| vec![format!("--{option}={value}")]);
+            let apart = ["-1", "-2.5"].map(|value| vec![format!("--{option}"), value.to_owned()]);
+            for given in joined.into_iter().chain(apart) {
                 let mut args: Vec<String> = command.split(' ').map(String::from).collect();
-                args.push(format!("--{option}={value}"));
+                args.extend(given);
                 let outcome = run(pagewise(&args));
                 outcome.one_line_error().status(2);
                 assert!(
                     outcome.stderr.contains("invalid value"),
+                    "{}: {}",
+                    outcome.what,
+                    outcome.stderr
+                );
+                assert!(
+                    !outcome.stderr.contains("unexpected argument"),
                     "{}: {}",
                     outcome.what,
                     outcome.stderr
@@ -456,6 +466,39 @@ fn numbers_out_of_range_are_one_line_usage_errors() {
             .status(2);
     }
     assert!(runs > 250, "{runs}");
+}
+
+/// A command line clap cannot parse is one usage line that points at the
+/// help of the (sub)command it is about, not always `pagewise --help`.
+#[test]
+fn parse_errors_point_at_their_subcommands_help() {
+    for (args, help) in [
+        (
+            &["bench", "run", "--bogus", "--", "true"][..],
+            "pagewise bench run --help",
+        ),
+        (
+            &["bench", "run", "-n", "x", "--", "true"],
+            "pagewise bench run --help",
+        ),
+        (&["bench", "bogus"], "pagewise bench --help"),
+        (&["queue", "inspect"], "pagewise queue inspect --help"),
+        (&["text", "order", "--bogus"], "pagewise text order --help"),
+        (&["doctor", "--bogus"], "pagewise doctor --help"),
+        (&["bogus"], "pagewise --help"),
+    ] {
+        let outcome = run(pagewise(args));
+        outcome.one_line_error().status(2);
+        assert!(
+            outcome
+                .stderr
+                .trim_end()
+                .ends_with(&format!("(see '{help}')")),
+            "{}: {}",
+            outcome.what,
+            outcome.stderr
+        );
+    }
 }
 
 /// What a file argument is replaced with.

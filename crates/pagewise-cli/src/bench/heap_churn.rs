@@ -174,7 +174,6 @@ pub fn worker(args: &WorkerArgs) -> anyhow::Result<ExitCode> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use clap::Parser;
 
     /// The worker's command line, as the experiment builds it, parses back
     /// into the same mode and workload: the flag names are in step.
@@ -189,7 +188,7 @@ mod tests {
         };
         for mode in [WorkerMode::Malloc, WorkerMode::Buffer] {
             let argv = std::iter::once("pagewise".to_owned()).chain(worker_argv(mode, &workload));
-            let cli = crate::Cli::try_parse_from(argv).unwrap();
+            let cli = crate::parse(argv).unwrap();
             let crate::Command::Bench {
                 experiment: crate::bench::Experiment::HeapChurnWorker(args),
             } = cli.command

@@ -154,7 +154,6 @@ pub fn run(args: &ItlbArgs) -> anyhow::Result<ExitCode> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use clap::Parser;
 
     /// The huge-text command line, as the experiment builds it, parses back
     /// into `pagewise run --huge-text` of the same program and arguments.
@@ -163,7 +162,7 @@ mod tests {
         let args = ["100".to_owned()];
         let argv = std::iter::once(OsString::from("pagewise"))
             .chain(huge_text_argv(Path::new("/tmp/itlb-baseline"), &args));
-        let cli = crate::Cli::try_parse_from(argv).unwrap();
+        let cli = crate::parse(argv).unwrap();
         let crate::Command::Run(run) = cli.command else {
             panic!("not the run command: {cli:?}");
         };

@@ -397,7 +397,6 @@ fn print_report(report: &Report) -> Result<(), OutputError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use clap::Parser;
 
     /// The fix's command line, as the runner builds it, parses back into
     /// `pagewise run` with the same flags and command.
@@ -413,7 +412,7 @@ mod tests {
         ];
         let argv = std::iter::once(OsString::from("pagewise"))
             .chain(fix_argv(&fixes, &["node".into(), "-e".into(), "1".into()]));
-        let cli = crate::Cli::try_parse_from(argv).unwrap();
+        let cli = crate::parse(argv).unwrap();
         let crate::Command::Run(run) = cli.command else {
             panic!("not the run command: {cli:?}");
         };
