@@ -119,20 +119,27 @@ pub const KERNEL_EVENTS_FIX: &str = "sysctl kernel.perf_event_paranoid=1";
 pub const KERNEL_EVENTS_ALTERNATIVE: &str =
     "or give the pagewise binary CAP_PERFMON: `setcap cap_perfmon+ep PATH`";
 
-/// The command (for root) that lets the members of group `gid` read
-/// tracefs: a mount with `gid=` and mode 0750 where it is not mounted, a
-/// remount where it is (mounted plainly, it is root's alone: mode 0700, files
-/// 0440 of group root). `None` names a group `tracing`, made if missing. The
-/// options belong to tracefs's one superblock, so they hold for every mount
-/// of it. Builds a string.
-pub fn group_access_command(mounted_at: Option<&str>, gid: Option<u32>) -> String {
-    let (make, gid) = match gid {
-        Some(gid) => ("", gid.to_string()),
-        None => (
-            "groupadd -f tracing && ",
-            "$(getent group tracing | cut -d: -f3)".to_owned(),
-        ),
-    };
+/// The group pagewise advises for reading tracefs: one of its own, made for
+/// it, whatever user asks (a user's primary group can be a shared one such
+/// as `nogroup`, whose every member would get the kernel's traces).
+pub const TRACING_GROUP: &str = "tracing";
+
+/// What a user other than root is told to have root do so that they can read
+/// tracefs: let [`TRACING_GROUP`] read it ([`group_access_command`]) and add
+/// them to that group. Free.
+pub const JOIN_TRACING_GROUP: &str =
+    "as root, let a group `tracing` of its own read it and add this user to that group \
+     (`usermod -aG tracing USER`, then log in again)";
+
+/// The command (for root) that lets the members of [`TRACING_GROUP`] read
+/// tracefs: the group made if missing, then a mount with `gid=` and mode
+/// 0750 where it is not mounted, a remount where it is (mounted plainly, it
+/// is root's alone: mode 0700, files 0440 of group root). The options
+/// belong to tracefs's one superblock, so they hold for every mount of it.
+/// Builds a string.
+pub fn group_access_command(mounted_at: Option<&str>) -> String {
+    let make = format!("groupadd -f {TRACING_GROUP} && ");
+    let gid = format!("$(getent group {TRACING_GROUP} | cut -d: -f3)");
     match mounted_at {
         Some(point) => format!("{make}mount -o remount,gid={gid},mode=0750 {point}"),
         None => {
@@ -211,8 +218,8 @@ fn read_error(point: &str, path: &str, source: &std::io::Error) -> String {
     if source.kind() == std::io::ErrorKind::PermissionDenied {
         format!(
             "cannot read {path} ({source}): tracefs is mounted for root alone (mode 0700); \
-             as root, let your group read it: `{}`",
-            group_access_command(Some(point), Some(crate::sys::libc_info::effective_gid()))
+             {JOIN_TRACING_GROUP}: `{}`",
+            group_access_command(Some(point))
         )
     } else {
         format!("cannot read {path}: {source}")
@@ -292,10 +299,10 @@ pub fn lookup(names: &[&str]) -> Tracepoints {
         Err(e) => {
             return not_mounted(format!(
                 "tracefs is not mounted here, and reading it through a private mount needs \
-                 root (CAP_SYS_ADMIN): {}; as root, mount it readable by your group (a plain \
-                 mount is root's alone, mode 0700): `{}`",
+                 root (CAP_SYS_ADMIN): {}; a plain mount is root's alone (mode 0700): \
+                 {JOIN_TRACING_GROUP}: `{}`",
                 e.source,
-                group_access_command(None, Some(crate::sys::libc_info::effective_gid()))
+                group_access_command(None)
             ))
         }
     };
@@ -440,20 +447,14 @@ mod tests {
     }
 
     #[test]
-    fn group_access_mounts_or_remounts_with_a_group_and_mode_0750() {
+    fn group_access_mounts_or_remounts_for_the_tracing_group_with_mode_0750() {
         assert_eq!(
-            group_access_command(None, Some(1000)),
-            "mount -t tracefs -o gid=1000,mode=0750 nodev /sys/kernel/tracing"
+            group_access_command(None),
+            "groupadd -f tracing && mount -t tracefs -o gid=$(getent group tracing | cut -d: -f3),mode=0750 nodev /sys/kernel/tracing"
         );
         assert_eq!(
-            group_access_command(Some("/sys/kernel/debug/tracing"), Some(7)),
-            "mount -o remount,gid=7,mode=0750 /sys/kernel/debug/tracing"
-        );
-        let named = group_access_command(Some("/t"), None);
-        assert!(named.starts_with("groupadd -f tracing && "), "{named}");
-        assert!(
-            named.contains("gid=$(getent group tracing | cut -d: -f3),"),
-            "{named}"
+            group_access_command(Some("/sys/kernel/debug/tracing")),
+            "groupadd -f tracing && mount -o remount,gid=$(getent group tracing | cut -d: -f3),mode=0750 /sys/kernel/debug/tracing"
         );
     }
 

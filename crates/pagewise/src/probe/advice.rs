@@ -103,7 +103,9 @@ fn pool_advice(out: &mut Vec<Advice>, pools: &[HugetlbPool]) {
 /// Root's `stat` needs nothing: where tracefs is not mounted it reads it
 /// through a private mount of its own. Any other user's needs tracefs
 /// mounted and readable by a group of theirs (mounted plainly it is root's
-/// alone, mode 0700: `gid=` and `mode=0750` lift that), and, for the fault
+/// alone, mode 0700: `gid=` and `mode=0750` lift that): the advice, for root
+/// as for anyone, is a group `tracing` of its own, never the user's primary
+/// group (which may be shared by many, as `nogroup` is), and, for the fault
 /// kinds and faults inside system calls, which count kernel events,
 /// `perf_event_paranoid` at most 1 or CAP_PERFMON. The mmap calls (the
 /// `syscalls` tracepoints of one's own processes) need only the readable
@@ -129,22 +131,27 @@ fn tracefs_advice(out: &mut Vec<Advice>, report: &MachineReport) -> bool {
                      and mmap calls, mount it readable by a group of theirs (then `usermod -aG \
                      tracing USER`){paranoid_too}"
                 ),
-                Some(tracefs::group_access_command(None, None)),
+                Some(tracefs::group_access_command(None)),
             );
         }
         return false;
     }
+    // A group of its own for every user (their primary group may be a
+    // shared one such as nogroup), as root's advice says.
     let unreadable = match (&perf.tracefs, perf.tracefs_readable) {
         (None, _) => Some((
-            "tracefs is not mounted: stat run as you gets no fault kinds and no mmap calls \
-             (only root's stat can mount it privately); as root, mount it readable by your group"
-                .to_owned(),
+            format!(
+                "tracefs is not mounted: stat run as you gets no fault kinds and no mmap calls \
+                 (only root's stat can mount it privately); {}",
+                tracefs::JOIN_TRACING_GROUP
+            ),
             None,
         )),
         (Some(point), Some(false)) => Some((
             format!(
                 "tracefs at {point} is root's alone (mounted with mode 0700): stat run as you \
-                 gets no fault kinds and no mmap calls; as root, let your group read it"
+                 gets no fault kinds and no mmap calls; {}",
+                tracefs::JOIN_TRACING_GROUP
             ),
             Some(point.as_str()),
         )),
@@ -155,7 +162,7 @@ fn tracefs_advice(out: &mut Vec<Advice>, report: &MachineReport) -> bool {
             out,
             "stat",
             finding,
-            Some(tracefs::group_access_command(point, report.gid)),
+            Some(tracefs::group_access_command(point)),
         );
     }
     let fault_kinds_work = perf

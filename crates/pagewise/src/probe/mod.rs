@@ -207,8 +207,8 @@ pub struct MachineReport {
     pub schema: &'static str,
     /// Whether the probe ran as root (some files and probes need it).
     pub root: bool,
-    /// The effective group id the probe ran with (`None`: not probed): the
-    /// group the tracefs advice names.
+    /// The effective group id the probe ran with (`None`: not probed). The
+    /// tracefs advice does not use it: it names a group `tracing` of its own.
     pub gid: Option<u32>,
     /// The kernel.
     pub kernel: Kernel,

@@ -298,23 +298,37 @@ fn tracefs_advice_says_what_root_and_other_users_need() {
         fix.as_deref(),
         Some("groupadd -f tracing && mount -t tracefs -o gid=$(getent group tracing | cut -d: -f3),mode=0750 nodev /sys/kernel/tracing")
     );
-    // A user, tracefs mounted root-only: a remount for their group, and
-    // kernel events, which paranoid 2 keeps from them.
+    // A user, tracefs mounted root-only: a remount for the group `tracing`
+    // (not their own primary group, which may be a shared one such as
+    // nogroup), and kernel events, which paranoid 2 keeps from them.
     report.root = false;
-    report.gid = Some(1000);
+    report.gid = Some(65534);
     report.perf.tracefs = Some("/sys/kernel/tracing".into());
     report.perf.tracefs_readable = Some(false);
+    let advice = stat_advice(&report);
+    assert!(
+        advice[0].0.contains("usermod -aG tracing USER"),
+        "{advice:?}"
+    );
+    let fixes: Vec<_> = advice.into_iter().filter_map(|a| a.1).collect();
+    assert_eq!(
+        fixes,
+        [
+            "groupadd -f tracing && mount -o remount,gid=$(getent group tracing | cut -d: -f3),mode=0750 /sys/kernel/tracing",
+            "sysctl kernel.perf_event_paranoid=1"
+        ]
+    );
+    // Not mounted: the same group, with a mount.
+    report.perf.tracefs = None;
     let fixes: Vec<_> = stat_advice(&report)
         .into_iter()
         .filter_map(|a| a.1)
         .collect();
     assert_eq!(
-        fixes,
-        [
-            "mount -o remount,gid=1000,mode=0750 /sys/kernel/tracing",
-            "sysctl kernel.perf_event_paranoid=1"
-        ]
+        fixes[0],
+        "groupadd -f tracing && mount -t tracefs -o gid=$(getent group tracing | cut -d: -f3),mode=0750 nodev /sys/kernel/tracing"
     );
+    report.perf.tracefs = Some("/sys/kernel/tracing".into());
     // Readable, and the fault-kind tracepoint counts (CAP_PERFMON, or
     // paranoid 1): nothing left to do.
     report.perf.tracefs_readable = Some(true);
