@@ -251,6 +251,63 @@ fn doctor_runs_unprivileged_and_says_what_it_could_not_read() {
     assert!(String::from_utf8_lossy(&text.stdout).contains("unprivileged user"));
 }
 
+/// The copy plan's notes in a `doctor --json` report.
+fn plan_notes(report: &serde_json::Value) -> Vec<String> {
+    report["copy"]["plan"]["notes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n.as_str().unwrap().to_owned())
+        .collect()
+}
+
+/// Without a measured plan, doctor suggests `pagewise tune` and says where
+/// its plan goes; for a user without any usable cache directory (nobody,
+/// with HOME and TMPDIR where it may not write), it says a plan could not
+/// be saved instead of suggesting a tune whose result would be lost.
+#[test]
+fn tune_is_suggested_only_where_its_plan_can_be_saved() {
+    let (dir, bin) = match common::binary_for_nobody() {
+        Ok(found) => found,
+        Err((need, why)) => pagewise_testkit::skip!(need, "{why}"),
+    };
+    let v = json_of(
+        &common::as_nobody(&bin, &["doctor", "--json"])
+            .env_remove("XDG_CACHE_HOME")
+            .env_remove("PAGEWISE_PLAN")
+            .env("HOME", "/nonexistent")
+            .env("TMPDIR", "/nonexistent")
+            .output()
+            .unwrap(),
+    );
+    let notes = plan_notes(&v);
+    let no_plan = notes
+        .iter()
+        .find(|n| n.starts_with("no measured plan"))
+        .unwrap_or_else(|| panic!("{notes:?}"));
+    assert!(!no_plan.contains("run `pagewise tune`"), "{notes:?}");
+    assert!(no_plan.contains("could not save"), "{notes:?}");
+    assert!(notes.iter().any(|n| n.contains("passed over")), "{notes:?}");
+    // Where a cache can be made, the note says where the plan would go.
+    let cache = dir.path().join("cache");
+    let v = json_of(
+        &pagewise()
+            .args(["doctor", "--json"])
+            .env_remove("PAGEWISE_PLAN")
+            .env("XDG_CACHE_HOME", &cache)
+            .output()
+            .unwrap(),
+    );
+    let notes = plan_notes(&v);
+    let saved_in = format!("saved in {}", cache.join("pagewise").display());
+    assert!(
+        notes
+            .iter()
+            .any(|n| n.contains("run `pagewise tune`") && n.contains(&saved_in)),
+        "{notes:?}"
+    );
+}
+
 /// Unprivileged with a low memlock limit: the fix fits the hard limit
 /// (`ulimit -l` up to it, or what root must change when it is too low).
 #[test]

@@ -143,6 +143,10 @@ pub struct Found {
     pub plan: Option<(Tuned, PathBuf)>,
     /// Why cache directories were passed over on the way, one line each.
     pub passed_over: Vec<String>,
+    /// The directory `pagewise tune` would save a plan in (the one looked
+    /// in; it may not exist yet), or `None` when no place is usable for this
+    /// user, so that a plan could not be saved.
+    pub directory: Option<PathBuf>,
 }
 
 /// The plan cached for `key` and its path, looked for in the directory
@@ -155,10 +159,12 @@ pub fn load(key: &MachineKey) -> Result<Found, CacheError> {
         Ok(chosen) => Ok(Found {
             plan: load_from(&chosen.path, key)?,
             passed_over: chosen.passed_over,
+            directory: Some(chosen.path),
         }),
         Err(UserCacheError::NoUsableDirectory(passed_over)) => Ok(Found {
             plan: None,
             passed_over,
+            directory: None,
         }),
         Err(e) => Err(e.into()),
     }

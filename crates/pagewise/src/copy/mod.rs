@@ -40,7 +40,7 @@ pub use crate::sys::copy::{Class, Isa, LoopBlock, Placement, RepGuard, Small, St
 pub use cache::{MachineKey, Tuned};
 pub use plan::{
     default_tables, merge, overlay, set_nontemporal, Choices, CpuKind, Inputs, Plan, PlanError,
-    SizeClass, SizeRange, Source, Table, Tables, Vendor, COPY_LLC_DIVISOR, ENV_ISA,
+    SizeClass, SizeRange, Source, Table, Tables, TuneCache, Vendor, COPY_LLC_DIVISOR, ENV_ISA,
     ENV_NT_THRESHOLD, ENV_PLAN, ENV_REP_MOVSB, ENV_REP_STOSB, FILL_LLC_DIVISOR,
 };
 

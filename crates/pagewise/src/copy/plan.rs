@@ -190,6 +190,20 @@ pub struct Tables {
     pub rep_guards: Vec<RepGuard>,
 }
 
+/// Where `pagewise tune` would save a measured plan for this user, as far
+/// as it was looked for: what the note that suggests `tune` says.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum TuneCache {
+    /// Not looked for (or the cache could not be read).
+    #[default]
+    Unknown,
+    /// In this directory (which may not exist yet).
+    At(String),
+    /// Nowhere: no cache directory is usable for this user, so a plan
+    /// `tune` measured could not be saved for later processes.
+    Nowhere,
+}
+
 /// What the plan is decided from.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Inputs {
@@ -207,6 +221,8 @@ pub struct Inputs {
     pub cached: Option<Tuned>,
     /// Where the cached plan was read from (for reports).
     pub cache_file: Option<String>,
+    /// Where `pagewise tune` would save a plan (for the note suggesting it).
+    pub tune_cache: TuneCache,
     /// Value of [`ENV_PLAN`].
     pub env_plan: Option<String>,
     /// Value of [`ENV_ISA`].
@@ -654,6 +670,26 @@ pub fn default_tables(kind: CpuKind, isa: Isa, erms: bool, llc: Option<u64>) -> 
     }
 }
 
+/// The note of a machine without a measured plan: run `pagewise tune`, and
+/// where its plan would go; or, where no cache directory is usable for this
+/// user, that a plan could not be saved (not a suggestion that cannot work).
+fn no_plan_note(tune_cache: &TuneCache) -> String {
+    let head = "no measured plan for this machine: vendor defaults in force";
+    match tune_cache {
+        TuneCache::Unknown => {
+            format!("{head}; run `pagewise tune` to measure one (about a minute)")
+        }
+        TuneCache::At(dir) => format!(
+            "{head}; run `pagewise tune` to measure one (about a minute; it is saved in {dir})"
+        ),
+        TuneCache::Nowhere => format!(
+            "{head}; `pagewise tune` could not save one for this user: no cache directory is \
+             usable (the places passed over are noted; XDG_CACHE_HOME set to a directory of \
+             this user's would do)"
+        ),
+    }
+}
+
 impl Plan {
     /// Reads the CPU features and identity, the cache sizes from sysfs, the
     /// cached measured plan for this machine (if any) and the environment,
@@ -665,19 +701,28 @@ impl Plan {
         let key = MachineKey::current();
         let env_plan = std::env::var(ENV_PLAN).ok();
         // Read even under PAGEWISE_PLAN=default, to say what it sets aside.
-        let (cached, cache_file, cache_notes) = match super::cache::load(&key) {
+        let (cached, cache_file, cache_notes, tune_cache) = match super::cache::load(&key) {
             Ok(found) => {
                 let notes = found
                     .passed_over
                     .iter()
                     .map(|why| format!("copy plan: passed over {why}"))
                     .collect();
+                let tune_cache = match found.directory {
+                    Some(dir) => TuneCache::At(dir.display().to_string()),
+                    None => TuneCache::Nowhere,
+                };
                 match found.plan {
-                    Some((tuned, path)) => (Some(tuned), Some(path.display().to_string()), notes),
-                    None => (None, None, notes),
+                    Some((tuned, path)) => (
+                        Some(tuned),
+                        Some(path.display().to_string()),
+                        notes,
+                        tune_cache,
+                    ),
+                    None => (None, None, notes, tune_cache),
                 }
             }
-            Err(e) => (None, None, vec![e.to_string()]),
+            Err(e) => (None, None, vec![e.to_string()], TuneCache::Unknown),
         };
         let mut plan = Plan::decide(&Inputs {
             supported: Isa::ALL
@@ -691,6 +736,7 @@ impl Plan {
             key,
             cached,
             cache_file,
+            tune_cache,
             env_plan,
             env_isa: std::env::var(ENV_ISA).ok(),
             env_nt_threshold: std::env::var(ENV_NT_THRESHOLD).ok(),
@@ -763,11 +809,7 @@ impl Plan {
             ),
             None => {
                 if !set_defaults {
-                    notes.push(
-                        "no measured plan for this machine: vendor defaults in force; run \
-                         `pagewise tune` to measure one (about a minute)"
-                            .into(),
-                    );
+                    notes.push(no_plan_note(&inputs.tune_cache));
                 }
                 (
                     default_tables(kind, isa, inputs.erms, inputs.llc_bytes),
@@ -1230,6 +1272,32 @@ mod tests {
             "{:?}",
             p.notes
         );
+    }
+
+    /// The note without a measured plan suggests `tune` where its plan can
+    /// be saved (and says where), and says it cannot be where no cache
+    /// directory is usable.
+    #[test]
+    fn the_no_plan_note_suggests_tune_only_where_its_plan_can_be_saved() {
+        let note = |tune_cache: TuneCache| {
+            let p = Plan::decide(&Inputs {
+                tune_cache,
+                ..inputs("GenuineIntel")
+            });
+            p.notes
+                .into_iter()
+                .find(|n| n.starts_with("no measured plan"))
+                .unwrap()
+        };
+        assert!(note(TuneCache::Unknown).contains("run `pagewise tune`"));
+        let at = note(TuneCache::At("/home/u/.cache/pagewise".into()));
+        assert!(
+            at.contains("run `pagewise tune`") && at.contains("saved in /home/u/.cache/pagewise"),
+            "{at}"
+        );
+        let nowhere = note(TuneCache::Nowhere);
+        assert!(!nowhere.contains("run `pagewise tune`"), "{nowhere}");
+        assert!(nowhere.contains("could not save"), "{nowhere}");
     }
 
     #[test]
