@@ -5,6 +5,7 @@ use super::{MachineReport, ProbeStatus};
 use crate::host::hugetlb::HugetlbPool;
 use crate::host::thp::Thp;
 use crate::host::tracefs;
+use crate::units::format_bytes;
 use serde::Serialize;
 
 /// One finding that limits a pagewise capability.
@@ -268,21 +269,22 @@ fn memlock_advice(out: &mut Vec<Advice>, limits: &super::Limits) {
     let Some(soft) = limits.memlock_soft_bytes.filter(|&s| s < MEMLOCK_WANTED) else {
         return;
     };
+    // Sizes as doctor's limits row shows them; `ulimit -l` counts KiB.
     let kib = |b: u64| b >> 10;
     let low = format!(
-        "RLIMIT_MEMLOCK is {} KiB: locked regions larger than that fail",
-        kib(soft)
+        "RLIMIT_MEMLOCK is {}: locked regions larger than that fail",
+        format_bytes(soft)
     );
     let (finding, fix) = match (limits.memlock_hard_unlimited, limits.memlock_hard_bytes) {
         (Some(true), _) => (low, "ulimit -l unlimited".to_owned()),
         (Some(false), Some(hard)) if hard >= MEMLOCK_WANTED => (
-            format!("{low}; the hard limit allows {} KiB", kib(hard)),
+            format!("{low}; the hard limit allows {}", format_bytes(hard)),
             format!("ulimit -l {}", kib(hard)),
         ),
         (Some(false), Some(hard)) => (
             format!(
-                "{low}, and the hard limit ({} KiB) keeps this user from raising it: only root can",
-                kib(hard)
+                "{low}, and the hard limit ({}) keeps this user from raising it: only root can",
+                format_bytes(hard)
             ),
             "as root: prlimit --memlock=unlimited --pid PID for a running shell or process; \
              for new logins `USER hard memlock unlimited` (and `soft`) in \

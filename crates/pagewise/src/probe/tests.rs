@@ -236,8 +236,18 @@ fn memlock_advice_fits_the_hard_limit() {
         fix(advice_for(&mut report, mib(8), mib(128))),
         "ulimit -l 131072"
     );
+    // Sizes as the limits row shows them (`8 MiB`), not `8192 KiB` beside it.
     let stuck = advice_for(&mut report, mib(8), mib(8)).unwrap();
-    assert!(stuck.finding.contains("hard limit (8192 KiB)"), "{stuck:?}");
+    assert!(
+        stuck.finding.starts_with("RLIMIT_MEMLOCK is 8 MiB:")
+            && stuck.finding.contains("hard limit (8 MiB)"),
+        "{stuck:?}"
+    );
+    let enough = advice_for(&mut report, mib(8), mib(128)).unwrap();
+    assert!(
+        enough.finding.contains("the hard limit allows 128 MiB"),
+        "{enough:?}"
+    );
     let fix = stuck.fix.unwrap();
     assert!(!fix.contains("ulimit"), "{fix}");
     for needed in [
