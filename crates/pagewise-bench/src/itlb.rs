@@ -372,7 +372,7 @@ pub fn run(
         &baseline,
         &OrderOptions::default(),
     );
-    if computed.resolved_samples == 0 {
+    if computed.call_graph_samples == 0 {
         return Err("the baseline profile has no sample in the program".into());
     }
     let predicted = order::footprint(

@@ -136,7 +136,11 @@ struct OrderSummary<'a> {
     output: &'a Path,
     functions: usize,
     clusters: usize,
+    /// Samples whose instruction pointer is in the binary: the footprints'
+    /// (and `text footprint`'s) `resolved_samples`.
     resolved_samples: u64,
+    /// Samples with any frame in the binary, which the order is built from.
+    call_graph_samples: u64,
     total_samples: u64,
     before: order::Footprint,
     after: order::Footprint,
@@ -176,7 +180,7 @@ fn run_order(args: &OrderArgs) -> anyhow::Result<ExitCode> {
         ..OrderOptions::default()
     };
     let computed = order::c3(&profile, &table, &args.binary, &options);
-    no_samples_check(computed.resolved_samples, &args.binary)?;
+    no_samples_check(computed.call_graph_samples, &args.binary)?;
     user_files::write_output(
         &args.output,
         order::order_file(&computed, args.gold).as_bytes(),
@@ -190,21 +194,33 @@ fn run_order(args: &OrderArgs) -> anyhow::Result<ExitCode> {
             output: &args.output,
             functions: computed.functions.len(),
             clusters: computed.clusters,
-            resolved_samples: computed.resolved_samples,
+            resolved_samples: before.resolved_samples,
+            call_graph_samples: computed.call_graph_samples,
             total_samples: computed.total_samples,
             before,
             after,
         };
         outln!("{}", serde_json::to_string_pretty(&summary)?)?;
     } else {
+        // The stacks with the binary below another object's code (libc
+        // called from it) count for the order, not for the footprints.
+        let called_out = computed
+            .call_graph_samples
+            .saturating_sub(before.resolved_samples);
         outln!(
-            "wrote {} hot functions in {} clusters to {} ({} of {} samples in {})",
+            "wrote {} hot functions in {} clusters to {} ({} of {} samples ran in {}{})",
             computed.functions.len(),
             computed.clusters,
             args.output.display(),
-            computed.resolved_samples,
+            before.resolved_samples,
             computed.total_samples,
-            args.binary.display()
+            args.binary.display(),
+            match called_out {
+                0 => String::new(),
+                n => format!(
+                    "; {n} more ran in other objects called from it, and count for the order"
+                ),
+            }
         )?;
         print_footprints(&before, Some(&after))?;
         outln!(
@@ -269,7 +285,7 @@ fn run_footprint(args: &FootprintArgs) -> anyhow::Result<ExitCode> {
         outln!("{}", serde_json::to_string_pretty(&report)?)?;
     } else {
         outln!(
-            "{} samples resolved in {}",
+            "{} samples ran in {}",
             before.resolved_samples,
             args.binary.display()
         )?;

@@ -19,8 +19,8 @@ fn build(dir: &Path) -> Result<PathBuf, String> {
     pagewise_testkit::compile_c(dir, "spread", SPREAD, &["-fno-toplevel-reorder"])
 }
 
-/// Runs `pagewise text ARGS…`, expects success, returns the JSON it printed.
-fn text_json(args: &[&std::ffi::OsStr]) -> serde_json::Value {
+/// Runs `pagewise text ARGS…`, expects success, returns what it printed.
+fn text_out(args: &[&std::ffi::OsStr]) -> Vec<u8> {
     let out = Command::cargo_bin("pagewise")
         .unwrap()
         .arg("text")
@@ -29,21 +29,29 @@ fn text_json(args: &[&std::ffi::OsStr]) -> serde_json::Value {
         .success()
         .get_output()
         .clone();
-    serde_json::from_slice(&out.stdout).unwrap()
+    out.stdout
 }
 
-/// A profile in pagewise's format: main calls f1, f5 and f8, which take the samples.
+/// Runs `pagewise text ARGS…`, expects success, returns the JSON it printed.
+fn text_json(args: &[&std::ffi::OsStr]) -> serde_json::Value {
+    serde_json::from_slice(&text_out(args)).unwrap()
+}
+
+/// A profile in pagewise's format: main calls f1, f5 and f8, which take the
+/// samples, and a C library function, which takes 7 more (their instruction
+/// pointer is not in the binary; main is on their stack).
 fn profile(dir: &Path, bin: &Path) -> PathBuf {
     let t = FunctionTable::read(bin).unwrap();
     let at = |name: &str| t.functions()[t.by_name(name).unwrap()].vaddr + 1;
     let text = format!(
-        "# pagewise-profile 1\n# event cpu-clock\nobject 0 {}\nstack 60 0:{:x} 0:{:x}\nstack 30 0:{:x} 0:{:x}\nstack 10 0:{:x} 0:{:x}\n",
+        "# pagewise-profile 1\n# event cpu-clock\nobject 0 {}\nobject 1 /lib/x86_64-linux-gnu/libc.so.6\nstack 60 0:{:x} 0:{:x}\nstack 30 0:{:x} 0:{:x}\nstack 10 0:{:x} 0:{:x}\nstack 7 1:29d90 0:{:x}\n",
         bin.display(),
         at("f1"),
         at("main"),
         at("f5"),
         at("main"),
         at("f8"),
+        at("main"),
         at("main")
     );
     let path = dir.join("p.profile");
@@ -70,7 +78,13 @@ fn order_groups_the_hot_functions_and_footprint_shrinks() {
         "--json".as_ref(),
     ]);
     assert_eq!(summary["schema"], "pagewise.text.order/1");
+    // The samples that ran in the binary, as the footprints count them; the
+    // order also weighs the 7 whose stack holds main below the C library.
     assert_eq!(summary["resolved_samples"], 100);
+    assert_eq!(summary["before"]["resolved_samples"], 100);
+    assert_eq!(summary["after"]["resolved_samples"], 100);
+    assert_eq!(summary["call_graph_samples"], 107);
+    assert_eq!(summary["total_samples"], 107);
     let functions: Vec<String> = std::fs::read_to_string(&order)
         .unwrap()
         .lines()
@@ -96,9 +110,26 @@ fn order_groups_the_hot_functions_and_footprint_shrinks() {
         "--json".as_ref(),
     ]);
     assert_eq!(fp["schema"], "pagewise.text.footprint/1");
+    assert_eq!(fp["before"]["resolved_samples"], 100);
     assert_eq!(fp["before"]["pages_4k"]["p50"], 1);
     assert_eq!(fp["before"]["pages_4k"]["p90"], 2);
     assert_eq!(fp["after"]["pages_4k"]["p99"], 1);
+
+    // The table says both counts, and why they differ.
+    let order2 = dir.path().join("order2.txt");
+    let text = text_out(&[
+        "order".as_ref(),
+        prof.as_os_str(),
+        "--binary".as_ref(),
+        bin.as_os_str(),
+        "-o".as_ref(),
+        order2.as_os_str(),
+    ]);
+    let text = String::from_utf8(text).unwrap();
+    assert!(
+        text.contains(&format!("(100 of 107 samples ran in {}; 7 more ran in other objects called from it, and count for the order)", bin.display())),
+        "{text}"
+    );
 
     // gold flavour
     let gold = dir.path().join("gold.txt");

@@ -70,8 +70,12 @@ pub struct Order {
     pub functions: Vec<String>,
     /// Clusters formed.
     pub clusters: usize,
-    /// Samples that resolved to a function of the binary.
-    pub resolved_samples: u64,
+    /// Samples with at least one frame in a function of the binary: the
+    /// stacks the call graph is built from. More than the footprint's
+    /// [`Footprint::resolved_samples`] (those whose instruction pointer is in
+    /// the binary) when the binary calls into other objects (libc, say) where
+    /// samples land: such a stack still weighs the binary's callers.
+    pub call_graph_samples: u64,
     /// All samples in the profile.
     pub total_samples: u64,
 }
@@ -89,7 +93,7 @@ pub fn c3(
     // arc counts samples where the caller's frame sits right above the callee's.
     let mut self_samples: HashMap<usize, u64> = HashMap::new();
     let mut arcs: HashMap<(usize, usize), u64> = HashMap::new();
-    let mut resolved_samples = 0;
+    let mut call_graph_samples = 0;
     for (weight, stack) in &profile.stacks {
         let frames: Vec<Option<usize>> = stack
             .iter()
@@ -99,7 +103,7 @@ pub fn c3(
             continue;
         }
         // Sums saturate: weights can add up past 2^64 (a merged or hand-made profile).
-        resolved_samples = weight.saturating_add(resolved_samples);
+        call_graph_samples = weight.saturating_add(call_graph_samples);
         for f in frames.iter().flatten() {
             self_samples.entry(*f).or_default();
         }
@@ -174,7 +178,7 @@ pub fn c3(
             .flat_map(|c| members[c].iter().map(|&f| funcs[f].name.clone()))
             .collect(),
         clusters: clusters.len(),
-        resolved_samples,
+        call_graph_samples,
         total_samples: profile.total(),
     }
 }
@@ -197,7 +201,8 @@ pub struct Footprint {
     pub pages_4k: PageCounts,
     /// 2 MiB pages.
     pub pages_2m: PageCounts,
-    /// Samples whose instruction pointer resolved in the binary.
+    /// Samples whose instruction pointer (the leaf frame) resolved in the
+    /// binary: at most [`Order::call_graph_samples`].
     pub resolved_samples: u64,
 }
 
@@ -372,7 +377,7 @@ mod tests {
             &OrderOptions::default(),
         );
         assert_eq!(order.total_samples, 101);
-        assert_eq!(order.resolved_samples, 101);
+        assert_eq!(order.call_graph_samples, 101);
         let pos = |n: &str| order.functions.iter().position(|f| f == n).unwrap();
         assert!(pos("hot_a") < pos("cold_1"));
         assert_eq!(pos("hot_b"), pos("hot_a") + 1, "{:?}", order.functions);
@@ -400,7 +405,7 @@ mod tests {
         let order = Order {
             functions: vec!["a".into(), "b".into()],
             clusters: 1,
-            resolved_samples: 1,
+            call_graph_samples: 1,
             total_samples: 1,
         };
         assert_eq!(order_file(&order, false), "a\nb\n");
