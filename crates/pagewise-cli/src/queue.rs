@@ -117,8 +117,11 @@ fn inspect(args: &InspectArgs) -> anyhow::Result<ExitCode> {
     let rows: Vec<(&str, String)> = vec![
         ("path", info.path.clone()),
         ("format version", info.version.to_string()),
-        ("chunk size", bytes(info.chunk_size)),
-        ("largest record", format!("{} bytes", info.max_payload)),
+        ("chunk size", bytes(info.chunk_size_bytes)),
+        (
+            "largest record",
+            format!("{} bytes", info.max_payload_bytes),
+        ),
         (
             "record CRC",
             if info.record_crc {
@@ -128,7 +131,7 @@ fn inspect(args: &InspectArgs) -> anyhow::Result<ExitCode> {
             },
         ),
         ("file system", info.fs.clone()),
-        ("file size", bytes(info.file_size)),
+        ("file size", bytes(info.file_size_bytes)),
         ("allocated", bytes(info.allocated_bytes)),
         (
             "chunks",
@@ -200,11 +203,13 @@ fn pretouch_summary(info: &queue::Inspection) -> String {
         1 => notes.push("1 switch".to_owned()),
         n => notes.push(format!("{n} switches")),
     }
+    // When the writer set this mode (at its open, or its last switch):
+    // said of the mode, which reads right for `off` too.
     if let Some(since) = info.last_writer_pretouch_since_unix_ns {
         notes.push(if info.writer_alive {
-            format!("current one started {}", ago(since))
+            format!("set {}", ago(since))
         } else {
-            format!("the last one started {}; no writer now", ago(since))
+            format!("the last writer's, set {}; no writer now", ago(since))
         });
     }
     if !notes.is_empty() {
@@ -456,10 +461,34 @@ fn append(args: &AppendArgs) -> anyhow::Result<ExitCode> {
         discard_damaged: args.discard_damaged,
         ..Options::default()
     };
+    let stdin = std::io::stdin();
+    let mut input = stdin.lock();
+    // A new queue is created once its first record is read and fits (or
+    // stdin is empty): a first line that is refused leaves nothing behind,
+    // neither the queue file nor its lock file. A path that could not be
+    // created is said before stdin is read.
+    let first = match std::fs::symlink_metadata(&args.path) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            pagewise::host::user_files::check_creatable(&args.path)
+                .with_context(|| format!("cannot create {}", args.path.display()))?;
+            let new = queue::layout::Geometry {
+                version: queue::layout::VERSION,
+                chunk_size: options.chunk_size,
+                flags: if options.record_crc {
+                    queue::layout::FLAG_RECORD_CRC
+                } else {
+                    0
+                },
+                created_unix_ns: 0,
+            };
+            Some(read_record(args, &mut input, new.max_payload(), 0)?)
+        }
+        _ => None,
+    };
     let mut writer = Writer::open_or_create(&args.path, options)?;
     report_recovery(&args.path, writer.recovery());
     check_settings(args, &writer)?;
-    let appended = append_lines(args, &mut writer);
+    let appended = append_lines(args, &mut writer, &mut input, first);
     // What was appended stays, also when a line failed.
     if !args.no_flush {
         writer.flush()?;
@@ -530,68 +559,86 @@ fn check_settings(args: &AppendArgs, writer: &Writer) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Appends one record per line of stdin; returns how many and the first
-/// and last positions. A line is decoded (or, with `--raw`, taken) a piece
-/// at a time, and refused as soon as it is longer than the largest record:
-/// memory stays bounded by that size whatever the input.
+/// Appends one record per line of `input`, after `first` when the caller
+/// read the first line already (`Some(None)`: there was none); returns how
+/// many and the first and last positions.
 fn append_lines(
     args: &AppendArgs,
     writer: &mut Writer,
+    input: &mut impl BufRead,
+    first: Option<Option<Vec<u8>>>,
 ) -> anyhow::Result<(u64, Option<(queue::Position, queue::Position)>)> {
     let max = writer.max_payload();
-    let stdin = std::io::stdin();
-    let mut input = stdin.lock();
-    let mut payload = Vec::new();
     let mut count = 0u64;
     let mut positions = None;
+    let mut next = first;
     loop {
-        payload.clear();
-        let mut decoder = Unescaper::default();
-        let mut read_any = false;
-        let bad_line = |count: u64, e: String| {
-            anyhow::anyhow!(
-                "line {}: {e}; {} appended before it (use --raw to append lines as they are)",
-                count + 1,
-                crate::format::count(count, "record was", "records were")
-            )
+        let payload = match next.take() {
+            Some(read) => read,
+            None => read_record(args, input, max, count)?,
         };
-        loop {
-            let buf = input.fill_buf().context("reading stdin")?;
-            if buf.is_empty() {
-                break;
-            }
-            read_any = true;
-            let (piece, used, ends) = match buf.iter().position(|&b| b == b'\n') {
-                Some(k) => (&buf[..k], k + 1, true),
-                None => (buf, buf.len(), false),
-            };
-            if args.raw {
-                payload.extend_from_slice(&piece[..piece.len().min(max + 1 - payload.len())]);
-            } else {
-                decoder
-                    .feed(piece, &mut payload)
-                    .map_err(|e| bad_line(count, e))?;
-            }
-            input.consume(used);
-            if payload.len() > max {
-                anyhow::bail!(
-                    "line {} is longer than the largest record this queue takes ({max} bytes; a new queue with a larger --chunk-size takes more); {} appended before it",
-                    count + 1,
-                    crate::format::count(count, "record was", "records were")
-                );
-            }
-            if ends {
-                break;
-            }
-        }
-        if !read_any {
+        let Some(payload) = payload else {
             return Ok((count, positions));
-        }
-        decoder.finish().map_err(|e| bad_line(count, e))?;
+        };
         let p = writer.append(&payload)?;
         positions = Some((positions.map_or(p, |(first, _)| first), p));
         count += 1;
     }
+}
+
+/// The next record of `input`: one line, decoded (or, with `--raw`, taken)
+/// a piece at a time, and refused as soon as it is longer than `max` bytes,
+/// so that memory stays bounded by that size whatever the input; `None` at
+/// the end of the input. `count` records were appended before it (for the
+/// error).
+fn read_record(
+    args: &AppendArgs,
+    input: &mut impl BufRead,
+    max: usize,
+    count: u64,
+) -> anyhow::Result<Option<Vec<u8>>> {
+    let mut payload = Vec::new();
+    let mut decoder = Unescaper::default();
+    let mut read_any = false;
+    let bad_line = |e: String| {
+        anyhow::anyhow!(
+            "line {}: {e}; {} appended before it (use --raw to append lines as they are)",
+            count + 1,
+            crate::format::count(count, "record was", "records were")
+        )
+    };
+    loop {
+        let buf = input.fill_buf().context("reading stdin")?;
+        if buf.is_empty() {
+            break;
+        }
+        read_any = true;
+        let (piece, used, ends) = match buf.iter().position(|&b| b == b'\n') {
+            Some(k) => (&buf[..k], k + 1, true),
+            None => (buf, buf.len(), false),
+        };
+        if args.raw {
+            payload.extend_from_slice(&piece[..piece.len().min(max + 1 - payload.len())]);
+        } else {
+            decoder.feed(piece, &mut payload).map_err(bad_line)?;
+        }
+        input.consume(used);
+        if payload.len() > max {
+            anyhow::bail!(
+                "line {} is longer than the largest record this queue takes ({max} bytes; a new queue with a larger --chunk-size takes more); {} appended before it",
+                count + 1,
+                crate::format::count(count, "record was", "records were")
+            );
+        }
+        if ends {
+            break;
+        }
+    }
+    if !read_any {
+        return Ok(None);
+    }
+    decoder.finish().map_err(bad_line)?;
+    Ok(Some(payload))
 }
 
 #[cfg(test)]

@@ -19,6 +19,23 @@ fn inspect_json(path: &Path) -> serde_json::Value {
     inspect_json_exiting(path, 0)
 }
 
+/// The "writer's pre-touch" row of `queue inspect`'s table of `path`.
+fn pretouch_row(path: &Path) -> String {
+    let out = pagewise()
+        .args(["queue", "inspect"])
+        .arg(path)
+        .assert()
+        .success()
+        .get_output()
+        .clone();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let line = text
+        .lines()
+        .find(|l| l.contains("writer's pre-touch"))
+        .expect("a pre-touch row");
+    line.to_owned()
+}
+
 /// `queue inspect --json` of `path`, which must exit with `code` (1 when it
 /// finds a problem).
 fn inspect_json_exiting(path: &Path, code: i32) -> serde_json::Value {
@@ -512,6 +529,78 @@ fn append_refuses_a_line_longer_than_any_record_before_reading_it_all() {
     assert_eq!(inspect_json(&q)["records"], 2);
 }
 
+/// An append to a new path whose first line is refused (too long, a bad
+/// escape) creates nothing: no queue file, no lock file. A path whose folder
+/// is missing is refused before stdin is read. Empty input still makes an
+/// empty queue, and a first line that fits makes the queue as before.
+#[test]
+fn a_refused_first_line_leaves_no_new_queue_behind() {
+    let d = shm_dir();
+    let q = d.path().join("q");
+    let long = "z".repeat(70_000);
+    for (flags, stdin, says) in [
+        (
+            &["--chunk-size", "64KiB"][..],
+            long.as_str(),
+            "line 1 is longer than",
+        ),
+        (
+            &["--raw", "--chunk-size", "64KiB"],
+            long.as_str(),
+            "line 1 is longer than",
+        ),
+        (&[], "C:\\path\n", "line 1: \\p"),
+    ] {
+        let err = append_stderr(&q, flags, stdin, false);
+        assert!(err.contains(says), "{flags:?}: {err}");
+        assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+        let left: Vec<_> = std::fs::read_dir(d.path()).unwrap().collect();
+        assert!(left.is_empty(), "{flags:?}: left behind: {left:?}");
+    }
+    let nowhere = d.path().join("no/such/folder/q");
+    let out = pagewise()
+        .args(["queue", "append"])
+        .arg(&nowhere)
+        .write_stdin("x\n")
+        .assert()
+        .failure()
+        .get_output()
+        .clone();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("does not exist"), "{err}");
+    assert!(!d.path().join("no").exists());
+    append_stderr(&q, &[], "", true);
+    assert_eq!(inspect_json(&q)["records"], 0);
+    let fresh = d.path().join("fresh");
+    append_stderr(&fresh, &[], "a\nb\n", true);
+    assert_eq!(inspect_json(&fresh)["records"], 2);
+}
+
+/// `inspect` gives the sizes with `_bytes` names (the first names stay, the
+/// same numbers), and words the last writer's pre-touch so that `off`
+/// reads right: when the mode was set, not when an "off" one "started".
+#[test]
+fn inspect_names_sizes_in_bytes_and_words_the_pre_touch_mode() {
+    let d = shm_dir();
+    let q = d.path().join("q");
+    append_stderr(&q, &["--chunk-size", "64KiB"], "a\n", true);
+    let v = inspect_json(&q);
+    assert_eq!(v["schema"], "pagewise.queue.inspect/1");
+    assert_eq!(v["chunk_size_bytes"], 65536);
+    assert_eq!(v["max_payload_bytes"], 65464);
+    assert!(v["file_size_bytes"].as_u64().unwrap() > 65536, "{v}");
+    for name in ["chunk_size", "max_payload", "file_size"] {
+        assert_eq!(v[name], v[format!("{name}_bytes")], "{name}");
+    }
+    assert_eq!(v["last_writer_pretouch"], "off");
+    let line = pretouch_row(&q);
+    assert!(
+        line.contains("off (the last writer's, set ") && line.contains(" s ago; no writer now)"),
+        "{line}"
+    );
+    assert!(!line.contains("started"), "{line}");
+}
+
 #[test]
 fn a_fifo_or_a_directory_is_refused_at_once() {
     let d = shm_dir();
@@ -922,18 +1011,7 @@ fn inspect_shows_the_low_priority_pre_toucher_and_its_switch() {
         v["last_writer_usable_cpus"].as_u64(),
         report.usable_cpus.map(|n| n as u64)
     );
-    let out = pagewise()
-        .args(["queue", "inspect"])
-        .arg(&q)
-        .assert()
-        .success()
-        .get_output()
-        .clone();
-    let text = String::from_utf8_lossy(&out.stdout);
-    let line = text
-        .lines()
-        .find(|l| l.contains("writer's pre-touch"))
-        .expect("a pre-touch row");
+    let line = pretouch_row(&q);
     assert!(line.contains("low-priority-thread"), "{line}");
     assert!(line.contains("1 switch"), "{line}");
     assert!(line.contains("usable CPU"), "{line}");

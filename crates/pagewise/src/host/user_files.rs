@@ -17,6 +17,7 @@
 use crate::sys::create;
 use std::fs::File;
 use std::io::{self, Read, Write};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
 /// Opens `path` for reading if it is a regular file (following symbolic
@@ -122,15 +123,62 @@ pub fn write_output(path: &Path, bytes: &[u8]) -> io::Result<()> {
     create_output(path)?.write_all(bytes)
 }
 
-/// For writers that open `path` themselves (a plotting library): an error
-/// if something other than a regular file is there. One `stat`.
+/// For writers that open `path` themselves (a plotting library), before a
+/// long run: an error if something other than a regular file is there, if
+/// the file there cannot be opened for writing (it is opened, not
+/// truncated), or, where nothing is there, if it could not be created
+/// ([`check_creatable`]). A `stat` and an `open`, or what
+/// [`check_creatable`] costs.
 pub fn check_output(path: &Path) -> io::Result<()> {
     match std::fs::metadata(path) {
         Ok(meta) if !meta.file_type().is_file() => Err(io::Error::new(
             io::ErrorKind::InvalidInput,
             format!("{}, not a regular file", create::kind_of(&meta)),
         )),
-        _ => Ok(()),
+        // Never blocks: a FIFO put there since the `stat` fails at once.
+        Ok(_) => std::fs::OpenOptions::new()
+            .write(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(path)
+            .map(drop),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => check_creatable(path),
+        Err(e) => Err(e),
+    }
+}
+
+/// Whether a file could be created at `path` (where nothing is yet), without
+/// creating it: its folder exists, is a folder, and this user may create
+/// entries in it. The error says which is wrong ("the folder /x does not
+/// exist"). A `stat` and a `faccessat`.
+pub fn check_creatable(path: &Path) -> io::Result<()> {
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    let meta = std::fs::metadata(dir).map_err(|e| match e.kind() {
+        io::ErrorKind::NotFound => io::Error::new(
+            io::ErrorKind::NotFound,
+            format!("the folder {} does not exist", dir.display()),
+        ),
+        _ => io::Error::new(e.kind(), format!("{}: {e}", dir.display())),
+    })?;
+    if !meta.is_dir() {
+        return Err(io::Error::new(
+            io::ErrorKind::NotADirectory,
+            format!(
+                "{} is {}, not a folder",
+                dir.display(),
+                create::kind_of(&meta)
+            ),
+        ));
+    }
+    match crate::sys::file::may_create_in(dir) {
+        Ok(true) => Ok(()),
+        Ok(false) => Err(io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            format!("this user may not create files in {}", dir.display()),
+        )),
+        Err(e) => Err(e.source),
     }
 }
 
@@ -233,5 +281,23 @@ mod tests {
         assert!(check_output(&regular).is_ok());
         assert!(check_output(&dir.path().join("new")).is_ok());
         assert!(check_output(&f).unwrap_err().to_string().contains("a FIFO"));
+        // Where nothing is yet: its folder must be there, and be a folder.
+        let missing = check_output(&dir.path().join("no/such/x.svg")).unwrap_err();
+        assert_eq!(missing.kind(), io::ErrorKind::NotFound);
+        assert_eq!(
+            missing.to_string(),
+            format!(
+                "the folder {} does not exist",
+                dir.path().join("no/such").display()
+            )
+        );
+        let through_a_file = check_creatable(&regular.join("x")).unwrap_err();
+        assert!(
+            through_a_file
+                .to_string()
+                .contains("a regular file, not a folder"),
+            "{through_a_file}"
+        );
+        assert!(!regular.join("x").exists() && !dir.path().join("new").exists());
     }
 }

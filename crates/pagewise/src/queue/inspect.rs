@@ -22,16 +22,25 @@ pub struct Inspection {
     pub path: String,
     /// Format version.
     pub version: u32,
-    /// Bytes per chunk.
+    /// Bytes per chunk. Deprecated name, kept for schema `/1`: use
+    /// [`Inspection::chunk_size_bytes`], the same number.
     pub chunk_size: u64,
-    /// Largest payload per record.
+    /// Bytes per chunk.
+    pub chunk_size_bytes: u64,
+    /// Largest payload per record, in bytes. Deprecated name, kept for
+    /// schema `/1`: use [`Inspection::max_payload_bytes`], the same number.
     pub max_payload: usize,
+    /// Largest payload per record, in bytes.
+    pub max_payload_bytes: usize,
     /// Whether records carry CRCs.
     pub record_crc: bool,
     /// When the queue was created, ns since the Unix epoch.
     pub created_unix_ns: u64,
-    /// File size (dropped chunks stay as holes).
+    /// File size in bytes (dropped chunks stay as holes). Deprecated name,
+    /// kept for schema `/1`: use [`Inspection::file_size_bytes`], the same number.
     pub file_size: u64,
+    /// File size in bytes (dropped chunks stay as holes).
+    pub file_size_bytes: u64,
     /// Bytes the file system has allocated for it.
     pub allocated_bytes: u64,
     /// The file system (`tmpfs`, `ext4`, …).
@@ -150,10 +159,13 @@ pub fn inspect(path: impl AsRef<Path>) -> Result<Inspection, QueueError> {
         path: path.display().to_string(),
         version: g.version,
         chunk_size: g.chunk_size,
+        chunk_size_bytes: g.chunk_size,
         max_payload: g.max_payload(),
+        max_payload_bytes: g.max_payload(),
         record_crc: g.record_crc(),
         created_unix_ns: g.created_unix_ns,
         file_size: size,
+        file_size_bytes: size,
         allocated_bytes: meta.blocks() * 512,
         fs,
         first_chunk: state.first_chunk,
