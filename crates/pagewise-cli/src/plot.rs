@@ -46,12 +46,54 @@ fn format_of(path: &Path) -> anyhow::Result<Format> {
     }
 }
 
-/// Checks the file name, and that nothing but a regular file is there
-/// (the plotting library opens the path itself), before a long run.
+/// Checks, before a long run, the file name and that the plot can be written
+/// there: nothing but a regular file this user may write is there, or, where
+/// nothing is yet, its folder exists and takes new files (the plotting
+/// library opens the path itself, after the run). Creates nothing.
 pub fn check_path(path: &Path) -> anyhow::Result<()> {
     format_of(path)?;
     pagewise::host::user_files::check_output(path)
         .with_context(|| format!("--plot {}", path.display()))
+}
+
+/// A drawing backend's error in words: the SVG backend's is an I/O error;
+/// the PNG backend's shows only its `Debug` form, so its cause is taken out.
+trait BackendCause {
+    fn in_words(&self) -> String;
+}
+
+impl BackendCause for std::io::Error {
+    fn in_words(&self) -> String {
+        self.to_string()
+    }
+}
+
+impl BackendCause for plotters_bitmap::BitMapBackendError {
+    fn in_words(&self) -> String {
+        use plotters_bitmap::BitMapBackendError as E;
+        match self {
+            E::IOError(e) => e.to_string(),
+            E::ImageError(e) => e.to_string(),
+            other => format!("{other:?}"),
+        }
+    }
+}
+
+/// A plotting library error as one clause: the cause itself (`No such file
+/// or directory (os error 2)`), not plotters' nesting of it
+/// ("backend error: Drawing backend error: …", or a `Debug` form).
+fn drawing_error<E: std::error::Error + Send + Sync + BackendCause>(
+    e: DrawingAreaErrorKind<E>,
+) -> anyhow::Error {
+    use plotters::drawing::DrawingAreaErrorKind::BackendError;
+    use plotters_backend::DrawingErrorKind;
+    match e {
+        BackendError(DrawingErrorKind::DrawingError(cause)) => {
+            anyhow::anyhow!("{}", cause.in_words())
+        }
+        BackendError(DrawingErrorKind::FontError(cause)) => anyhow::anyhow!("the font: {cause}"),
+        other => anyhow::anyhow!("{other}"),
+    }
 }
 
 fn register_font() -> anyhow::Result<()> {
@@ -71,21 +113,23 @@ fn register_font() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Draws the report's aligned rows (hot and cold) as GB/s by size.
+/// Draws the report's aligned rows (hot and cold) as GB/s by size. An error
+/// is one line that names the file: `cannot write the plot PATH: CAUSE` (or
+/// `cannot draw …` for one before the file is written).
 pub fn draw(path: &Path, op: Op, report: &Report) -> anyhow::Result<()> {
     register_font()?;
+    let drawn = |e: anyhow::Error| e.context(format!("cannot draw the plot {}", path.display()));
+    let written = |e: anyhow::Error| e.context(format!("cannot write the plot {}", path.display()));
     match format_of(path)? {
         Format::Svg => {
             let root = SVGBackend::new(path, (WIDTH, HEIGHT)).into_drawing_area();
-            chart(&root, op, report)?;
-            root.present()
-                .map_err(|e| anyhow::anyhow!("writing the SVG: {e}"))?;
+            chart(&root, op, report).map_err(drawn)?;
+            root.present().map_err(drawing_error).map_err(written)?;
         }
         Format::Png => {
             let root = BitMapBackend::new(path, (WIDTH, HEIGHT)).into_drawing_area();
-            chart(&root, op, report)?;
-            root.present()
-                .map_err(|e| anyhow::anyhow!("writing the PNG: {e}"))?;
+            chart(&root, op, report).map_err(drawn)?;
+            root.present().map_err(drawing_error).map_err(written)?;
         }
     }
     Ok(())
@@ -118,9 +162,9 @@ fn chart<DB: DrawingBackend>(
     report: &Report,
 ) -> anyhow::Result<()>
 where
-    DB::ErrorType: 'static,
+    DB::ErrorType: 'static + BackendCause,
 {
-    let err = |e: DrawingAreaErrorKind<DB::ErrorType>| anyhow::anyhow!("{e:?}");
+    let err = drawing_error::<DB::ErrorType>;
     root.fill(&WHITE).map_err(err)?;
     let (hot_ours, hot_glibc) = series(report, true);
     let (cold_ours, cold_glibc) = series(report, false);

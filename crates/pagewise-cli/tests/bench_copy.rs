@@ -389,6 +389,61 @@ fn plots_are_written_as_svg_and_png() {
     }
 }
 
+/// `bench memcpy … --plot PATH` with the smallest run: its status and stderr.
+fn plot_to(path: &std::path::Path) -> (Option<i32>, String) {
+    let out = pagewise()
+        .args(["bench", "memcpy", "-q", "--sizes", "64", "--no-cold"])
+        .args(["--no-misaligned", "--no-fleet", "--no-end-to-end"])
+        .args(["--trials", "1", "--plot"])
+        .arg(path)
+        .output()
+        .unwrap();
+    (out.status.code(), String::from_utf8(out.stderr).unwrap())
+}
+
+/// A plot that cannot be written is refused before the benchmark runs when
+/// its folder is missing (or takes no new file), and where the write itself
+/// fails afterwards, the error is one line with the cause, not plotters'
+/// "backend error: Drawing backend error: …".
+#[test]
+fn a_plot_that_cannot_be_written_is_one_clear_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("no/such/x.svg");
+    let started = std::time::Instant::now();
+    let (status, err) = plot_to(&missing);
+    assert_eq!(status, Some(1), "{err}");
+    assert_eq!(
+        err.trim_end(),
+        format!(
+            "pagewise: --plot {}: the folder {} does not exist",
+            missing.display(),
+            dir.path().join("no/such").display()
+        )
+    );
+    assert!(started.elapsed() < std::time::Duration::from_secs(5));
+    // /proc takes no new file even from root, whom the folder check lets
+    // through: the write fails after the run.
+    if !pagewise_testkit::is_root() {
+        return;
+    }
+    for name in ["x.svg", "x.png"] {
+        let path = std::path::Path::new("/proc").join(name);
+        let (status, err) = plot_to(&path);
+        if err.contains("TrueType font") {
+            pagewise_testkit::skip_part!(name, pagewise_testkit::Need::Tool, "no system font");
+            continue;
+        }
+        assert_eq!(status, Some(1), "{err}");
+        assert_eq!(
+            err.trim_end(),
+            format!(
+                "pagewise: cannot write the plot {}: No such file or directory (os error 2)",
+                path.display()
+            )
+        );
+    }
+}
+
 #[test]
 fn doctor_shows_the_copy_plan() {
     let text = common::stdout_of(&["doctor"]);

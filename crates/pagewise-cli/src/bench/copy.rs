@@ -5,7 +5,6 @@
 use crate::bench::CommonArgs;
 use crate::format::{bytes, table};
 use crate::output::{outln, OutputError};
-use anyhow::Context;
 use pagewise_bench::fleet::FleetDistribution;
 use pagewise_bench::memcpy::{self, Op, Options, Report};
 use pagewise_bench::Summary;
@@ -130,8 +129,7 @@ pub fn run(op: Op, args: &CopyArgs) -> anyhow::Result<ExitCode> {
         }
     }
     if let Some(path) = &args.plot {
-        crate::plot::draw(path, op, &report)
-            .with_context(|| format!("cannot draw {}", path.display()))?;
+        crate::plot::draw(path, op, &report)?;
     }
     if args.common.json {
         outln!("{}", serde_json::to_string_pretty(&report)?)?;
