@@ -315,12 +315,27 @@ pub struct ProfileArgs {
     command: Vec<OsString>,
 }
 
+/// Says why the command or process could not be profiled, in one line, and
+/// gives the status for it (127 not found, 126 not executable, else 1).
+fn target_failed(e: &pagewise::observe::TargetError) -> ExitCode {
+    errln!("pagewise: {e}");
+    ExitCode::from(e.exit_code().clamp(1, 255) as u8)
+}
+
 /// Samples a command or a process into a profile file; exits with the command's status.
 pub fn run_profile(args: &ProfileArgs) -> anyhow::Result<ExitCode> {
     if args.pid.is_none() && args.seconds.is_some() {
         return Err(crate::format::usage(crate::stat::SECONDS_WITHOUT_PID));
     }
     let seconds = crate::args::window_seconds(args.seconds);
+    // A pid that is not there (or not this user's to watch) is said first,
+    // before the output file is made (an existing one is left as it is) or
+    // "sampling process …" is printed.
+    if let Some(pid) = args.pid {
+        if let Err(e) = pagewise::observe::target::attach_tasks(pid) {
+            return Ok(target_failed(&e));
+        }
+    }
     let target = match args.pid {
         Some(pid) => Target::Pid {
             pid,
@@ -339,10 +354,7 @@ pub fn run_profile(args: &ProfileArgs) -> anyhow::Result<ExitCode> {
     }
     let sampled = match profile_sampler::sample_profile(&target, 1_000_000_000 / args.frequency) {
         Ok(s) => s,
-        Err(ProfileError::Target(e)) => {
-            errln!("pagewise: {e}");
-            return Ok(ExitCode::from(e.exit_code().clamp(1, 255) as u8));
-        }
+        Err(ProfileError::Target(e)) => return Ok(target_failed(&e)),
         Err(e) => return Err(e.into()),
     };
     std::io::Write::write_all(&mut output, sampled.profile.to_text().as_bytes())

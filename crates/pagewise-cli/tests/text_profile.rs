@@ -163,6 +163,36 @@ fn seconds_without_pid_is_a_usage_error_and_runs_nothing() {
     assert!(!output.exists());
 }
 
+/// `--pid` of a process that is not there is one line, said first: not
+/// "sampling process …" before it, and the `-o` file is neither made nor
+/// emptied.
+#[test]
+fn a_missing_pid_is_said_first_and_touches_no_output() {
+    let dir = tempfile::tempdir().unwrap();
+    let kept = dir.path().join("kept.profile");
+    std::fs::write(&kept, "an earlier profile").unwrap();
+    let new = dir.path().join("new.profile");
+    // Above any pid_max: never a process.
+    let pid = i32::MAX.to_string();
+    for output in [&kept, &new] {
+        let out = Command::cargo_bin("pagewise")
+            .unwrap()
+            .args(["text", "profile", "--pid", &pid, "--seconds", "1", "-o"])
+            .arg(output)
+            .assert()
+            .code(1)
+            .get_output()
+            .clone();
+        let err = String::from_utf8(out.stderr).unwrap();
+        assert_eq!(err, format!("pagewise: no process with pid {pid}\n"));
+    }
+    assert_eq!(
+        std::fs::read_to_string(&kept).unwrap(),
+        "an earlier profile"
+    );
+    assert!(!new.exists());
+}
+
 /// An `-o` path that cannot be written (in a missing directory, or a
 /// directory) is one line and status 1 before the command starts.
 #[test]
