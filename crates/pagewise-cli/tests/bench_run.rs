@@ -362,7 +362,8 @@ fn assert_refused_up_front(
 }
 
 /// A fix that `pagewise run` refuses for the program (huge text for a
-/// static program, the heap fixes for a musl one) is refused by bench run
+/// static program, every fix for one static without glibc, as a Go program
+/// is, the heap fixes for a musl one) is refused by bench run
 /// up front, with run's own reason, in one line: not after every run, as
 /// "the fix wrote no report" or "the variant changes what the program does".
 #[test]
@@ -385,6 +386,19 @@ fn a_fix_run_refuses_for_the_program_is_refused_before_anything_runs() {
         Err(why) => {
             pagewise_testkit::skip_part!("static", pagewise_testkit::Need::Compiler, "{why}")
         }
+    }
+    // Static without glibc (as a Go program is): no glibc to read tunables.
+    let bare = ["-static", "-nostdlib"];
+    match pagewise_testkit::compiler_supports(dir.path(), &bare) {
+        Ok(()) => {
+            let source = "void _start(void) { __asm__ volatile(\"mov $60, %eax\\n xor %edi, %edi\\n syscall\"); }\n";
+            let bin = pagewise_testkit::compile_c(dir.path(), "bare", source, &bare)
+                .unwrap_or_else(|why| panic!("{why}"));
+            for fix in ["keep-heap", "thp-heap", "huge-text"] {
+                assert_refused_up_front(&bin, fix, "statically linked, not against glibc", &marker);
+            }
+        }
+        Err(why) => pagewise_testkit::skip_part!("bare", pagewise_testkit::Need::Compiler, "{why}"),
     }
     let musl = ["-Wl,--dynamic-linker=/lib/ld-musl-x86_64.so.1"];
     match pagewise_testkit::compiler_supports(dir.path(), &musl) {
