@@ -752,15 +752,20 @@ fn attaching_to_a_running_process() {
 /// `stat --pid` shows what it is doing during its window on a terminal
 /// (stderr of `script(1)`'s pseudo-terminal), and nothing on a redirected
 /// stderr, where it would mix with the report.
+/// A process to watch that does nothing for 30 s (the caller kills it).
+fn sleeping_child() -> std::process::Child {
+    std::process::Command::new("sleep")
+        .arg("30")
+        .spawn()
+        .unwrap()
+}
+
 #[test]
 fn pid_window_shows_progress_on_a_terminal_only() {
     if let Some(why) = pagewise_testkit::tool_missing("script") {
         pagewise_testkit::skip!(Need::Tool, "{why}");
     }
-    let mut child = std::process::Command::new("sleep")
-        .arg("30")
-        .spawn()
-        .unwrap();
+    let mut child = sleeping_child();
     let pid = child.id().to_string();
     let dir = tempfile::tempdir().unwrap();
     let report = dir.path().join("report.txt");
@@ -845,4 +850,44 @@ fn attaching_to_another_users_process_is_refused() {
         "no report: {}",
         String::from_utf8_lossy(&out.stdout)
     );
+}
+
+/// `--pid` from root of a user namespace (`unshare --user --map-root-user`)
+/// of a process outside it: refused, and the line says what confines this
+/// root, never that watching it needs root (it said so, run as root).
+#[test]
+fn attaching_as_root_of_a_user_namespace_says_so() {
+    if let Some(why) = pagewise_testkit::tool_missing("unshare") {
+        pagewise_testkit::skip!(Need::Tool, "{why}");
+    }
+    let works = std::process::Command::new("unshare")
+        .args(["--user", "--map-root-user", "true"])
+        .status()
+        .is_ok_and(|s| s.success());
+    if !works {
+        pagewise_testkit::skip!(Need::Kernel, "user namespaces cannot be made here");
+    }
+    let mut outside = sleeping_child();
+    let pid = outside.id().to_string();
+    let out = std::process::Command::new("unshare")
+        .args(["--user", "--map-root-user"])
+        .arg(assert_cmd::cargo::cargo_bin("pagewise"))
+        .args(["stat", "--pid", &pid, "--seconds", "1"])
+        .output()
+        .unwrap();
+    let _ = outside.kill();
+    let _ = outside.wait();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "stderr: {stderr}");
+    let lines: Vec<&str> = stderr.lines().collect();
+    assert_eq!(lines.len(), 1, "one line: {stderr}");
+    assert!(
+        lines[0].starts_with(&format!(
+            "pagewise: stat: pid {pid} is closed to this process although it runs as root"
+        )),
+        "{stderr}"
+    );
+    assert!(lines[0].contains("user namespace"), "{stderr}");
+    assert!(!lines[0].contains("needs root"), "{stderr}");
+    assert!(out.stdout.is_empty());
 }
