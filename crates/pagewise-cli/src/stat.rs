@@ -3,10 +3,11 @@
 //! arguments and prints the report.
 //!
 //! Like `perf stat` and `time`, the report goes to stderr (or `--output FILE`)
-//! so the command's own stdout stays untouched.
+//! so the command's own stdout stays untouched; `--output -` puts it on stdout
+//! and the command's stdout on stderr, so that stdout holds the report alone.
 
 use crate::format::{bytes, table};
-use crate::output::{errln, open_output};
+use crate::output::{errln, open_output, write_out};
 use pagewise::host::user_files::create_output_noting_new;
 use pagewise::observe::{
     self,
@@ -27,6 +28,7 @@ use std::time::Duration;
 #[derive(Debug, clap::Args)]
 #[command(
     after_help = "The report goes to stderr (or --output), so CMD's stdout is left alone.\n\
+                  For JSON to pipe into a program: --json -o - (the report alone on stdout; CMD's stdout goes to stderr).\n\
                   Exit status: CMD's (128+N when a signal N killed it); 127 when CMD is not found.\n\
                   SIGTERM, SIGHUP and SIGINT sent to pagewise go to CMD; the report follows when it ends."
 )]
@@ -45,7 +47,8 @@ pub struct StatArgs {
     #[arg(long, value_name = "MS", default_value_t = 100,
           value_parser = clap::value_parser!(u64).range(1..=60_000))]
     interval: u64,
-    /// Write the report to FILE instead of stderr.
+    /// Write the report to FILE instead of stderr; `-` is stdout, and CMD's
+    /// own stdout then goes to stderr.
     #[arg(long, short, value_name = "FILE")]
     output: Option<PathBuf>,
     /// Observe the running process PID instead of starting CMD.
@@ -64,6 +67,9 @@ pub struct StatArgs {
     #[arg(last = true, value_name = "CMD", required_unless_present = "pid")]
     command: Vec<OsString>,
 }
+
+/// The `--output` path that means stdout.
+const STDOUT: &str = "-";
 
 /// Why `--seconds` without `--pid` is refused. clap's `requires` cannot say
 /// it: `--pid` conflicts with CMD, and clap takes a required argument that
@@ -85,7 +91,11 @@ pub fn run(args: &StatArgs) -> anyhow::Result<ExitCode> {
     };
     // The files are made before anything runs: a bad path is an error now,
     // not after the program ran (which would lose its status and the report).
-    let output = args.output.as_deref().map(open_output).transpose()?;
+    let to_stdout = args.output.as_deref() == Some(STDOUT.as_ref());
+    let output = match &args.output {
+        Some(path) if !to_stdout => Some(open_output(path)?),
+        _ => None,
+    };
     // Only a file this run made may be removed again: the path may name a
     // file the user keeps, or a device (`--flame /dev/full`).
     let (flame, flame_made) = match args.flame.as_deref() {
@@ -107,6 +117,7 @@ pub fn run(args: &StatArgs) -> anyhow::Result<ExitCode> {
         sites: args.sites || args.flame.is_some(),
         interval: Duration::from_millis(args.interval),
         site_limit: args.top as usize,
+        stdout_to_stderr: to_stdout,
     };
     let progress = args.pid.map(|pid| {
         crate::progress::WindowProgress::new(format!(
@@ -143,6 +154,7 @@ pub fn run(args: &StatArgs) -> anyhow::Result<ExitCode> {
         (Some(mut file), Some(path)) => file
             .write_all(text.as_bytes())
             .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))?,
+        _ if to_stdout => write_out(format_args!("{text}"))?,
         _ => {
             let _ = std::io::stderr().write_all(text.as_bytes());
         }

@@ -453,6 +453,42 @@ fn a_signal_to_stat_goes_to_the_command_and_the_report_is_written() {
     }
 }
 
+/// `-o -` is stdout, holding the report alone: what the command writes to
+/// its stdout goes to stderr with what it writes there (`stat --json` on
+/// stderr broke `2>&1 >/dev/null | json.tool` whenever the command wrote to
+/// stderr, and `-o -` made a file named `-`).
+#[test]
+fn dash_output_is_stdout_and_holds_the_report_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let cmd = ["sh", "-c", "echo to-stdout; echo to-stderr >&2; exit 3"];
+    for json in [true, false] {
+        let out = pagewise()
+            .current_dir(dir.path())
+            .arg("stat")
+            .args(json.then_some("--json"))
+            .args(["-o", "-", "--"])
+            .args(cmd)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(3), "the command's status");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        if json {
+            let v: Value = serde_json::from_str(&stdout).unwrap_or_else(|e| {
+                panic!("stdout is not the JSON alone ({e}): {stdout}");
+            });
+            assert_eq!(v["schema"], "pagewise.stat/1");
+            assert_eq!(v["exit"]["code"], 3);
+        } else {
+            assert!(stdout.contains("exited with status 3"), "{stdout}");
+            // The heading names the command; its output is not there.
+            assert!(!stdout.lines().any(|l| l == "to-stdout"), "{stdout}");
+        }
+        assert_eq!(stderr, "to-stdout\nto-stderr\n");
+        assert!(!dir.path().join("-").exists(), "no file named -");
+    }
+}
+
 fn one_line_error(args: &[&str], code: i32, needle: &str) {
     let out = pagewise()
         .args(args)

@@ -81,16 +81,20 @@ pub struct StatOptions {
     pub interval: Duration,
     /// How many sites to report.
     pub site_limit: usize,
+    /// Give a command this process's stderr as its stdout, so that this
+    /// process's stdout carries the report alone (`stat -o -`).
+    pub stdout_to_stderr: bool,
 }
 
 impl StatOptions {
-    /// Defaults: no sites, 100 ms snapshots, 10 sites.
+    /// Defaults: no sites, 100 ms snapshots, 10 sites, the command's stdout inherited.
     pub fn new(target: Target) -> Self {
         StatOptions {
             target,
             sites: false,
             interval: Duration::from_millis(100),
             site_limit: 10,
+            stdout_to_stderr: false,
         }
     }
 }
@@ -104,7 +108,7 @@ pub fn stat(options: &StatOptions) -> Result<StatReport, TargetError> {
 }
 
 fn run_command(options: &StatOptions, argv: &[OsString]) -> Result<StatReport, TargetError> {
-    let command = StoppedCommand::spawn(argv)?;
+    let command = StoppedCommand::spawn_with(argv, options.stdout_to_stderr)?;
     let pid = command.pid();
     // From now until the command has ended, SIGTERM, SIGHUP and a SIGINT sent
     // to this process alone go to the command (the terminal's Ctrl-C reaches

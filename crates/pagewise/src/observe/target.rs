@@ -162,6 +162,16 @@ impl StoppedCommand {
     /// a script without a `#!` line ([`launch::command_line`]). One `fork`, a
     /// few `stat`s and a read of four bytes.
     pub fn spawn(argv: &[OsString]) -> Result<StoppedCommand, TargetError> {
+        StoppedCommand::spawn_with(argv, false)
+    }
+
+    /// [`StoppedCommand::spawn`], and with `stdout_to_stderr` the command's
+    /// standard output is this process's standard error (when this
+    /// process's stdout carries a report).
+    pub fn spawn_with(
+        argv: &[OsString],
+        stdout_to_stderr: bool,
+    ) -> Result<StoppedCommand, TargetError> {
         let name = argv.first().ok_or(TargetError::NoCommand)?;
         let path = launch::resolve_program(name).map_err(|e| match e {
             LaunchError::NotExecutable { path, error } => TargetError::CannotExecute {
@@ -184,7 +194,7 @@ impl StoppedCommand {
                     "argument holds a NUL byte",
                 ),
             })?;
-        let child = process::spawn_stopped(&cpath, &args)?;
+        let child = process::spawn_stopped(&cpath, &args, stdout_to_stderr)?;
         Ok(StoppedCommand { child, path })
     }
 
