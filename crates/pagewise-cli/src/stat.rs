@@ -600,10 +600,32 @@ fn site_text(
     text
 }
 
-/// One line per site: the counts right-aligned, then [`site_text`] cut to fit.
-fn site_line(counts: &str, text: &str) -> String {
+/// One line per site: the counts right-aligned, then [`site_text`] cut to
+/// fit, after [`LIBRARY_ONLY`] when the site is not the program's own code.
+fn site_line(counts: &str, own_code: bool, text: &str) -> String {
     let room = SITE_LINE.saturating_sub(counts.chars().count());
-    format!("{counts}{}", clip(text, room))
+    let text = if own_code {
+        clip(text, room)
+    } else {
+        clip(&format!("{LIBRARY_ONLY} {text}"), room)
+    };
+    format!("{counts}{text}")
+}
+
+/// Marks a site whose stack has no frame in the program's own code.
+const LIBRARY_ONLY: &str = "[library only]";
+
+/// What [`LIBRARY_ONLY`] means, under a table that has such a row, in
+/// lines no wider than the table's ([`SITE_LINE`]).
+fn write_library_only_note(out: &mut String, any: bool) {
+    if any {
+        let _ = writeln!(
+            out,
+            "note: {LIBRARY_ONLY}: no frame of the stack is in the program's own code (a library's own thread, or a\n\
+             library built without frame pointers, where the stack walk stopped): the row is its innermost frame, shown\n\
+             as name+0xoffset where a library without a symbol table exports no function"
+        );
+    }
 }
 
 /// The runtimes' advice (how to see script functions), once each.
@@ -621,7 +643,8 @@ fn write_runtime_notes<'a>(out: &mut String, labels: impl Iterator<Item = &'a Op
 fn write_fault_sites(out: &mut String, sites: &[Site]) {
     let _ = writeln!(
         out,
-        "\nfault sites (first frame in the program's own code; short names, full names in --json):\n\
+        "\nfault sites (first frame in the program's own code, else {LIBRARY_ONLY}; short names, \
+         full names in --json):\n\
          {:>11} {:>6}  site (file:line) [runtime] script … via library function < callers",
         "faults", "share"
     );
@@ -636,8 +659,9 @@ fn write_fault_sites(out: &mut String, sites: &[Site]) {
             &s.via,
             &s.callers,
         );
-        let _ = writeln!(out, "{}", site_line(&counts, &text));
+        let _ = writeln!(out, "{}", site_line(&counts, s.own_code, &text));
     }
+    write_library_only_note(out, sites.iter().any(|s| !s.own_code));
     write_runtime_notes(out, sites.iter().map(|s| &s.interpreter));
 }
 
@@ -648,7 +672,9 @@ fn write_churn_sites(out: &mut String, sites: &[ChurnSite]) {
     }
     let _ = writeln!(
         out,
-        "\nheap mappings unmapped again, by site:\n{:>7} {:>10}  site (file:line) [runtime] … sizes: …",
+        "\nheap mappings unmapped again, by site (first frame in the program's own code, else \
+         {LIBRARY_ONLY}):\n\
+         {:>7} {:>10}  site (file:line) [runtime] … sizes: …",
         "cycles", "bytes"
     );
     for s in sites {
@@ -666,8 +692,9 @@ fn write_churn_sites(out: &mut String, sites: &[ChurnSite]) {
                 &s.callers
             )
         );
-        let _ = writeln!(out, "{}", site_line(&counts, &text));
+        let _ = writeln!(out, "{}", site_line(&counts, s.own_code, &text));
     }
+    write_library_only_note(out, sites.iter().any(|s| !s.own_code));
     write_runtime_notes(out, sites.iter().map(|s| &s.interpreter));
 }
 
@@ -707,6 +734,56 @@ mod tests {
         assert!(missed_peak(&p, Some((8 << 20) + 1)).is_some());
     }
 
+    /// xz's sites were all `libc.so.6+0x…` or `liblzma…+0x…` under a header
+    /// that said "first frame in the program's own code": such rows are
+    /// marked, and a note under the table says what they are.
+    #[test]
+    fn a_site_with_no_own_code_frame_is_marked_and_explained() {
+        let site = |function: &str, own_code| Site {
+            function: function.to_owned(),
+            own_code,
+            file: None,
+            line: None,
+            object: "/usr/lib/x86_64-linux-gnu/libc.so.6".into(),
+            faults: 4037,
+            share: 0.421,
+            via: None,
+            callers: vec![],
+            interpreter: None,
+            script: None,
+        };
+        let mut out = String::new();
+        write_fault_sites(
+            &mut out,
+            &[site("libc.so.6+0x16db75", false), site("compress", true)],
+        );
+        let row = |name: &str| {
+            out.lines()
+                .find(|l| l.contains(name))
+                .unwrap_or_else(|| panic!("no row for {name}: {out}"))
+                .to_owned()
+        };
+        assert!(
+            row("libc.so.6+0x16db75").ends_with("42.1%  [library only] libc.so.6+0x16db75"),
+            "{out}"
+        );
+        assert!(row("compress").ends_with("42.1%  compress"), "{out}");
+        assert!(out.contains("own code, else [library only];"), "{out}");
+        assert!(
+            out.contains(
+                "note: [library only]: no frame of the stack is in the program's own code"
+            ),
+            "{out}"
+        );
+        for line in out.lines() {
+            assert!(line.chars().count() <= SITE_LINE, "{line}");
+        }
+        // Only own-code rows: no note.
+        let mut out = String::new();
+        write_fault_sites(&mut out, &[site("compress", true)]);
+        assert!(!out.contains("note: [library only]"), "{out}");
+    }
+
     #[test]
     fn a_cpp_site_fits_one_line_with_its_short_name() {
         let long = "v8::internal::FactoryBase<v8::internal::Factory>::NewFixedArrayWithFiller(\
@@ -719,6 +796,7 @@ mod tests {
         };
         let site = Site {
             function: long.to_owned(),
+            own_code: true,
             file: Some("/build/v8/src/heap/factory-base.cc".into()),
             line: Some(120),
             object: "/usr/bin/node".into(),

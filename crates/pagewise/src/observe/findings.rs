@@ -717,6 +717,7 @@ mod tests {
         };
         let site = Site {
             function: "touch_buffer".into(),
+            own_code: true,
             file: Some("/x/a.c".into()),
             line: Some(4),
             object: "/x/a".into(),
@@ -898,6 +899,7 @@ mod tests {
         };
         let cs = ChurnSite {
             function: "churn".into(),
+            own_code: true,
             file: Some("b.c".into()),
             line: Some(9),
             via: Some("malloc".into()),

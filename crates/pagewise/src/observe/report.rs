@@ -428,6 +428,10 @@ pub struct Location {
 pub struct Site {
     /// The first function in the program's own code (or the leaf when there is none).
     pub function: String,
+    /// Whether `function` is the program's own code: `false` when no frame
+    /// of the stack is (a library's own thread, or a library built without
+    /// frame pointers where the walk stopped), and the site is the leaf.
+    pub own_code: bool,
     /// Its source file.
     pub file: Option<String>,
     /// Its line.
@@ -454,8 +458,10 @@ pub struct Site {
 /// Where heap-like mmaps that were unmapped again come from.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ChurnSite {
-    /// The first function in the program's own code.
+    /// The first function in the program's own code (or the leaf when there is none).
     pub function: String,
+    /// Whether `function` is the program's own code (see [`Site::own_code`]).
+    pub own_code: bool,
     /// Its source file.
     pub file: Option<String>,
     /// Its line.
