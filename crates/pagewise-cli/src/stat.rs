@@ -298,7 +298,22 @@ fn write_counts(out: &mut String, c: &Counts) {
         String::new(),
     ]);
     if let Some(rss) = c.max_rss_bytes {
-        t.add_row(vec!["peak RSS".into(), bytes(rss), "getrusage".into()]);
+        t.add_row(vec![
+            "peak RSS".into(),
+            bytes(rss),
+            "of the largest process (getrusage), not a sum".into(),
+        ]);
+    }
+    if let (Some(processes), Some(programs)) = (c.processes, c.programs) {
+        t.add_row(vec![
+            "processes".into(),
+            count(processes),
+            if programs > processes {
+                format!("running {} programs (exec)", count(programs))
+            } else {
+                String::new()
+            },
+        ]);
     }
     let _ = writeln!(out, "{t}");
 }
@@ -440,7 +455,8 @@ fn write_sources(out: &mut String, c: &Costs, t: &TracepointSource) {
 }
 
 /// Peak resident bytes by page size; with a warning when the snapshots
-/// plainly missed the run's peak (`max_rss`, exact, from `getrusage`).
+/// plainly missed the run's peak (`max_rss`, exact, from `getrusage`: the
+/// largest process's, which a snapshot that caught it holds at least).
 fn write_page_sizes(out: &mut String, p: &PageSizes, max_rss: Option<u64>) {
     let mut t = table(&["page size (peak resident)", "bytes"]);
     t.add_row(vec!["4 KiB".into(), bytes(p.peak_4k_bytes)]);
@@ -469,14 +485,14 @@ fn write_page_sizes(out: &mut String, p: &PageSizes, max_rss: Option<u64>) {
 }
 
 /// A line saying that the page-size split is not the run's peak, when the
-/// largest snapshot holds less than half of the exact peak RSS (a run
-/// shorter than the interval, or one whose memory came and went between
-/// snapshots). Pure.
+/// largest snapshot holds less than half of the largest process's exact
+/// peak RSS (a run shorter than the interval, or one whose memory came and
+/// went between snapshots). Pure.
 fn missed_peak(p: &PageSizes, max_rss: Option<u64>) -> Option<String> {
     let rss = max_rss.filter(|&rss| rss > 0)?;
     (p.peak_total_bytes.saturating_mul(2) < rss).then(|| {
         format!(
-            "warning: the largest of {} holds {} of the run's peak RSS of {} \
+            "warning: the largest of {} holds {} of the largest process's peak RSS of {} \
              (getrusage, exact): the split above missed the peak (snapshots are at least \
              100 times a read of smaps apart, so a short run gets one or two)",
             snapshots(p.samples),
@@ -724,7 +740,7 @@ mod tests {
         assert!(out.contains("1 snapshot of /proc/PID/smaps"), "{out}");
         assert!(
             out.contains(
-                "warning: the largest of 1 snapshot holds 4 MiB of the run's peak RSS of 100 MiB"
+                "warning: the largest of 1 snapshot holds 4 MiB of the largest process's peak RSS of 100 MiB"
             ),
             "{out}"
         );

@@ -7,7 +7,7 @@ use super::churn::{Call, CallKind, RemapRecords};
 use super::kinds::KindWindow;
 use super::record::{Record, Records, Sample};
 use crate::host::tracefs::{raw_field, FieldSpec};
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
 /// What a sampled event is.
@@ -112,6 +112,65 @@ pub struct Collector {
     pub kernel_stacks: HashMap<Box<[u64]>, u64>,
     /// Anonymous mappings seen in `MMAP2` records, for heap churn without tracepoints.
     pub remaps: RemapRecords,
+    /// The processes of the run and the programs they ran.
+    pub census: Census,
+}
+
+/// The processes a run had and the programs they ran, from its fork and
+/// exec records. Each program is an address space of its own, whose
+/// resident memory peaked at most at the largest one's: what bounds the
+/// memory a run can fault in without faulting any of it twice.
+///
+/// The records come from each CPU's ring, so a child's exec may be read
+/// before the fork that made it: the count is kept per pid and settled when
+/// asked, whatever order the records came in.
+#[derive(Debug, Clone, Default)]
+pub struct Census {
+    /// Processes forked during the run.
+    forks: u64,
+    /// Their pids, and those of commands started stopped before `exec`:
+    /// their first exec replaces fork's copy of their parent (a few pages
+    /// of their own) with their first program.
+    forked: HashSet<u32>,
+    /// Execs by pid.
+    execs: HashMap<u32, u64>,
+}
+
+impl Census {
+    /// Process `pid`'s first exec starts its first program (a command
+    /// forked by pagewise and stopped before `exec`).
+    pub fn expect_exec(&mut self, pid: u32) {
+        self.forked.insert(pid);
+    }
+
+    fn fork(&mut self, pid: u32) {
+        self.forks += 1;
+        self.forked.insert(pid);
+    }
+
+    fn exec(&mut self, pid: u32) {
+        *self.execs.entry(pid).or_default() += 1;
+    }
+
+    /// The processes: the one observed and every one forked during the run.
+    pub fn processes(&self) -> u64 {
+        1 + self.forks
+    }
+
+    /// The programs: one per process, and one more for each program a
+    /// process exec'd after it had run one of its own (a shell's `exec`,
+    /// `env`, `nice`, a version manager's shim). A process's first exec after
+    /// `fork` starts its first program: fork's copy that ran until then is
+    /// not counted. (A pid used again by a later process counts its first
+    /// exec again: at most one program too many, never too few.)
+    pub fn programs(&self) -> u64 {
+        let later: u64 = self
+            .execs
+            .iter()
+            .map(|(pid, &n)| n - u64::from(self.forked.contains(pid)))
+            .sum();
+        self.processes() + later
+    }
 }
 
 /// A major fault whose address no known mapping held when it was read.
@@ -280,6 +339,7 @@ impl Collector {
             kind_windows: vec![],
             kernel_stacks: HashMap::new(),
             remaps: RemapRecords::default(),
+            census: Census::default(),
         }
     }
 
@@ -404,11 +464,13 @@ impl Collector {
             } if pid == tid => {
                 if exec {
                     self.spaces.exec(pid, time);
+                    self.census.exec(pid);
                 }
                 self.names.insert(pid, name);
             }
             Record::Fork { pid, ppid, .. } if pid != ppid => {
                 self.spaces.set_parent(pid, ppid);
+                self.census.fork(pid);
                 if let Ok(mut live) = self.live.lock() {
                     live.insert(pid);
                 }
@@ -888,6 +950,44 @@ mod tests {
         // Without times (older records), exec still clears everything before it.
         c.consume(&[build::comm(7, "fixture", true, None)]);
         assert!(c.spaces.lookup(7, 0x7e00_0000_1000).is_none());
+    }
+
+    /// `make -j2`: make forks a compiler per file, each compiler forks its
+    /// passes; a shell `exec`s its last command; a thread is no process.
+    #[test]
+    fn the_census_counts_processes_and_the_programs_they_ran() {
+        let mut c = collector();
+        // A command started stopped: its exec starts its first program.
+        c.census.expect_exec(7);
+        c.consume(&[build::comm(7, "make", true, None)]);
+        assert_eq!((c.census.processes(), c.census.programs()), (1, 1));
+        let mut records = vec![];
+        for child in [8, 9] {
+            records.push(build::fork(child, 7));
+            records.push(build::comm(child, "g++", true, None));
+            records.push(build::fork(child + 10, child));
+            records.push(build::comm(child + 10, "cc1plus", true, None));
+            records.push(build::exit(child + 10, child));
+            records.push(build::exit(child, 7));
+        }
+        // A thread of make's: neither a process nor a program.
+        records.push(build::fork(7, 7));
+        // A shell that runs `a; exec b`: its exec of b is a second program.
+        records.push(build::fork(30, 7));
+        records.push(build::comm(30, "sh", true, None));
+        records.push(build::fork(31, 30));
+        records.push(build::comm(31, "a", true, None));
+        records.push(build::comm(30, "b", true, None));
+        c.consume(&[records.concat()]);
+        assert_eq!(c.census.processes(), 7);
+        assert_eq!(c.census.programs(), 8);
+        // A child's exec read before its fork (another CPU's ring, read first).
+        c.consume(&[build::comm(40, "as", true, None), build::fork(40, 9)]);
+        assert_eq!((c.census.processes(), c.census.programs()), (8, 9));
+        // A process attached to (`--pid`) that execs runs a second program.
+        let mut c = collector();
+        c.consume(&[build::comm(7, "python3", true, None)]);
+        assert_eq!((c.census.processes(), c.census.programs()), (1, 2));
     }
 
     #[test]

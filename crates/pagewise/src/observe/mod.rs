@@ -331,7 +331,7 @@ fn assemble(raw: Raw<'_>) -> StatReport {
         mut hardware,
     } = raw;
     let get = |c: Count| values.get(&c).copied();
-    let counts = counts(
+    let mut counts = counts(
         &values,
         user_only,
         CountsFallback {
@@ -343,6 +343,10 @@ fn assemble(raw: Raw<'_>) -> StatReport {
             rusage,
         },
     );
+    if let Some(c) = &collector {
+        counts.processes = Some(c.census.processes());
+        counts.programs = Some(c.census.programs());
+    }
     let fault_kinds = collector
         .as_ref()
         .and_then(|c| fault_kinds(c, counts.user_mode_faults, &mut skipped));
@@ -563,6 +567,9 @@ fn counts(values: &HashMap<Count, u64>, user_only: bool, fallback: CountsFallbac
         fault_source: source.to_owned(),
         rusage_minor_faults: rusage.map(|r| r.minor_faults),
         rusage_major_faults: rusage.map(|r| r.major_faults),
+        // From the sampled records, once they are read.
+        processes: None,
+        programs: None,
     }
 }
 

@@ -101,9 +101,17 @@ pub struct Counts {
     pub user_mode_faults: Option<u64>,
     /// Faults taken inside system calls (all minus user-mode).
     pub syscall_faults: Option<u64>,
-    /// Peak resident set size, bytes (from `getrusage`).
+    /// The largest peak resident set of any one process of the run, bytes
+    /// (`getrusage`: the kernel keeps the maximum over the command and the
+    /// children it waited for, not their sum).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub max_rss_bytes: Option<u64>,
+    /// Processes of the run: the one observed and each one forked from it
+    /// while observed (perf fork records; `None` when sampling did not open).
+    pub processes: Option<u64>,
+    /// Programs they ran: one per process, and one more for each further
+    /// program a process exec'd ([`super::collect::Census::programs`]).
+    pub programs: Option<u64>,
     /// Where the fault counts come from: `perf` or `getrusage`/`proc` when perf could not count them.
     pub fault_source: String,
     /// `getrusage` of the command, as a cross-check (command mode).

@@ -342,6 +342,9 @@ pub struct Sampling {
     kind_counters: Vec<(usize, Event)>,
     /// How the tracepoint ids and formats were read, or why none could be.
     pub tracepoints: Result<tracefs::Access, String>,
+    /// Processes stopped before `exec` (a command's): their exec starts
+    /// their first program ([`super::collect::Census::expect_exec`]).
+    pub expect_exec: Vec<u32>,
 }
 
 fn attr_for(
@@ -504,6 +507,9 @@ pub fn open_sampling(
                 });
             }
         }
+    }
+    if plan.on_exec {
+        s.expect_exec = plan.tasks.iter().map(|&t| t as u32).collect();
     }
     Some(s)
 }
@@ -800,6 +806,7 @@ impl Sampling {
             fields: TpFields::default(),
             kind_counters: vec![],
             tracepoints: Err("not looked up".to_owned()),
+            expect_exec: vec![],
         }
     }
 
@@ -931,12 +938,15 @@ pub fn start(
         if !kinds.is_empty() {
             switcher = Some(kind_switcher(kinds, go.clone(), stop_signal.clone()));
         }
-        let collector = Collector::new(
+        let mut collector = Collector::new(
             std::mem::take(&mut s.ids),
             s.fields.clone(),
             spaces,
             live.clone(),
         );
+        for &pid in &s.expect_exec {
+            collector.census.expect_exec(pid);
+        }
         std::thread::Builder::new()
             .name("pagewise-reader".into())
             .spawn(move || read_loop(s, collector, &stop, wake_reader.as_ref()))
