@@ -260,7 +260,7 @@ fn write_counts(out: &mut String, c: &Counts) {
     t.add_row(vec![
         "user".into(),
         format!("{:.3} s", c.user_s),
-        String::new(),
+        time_note(&c.time_source),
     ]);
     t.add_row(vec![
         "sys".into(),
@@ -316,6 +316,15 @@ fn write_counts(out: &mut String, c: &Counts) {
         ]);
     }
     let _ = writeln!(out, "{t}");
+}
+
+/// Where user and sys time come from, for the counts table.
+fn time_note(source: &str) -> String {
+    match source {
+        "cpu-clock" => "with the children it started (perf cpu-clock, split by samples)".into(),
+        "/proc/PID/stat" => "the process alone, not its children (/proc/PID/stat)".into(),
+        other => format!("from {other}"),
+    }
 }
 
 /// User-mode faults by kind, with the range and the samples behind each.

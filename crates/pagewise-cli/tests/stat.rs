@@ -712,9 +712,9 @@ fn fewest_first_touch_faults(bytes: u64) -> u64 {
     bytes / page
 }
 
-/// Minor faults and system CPU ticks of process `pid` so far, from
-/// `/proc/PID/stat` (fields 10 and 15).
-fn proc_minflt_and_stime(pid: u32) -> (u64, u64) {
+/// Fields of process `pid`'s `/proc/PID/stat`, numbered as proc(5) does
+/// (each after the command name, field 2, so from 3 on).
+fn proc_stat_fields<const N: usize>(pid: u32, numbers: [usize; N]) -> [u64; N] {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
     // Fields after the command name, which is in parentheses: state is field 3.
     let rest: Vec<&str> = stat
@@ -723,7 +723,14 @@ fn proc_minflt_and_stime(pid: u32) -> (u64, u64) {
         .1
         .split_whitespace()
         .collect();
-    (rest[10 - 3].parse().unwrap(), rest[15 - 3].parse().unwrap())
+    numbers.map(|n| rest[n - 3].parse().unwrap())
+}
+
+/// Minor faults and system CPU ticks of process `pid` so far, from
+/// `/proc/PID/stat` (fields 10 and 15).
+fn proc_minflt_and_stime(pid: u32) -> (u64, u64) {
+    let [minflt, stime] = proc_stat_fields(pid, [10, 15]);
+    (minflt, stime)
 }
 
 #[test]
@@ -783,6 +790,57 @@ fn attaching_to_a_running_process() {
         Some((need, why)) => pagewise_testkit::skip_part!("mmap calls", need, "{why}"),
         None => assert!(v["syscalls"]["mmap"]["calls"].as_u64().unwrap() >= 1),
     }
+}
+
+/// CPU ticks (`USER_HZ`, 100 a second on x86-64) that process `pid` counts
+/// for the children it has waited for: `/proc/PID/stat` fields 16 and 17.
+fn proc_children_ticks(pid: u32) -> u64 {
+    proc_stat_fields(pid, [16, 17]).iter().sum()
+}
+
+/// `--pid` of a shell whose CPU-bound child starts after the attach: the
+/// report's user and sys time are the child's, as the shell's own counters
+/// show once it has waited for it. (It said `user 0.000 s` and `sys 0.000 s`,
+/// the shell's alone, from its /proc/PID/stat.)
+#[test]
+fn attaching_counts_the_cpu_time_of_the_children_it_follows() {
+    let mut shell = std::process::Command::new("sh")
+        .arg("-c")
+        .arg("sleep 1; sh -c 'i=0; while [ $i -lt 400000 ]; do i=$((i+1)); done'; sleep 30")
+        .spawn()
+        .unwrap();
+    let pid = shell.id();
+    let before = proc_children_ticks(pid);
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("report.json");
+    let status = pagewise()
+        .args(["stat", "--json", "-o"])
+        .arg(&out)
+        .args(["--pid", &pid.to_string(), "--seconds", "4"])
+        .output()
+        .unwrap()
+        .status;
+    let child_s = proc_children_ticks(pid).saturating_sub(before) as f64 / 100.0;
+    let _ = shell.kill();
+    let _ = shell.wait();
+    assert!(status.success());
+    let v: Value = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    let c = &v["counts"];
+    if v["text"].is_null() {
+        pagewise_testkit::skip!(
+            Need::PerfEvents,
+            "perf could not sample here: {:#}",
+            v["skipped"]
+        );
+    }
+    assert!(child_s >= 0.1, "the child ran in the window: {child_s} s");
+    let cpu = c["user_s"].as_f64().unwrap() + c["sys_s"].as_f64().unwrap();
+    // Ticks are 10 ms; the shell's own time is a few ms.
+    assert!(
+        cpu >= child_s * 0.9 - 0.02 && cpu <= child_s + 0.05,
+        "report {cpu} s against the child's {child_s} s: {c:#}"
+    );
+    assert_eq!(c["time_source"], "cpu-clock", "{c:#}");
 }
 
 /// `stat --pid` shows what it is doing during its window on a terminal

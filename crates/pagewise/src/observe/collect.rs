@@ -114,6 +114,35 @@ pub struct Collector {
     pub remaps: RemapRecords,
     /// The processes of the run and the programs they ran.
     pub census: Census,
+    /// CPU time of the observed tasks and the children they started while
+    /// sampled: the `cpu-clock` leaders' count, in nanoseconds (set by the
+    /// reader; `None` when it could not be read).
+    pub clock_ns: Option<u64>,
+    /// Whether the `cpu-clock` samples include kernel mode (set by the reader).
+    pub kernel_clock: bool,
+    /// Kernel-mode `cpu-clock` samples.
+    pub kernel_clock_samples: u64,
+}
+
+/// Splits `total_ns` of CPU time into user and system seconds by the
+/// `cpu-clock` samples (one every `period_ns` of CPU time): in the ratio of
+/// user to kernel samples when kernel mode was sampled too (as the kernel
+/// splits a task's exact runtime by its ticks), else the user samples'
+/// time, at most the total, and the rest is system time. Pure.
+pub fn split_cpu_time(
+    total_ns: u64,
+    (user_samples, kernel_samples): (u64, u64),
+    kernel_sampled: bool,
+    period_ns: u64,
+) -> (f64, f64) {
+    let total = total_ns as f64 / 1e9;
+    let samples = user_samples + kernel_samples;
+    let user = if kernel_sampled && samples > 0 {
+        total * user_samples as f64 / samples as f64
+    } else {
+        (user_samples as f64 * period_ns as f64 / 1e9).min(total)
+    };
+    (user, total - user)
 }
 
 /// The processes a run had and the programs they ran, from its fork and
@@ -340,7 +369,24 @@ impl Collector {
             kernel_stacks: HashMap::new(),
             remaps: RemapRecords::default(),
             census: Census::default(),
+            clock_ns: None,
+            kernel_clock: false,
+            kernel_clock_samples: 0,
         }
+    }
+
+    /// User and system seconds of the observed tasks and the children they
+    /// started while sampled: the `cpu-clock` count split by its samples
+    /// ([`split_cpu_time`]); `None` when the count could not be read.
+    pub fn cpu_time(&self, period_ns: u64) -> Option<(f64, f64)> {
+        let user: u64 = self.text_pages.values().sum();
+        let samples = (user, self.kernel_clock_samples);
+        Some(split_cpu_time(
+            self.clock_ns?,
+            samples,
+            self.kernel_clock,
+            period_ns,
+        ))
     }
 
     /// Processes one batch: the bytes read from each ring buffer. Side-band
@@ -574,7 +620,10 @@ impl Collector {
                 Some(ip) if ip < KERNEL_SPACE => {
                     *self.text_pages.entry((s.pid, ip >> 12)).or_default() += 1;
                 }
-                Some(_) => self.kernel_sample(s),
+                Some(_) => {
+                    self.kernel_clock_samples += 1;
+                    self.kernel_sample(s);
+                }
                 None => {}
             },
             Sampled::Faults => {
@@ -988,6 +1037,35 @@ mod tests {
         let mut c = collector();
         c.consume(&[build::comm(7, "python3", true, None)]);
         assert_eq!((c.census.processes(), c.census.programs()), (1, 2));
+    }
+
+    #[test]
+    fn cpu_time_is_the_clock_count_split_by_its_samples() {
+        const MS: u64 = 1_000_000;
+        // 2 s of CPU, 1,500 user and 500 kernel samples: 1.5 s and 0.5 s.
+        let (user, sys) = split_cpu_time(2_000 * MS, (1500, 500), true, MS);
+        assert!((user - 1.5).abs() < 1e-9 && (sys - 0.5).abs() < 1e-9);
+        // User mode sampled alone: the user samples' time, the rest system.
+        let (user, sys) = split_cpu_time(2_000 * MS, (1500, 0), false, MS);
+        assert!((user - 1.5).abs() < 1e-9 && (sys - 0.5).abs() < 1e-9);
+        // Never more user time than the count.
+        assert_eq!(split_cpu_time(MS, (3, 0), false, MS), (0.001, 0.0));
+        assert_eq!(split_cpu_time(0, (0, 0), true, MS), (0.0, 0.0));
+        // The collector's samples: a user and a kernel one.
+        let mut c = collector();
+        let tick = |ip| Sample {
+            ip: Some(ip),
+            ..sample(2)
+        };
+        c.consume(&[[
+            build::sample(CLOCK_ST, &tick(0x400123)),
+            build::sample(CLOCK_ST, &tick(KERNEL_SPACE + 0x10)),
+        ]
+        .concat()]);
+        assert_eq!(c.cpu_time(MS), None, "no count read");
+        c.clock_ns = Some(4 * MS);
+        c.kernel_clock = true;
+        assert_eq!(c.cpu_time(MS), Some((0.002, 0.002)));
     }
 
     #[test]

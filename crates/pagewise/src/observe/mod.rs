@@ -167,6 +167,7 @@ fn run_command(options: &StatOptions, argv: &[OsString]) -> Result<StatReport, T
         wall,
         user_s: rusage.user.as_secs_f64(),
         sys_s: rusage.sys.as_secs_f64(),
+        time_source: "getrusage",
         fallback_faults: (rusage.minor_faults, rusage.major_faults, "getrusage"),
         fallback_switches: rusage.voluntary_switches + rusage.involuntary_switches,
         rusage: Some(rusage),
@@ -248,7 +249,7 @@ fn attach(options: &StatOptions, pid: i32, duration: Duration) -> Result<StatRep
     events.extend(counters.into_events());
     session::close_events(events);
     let ticks = process::clock_ticks_per_second() as f64;
-    let (user_s, sys_s, minor, major) = match (start_stat, end_stat) {
+    let (proc_user_s, proc_sys_s, minor, major) = match (start_stat, end_stat) {
         (Some(a), Some(b)) => (
             b.utime_ticks.saturating_sub(a.utime_ticks) as f64 / ticks,
             b.stime_ticks.saturating_sub(a.stime_ticks) as f64 / ticks,
@@ -256,6 +257,15 @@ fn attach(options: &StatOptions, pid: i32, duration: Duration) -> Result<StatRep
             b.major_faults.saturating_sub(a.major_faults),
         ),
         _ => (0.0, 0.0, 0, 0),
+    };
+    // The children it starts are followed by the perf events, not by its
+    // /proc/PID/stat (which counts them only once it has waited for them).
+    let (user_s, sys_s, time_source) = match collector
+        .as_ref()
+        .and_then(|c| c.cpu_time(session::CLOCK_PERIOD_NS))
+    {
+        Some((user, sys)) => (user, sys, "cpu-clock"),
+        None => (proc_user_s, proc_sys_s, "/proc/PID/stat"),
     };
     let target = TargetInfo {
         command: None,
@@ -270,6 +280,7 @@ fn attach(options: &StatOptions, pid: i32, duration: Duration) -> Result<StatRep
         wall,
         user_s,
         sys_s,
+        time_source,
         fallback_faults: (minor, major, "/proc/PID/stat"),
         fallback_switches: 0,
         rusage: None,
@@ -291,6 +302,8 @@ struct Raw<'a> {
     wall: Duration,
     user_s: f64,
     sys_s: f64,
+    /// Where `user_s` and `sys_s` come from.
+    time_source: &'static str,
     fallback_faults: (u64, u64, &'static str),
     fallback_switches: u64,
     rusage: Option<Rusage>,
@@ -318,6 +331,7 @@ fn assemble(raw: Raw<'_>) -> StatReport {
         wall,
         user_s,
         sys_s,
+        time_source,
         fallback_faults,
         fallback_switches,
         rusage,
@@ -338,6 +352,7 @@ fn assemble(raw: Raw<'_>) -> StatReport {
             wall,
             user_s,
             sys_s,
+            time_source,
             faults: fallback_faults,
             switches: fallback_switches,
             rusage,
@@ -515,6 +530,8 @@ struct CountsFallback {
     wall: Duration,
     user_s: f64,
     sys_s: f64,
+    /// Where the times come from.
+    time_source: &'static str,
     /// Minor and major faults, and where they come from.
     faults: (u64, u64, &'static str),
     switches: u64,
@@ -553,6 +570,7 @@ fn counts(values: &HashMap<Count, u64>, user_only: bool, fallback: CountsFallbac
         wall_s,
         user_s: fallback.user_s,
         sys_s: fallback.sys_s,
+        time_source: fallback.time_source.to_owned(),
         minor_faults: minor,
         major_faults: major,
         faults_per_s: if wall_s > 0.0 {

@@ -85,10 +85,16 @@ pub struct ExitInfo {
 pub struct Counts {
     /// Elapsed seconds.
     pub wall_s: f64,
-    /// CPU seconds in user mode (all threads and waited-for children).
+    /// CPU seconds in user mode (all threads and waited-for children; with
+    /// `--pid`, the children started while watched).
     pub user_s: f64,
     /// CPU seconds in the kernel.
     pub sys_s: f64,
+    /// Where `user_s` and `sys_s` come from: `getrusage` (a command),
+    /// `cpu-clock` (`--pid`: perf's count of the process and the children it
+    /// started, split by its samples) or `/proc/PID/stat` (`--pid` without
+    /// perf: the process alone).
+    pub time_source: String,
     /// Page faults served without I/O.
     pub minor_faults: u64,
     /// Page faults that needed I/O.
