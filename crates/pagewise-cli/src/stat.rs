@@ -3,10 +3,11 @@
 //! arguments and prints the report.
 //!
 //! Like `perf stat` and `time`, the report goes to stderr (or `--output FILE`)
-//! so the command's own stdout stays untouched.
+//! so the command's own stdout stays untouched; `--output -` puts it on stdout
+//! and the command's stdout on stderr, so that stdout holds the report alone.
 
 use crate::format::{bytes, table};
-use crate::output::{errln, open_output};
+use crate::output::{errln, open_output, write_out};
 use pagewise::host::user_files::create_output_noting_new;
 use pagewise::observe::{
     self,
@@ -27,6 +28,7 @@ use std::time::Duration;
 #[derive(Debug, clap::Args)]
 #[command(
     after_help = "The report goes to stderr (or --output), so CMD's stdout is left alone.\n\
+                  For JSON to pipe into a program: --json -o - (the report alone on stdout; CMD's stdout goes to stderr).\n\
                   Exit status: CMD's (128+N when a signal N killed it); 127 when CMD is not found.\n\
                   SIGTERM, SIGHUP and SIGINT sent to pagewise go to CMD; the report follows when it ends."
 )]
@@ -45,7 +47,8 @@ pub struct StatArgs {
     #[arg(long, value_name = "MS", default_value_t = 100,
           value_parser = clap::value_parser!(u64).range(1..=60_000))]
     interval: u64,
-    /// Write the report to FILE instead of stderr.
+    /// Write the report to FILE instead of stderr; `-` is stdout, and CMD's
+    /// own stdout then goes to stderr.
     #[arg(long, short, value_name = "FILE")]
     output: Option<PathBuf>,
     /// Observe the running process PID instead of starting CMD.
@@ -64,6 +67,9 @@ pub struct StatArgs {
     #[arg(last = true, value_name = "CMD", required_unless_present = "pid")]
     command: Vec<OsString>,
 }
+
+/// The `--output` path that means stdout.
+const STDOUT: &str = "-";
 
 /// Why `--seconds` without `--pid` is refused. clap's `requires` cannot say
 /// it: `--pid` conflicts with CMD, and clap takes a required argument that
@@ -85,7 +91,11 @@ pub fn run(args: &StatArgs) -> anyhow::Result<ExitCode> {
     };
     // The files are made before anything runs: a bad path is an error now,
     // not after the program ran (which would lose its status and the report).
-    let output = args.output.as_deref().map(open_output).transpose()?;
+    let to_stdout = args.output.as_deref() == Some(STDOUT.as_ref());
+    let output = match &args.output {
+        Some(path) if !to_stdout => Some(open_output(path)?),
+        _ => None,
+    };
     // Only a file this run made may be removed again: the path may name a
     // file the user keeps, or a device (`--flame /dev/full`).
     let (flame, flame_made) = match args.flame.as_deref() {
@@ -107,6 +117,7 @@ pub fn run(args: &StatArgs) -> anyhow::Result<ExitCode> {
         sites: args.sites || args.flame.is_some(),
         interval: Duration::from_millis(args.interval),
         site_limit: args.top as usize,
+        stdout_to_stderr: to_stdout,
     };
     let progress = args.pid.map(|pid| {
         crate::progress::WindowProgress::new(format!(
@@ -143,6 +154,7 @@ pub fn run(args: &StatArgs) -> anyhow::Result<ExitCode> {
         (Some(mut file), Some(path)) => file
             .write_all(text.as_bytes())
             .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))?,
+        _ if to_stdout => write_out(format_args!("{text}"))?,
         _ => {
             let _ = std::io::stderr().write_all(text.as_bytes());
         }
@@ -248,7 +260,7 @@ fn write_counts(out: &mut String, c: &Counts) {
     t.add_row(vec![
         "user".into(),
         format!("{:.3} s", c.user_s),
-        String::new(),
+        time_note(&c.time_source),
     ]);
     t.add_row(vec![
         "sys".into(),
@@ -286,9 +298,33 @@ fn write_counts(out: &mut String, c: &Counts) {
         String::new(),
     ]);
     if let Some(rss) = c.max_rss_bytes {
-        t.add_row(vec!["peak RSS".into(), bytes(rss), "getrusage".into()]);
+        t.add_row(vec![
+            "peak RSS".into(),
+            bytes(rss),
+            "of the largest process (getrusage), not a sum".into(),
+        ]);
+    }
+    if let (Some(processes), Some(programs)) = (c.processes, c.programs) {
+        t.add_row(vec![
+            "processes".into(),
+            count(processes),
+            if programs > processes {
+                format!("running {} programs (exec)", count(programs))
+            } else {
+                String::new()
+            },
+        ]);
     }
     let _ = writeln!(out, "{t}");
+}
+
+/// Where user and sys time come from, for the counts table.
+fn time_note(source: &str) -> String {
+    match source {
+        "cpu-clock" => "with the children it started (perf cpu-clock, split by samples)".into(),
+        "/proc/PID/stat" => "the process alone, not its children (/proc/PID/stat)".into(),
+        other => format!("from {other}"),
+    }
 }
 
 /// User-mode faults by kind, with the range and the samples behind each.
@@ -428,7 +464,8 @@ fn write_sources(out: &mut String, c: &Costs, t: &TracepointSource) {
 }
 
 /// Peak resident bytes by page size; with a warning when the snapshots
-/// plainly missed the run's peak (`max_rss`, exact, from `getrusage`).
+/// plainly missed the run's peak (`max_rss`, exact, from `getrusage`: the
+/// largest process's, which a snapshot that caught it holds at least).
 fn write_page_sizes(out: &mut String, p: &PageSizes, max_rss: Option<u64>) {
     let mut t = table(&["page size (peak resident)", "bytes"]);
     t.add_row(vec!["4 KiB".into(), bytes(p.peak_4k_bytes)]);
@@ -457,14 +494,14 @@ fn write_page_sizes(out: &mut String, p: &PageSizes, max_rss: Option<u64>) {
 }
 
 /// A line saying that the page-size split is not the run's peak, when the
-/// largest snapshot holds less than half of the exact peak RSS (a run
-/// shorter than the interval, or one whose memory came and went between
-/// snapshots). Pure.
+/// largest snapshot holds less than half of the largest process's exact
+/// peak RSS (a run shorter than the interval, or one whose memory came and
+/// went between snapshots). Pure.
 fn missed_peak(p: &PageSizes, max_rss: Option<u64>) -> Option<String> {
     let rss = max_rss.filter(|&rss| rss > 0)?;
     (p.peak_total_bytes.saturating_mul(2) < rss).then(|| {
         format!(
-            "warning: the largest of {} holds {} of the run's peak RSS of {} \
+            "warning: the largest of {} holds {} of the largest process's peak RSS of {} \
              (getrusage, exact): the split above missed the peak (snapshots are at least \
              100 times a read of smaps apart, so a short run gets one or two)",
             snapshots(p.samples),
@@ -588,10 +625,32 @@ fn site_text(
     text
 }
 
-/// One line per site: the counts right-aligned, then [`site_text`] cut to fit.
-fn site_line(counts: &str, text: &str) -> String {
+/// One line per site: the counts right-aligned, then [`site_text`] cut to
+/// fit, after [`LIBRARY_ONLY`] when the site is not the program's own code.
+fn site_line(counts: &str, own_code: bool, text: &str) -> String {
     let room = SITE_LINE.saturating_sub(counts.chars().count());
-    format!("{counts}{}", clip(text, room))
+    let text = if own_code {
+        clip(text, room)
+    } else {
+        clip(&format!("{LIBRARY_ONLY} {text}"), room)
+    };
+    format!("{counts}{text}")
+}
+
+/// Marks a site whose stack has no frame in the program's own code.
+const LIBRARY_ONLY: &str = "[library only]";
+
+/// What [`LIBRARY_ONLY`] means, under a table that has such a row, in
+/// lines no wider than the table's ([`SITE_LINE`]).
+fn write_library_only_note(out: &mut String, any: bool) {
+    if any {
+        let _ = writeln!(
+            out,
+            "note: {LIBRARY_ONLY}: no frame of the stack is in the program's own code (a library's own thread, or a\n\
+             library built without frame pointers, where the stack walk stopped): the row is its innermost frame, shown\n\
+             as name+0xoffset where a library without a symbol table exports no function"
+        );
+    }
 }
 
 /// The runtimes' advice (how to see script functions), once each.
@@ -609,7 +668,8 @@ fn write_runtime_notes<'a>(out: &mut String, labels: impl Iterator<Item = &'a Op
 fn write_fault_sites(out: &mut String, sites: &[Site]) {
     let _ = writeln!(
         out,
-        "\nfault sites (first frame in the program's own code; short names, full names in --json):\n\
+        "\nfault sites (first frame in the program's own code, else {LIBRARY_ONLY}; short names, \
+         full names in --json):\n\
          {:>11} {:>6}  site (file:line) [runtime] script … via library function < callers",
         "faults", "share"
     );
@@ -624,8 +684,9 @@ fn write_fault_sites(out: &mut String, sites: &[Site]) {
             &s.via,
             &s.callers,
         );
-        let _ = writeln!(out, "{}", site_line(&counts, &text));
+        let _ = writeln!(out, "{}", site_line(&counts, s.own_code, &text));
     }
+    write_library_only_note(out, sites.iter().any(|s| !s.own_code));
     write_runtime_notes(out, sites.iter().map(|s| &s.interpreter));
 }
 
@@ -636,7 +697,9 @@ fn write_churn_sites(out: &mut String, sites: &[ChurnSite]) {
     }
     let _ = writeln!(
         out,
-        "\nheap mappings unmapped again, by site:\n{:>7} {:>10}  site (file:line) [runtime] … sizes: …",
+        "\nheap mappings unmapped again, by site (first frame in the program's own code, else \
+         {LIBRARY_ONLY}):\n\
+         {:>7} {:>10}  site (file:line) [runtime] … sizes: …",
         "cycles", "bytes"
     );
     for s in sites {
@@ -654,8 +717,9 @@ fn write_churn_sites(out: &mut String, sites: &[ChurnSite]) {
                 &s.callers
             )
         );
-        let _ = writeln!(out, "{}", site_line(&counts, &text));
+        let _ = writeln!(out, "{}", site_line(&counts, s.own_code, &text));
     }
+    write_library_only_note(out, sites.iter().any(|s| !s.own_code));
     write_runtime_notes(out, sites.iter().map(|s| &s.interpreter));
 }
 
@@ -685,7 +749,7 @@ mod tests {
         assert!(out.contains("1 snapshot of /proc/PID/smaps"), "{out}");
         assert!(
             out.contains(
-                "warning: the largest of 1 snapshot holds 4 MiB of the run's peak RSS of 100 MiB"
+                "warning: the largest of 1 snapshot holds 4 MiB of the largest process's peak RSS of 100 MiB"
             ),
             "{out}"
         );
@@ -693,6 +757,56 @@ mod tests {
         assert_eq!(missed_peak(&p, Some(8 << 20)), None);
         assert_eq!(missed_peak(&p, None), None);
         assert!(missed_peak(&p, Some((8 << 20) + 1)).is_some());
+    }
+
+    /// xz's sites were all `libc.so.6+0x…` or `liblzma…+0x…` under a header
+    /// that said "first frame in the program's own code": such rows are
+    /// marked, and a note under the table says what they are.
+    #[test]
+    fn a_site_with_no_own_code_frame_is_marked_and_explained() {
+        let site = |function: &str, own_code| Site {
+            function: function.to_owned(),
+            own_code,
+            file: None,
+            line: None,
+            object: "/usr/lib/x86_64-linux-gnu/libc.so.6".into(),
+            faults: 4037,
+            share: 0.421,
+            via: None,
+            callers: vec![],
+            interpreter: None,
+            script: None,
+        };
+        let mut out = String::new();
+        write_fault_sites(
+            &mut out,
+            &[site("libc.so.6+0x16db75", false), site("compress", true)],
+        );
+        let row = |name: &str| {
+            out.lines()
+                .find(|l| l.contains(name))
+                .unwrap_or_else(|| panic!("no row for {name}: {out}"))
+                .to_owned()
+        };
+        assert!(
+            row("libc.so.6+0x16db75").ends_with("42.1%  [library only] libc.so.6+0x16db75"),
+            "{out}"
+        );
+        assert!(row("compress").ends_with("42.1%  compress"), "{out}");
+        assert!(out.contains("own code, else [library only];"), "{out}");
+        assert!(
+            out.contains(
+                "note: [library only]: no frame of the stack is in the program's own code"
+            ),
+            "{out}"
+        );
+        for line in out.lines() {
+            assert!(line.chars().count() <= SITE_LINE, "{line}");
+        }
+        // Only own-code rows: no note.
+        let mut out = String::new();
+        write_fault_sites(&mut out, &[site("compress", true)]);
+        assert!(!out.contains("note: [library only]"), "{out}");
     }
 
     #[test]
@@ -707,6 +821,7 @@ mod tests {
         };
         let site = Site {
             function: long.to_owned(),
+            own_code: true,
             file: Some("/build/v8/src/heap/factory-base.cc".into()),
             line: Some(120),
             object: "/usr/bin/node".into(),

@@ -272,6 +272,7 @@ impl Fixture {
             "bench first-touch --size 2M --trials 1 -q --only malloc",
             "bench first-touch --size 2M --trials 1 -q --only malloc --json",
             "bench mmap-prefault --size 64K --record 4K --trials 1 -q --only plain",
+            "stat --json -o - -- true",
         ]
         .iter()
         .map(|c| c.split(' ').map(String::from).collect())

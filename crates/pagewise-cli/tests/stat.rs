@@ -453,6 +453,42 @@ fn a_signal_to_stat_goes_to_the_command_and_the_report_is_written() {
     }
 }
 
+/// `-o -` is stdout, holding the report alone: what the command writes to
+/// its stdout goes to stderr with what it writes there (`stat --json` on
+/// stderr broke `2>&1 >/dev/null | json.tool` whenever the command wrote to
+/// stderr, and `-o -` made a file named `-`).
+#[test]
+fn dash_output_is_stdout_and_holds_the_report_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let cmd = ["sh", "-c", "echo to-stdout; echo to-stderr >&2; exit 3"];
+    for json in [true, false] {
+        let out = pagewise()
+            .current_dir(dir.path())
+            .arg("stat")
+            .args(json.then_some("--json"))
+            .args(["-o", "-", "--"])
+            .args(cmd)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(3), "the command's status");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        if json {
+            let v: Value = serde_json::from_str(&stdout).unwrap_or_else(|e| {
+                panic!("stdout is not the JSON alone ({e}): {stdout}");
+            });
+            assert_eq!(v["schema"], "pagewise.stat/1");
+            assert_eq!(v["exit"]["code"], 3);
+        } else {
+            assert!(stdout.contains("exited with status 3"), "{stdout}");
+            // The heading names the command; its output is not there.
+            assert!(!stdout.lines().any(|l| l == "to-stdout"), "{stdout}");
+        }
+        assert_eq!(stderr, "to-stdout\nto-stderr\n");
+        assert!(!dir.path().join("-").exists(), "no file named -");
+    }
+}
+
 fn one_line_error(args: &[&str], code: i32, needle: &str) {
     let out = pagewise()
         .args(args)
@@ -676,9 +712,9 @@ fn fewest_first_touch_faults(bytes: u64) -> u64 {
     bytes / page
 }
 
-/// Minor faults and system CPU ticks of process `pid` so far, from
-/// `/proc/PID/stat` (fields 10 and 15).
-fn proc_minflt_and_stime(pid: u32) -> (u64, u64) {
+/// Fields of process `pid`'s `/proc/PID/stat`, numbered as proc(5) does
+/// (each after the command name, field 2, so from 3 on).
+fn proc_stat_fields<const N: usize>(pid: u32, numbers: [usize; N]) -> [u64; N] {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
     // Fields after the command name, which is in parentheses: state is field 3.
     let rest: Vec<&str> = stat
@@ -687,7 +723,14 @@ fn proc_minflt_and_stime(pid: u32) -> (u64, u64) {
         .1
         .split_whitespace()
         .collect();
-    (rest[10 - 3].parse().unwrap(), rest[15 - 3].parse().unwrap())
+    numbers.map(|n| rest[n - 3].parse().unwrap())
+}
+
+/// Minor faults and system CPU ticks of process `pid` so far, from
+/// `/proc/PID/stat` (fields 10 and 15).
+fn proc_minflt_and_stime(pid: u32) -> (u64, u64) {
+    let [minflt, stime] = proc_stat_fields(pid, [10, 15]);
+    (minflt, stime)
 }
 
 #[test]
@@ -749,18 +792,74 @@ fn attaching_to_a_running_process() {
     }
 }
 
+/// CPU ticks (`USER_HZ`, 100 a second on x86-64) that process `pid` counts
+/// for the children it has waited for: `/proc/PID/stat` fields 16 and 17.
+fn proc_children_ticks(pid: u32) -> u64 {
+    proc_stat_fields(pid, [16, 17]).iter().sum()
+}
+
+/// `--pid` of a shell whose CPU-bound child starts after the attach: the
+/// report's user and sys time are the child's, as the shell's own counters
+/// show once it has waited for it. (It said `user 0.000 s` and `sys 0.000 s`,
+/// the shell's alone, from its /proc/PID/stat.)
+#[test]
+fn attaching_counts_the_cpu_time_of_the_children_it_follows() {
+    let mut shell = std::process::Command::new("sh")
+        .arg("-c")
+        .arg("sleep 1; sh -c 'i=0; while [ $i -lt 400000 ]; do i=$((i+1)); done'; sleep 30")
+        .spawn()
+        .unwrap();
+    let pid = shell.id();
+    let before = proc_children_ticks(pid);
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("report.json");
+    let status = pagewise()
+        .args(["stat", "--json", "-o"])
+        .arg(&out)
+        .args(["--pid", &pid.to_string(), "--seconds", "4"])
+        .output()
+        .unwrap()
+        .status;
+    let child_s = proc_children_ticks(pid).saturating_sub(before) as f64 / 100.0;
+    let _ = shell.kill();
+    let _ = shell.wait();
+    assert!(status.success());
+    let v: Value = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    let c = &v["counts"];
+    if v["text"].is_null() {
+        pagewise_testkit::skip!(
+            Need::PerfEvents,
+            "perf could not sample here: {:#}",
+            v["skipped"]
+        );
+    }
+    assert!(child_s >= 0.1, "the child ran in the window: {child_s} s");
+    let cpu = c["user_s"].as_f64().unwrap() + c["sys_s"].as_f64().unwrap();
+    // Ticks are 10 ms; the shell's own time is a few ms.
+    assert!(
+        cpu >= child_s * 0.9 - 0.02 && cpu <= child_s + 0.05,
+        "report {cpu} s against the child's {child_s} s: {c:#}"
+    );
+    assert_eq!(c["time_source"], "cpu-clock", "{c:#}");
+}
+
 /// `stat --pid` shows what it is doing during its window on a terminal
 /// (stderr of `script(1)`'s pseudo-terminal), and nothing on a redirected
 /// stderr, where it would mix with the report.
+/// A process to watch that does nothing for 30 s (the caller kills it).
+fn sleeping_child() -> std::process::Child {
+    std::process::Command::new("sleep")
+        .arg("30")
+        .spawn()
+        .unwrap()
+}
+
 #[test]
 fn pid_window_shows_progress_on_a_terminal_only() {
     if let Some(why) = pagewise_testkit::tool_missing("script") {
         pagewise_testkit::skip!(Need::Tool, "{why}");
     }
-    let mut child = std::process::Command::new("sleep")
-        .arg("30")
-        .spawn()
-        .unwrap();
+    let mut child = sleeping_child();
     let pid = child.id().to_string();
     let dir = tempfile::tempdir().unwrap();
     let report = dir.path().join("report.txt");
@@ -845,4 +944,44 @@ fn attaching_to_another_users_process_is_refused() {
         "no report: {}",
         String::from_utf8_lossy(&out.stdout)
     );
+}
+
+/// `--pid` from root of a user namespace (`unshare --user --map-root-user`)
+/// of a process outside it: refused, and the line says what confines this
+/// root, never that watching it needs root (it said so, run as root).
+#[test]
+fn attaching_as_root_of_a_user_namespace_says_so() {
+    if let Some(why) = pagewise_testkit::tool_missing("unshare") {
+        pagewise_testkit::skip!(Need::Tool, "{why}");
+    }
+    let works = std::process::Command::new("unshare")
+        .args(["--user", "--map-root-user", "true"])
+        .status()
+        .is_ok_and(|s| s.success());
+    if !works {
+        pagewise_testkit::skip!(Need::Kernel, "user namespaces cannot be made here");
+    }
+    let mut outside = sleeping_child();
+    let pid = outside.id().to_string();
+    let out = std::process::Command::new("unshare")
+        .args(["--user", "--map-root-user"])
+        .arg(assert_cmd::cargo::cargo_bin("pagewise"))
+        .args(["stat", "--pid", &pid, "--seconds", "1"])
+        .output()
+        .unwrap();
+    let _ = outside.kill();
+    let _ = outside.wait();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "stderr: {stderr}");
+    let lines: Vec<&str> = stderr.lines().collect();
+    assert_eq!(lines.len(), 1, "one line: {stderr}");
+    assert!(
+        lines[0].starts_with(&format!(
+            "pagewise: stat: pid {pid} is closed to this process although it runs as root"
+        )),
+        "{stderr}"
+    );
+    assert!(lines[0].contains("user namespace"), "{stderr}");
+    assert!(!lines[0].contains("needs root"), "{stderr}");
+    assert!(out.stdout.is_empty());
 }

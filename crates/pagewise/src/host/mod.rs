@@ -8,6 +8,8 @@
 //! - [`smaps`]: `/proc/PID/smaps`, resident bytes of each mapping by page size.
 //! - [`proc_stat`]: `/proc/PID/stat`, fault counts and CPU times.
 //! - [`proc_tasks`]: `/proc/PID/task`, the threads of a process.
+//! - [`self_access`]: whether this process holds `CAP_SYS_PTRACE` and runs in
+//!   the initial user namespace (why the kernel refused it another process).
 //! - [`hugetlb`]: hugetlb pools and the pages a new mapping could take.
 //! - [`thp`]: transparent huge page modes.
 //! - [`cpu`]: CPU model, cache sizes, NUMA nodes.
@@ -32,6 +34,7 @@ pub mod kernel_files;
 pub mod proc_maps;
 pub mod proc_stat;
 pub mod proc_tasks;
+pub mod self_access;
 pub mod smaps;
 pub mod thp;
 pub mod tracefs;

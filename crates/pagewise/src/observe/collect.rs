@@ -7,7 +7,7 @@ use super::churn::{Call, CallKind, RemapRecords};
 use super::kinds::KindWindow;
 use super::record::{Record, Records, Sample};
 use crate::host::tracefs::{raw_field, FieldSpec};
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
 /// What a sampled event is.
@@ -112,6 +112,94 @@ pub struct Collector {
     pub kernel_stacks: HashMap<Box<[u64]>, u64>,
     /// Anonymous mappings seen in `MMAP2` records, for heap churn without tracepoints.
     pub remaps: RemapRecords,
+    /// The processes of the run and the programs they ran.
+    pub census: Census,
+    /// CPU time of the observed tasks and the children they started while
+    /// sampled: the `cpu-clock` leaders' count, in nanoseconds (set by the
+    /// reader; `None` when it could not be read).
+    pub clock_ns: Option<u64>,
+    /// Whether the `cpu-clock` samples include kernel mode (set by the reader).
+    pub kernel_clock: bool,
+    /// Kernel-mode `cpu-clock` samples.
+    pub kernel_clock_samples: u64,
+}
+
+/// Splits `total_ns` of CPU time into user and system seconds by the
+/// `cpu-clock` samples (one every `period_ns` of CPU time): in the ratio of
+/// user to kernel samples when kernel mode was sampled too (as the kernel
+/// splits a task's exact runtime by its ticks), else the user samples'
+/// time, at most the total, and the rest is system time. Pure.
+pub fn split_cpu_time(
+    total_ns: u64,
+    (user_samples, kernel_samples): (u64, u64),
+    kernel_sampled: bool,
+    period_ns: u64,
+) -> (f64, f64) {
+    let total = total_ns as f64 / 1e9;
+    let samples = user_samples + kernel_samples;
+    let user = if kernel_sampled && samples > 0 {
+        total * user_samples as f64 / samples as f64
+    } else {
+        (user_samples as f64 * period_ns as f64 / 1e9).min(total)
+    };
+    (user, total - user)
+}
+
+/// The processes a run had and the programs they ran, from its fork and
+/// exec records. Each program is an address space of its own, whose
+/// resident memory peaked at most at the largest one's: what bounds the
+/// memory a run can fault in without faulting any of it twice.
+///
+/// The records come from each CPU's ring, so a child's exec may be read
+/// before the fork that made it: the count is kept per pid and settled when
+/// asked, whatever order the records came in.
+#[derive(Debug, Clone, Default)]
+pub struct Census {
+    /// Processes forked during the run.
+    forks: u64,
+    /// Their pids, and those of commands started stopped before `exec`:
+    /// their first exec replaces fork's copy of their parent (a few pages
+    /// of their own) with their first program.
+    forked: HashSet<u32>,
+    /// Execs by pid.
+    execs: HashMap<u32, u64>,
+}
+
+impl Census {
+    /// Process `pid`'s first exec starts its first program (a command
+    /// forked by pagewise and stopped before `exec`).
+    pub fn expect_exec(&mut self, pid: u32) {
+        self.forked.insert(pid);
+    }
+
+    fn fork(&mut self, pid: u32) {
+        self.forks += 1;
+        self.forked.insert(pid);
+    }
+
+    fn exec(&mut self, pid: u32) {
+        *self.execs.entry(pid).or_default() += 1;
+    }
+
+    /// The processes: the one observed and every one forked during the run.
+    pub fn processes(&self) -> u64 {
+        1 + self.forks
+    }
+
+    /// The programs: one per process, and one more for each program a
+    /// process exec'd after it had run one of its own (a shell's `exec`,
+    /// `env`, `nice`, a version manager's shim). A process's first exec after
+    /// `fork` starts its first program: fork's copy that ran until then is
+    /// not counted. (A pid used again by a later process counts its first
+    /// exec again: at most one program too many, never too few.)
+    pub fn programs(&self) -> u64 {
+        let later: u64 = self
+            .execs
+            .iter()
+            .map(|(pid, &n)| n - u64::from(self.forked.contains(pid)))
+            .sum();
+        self.processes() + later
+    }
 }
 
 /// A major fault whose address no known mapping held when it was read.
@@ -280,7 +368,25 @@ impl Collector {
             kind_windows: vec![],
             kernel_stacks: HashMap::new(),
             remaps: RemapRecords::default(),
+            census: Census::default(),
+            clock_ns: None,
+            kernel_clock: false,
+            kernel_clock_samples: 0,
         }
+    }
+
+    /// User and system seconds of the observed tasks and the children they
+    /// started while sampled: the `cpu-clock` count split by its samples
+    /// ([`split_cpu_time`]); `None` when the count could not be read.
+    pub fn cpu_time(&self, period_ns: u64) -> Option<(f64, f64)> {
+        let user: u64 = self.text_pages.values().sum();
+        let samples = (user, self.kernel_clock_samples);
+        Some(split_cpu_time(
+            self.clock_ns?,
+            samples,
+            self.kernel_clock,
+            period_ns,
+        ))
     }
 
     /// Processes one batch: the bytes read from each ring buffer. Side-band
@@ -404,11 +510,13 @@ impl Collector {
             } if pid == tid => {
                 if exec {
                     self.spaces.exec(pid, time);
+                    self.census.exec(pid);
                 }
                 self.names.insert(pid, name);
             }
             Record::Fork { pid, ppid, .. } if pid != ppid => {
                 self.spaces.set_parent(pid, ppid);
+                self.census.fork(pid);
                 if let Ok(mut live) = self.live.lock() {
                     live.insert(pid);
                 }
@@ -512,7 +620,10 @@ impl Collector {
                 Some(ip) if ip < KERNEL_SPACE => {
                     *self.text_pages.entry((s.pid, ip >> 12)).or_default() += 1;
                 }
-                Some(_) => self.kernel_sample(s),
+                Some(_) => {
+                    self.kernel_clock_samples += 1;
+                    self.kernel_sample(s);
+                }
                 None => {}
             },
             Sampled::Faults => {
@@ -888,6 +999,73 @@ mod tests {
         // Without times (older records), exec still clears everything before it.
         c.consume(&[build::comm(7, "fixture", true, None)]);
         assert!(c.spaces.lookup(7, 0x7e00_0000_1000).is_none());
+    }
+
+    /// `make -j2`: make forks a compiler per file, each compiler forks its
+    /// passes; a shell `exec`s its last command; a thread is no process.
+    #[test]
+    fn the_census_counts_processes_and_the_programs_they_ran() {
+        let mut c = collector();
+        // A command started stopped: its exec starts its first program.
+        c.census.expect_exec(7);
+        c.consume(&[build::comm(7, "make", true, None)]);
+        assert_eq!((c.census.processes(), c.census.programs()), (1, 1));
+        let mut records = vec![];
+        for child in [8, 9] {
+            records.push(build::fork(child, 7));
+            records.push(build::comm(child, "g++", true, None));
+            records.push(build::fork(child + 10, child));
+            records.push(build::comm(child + 10, "cc1plus", true, None));
+            records.push(build::exit(child + 10, child));
+            records.push(build::exit(child, 7));
+        }
+        // A thread of make's: neither a process nor a program.
+        records.push(build::fork(7, 7));
+        // A shell that runs `a; exec b`: its exec of b is a second program.
+        records.push(build::fork(30, 7));
+        records.push(build::comm(30, "sh", true, None));
+        records.push(build::fork(31, 30));
+        records.push(build::comm(31, "a", true, None));
+        records.push(build::comm(30, "b", true, None));
+        c.consume(&[records.concat()]);
+        assert_eq!(c.census.processes(), 7);
+        assert_eq!(c.census.programs(), 8);
+        // A child's exec read before its fork (another CPU's ring, read first).
+        c.consume(&[build::comm(40, "as", true, None), build::fork(40, 9)]);
+        assert_eq!((c.census.processes(), c.census.programs()), (8, 9));
+        // A process attached to (`--pid`) that execs runs a second program.
+        let mut c = collector();
+        c.consume(&[build::comm(7, "python3", true, None)]);
+        assert_eq!((c.census.processes(), c.census.programs()), (1, 2));
+    }
+
+    #[test]
+    fn cpu_time_is_the_clock_count_split_by_its_samples() {
+        const MS: u64 = 1_000_000;
+        // 2 s of CPU, 1,500 user and 500 kernel samples: 1.5 s and 0.5 s.
+        let (user, sys) = split_cpu_time(2_000 * MS, (1500, 500), true, MS);
+        assert!((user - 1.5).abs() < 1e-9 && (sys - 0.5).abs() < 1e-9);
+        // User mode sampled alone: the user samples' time, the rest system.
+        let (user, sys) = split_cpu_time(2_000 * MS, (1500, 0), false, MS);
+        assert!((user - 1.5).abs() < 1e-9 && (sys - 0.5).abs() < 1e-9);
+        // Never more user time than the count.
+        assert_eq!(split_cpu_time(MS, (3, 0), false, MS), (0.001, 0.0));
+        assert_eq!(split_cpu_time(0, (0, 0), true, MS), (0.0, 0.0));
+        // The collector's samples: a user and a kernel one.
+        let mut c = collector();
+        let tick = |ip| Sample {
+            ip: Some(ip),
+            ..sample(2)
+        };
+        c.consume(&[[
+            build::sample(CLOCK_ST, &tick(0x400123)),
+            build::sample(CLOCK_ST, &tick(KERNEL_SPACE + 0x10)),
+        ]
+        .concat()]);
+        assert_eq!(c.cpu_time(MS), None, "no count read");
+        c.clock_ns = Some(4 * MS);
+        c.kernel_clock = true;
+        assert_eq!(c.cpu_time(MS), Some((0.002, 0.002)));
     }
 
     #[test]

@@ -238,13 +238,109 @@ fn fault_time(e: &Evidence<'_>, faults: u64) -> (f64, String) {
     )
 }
 
-/// The resident peak the faults are compared with: `getrusage`'s, else the
-/// page-size snapshots'.
-fn peak_resident(e: &Evidence<'_>) -> Option<u64> {
-    e.counts
-        .max_rss_bytes
-        .or(e.page_sizes.map(|p| p.peak_total_bytes))
-        .filter(|&b| b > 0)
+/// The resident peak the memory faulted in is compared with, and how many
+/// address spaces could each have held that much. A run of several
+/// processes faults each one's memory in once, and the sum of their peaks
+/// is not known (`getrusage` keeps the largest, not the sum); it is at most
+/// the programs that ran times the largest peak, and only what was faulted
+/// beyond that must have been released and faulted again.
+struct Peak {
+    /// The largest process's peak RSS (`getrusage`), else the page-size
+    /// snapshots' peak (`--pid`: summed over the live processes, so at
+    /// least any one process's at that snapshot).
+    bytes: u64,
+    /// Processes and programs that ran (`None`: sampling did not open, so
+    /// the fork and exec records that count them were not read).
+    census: Option<(u64, u64)>,
+}
+
+impl Peak {
+    fn of(e: &Evidence<'_>) -> Option<Peak> {
+        let c = e.counts;
+        let bytes = c
+            .max_rss_bytes
+            .or(e.page_sizes.map(|p| p.peak_total_bytes))
+            .filter(|&b| b > 0)?;
+        Some(Peak {
+            bytes,
+            census: c.processes.zip(c.programs),
+        })
+    }
+
+    /// Programs that ran, when more than one.
+    fn several(&self) -> Option<u64> {
+        self.census.map(|(_, programs)| programs).filter(|&n| n > 1)
+    }
+
+    /// The most memory the run can have faulted in without faulting any of
+    /// it again: every program's address space up to the peak, once.
+    fn once(&self) -> u64 {
+        self.bytes.saturating_mul(self.several().unwrap_or(1))
+    }
+
+    /// "15 processes", "19 programs in 15 processes".
+    fn runs(&self) -> String {
+        match self.census {
+            Some((processes, programs)) if programs > processes => {
+                format!(
+                    "{} programs in {} processes",
+                    count(programs),
+                    count(processes)
+                )
+            }
+            Some((processes, _)) => format!("{} processes", count(processes)),
+            None => "an unknown number of processes".to_owned(),
+        }
+    }
+
+    /// The peak as the evidence quotes it: "a peak RSS of 61.5 MiB", or with
+    /// several programs "15 processes of at most 61.5 MiB peak RSS each
+    /// (922.5 MiB in all)".
+    fn words(&self) -> String {
+        match self.several() {
+            None => format!("a peak RSS of {}", bytes(self.bytes)),
+            Some(_) => format!(
+                "{} of at most {} peak RSS each ({} in all)",
+                self.runs(),
+                bytes(self.bytes),
+                bytes(self.once())
+            ),
+        }
+    }
+}
+
+/// What the memory faulted in shows against the resident peak, for the
+/// first-touch evidence: memory released and faulted again only when it is
+/// more than twice what the programs that ran could hold once.
+fn faulted_against_peak(e: &Evidence<'_>, faulted: u64) -> String {
+    let Some(peak) = Peak::of(e) else {
+        return String::new();
+    };
+    let again = faulted > 2 * peak.once();
+    let faulted = bytes(faulted);
+    match (peak.census, peak.several()) {
+        (Some(_), None) if again => format!(
+            "; {faulted} faulted in against {}: memory was released and faulted again",
+            peak.words()
+        ),
+        (None, _) if again => format!(
+            "; {faulted} faulted in against {} (the largest process's): if the command ran \
+             one process, memory was released and faulted again (how many ran is not known: \
+             sampling did not open)",
+            peak.words()
+        ),
+        (_, Some(_)) if again => format!(
+            "; {faulted} faulted in by {}, more than twice what they could hold at once: \
+             memory was released and faulted again",
+            peak.words()
+        ),
+        (_, Some(_)) => format!(
+            "; {faulted} faulted in by {}: each may have faulted its own memory in once, so \
+             this does not show memory faulted again",
+            peak.words()
+        ),
+        _ => format!("; peak RSS {}", bytes(peak.bytes)),
+    }
 }
 
 /// Memory mapped, faulted and zeroed again, found one way or the other.
@@ -314,8 +410,9 @@ fn churn_from_calls(e: &Evidence<'_>, s: &Syscalls, faults: u64, quoted: &str) -
 
 /// Heap churn inferred without tracepoints. Perf `MMAP2` records of the same
 /// anonymous range made again show that heap-like mappings churn; how much is
-/// the memory faulted in beyond the resident peak (it must have been released
-/// and faulted again), at most the bytes of all heap-like mappings recorded.
+/// the memory faulted in beyond what the programs that ran could hold once
+/// ([`Peak::once`]: it must have been released and faulted again), at most
+/// the bytes of all heap-like mappings recorded.
 /// Counting only the ranges recorded again at the same address would miss the
 /// mappings the kernel placed elsewhere the next time.
 fn churn_from_records(
@@ -327,8 +424,8 @@ fn churn_from_records(
     if r.remapped == 0 {
         return None;
     }
-    let peak = peak_resident(e);
-    let beyond_peak = faulted.saturating_sub(peak.unwrap_or(0));
+    let peak = Peak::of(e);
+    let beyond_peak = faulted.saturating_sub(peak.as_ref().map_or(0, Peak::once));
     // Every repeat is a heap-like mapping, so all of them bound what was faulted again.
     let remapped = beyond_peak.min(r.heap_bytes);
     let share = (remapped as f64 / 4096.0 / faults as f64).min(1.0);
@@ -349,12 +446,12 @@ fn churn_from_records(
         ),
         evidence: format!(
             "{} of {} heap-like mapping records (1 MiB or more) repeat an earlier range; {} \
-             faulted in ({quoted} faults) against a peak RSS of {}; about {:.0}% of the \
-             first-touch faults{}",
+             faulted in ({quoted} faults) against {}; about {:.0}% of the first-touch \
+             faults{}",
             count(r.remapped),
             count(r.heap_records),
             bytes(faulted),
-            peak.map_or_else(|| "(unknown)".to_owned(), bytes),
+            peak.map_or_else(|| "an unknown peak RSS".to_owned(), |p| p.words()),
             share * 100.0,
             site.map(|s| format!("; top fault site {s}"))
                 .unwrap_or_default()
@@ -392,15 +489,7 @@ fn first_touch_and_churn(e: &Evidence<'_>) -> Vec<Finding> {
         .top_fault_site
         .map(|s| format!("; top site {}", at(&s.function, &s.file, s.line)))
         .unwrap_or_default();
-    let rss = match peak_resident(e) {
-        Some(peak) if faulted > 2 * peak => format!(
-            "; {} faulted in against a peak RSS of {}: memory was released and faulted again",
-            bytes(faulted),
-            bytes(peak)
-        ),
-        Some(peak) => format!("; peak RSS {}", bytes(peak)),
-        None => String::new(),
-    };
+    let rss = faulted_against_peak(e, faulted);
     let mut out = vec![Finding {
         kind: FindingKind::FirstTouch,
         summary: format!(
@@ -717,6 +806,7 @@ mod tests {
         };
         let site = Site {
             function: "touch_buffer".into(),
+            own_code: true,
             file: Some("/x/a.c".into()),
             line: Some(4),
             object: "/x/a".into(),
@@ -857,6 +947,24 @@ mod tests {
         assert!(f[0].remedy.contains("--keep-heap"));
         // Bounded by what was faulted beyond the resident peak, not the merged lengths.
         assert!(f[0].summary.contains("1.1 GiB"), "{}", f[0].summary);
+        // The same faults over 20 processes of at most 140 MiB each: each may
+        // have faulted its own memory in once, however many ranges repeat.
+        let several = Counts {
+            processes: Some(20),
+            programs: Some(20),
+            ..c.clone()
+        };
+        let e = Evidence {
+            mapping_records: Some(&records),
+            ..evidence(&several, &hw)
+        };
+        assert!(
+            findings(&e)
+                .iter()
+                .all(|f| f.kind != FindingKind::HeapChurn),
+            "{:#?}",
+            findings(&e)
+        );
         // node's Buffer churn: only 5 of 17 records land on an earlier range (the
         // rest were placed elsewhere), but 585 MiB was faulted against a 230 MiB
         // peak, so most of the faults were memory faulted again.
@@ -887,6 +995,84 @@ mod tests {
             .all(|f| f.kind != FindingKind::HeapChurn));
     }
 
+    /// `make -j2` of four g++ compiles: 228 MiB faulted in by 15 processes,
+    /// the largest with a peak RSS of 61.5 MiB. It said "memory was released
+    /// and faulted again"; each process faulting its own memory in once
+    /// explains it, and with one process the same numbers still say so.
+    #[test]
+    fn faults_of_several_processes_are_compared_with_each_ones_peak() {
+        let mut make = counts(2.1, 1.6, 0.3, 58_400, 14);
+        make.max_rss_bytes = Some(64_450_560);
+        make.processes = Some(15);
+        make.programs = Some(15);
+        let hw = Hardware::default();
+        let evidence_of = |c: &Counts| {
+            let f = findings(&evidence(c, &hw));
+            assert_eq!(f[0].kind, FindingKind::FirstTouch, "{f:#?}");
+            f[0].evidence.clone()
+        };
+        let text = evidence_of(&make);
+        assert!(!text.contains("faulted again:"), "{text}");
+        assert!(!text.contains("released"), "{text}");
+        assert!(
+            text.contains(
+                "228.1 MiB faulted in by 15 processes of at most 61.5 MiB peak RSS each \
+                 (922.0 MiB in all): each may have faulted its own memory in once"
+            ),
+            "{text}"
+        );
+        // A shell's `exec` runs a second program in one process: counted.
+        let exec = Counts {
+            programs: Some(17),
+            ..make.clone()
+        };
+        assert!(
+            evidence_of(&exec).contains("by 17 programs in 15 processes of at most"),
+            "{}",
+            evidence_of(&exec)
+        );
+        // One process: the same faults are memory faulted again.
+        let one = Counts {
+            processes: Some(1),
+            programs: Some(1),
+            ..make.clone()
+        };
+        assert!(
+            evidence_of(&one).contains(
+                "228.1 MiB faulted in against a peak RSS of 61.5 MiB: memory was released and \
+                 faulted again"
+            ),
+            "{}",
+            evidence_of(&one)
+        );
+        // Several processes, far more faulted than they could hold: faulted again.
+        let small = Counts {
+            processes: Some(2),
+            programs: Some(2),
+            max_rss_bytes: Some(16 << 20),
+            ..make.clone()
+        };
+        assert!(
+            evidence_of(&small).contains(
+                "by 2 processes of at most 16 MiB peak RSS each (32 MiB in all), more than twice \
+                 what they could hold at once: memory was released and faulted again"
+            ),
+            "{}",
+            evidence_of(&small)
+        );
+        // Not counted (no sampling): said as a condition, not a conclusion.
+        let unknown = Counts {
+            processes: None,
+            programs: None,
+            ..make
+        };
+        assert!(
+            evidence_of(&unknown).contains("if the command ran one process, memory was released"),
+            "{}",
+            evidence_of(&unknown)
+        );
+    }
+
     #[test]
     fn repeated_big_mallocs_are_heap_churn_first() {
         let c = counts(2.0, 0.3, 1.6, 655_400, 0);
@@ -898,6 +1084,7 @@ mod tests {
         };
         let cs = ChurnSite {
             function: "churn".into(),
+            own_code: true,
             file: Some("b.c".into()),
             line: Some(9),
             via: Some("malloc".into()),

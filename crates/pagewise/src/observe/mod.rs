@@ -81,16 +81,20 @@ pub struct StatOptions {
     pub interval: Duration,
     /// How many sites to report.
     pub site_limit: usize,
+    /// Give a command this process's stderr as its stdout, so that this
+    /// process's stdout carries the report alone (`stat -o -`).
+    pub stdout_to_stderr: bool,
 }
 
 impl StatOptions {
-    /// Defaults: no sites, 100 ms snapshots, 10 sites.
+    /// Defaults: no sites, 100 ms snapshots, 10 sites, the command's stdout inherited.
     pub fn new(target: Target) -> Self {
         StatOptions {
             target,
             sites: false,
             interval: Duration::from_millis(100),
             site_limit: 10,
+            stdout_to_stderr: false,
         }
     }
 }
@@ -104,7 +108,7 @@ pub fn stat(options: &StatOptions) -> Result<StatReport, TargetError> {
 }
 
 fn run_command(options: &StatOptions, argv: &[OsString]) -> Result<StatReport, TargetError> {
-    let command = StoppedCommand::spawn(argv)?;
+    let command = StoppedCommand::spawn_with(argv, options.stdout_to_stderr)?;
     let pid = command.pid();
     // From now until the command has ended, SIGTERM, SIGHUP and a SIGINT sent
     // to this process alone go to the command (the terminal's Ctrl-C reaches
@@ -163,6 +167,7 @@ fn run_command(options: &StatOptions, argv: &[OsString]) -> Result<StatReport, T
         wall,
         user_s: rusage.user.as_secs_f64(),
         sys_s: rusage.sys.as_secs_f64(),
+        time_source: "getrusage",
         fallback_faults: (rusage.minor_faults, rusage.major_faults, "getrusage"),
         fallback_switches: rusage.voluntary_switches + rusage.involuntary_switches,
         rusage: Some(rusage),
@@ -244,7 +249,7 @@ fn attach(options: &StatOptions, pid: i32, duration: Duration) -> Result<StatRep
     events.extend(counters.into_events());
     session::close_events(events);
     let ticks = process::clock_ticks_per_second() as f64;
-    let (user_s, sys_s, minor, major) = match (start_stat, end_stat) {
+    let (proc_user_s, proc_sys_s, minor, major) = match (start_stat, end_stat) {
         (Some(a), Some(b)) => (
             b.utime_ticks.saturating_sub(a.utime_ticks) as f64 / ticks,
             b.stime_ticks.saturating_sub(a.stime_ticks) as f64 / ticks,
@@ -252,6 +257,15 @@ fn attach(options: &StatOptions, pid: i32, duration: Duration) -> Result<StatRep
             b.major_faults.saturating_sub(a.major_faults),
         ),
         _ => (0.0, 0.0, 0, 0),
+    };
+    // The children it starts are followed by the perf events, not by its
+    // /proc/PID/stat (which counts them only once it has waited for them).
+    let (user_s, sys_s, time_source) = match collector
+        .as_ref()
+        .and_then(|c| c.cpu_time(session::CLOCK_PERIOD_NS))
+    {
+        Some((user, sys)) => (user, sys, "cpu-clock"),
+        None => (proc_user_s, proc_sys_s, "/proc/PID/stat"),
     };
     let target = TargetInfo {
         command: None,
@@ -266,6 +280,7 @@ fn attach(options: &StatOptions, pid: i32, duration: Duration) -> Result<StatRep
         wall,
         user_s,
         sys_s,
+        time_source,
         fallback_faults: (minor, major, "/proc/PID/stat"),
         fallback_switches: 0,
         rusage: None,
@@ -287,6 +302,8 @@ struct Raw<'a> {
     wall: Duration,
     user_s: f64,
     sys_s: f64,
+    /// Where `user_s` and `sys_s` come from.
+    time_source: &'static str,
     fallback_faults: (u64, u64, &'static str),
     fallback_switches: u64,
     rusage: Option<Rusage>,
@@ -314,6 +331,7 @@ fn assemble(raw: Raw<'_>) -> StatReport {
         wall,
         user_s,
         sys_s,
+        time_source,
         fallback_faults,
         fallback_switches,
         rusage,
@@ -327,18 +345,23 @@ fn assemble(raw: Raw<'_>) -> StatReport {
         mut hardware,
     } = raw;
     let get = |c: Count| values.get(&c).copied();
-    let counts = counts(
+    let mut counts = counts(
         &values,
         user_only,
         CountsFallback {
             wall,
             user_s,
             sys_s,
+            time_source,
             faults: fallback_faults,
             switches: fallback_switches,
             rusage,
         },
     );
+    if let Some(c) = &collector {
+        counts.processes = Some(c.census.processes());
+        counts.programs = Some(c.census.programs());
+    }
     let fault_kinds = collector
         .as_ref()
         .and_then(|c| fault_kinds(c, counts.user_mode_faults, &mut skipped));
@@ -507,6 +530,8 @@ struct CountsFallback {
     wall: Duration,
     user_s: f64,
     sys_s: f64,
+    /// Where the times come from.
+    time_source: &'static str,
     /// Minor and major faults, and where they come from.
     faults: (u64, u64, &'static str),
     switches: u64,
@@ -545,6 +570,7 @@ fn counts(values: &HashMap<Count, u64>, user_only: bool, fallback: CountsFallbac
         wall_s,
         user_s: fallback.user_s,
         sys_s: fallback.sys_s,
+        time_source: fallback.time_source.to_owned(),
         minor_faults: minor,
         major_faults: major,
         faults_per_s: if wall_s > 0.0 {
@@ -559,6 +585,9 @@ fn counts(values: &HashMap<Count, u64>, user_only: bool, fallback: CountsFallbac
         fault_source: source.to_owned(),
         rusage_minor_faults: rusage.map(|r| r.minor_faults),
         rusage_major_faults: rusage.map(|r| r.major_faults),
+        // From the sampled records, once they are read.
+        processes: None,
+        programs: None,
     }
 }
 

@@ -526,12 +526,22 @@ pub(crate) mod build {
 
     /// A FORK record.
     pub fn fork(pid: u32, ppid: u32) -> Vec<u8> {
+        task(RECORD_FORK, pid, ppid)
+    }
+
+    /// An EXIT record of process `pid`'s main thread.
+    pub fn exit(pid: u32, ppid: u32) -> Vec<u8> {
+        task(RECORD_EXIT, pid, ppid)
+    }
+
+    /// A FORK or EXIT record (the same layout) of a main thread.
+    fn task(kind: u32, pid: u32, ppid: u32) -> Vec<u8> {
         let mut b = Vec::new();
         for v in [pid, ppid, pid, ppid] {
             b.extend_from_slice(&v.to_ne_bytes());
         }
         b.extend_from_slice(&0u64.to_ne_bytes());
-        record(RECORD_FORK, 0, &b)
+        record(kind, 0, &b)
     }
 
     /// The id of the side-band event in records that carry a time; its

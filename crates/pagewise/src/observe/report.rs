@@ -85,10 +85,16 @@ pub struct ExitInfo {
 pub struct Counts {
     /// Elapsed seconds.
     pub wall_s: f64,
-    /// CPU seconds in user mode (all threads and waited-for children).
+    /// CPU seconds in user mode (all threads and waited-for children; with
+    /// `--pid`, the children started while watched).
     pub user_s: f64,
     /// CPU seconds in the kernel.
     pub sys_s: f64,
+    /// Where `user_s` and `sys_s` come from: `getrusage` (a command),
+    /// `cpu-clock` (`--pid`: perf's count of the process and the children it
+    /// started, split by its samples) or `/proc/PID/stat` (`--pid` without
+    /// perf: the process alone).
+    pub time_source: String,
     /// Page faults served without I/O.
     pub minor_faults: u64,
     /// Page faults that needed I/O.
@@ -101,9 +107,17 @@ pub struct Counts {
     pub user_mode_faults: Option<u64>,
     /// Faults taken inside system calls (all minus user-mode).
     pub syscall_faults: Option<u64>,
-    /// Peak resident set size, bytes (from `getrusage`).
+    /// The largest peak resident set of any one process of the run, bytes
+    /// (`getrusage`: the kernel keeps the maximum over the command and the
+    /// children it waited for, not their sum).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub max_rss_bytes: Option<u64>,
+    /// Processes of the run: the one observed and each one forked from it
+    /// while observed (perf fork records; `None` when sampling did not open).
+    pub processes: Option<u64>,
+    /// Programs they ran: one per process, and one more for each further
+    /// program a process exec'd ([`super::collect::Census::programs`]).
+    pub programs: Option<u64>,
     /// Where the fault counts come from: `perf` or `getrusage`/`proc` when perf could not count them.
     pub fault_source: String,
     /// `getrusage` of the command, as a cross-check (command mode).
@@ -428,6 +442,10 @@ pub struct Location {
 pub struct Site {
     /// The first function in the program's own code (or the leaf when there is none).
     pub function: String,
+    /// Whether `function` is the program's own code: `false` when no frame
+    /// of the stack is (a library's own thread, or a library built without
+    /// frame pointers where the walk stopped), and the site is the leaf.
+    pub own_code: bool,
     /// Its source file.
     pub file: Option<String>,
     /// Its line.
@@ -454,8 +472,10 @@ pub struct Site {
 /// Where heap-like mmaps that were unmapped again come from.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ChurnSite {
-    /// The first function in the program's own code.
+    /// The first function in the program's own code (or the leaf when there is none).
     pub function: String,
+    /// Whether `function` is the program's own code (see [`Site::own_code`]).
+    pub own_code: bool,
     /// Its source file.
     pub file: Option<String>,
     /// Its line.

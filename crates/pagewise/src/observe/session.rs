@@ -342,6 +342,13 @@ pub struct Sampling {
     kind_counters: Vec<(usize, Event)>,
     /// How the tracepoint ids and formats were read, or why none could be.
     pub tracepoints: Result<tracefs::Access, String>,
+    /// Processes stopped before `exec` (a command's): their exec starts
+    /// their first program ([`super::collect::Census::expect_exec`]).
+    pub expect_exec: Vec<u32>,
+    /// The `cpu-clock` leaders are `events[..clock_events]`.
+    clock_events: usize,
+    /// Whether they sample kernel mode too.
+    kernel_clock: bool,
 }
 
 fn attr_for(
@@ -471,6 +478,8 @@ pub fn open_sampling(
         }
         Err(e) => return fail_sampling(env, &e, skipped),
     };
+    s.clock_events = s.events.len();
+    s.kernel_clock = !lead.exclude_kernel;
     s.tracepoints = match (&looked_up.access, TRACEPOINTS.map(|n| looked_up.get(n))) {
         (Some(access), found) if found.iter().any(Result::is_ok) => Ok(access.clone()),
         (_, found) => Err(found
@@ -504,6 +513,9 @@ pub fn open_sampling(
                 });
             }
         }
+    }
+    if plan.on_exec {
+        s.expect_exec = plan.tasks.iter().map(|&t| t as u32).collect();
     }
     Some(s)
 }
@@ -800,6 +812,9 @@ impl Sampling {
             fields: TpFields::default(),
             kind_counters: vec![],
             tracepoints: Err("not looked up".to_owned()),
+            expect_exec: vec![],
+            clock_events: 0,
+            kernel_clock: false,
         }
     }
 
@@ -931,12 +946,15 @@ pub fn start(
         if !kinds.is_empty() {
             switcher = Some(kind_switcher(kinds, go.clone(), stop_signal.clone()));
         }
-        let collector = Collector::new(
+        let mut collector = Collector::new(
             std::mem::take(&mut s.ids),
             s.fields.clone(),
             spaces,
             live.clone(),
         );
+        for &pid in &s.expect_exec {
+            collector.census.expect_exec(pid);
+        }
         std::thread::Builder::new()
             .name("pagewise-reader".into())
             .spawn(move || read_loop(s, collector, &stop, wake_reader.as_ref()))
@@ -1186,6 +1204,16 @@ fn read_loop(
         .map(|v| v.lost.unwrap_or(0))
         .sum();
     collector.lost = collector.lost.max(lost);
+    // The clock leaders count the CPU time of the tasks and the children
+    // they started (disabled now, so it ends where the samples end).
+    if s.clock_events > 0 {
+        collector.clock_ns = s.events[..s.clock_events]
+            .iter()
+            .map(|ev| ev.read().map(|v| v.value))
+            .sum::<Result<u64, _>>()
+            .ok();
+        collector.kernel_clock = s.kernel_clock;
+    }
     // The rings go now; the events are closed by the caller, off the critical path.
     drop(s.rings);
     (collector, s.events)

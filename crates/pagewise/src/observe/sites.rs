@@ -1,8 +1,11 @@
 //! From counted stacks to call sites: symbolize each stack, recover the frame
 //! that frame-pointer unwinding drops when the leaf is frameless library code
 //! (the caller of `memset`, `malloc`…), and name the first frame in the
-//! program's own code as "the site".
+//! program's own code as "the site" (the leaf when no frame is, said in
+//! [`Site::own_code`]).
 
+#[cfg(test)]
+use super::address_spaces::AddressSpaces;
 use super::collect::StackKey;
 use super::report::{ChurnSite, Location, Site};
 use super::runtimes;
@@ -131,6 +134,7 @@ pub fn fault_sites(
         let acc = by_site.entry(key).or_insert_with(|| Acc {
             site: Site {
                 function: f.function.clone(),
+                own_code: f.own,
                 file: f.file.clone(),
                 line: f.line,
                 object: f.object.clone(),
@@ -188,6 +192,7 @@ pub fn churn_sites(
                 (
                     ChurnSite {
                         function: f.function.clone(),
+                        own_code: f.own,
                         file: f.file.clone(),
                         line: f.line,
                         via,
@@ -246,4 +251,64 @@ pub fn folded(
     let mut v: Vec<(String, u64)> = out.into_iter().collect();
     v.sort();
     v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::host::proc_maps;
+    use object::{Object, ObjectSegment, ObjectSymbol};
+
+    /// A stack of C library code only (xz's fault stacks: its own threads in
+    /// liblzma, walks that stop in libc): its site is the leaf, said to be
+    /// no code of the program's own, and a function libc exports is named
+    /// from `.dynsym` (Debian's libc has no `.symtab`).
+    #[test]
+    fn a_stack_of_library_code_only_is_its_leaf_and_not_own_code() {
+        let pid = std::process::id();
+        let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+        let entries = proc_maps::parse(&maps);
+        let Some(text) = entries
+            .iter()
+            .find(|e| e.perms.exec && e.path.as_deref().is_some_and(|p| p.ends_with("/libc.so.6")))
+        else {
+            // Not glibc (musl, static): nothing here to look up.
+            return;
+        };
+        let data = std::fs::read(text.path.as_deref().unwrap()).unwrap();
+        let obj = object::File::parse(&*data).unwrap();
+        let getpid = obj
+            .dynamic_symbols()
+            .find(|s| s.name() == Ok("getpid"))
+            .expect("libc exports getpid")
+            .address();
+        let file_offset = obj
+            .segments()
+            .find_map(|seg| {
+                let (start, size) = seg.file_range();
+                let within = getpid.checked_sub(seg.address()).filter(|&d| d < size);
+                within.map(|d| start + d)
+            })
+            .expect("getpid is in a segment");
+        let addr = text.start + file_offset - text.offset;
+        assert!(addr < text.end, "getpid in the mapped text");
+        let mut spaces = AddressSpaces::new();
+        spaces.add_maps(pid, &entries);
+        let mut sym = Symbolizer::new(&spaces);
+        let stacks = [StackKey {
+            pid,
+            chain: [addr].into(),
+            words: [].into(),
+        }];
+        let sites = fault_sites(&mut sym, &stacks, &HashMap::from([(0, 5)]), 10);
+        assert_eq!(sites.len(), 1, "{sites:?}");
+        // `__getpid` and `getpid` are one address: either name is the function.
+        assert_eq!(
+            sites[0].function.trim_start_matches('_'),
+            "getpid",
+            "{sites:?}"
+        );
+        assert!(!sites[0].own_code, "{sites:?}");
+        assert_eq!(sites[0].via, None, "{sites:?}");
+    }
 }

@@ -50,8 +50,8 @@ pub enum TargetError {
     NoSuchProcess(i32),
     /// This process may not look inside that one: it is another user's, or
     /// the kernel keeps it closed (a set-user-ID program, or one that made
-    /// itself non-dumpable).
-    #[error("{}", not_permitted(*.pid, *.owner, *.same_user))]
+    /// itself non-dumpable), or, for root, what confines root here.
+    #[error("{}", not_permitted(*.pid, *.owner, *.same_user, *.root))]
     NotPermitted {
         /// The process.
         pid: i32,
@@ -59,14 +59,72 @@ pub enum TargetError {
         owner: u32,
         /// Whether that is this process's effective uid.
         same_user: bool,
+        /// When this process is root: why root was refused (`None`: not root).
+        root: Option<RootRefusal>,
     },
     /// A system call failed.
     #[error(transparent)]
     Sys(#[from] SysError),
 }
 
+/// Why the kernel refused root another process: what confines this root.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RootRefusal {
+    /// Root without `CAP_SYS_PTRACE` in its effective capabilities (a
+    /// container's default set, `capsh --drop`), which another user's, a
+    /// non-dumpable or a more privileged process needs.
+    NoSysPtrace,
+    /// Root of a user namespace other than the initial one (`unshare
+    /// --user`, a rootless container): its capabilities reach only its own
+    /// namespace and those below it.
+    UserNamespace,
+    /// Root with `CAP_SYS_PTRACE` in the initial user namespace: only a
+    /// security module (Landlock, SELinux, AppArmor) refuses that.
+    SecurityModule,
+}
+
+impl RootRefusal {
+    /// What confines this process, when it is root and was refused:
+    /// reads `/proc/self/status` and `/proc/self/uid_map`.
+    pub fn of_this_process() -> RootRefusal {
+        if crate::host::self_access::own_sys_ptrace() == Some(false) {
+            RootRefusal::NoSysPtrace
+        } else if crate::host::self_access::in_initial_user_namespace() == Some(false) {
+            RootRefusal::UserNamespace
+        } else {
+            RootRefusal::SecurityModule
+        }
+    }
+}
+
 /// The message of [`TargetError::NotPermitted`].
-fn not_permitted(pid: i32, owner: u32, same_user: bool) -> String {
+fn not_permitted(pid: i32, owner: u32, same_user: bool, root: Option<RootRefusal>) -> String {
+    let needs = format!("perf events and /proc/{pid}/maps on it");
+    match root {
+        Some(RootRefusal::NoSysPtrace) => {
+            return format!(
+                "pid {pid} is closed to this process although it runs as root: its capabilities \
+                 lack CAP_SYS_PTRACE (dropped, as containers do), which {needs} need"
+            )
+        }
+        Some(RootRefusal::UserNamespace) => {
+            return format!(
+                "pid {pid} is closed to this process although it runs as root: it is root of a \
+                 user namespace (/proc/self/uid_map maps only some uids), whose capabilities \
+                 reach only the processes of that namespace; run pagewise in pid {pid}'s user \
+                 namespace ({needs} need CAP_SYS_PTRACE there)"
+            )
+        }
+        Some(RootRefusal::SecurityModule) => {
+            return format!(
+                "pid {pid} is closed to this process even as root with CAP_SYS_PTRACE: the \
+                 kernel refused /proc/{pid}/maps, so a security module (Landlock, SELinux, \
+                 AppArmor) confines pagewise or guards pid {pid}, and would refuse perf events \
+                 on it too"
+            )
+        }
+        None => {}
+    }
     let why = if same_user {
         format!("pid {pid} is closed to inspection (/proc/{pid}/maps is not readable: a set-user-ID or non-dumpable process)")
     } else {
@@ -104,6 +162,16 @@ impl StoppedCommand {
     /// a script without a `#!` line ([`launch::command_line`]). One `fork`, a
     /// few `stat`s and a read of four bytes.
     pub fn spawn(argv: &[OsString]) -> Result<StoppedCommand, TargetError> {
+        StoppedCommand::spawn_with(argv, false)
+    }
+
+    /// [`StoppedCommand::spawn`], and with `stdout_to_stderr` the command's
+    /// standard output is this process's standard error (when this
+    /// process's stdout carries a report).
+    pub fn spawn_with(
+        argv: &[OsString],
+        stdout_to_stderr: bool,
+    ) -> Result<StoppedCommand, TargetError> {
         let name = argv.first().ok_or(TargetError::NoCommand)?;
         let path = launch::resolve_program(name).map_err(|e| match e {
             LaunchError::NotExecutable { path, error } => TargetError::CannotExecute {
@@ -126,7 +194,7 @@ impl StoppedCommand {
                     "argument holds a NUL byte",
                 ),
             })?;
-        let child = process::spawn_stopped(&cpath, &args)?;
+        let child = process::spawn_stopped(&cpath, &args, stdout_to_stderr)?;
         Ok(StoppedCommand { child, path })
     }
 
@@ -173,6 +241,7 @@ pub fn attach_tasks(pid: i32) -> Result<Vec<i32>, TargetError> {
                 pid,
                 owner,
                 same_user: owner == crate::sys::libc_info::effective_uid(),
+                root: crate::sys::libc_info::is_root().then(RootRefusal::of_this_process),
             });
         }
     }
@@ -239,11 +308,31 @@ mod tests {
 
     #[test]
     fn a_refused_attach_says_whose_process_it_is() {
-        let other = not_permitted(1, 0, false);
+        let other = not_permitted(1, 0, false, None);
         assert!(other.starts_with("pid 1 belongs to another user (uid 0): watching it needs root"));
-        let own = not_permitted(42, 1000, true);
+        let own = not_permitted(42, 1000, true, None);
         assert!(own.starts_with("pid 42 is closed to inspection"), "{own}");
         assert!(!own.contains("another user"), "{own}");
+    }
+
+    /// Root refused (`stat --pid 1` in a sandbox said "watching it needs
+    /// root"): the message says what confines this root instead.
+    #[test]
+    fn a_refused_attach_as_root_never_asks_for_root() {
+        for (refusal, says) in [
+            (RootRefusal::NoSysPtrace, "lack CAP_SYS_PTRACE"),
+            (RootRefusal::UserNamespace, "root of a user namespace"),
+            (RootRefusal::SecurityModule, "security module"),
+        ] {
+            let text = not_permitted(1, 0, true, Some(refusal));
+            assert!(
+                text.starts_with("pid 1 is closed to this process"),
+                "{text}"
+            );
+            assert!(text.contains(says), "{text}");
+            assert!(!text.contains("needs root"), "{text}");
+            assert!(!text.contains('\n'), "one line: {text}");
+        }
     }
 
     #[test]

@@ -5,7 +5,8 @@
 //! `execv`: the parent can open perf events on the child's pid (with
 //! `enable_on_exec`) before the program runs its first instruction, so no event
 //! is missed. Between `fork` and `exec` the child only calls async-signal-safe
-//! functions (`read`, `sigprocmask`, `sigaction`, `execv`, `write`, `_exit`).
+//! functions (`read`, `sigprocmask`, `sigaction`, `dup2`, `close`, `execv`, `write`,
+//! `_exit`).
 
 use super::{SysError, SysResult};
 use std::ffi::CString;
@@ -42,8 +43,15 @@ fn pipe_cloexec() -> SysResult<(OwnedFd, OwnedFd)> {
 /// environment once [`StoppedChild::release`] is called. The child gets the
 /// default dispositions for `SIGPIPE`, `SIGINT` and `SIGQUIT` and an empty
 /// signal mask, as a shell would give it (Rust ignores `SIGPIPE` in its own
-/// process). Costs one `fork` and two pipes.
-pub fn spawn_stopped(path: &CString, argv: &[CString]) -> SysResult<StoppedChild> {
+/// process). With `stdout_to_stderr` the child's standard output is this
+/// process's standard error (`dup2(2, 1)` before `exec`; closed when that
+/// fails), so that this process's stdout carries only what it writes
+/// itself. Costs one `fork` and two pipes.
+pub fn spawn_stopped(
+    path: &CString,
+    argv: &[CString],
+    stdout_to_stderr: bool,
+) -> SysResult<StoppedChild> {
     let (go_read, go_write) = pipe_cloexec()?;
     let (status_read, status_write) = pipe_cloexec()?;
     let mut argv_ptrs: Vec<*const libc::c_char> = argv.iter().map(|a| a.as_ptr()).collect();
@@ -75,6 +83,10 @@ pub fn spawn_stopped(path: &CString, argv: &[CString]) -> SysResult<StoppedChild
             libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
             for sig in [libc::SIGPIPE, libc::SIGINT, libc::SIGQUIT] {
                 libc::signal(sig, libc::SIG_DFL);
+            }
+            if stdout_to_stderr && libc::dup2(2, 1) < 0 {
+                // No stderr to give it: no stdout either, rather than ours.
+                libc::close(1);
             }
             libc::execv(path.as_ptr(), argv_ptrs.as_ptr());
             let errno = *libc::__errno_location();
@@ -670,7 +682,7 @@ mod tests {
 
     #[test]
     fn runs_a_command_and_reports_its_status() {
-        let child = spawn_stopped(&c("/bin/sh"), &[c("sh"), c("-c"), c("exit 7")]).unwrap();
+        let child = spawn_stopped(&c("/bin/sh"), &[c("sh"), c("-c"), c("exit 7")], false).unwrap();
         let pid = child.release().unwrap().unwrap();
         let (kind, _) = wait(pid).unwrap();
         assert_eq!(kind, ExitKind::Exited(7));
@@ -679,7 +691,8 @@ mod tests {
 
     #[test]
     fn reports_a_signal_death() {
-        let child = spawn_stopped(&c("/bin/sh"), &[c("sh"), c("-c"), c("kill -9 $$")]).unwrap();
+        let child =
+            spawn_stopped(&c("/bin/sh"), &[c("sh"), c("-c"), c("kill -9 $$")], false).unwrap();
         let pid = child.release().unwrap().unwrap();
         let (kind, _) = wait(pid).unwrap();
         assert_eq!(
@@ -696,14 +709,14 @@ mod tests {
 
     #[test]
     fn exec_failure_comes_back_as_errno() {
-        let child = spawn_stopped(&c("/nonexistent/program"), &[c("program")]).unwrap();
+        let child = spawn_stopped(&c("/nonexistent/program"), &[c("program")], false).unwrap();
         let failed = child.release().unwrap().unwrap_err();
         assert_eq!(failed.errno, libc::ENOENT);
     }
 
     #[test]
     fn dropping_an_unreleased_child_reaps_it() {
-        let child = spawn_stopped(&c("/bin/true"), &[c("true")]).unwrap();
+        let child = spawn_stopped(&c("/bin/true"), &[c("true")], false).unwrap();
         let pid = child.pid();
         assert!(exists(pid));
         drop(child);
@@ -797,7 +810,7 @@ mod tests {
             .unwrap_or_else(|poisoned| poisoned.into_inner());
         // Dropped after `forward` (declared before it), which restores these.
         let _defaults = [libc::SIGINT, libc::SIGTERM].map(DefaultDisposition::of);
-        let child = spawn_stopped(&c("/bin/sleep"), &[c("sleep"), c("60")]).unwrap();
+        let child = spawn_stopped(&c("/bin/sleep"), &[c("sleep"), c("60")], false).unwrap();
         let pid = child.release().unwrap().unwrap();
         let forward = ForwardSignals::to(pid as u32);
         assert_eq!(forward.stop_requested(), None);
@@ -835,6 +848,7 @@ mod tests {
                 c("-c"),
                 c("head -c 4000000 /dev/zero | cat > /dev/null"),
             ],
+            false,
         )
         .unwrap();
         let pid = child.release().unwrap().unwrap();
