@@ -17,7 +17,6 @@
 use crate::sys::create;
 use std::fs::File;
 use std::io::{self, Read, Write};
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
 /// Opens `path` for reading if it is a regular file (following symbolic
@@ -136,11 +135,9 @@ pub fn check_output(path: &Path) -> io::Result<()> {
             format!("{}, not a regular file", create::kind_of(&meta)),
         )),
         // Never blocks: a FIFO put there since the `stat` fails at once.
-        Ok(_) => std::fs::OpenOptions::new()
-            .write(true)
-            .custom_flags(libc::O_NONBLOCK)
-            .open(path)
-            .map(drop),
+        Ok(_) => create::open_existing_for_writing(path)
+            .map(drop)
+            .map_err(|e| e.source),
         Err(e) if e.kind() == io::ErrorKind::NotFound => check_creatable(path),
         Err(e) => Err(e),
     }

@@ -90,6 +90,14 @@ pub fn open_for_reading(path: &Path) -> SysResult<File> {
     open_raw(path, libc::O_RDONLY | libc::O_NONBLOCK, 0, "open(O_RDONLY)")
 }
 
+/// Opens an existing file for writing, following links, without truncating
+/// it and without blocking on a FIFO (`O_NONBLOCK`: one no process reads
+/// fails at once with `ENXIO`), to learn whether it could be written. One
+/// `open` call.
+pub fn open_existing_for_writing(path: &Path) -> SysResult<File> {
+    open_raw(path, libc::O_WRONLY | libc::O_NONBLOCK, 0, "open(O_WRONLY)")
+}
+
 /// Opens `path` for writing, created (mode 0666 minus the umask) or
 /// truncated, without blocking on a FIFO: one that no process reads fails at
 /// once with `ENXIO` ([`fifo_without_reader`] tells), one that is read is
