@@ -396,9 +396,17 @@ fn run_with_huge_text(
     let (pid, gathered) = (finished.pid, &finished.gathered);
     let report_file = report_file();
     if args.report || report_file.is_some() {
-        for problem in finished.note.iter().chain(&gathered.problems) {
-            errln!("pagewise run: {problem}");
+        if let Some(note) = &finished.note {
+            errln!("pagewise run: {note}");
         }
+    }
+    // Fallbacks are said with or without --report.
+    for problem in &gathered.problems {
+        errln!("pagewise run: {problem}");
+    }
+    let why_missing = "sent no huge-text report: the preload library did not run in it";
+    if gathered.newest_for(pid).is_none() {
+        errln!("pagewise run: {program} {why_missing}");
     }
     if let Some(file) = report_file {
         let missing;
@@ -406,8 +414,7 @@ fn run_with_huge_text(
             Some(top) => top,
             // Still written: the other processes' reports and the tunables.
             None => {
-                let why = "sent no huge-text report: the preload library did not run in it";
-                errln!("pagewise run: {program} {why}");
+                let why = why_missing;
                 missing = RunReport {
                     not_applied: Some(why.to_owned()),
                     ..RunReport::empty(pid, inspected.display().to_string())

@@ -204,7 +204,8 @@ impl Gatherer {
     /// Collects from `dir`; writes perf maps with `perf_maps` (none: no maps);
     /// with `print`, prints each report's [`summary`] lines on stderr (this
     /// process's, never the program's) as it reads the report, and a line
-    /// for each map it later replaces or removes.
+    /// for each map it later replaces or removes; without, only the line of
+    /// a report whose fix was not applied (a fallback is never silent).
     pub fn new(dir: &Path, perf_maps: Option<PerfMaps>, print: bool) -> Self {
         Gatherer {
             dir: dir.to_owned(),
@@ -297,6 +298,9 @@ impl Gatherer {
         if self.print {
             lines = summary(&taken.report);
             lines.extend(gone.iter().flat_map(perf_map_lines));
+        } else {
+            // A fallback is said even without --report.
+            lines.extend(crate::text::huge::not_applied_line(&taken.report));
         }
         self.reports.push(taken.report);
         lines
@@ -635,6 +639,25 @@ mod tests {
         let path = dir.path().to_owned();
         drop(dir);
         assert!(!path.exists(), "the report directory is removed");
+    }
+
+    #[test]
+    fn a_fix_not_applied_is_said_without_report_and_nothing_else_is() {
+        let mut g = Gatherer::new(Path::new("/nonexistent"), None, false);
+        let taken = |report| Taken {
+            key: (70, 0),
+            report,
+            map: false,
+        };
+        let mut failed = RunReport::not_applied("bad setting".into());
+        failed.pid = 70;
+        failed.program = "/bin/app".into();
+        let lines = g.settle(taken(failed), None);
+        assert_eq!(
+            lines,
+            ["pagewise[70] app: huge text not applied: bad setting"]
+        );
+        assert!(g.settle(taken(report(70, "/bin/app")), None).is_empty());
     }
 
     #[test]

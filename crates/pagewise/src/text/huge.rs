@@ -910,6 +910,19 @@ pub fn eprint_lines(lines: &[String]) {
 pub const LIB_NOT_FOUND: &str =
     "no such library in this process (at start-up; one opened later is never moved)";
 
+/// The line saying that huge text was not applied in `report`'s process and
+/// why, if it was not: printed whether or not `--report` was asked for, as
+/// every fallback is.
+pub fn not_applied_line(report: &RunReport) -> Option<String> {
+    report.not_applied.as_ref().map(|why| {
+        format!(
+            "pagewise[{}] {}: huge text not applied: {why}",
+            report.pid,
+            file_name(&report.program)
+        )
+    })
+}
+
 /// A one-line-per-range summary for humans (`--report`).
 pub fn summary(report: &RunReport) -> Vec<String> {
     let mut lines = Vec::new();
@@ -933,11 +946,8 @@ pub fn summary(report: &RunReport) -> Vec<String> {
             report.pid, r.start, r.end
         ));
     }
-    if let Some(why) = &report.not_applied {
-        lines.push(format!(
-            "pagewise[{}] {program}: huge text not applied: {why}",
-            report.pid
-        ));
+    if let Some(line) = not_applied_line(report) {
+        lines.push(line);
     } else if report.ranges.is_empty() {
         lines.push(format!(
             "pagewise[{}] {program}: no executable text to consider",
