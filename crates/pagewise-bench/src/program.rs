@@ -419,6 +419,10 @@ fn shown(command: &Command) -> Vec<String> {
 #[derive(Deserialize)]
 struct RunReportFile {
     processes: Vec<pagewise::text::huge::RunReport>,
+    /// Why the started program's fix was not applied, at the top level (set
+    /// also when it sent no report of its own).
+    #[serde(default)]
+    not_applied: Option<String>,
 }
 
 /// Bytes moved (all processes), those of them on hugetlb pages, and the
@@ -432,6 +436,9 @@ fn read_moved(report: &Path) -> Result<(u64, u64, Vec<String>), String> {
     })?;
     let file: RunReportFile =
         serde_json::from_str(&text).map_err(|e| format!("{}: {e}", report.display()))?;
+    if let (true, Some(why)) = (file.processes.is_empty(), &file.not_applied) {
+        return Err(format!("the fix did not apply to the program: it {why}"));
+    }
     let moved = file.processes.iter().map(|p| p.moved_bytes()).sum();
     let hugetlb = file
         .processes
@@ -445,6 +452,7 @@ fn read_moved(report: &Path) -> Result<(u64, u64, Vec<String>), String> {
         .iter()
         .flat_map(|p| p.ranges.iter())
         .filter_map(|r| r.skipped.clone())
+        .chain(file.processes.iter().filter_map(|p| p.not_applied.clone()))
         .collect();
     skipped.sort();
     skipped.dedup();
@@ -1085,6 +1093,22 @@ mod tests {
         assert!(read_moved(&dir.path().join("none.json"))
             .unwrap_err()
             .contains("wrote no report"));
+        // The started program sent no report: the top level says why.
+        let why = "sent no huge-text report: the preload library did not run in it";
+        std::fs::write(
+            &path,
+            serde_json::json!({"processes": [], "not_applied": why}).to_string(),
+        )
+        .unwrap();
+        assert!(read_moved(&path).unwrap_err().contains(why));
+        // A process whose move was not applied gives its reason.
+        let mut failed = process(vec![]);
+        failed["not_applied"] = serde_json::json!("bad setting");
+        write(serde_json::json!([failed]));
+        assert_eq!(
+            read_moved(&path).unwrap(),
+            (0, 0, vec!["bad setting".to_owned()])
+        );
     }
 
     /// A real run of `true` and `sh -c 'exit 3'`: statuses are kept, and a
