@@ -362,6 +362,9 @@ pub enum SecureMode {
     },
     /// The file carries capabilities and the one running it is not root.
     Capabilities,
+    /// The one running it runs set-user-ID or set-group-ID itself (its
+    /// effective ids are not its real ones): every program it starts is.
+    OwnIds,
 }
 
 impl std::fmt::Display for SecureMode {
@@ -382,6 +385,10 @@ impl std::fmt::Display for SecureMode {
                     "file capabilities in security.capability, and you are not root"
                 )
             }
+            SecureMode::OwnIds => write!(
+                f,
+                "pagewise itself runs with effective ids other than its real ones"
+            ),
         }
     }
 }
@@ -399,6 +406,11 @@ pub struct ExecFacts {
     pub capabilities: bool,
     /// Whether its file system is mounted `nosuid`.
     pub nosuid: bool,
+    /// Whether the one running it has `no_new_privs` set (set-ID bits are
+    /// then ignored).
+    pub no_new_privs: bool,
+    /// Whether the one running it has effective ids other than its real ones.
+    pub ids_differ: bool,
     /// The real user id of the one who runs it.
     pub real_uid: u32,
     /// Their real group id.
@@ -410,19 +422,25 @@ pub struct ExecFacts {
 /// user, set-group-ID (with the group execute bit; without it the bit means
 /// mandatory locking) when its group is not the real group, or file
 /// capabilities for anyone but root. On a `nosuid` mount none of these
-/// count. Root running a set-user-ID-root program is not in secure mode.
+/// count, and with `no_new_privs` the set-ID bits do not. Root running a
+/// set-user-ID-root program is not in secure mode. A caller whose own
+/// effective ids are not its real ones starts everything in secure mode.
 /// Free.
 pub fn secure_mode_of(f: &ExecFacts) -> Option<SecureMode> {
+    if f.ids_differ {
+        return Some(SecureMode::OwnIds);
+    }
     if f.nosuid {
         return None;
     }
-    if f.mode & 0o4000 != 0 && f.uid != f.real_uid {
+    let set_ids_count = !f.no_new_privs;
+    if set_ids_count && f.mode & 0o4000 != 0 && f.uid != f.real_uid {
         return Some(SecureMode::SetUid {
             owner: f.uid,
             real: f.real_uid,
         });
     }
-    if f.mode & 0o2010 == 0o2010 && f.gid != f.real_gid {
+    if set_ids_count && f.mode & 0o2010 == 0o2010 && f.gid != f.real_gid {
         return Some(SecureMode::SetGid {
             group: f.gid,
             real: f.real_gid,
@@ -451,6 +469,9 @@ pub fn require_not_secure(path: &Path, consequence: &str) -> Result<(), LaunchEr
         capabilities: real_uid != 0
             && crate::sys::file::has_file_capabilities(path).map_err(sys_error)?,
         nosuid: false,
+        // Unknown counts as unset: the stricter answer.
+        no_new_privs: crate::sys::prctl::no_new_privs().unwrap_or(false),
+        ids_differ: crate::sys::create::ids_differ(),
         real_uid,
         real_gid,
     };
@@ -595,6 +616,8 @@ mod tests {
             gid,
             capabilities: false,
             nosuid: false,
+            no_new_privs: false,
+            ids_differ: false,
             real_uid,
             real_gid,
         };
@@ -630,6 +653,22 @@ mod tests {
             ..facts(0o6755, 0, 5, 1000, 1000)
         };
         assert_eq!(secure_mode_of(&nosuid), None);
+        // no_new_privs: exec ignores the set-ID bits, not the capabilities.
+        let nnp = |f: ExecFacts| ExecFacts {
+            no_new_privs: true,
+            ..f
+        };
+        assert_eq!(secure_mode_of(&nnp(facts(0o6755, 0, 5, 1000, 1000))), None);
+        assert_eq!(
+            secure_mode_of(&nnp(caps(1000))),
+            Some(SecureMode::Capabilities)
+        );
+        // A caller running set-ID itself starts everything in secure mode.
+        let own = ExecFacts {
+            ids_differ: true,
+            ..facts(0o755, 0, 0, 0, 0)
+        };
+        assert_eq!(secure_mode_of(&own), Some(SecureMode::OwnIds));
     }
 
     /// Static programs linked against glibc (static and static-pie) are
@@ -675,8 +714,14 @@ mod tests {
                 pagewise_testkit::skip_part!("bare", pagewise_testkit::Need::Compiler, "{why}")
             }
         }
-        if Path::new("/usr/sbin/ldconfig").exists() {
-            let (_, ldconfig) = inspect_program(Path::new("/usr/sbin/ldconfig")).unwrap();
+        // Debian's ldconfig is static-pie glibc; Ubuntu's is a shell script
+        // around ldconfig.real, which is.
+        let ldconfig = ["/usr/sbin/ldconfig.real", "/usr/sbin/ldconfig"]
+            .into_iter()
+            .map(Path::new)
+            .find(|p| std::fs::read(p).is_ok_and(|b| b.starts_with(b"\x7fELF")));
+        if let Some(path) = ldconfig {
+            let (_, ldconfig) = inspect_program(path).unwrap();
             assert!(
                 matches!(ldconfig, Linkage::StaticGlibc { .. }),
                 "{ldconfig:?}"

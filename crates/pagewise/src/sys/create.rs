@@ -219,6 +219,14 @@ pub fn real_ids() -> (u32, u32) {
     unsafe { (libc::getuid(), libc::getgid()) }
 }
 
+/// Whether this process's effective user or group id differs from its real
+/// one (it runs set-user-ID or set-group-ID itself: every `exec` it makes is
+/// then in secure mode).
+pub fn ids_differ() -> bool {
+    // SAFETY: these four calls have no preconditions and cannot fail.
+    unsafe { libc::geteuid() != libc::getuid() || libc::getegid() != libc::getgid() }
+}
+
 /// A file being created: unnamed until [`NewFile::link_at`] succeeds.
 #[derive(Debug)]
 pub struct NewFile {

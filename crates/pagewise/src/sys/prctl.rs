@@ -1,4 +1,4 @@
-//! `prctl` calls: THP opt-out and anonymous VMA names.
+//! `prctl` calls: THP opt-out, anonymous VMA names, `no_new_privs`.
 
 use super::{SysError, SysResult};
 use std::ffi::CString;
@@ -13,6 +13,17 @@ pub fn thp_disabled() -> SysResult<bool> {
     let rc = unsafe { libc::prctl(libc::PR_GET_THP_DISABLE, 0, 0, 0, 0) };
     if rc < 0 {
         return Err(SysError::last("prctl(PR_GET_THP_DISABLE)"));
+    }
+    Ok(rc != 0)
+}
+
+/// Whether this process has `no_new_privs` set (`PR_GET_NO_NEW_PRIVS`: then
+/// `exec` ignores set-user-ID and set-group-ID bits). One `prctl` call.
+pub fn no_new_privs() -> SysResult<bool> {
+    // SAFETY: PR_GET_NO_NEW_PRIVS takes no pointer arguments.
+    let rc = unsafe { libc::prctl(libc::PR_GET_NO_NEW_PRIVS, 0, 0, 0, 0) };
+    if rc < 0 {
+        return Err(SysError::last("prctl(PR_GET_NO_NEW_PRIVS)"));
     }
     Ok(rc != 0)
 }
