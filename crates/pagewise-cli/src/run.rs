@@ -172,19 +172,27 @@ fn start(args: &RunArgs) -> anyhow::Result<ExitCode> {
     }
     // This process becomes the program: the report is written before, with
     // the pid the program will have.
-    if let (Some(file), Some(tunables)) = (report_file(), &tunables) {
-        let top = RunReport::empty(std::process::id(), tunables.program.clone());
-        write_report(
-            &file,
-            &huge_text::RunSummary {
-                top: &top,
-                processes: &[],
-                preload: None,
-                tunables: Some(tunables),
-            },
-        );
-    }
+    let written = match (report_file(), &tunables) {
+        (Some(file), Some(tunables)) => {
+            let top = RunReport::empty(std::process::id(), tunables.program.clone());
+            write_report(
+                &file,
+                &huge_text::RunSummary {
+                    top: &top,
+                    processes: &[],
+                    preload: None,
+                    tunables: Some(tunables),
+                },
+            );
+            Some(file)
+        }
+        _ => None,
+    };
     let error = command.exec();
+    // The program never ran: a report describing it would be false.
+    if let Some(file) = written {
+        let _ = std::fs::remove_file(file);
+    }
     Err(if error.kind() == std::io::ErrorKind::NotFound {
         LaunchError::NotFound(program.clone())
     } else {

@@ -124,6 +124,29 @@ fn the_json_report_is_written_without_huge_text() {
     }
 }
 
+/// A program that cannot be started after the report was written (here
+/// `ETXTBSY`: the file is open for writing) leaves no report describing it.
+#[test]
+fn a_program_that_fails_to_start_leaves_no_report() {
+    let dir = tempfile::tempdir().unwrap();
+    let prog = dir.path().join("prog");
+    std::fs::copy("/bin/true", &prog).unwrap();
+    let _writer = std::fs::OpenOptions::new().write(true).open(&prog).unwrap();
+    let report = dir.path().join("report.json");
+    let out = pagewise()
+        .env("PAGEWISE_REPORT", &report)
+        .args(["run", "--keep-heap", "--"])
+        .arg(&prog)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(126), "{stderr}");
+    assert!(
+        !report.exists(),
+        "a report of a program that never ran: {stderr}"
+    );
+}
+
 #[test]
 fn exit_status_is_the_programs() {
     pagewise()
