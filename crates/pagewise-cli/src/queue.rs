@@ -471,16 +471,7 @@ fn append(args: &AppendArgs) -> anyhow::Result<ExitCode> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             pagewise::host::user_files::check_creatable(&args.path)
                 .with_context(|| format!("cannot create {}", args.path.display()))?;
-            let new = queue::layout::Geometry {
-                version: queue::layout::VERSION,
-                chunk_size: options.chunk_size,
-                flags: if options.record_crc {
-                    queue::layout::FLAG_RECORD_CRC
-                } else {
-                    0
-                },
-                created_unix_ns: 0,
-            };
+            let new = queue::layout::Geometry::new_queue(options.chunk_size, options.record_crc, 0);
             Some(read_record(args, &mut input, new.max_payload(), 0)?)
         }
         _ => None,

@@ -843,9 +843,6 @@ fn attaching_counts_the_cpu_time_of_the_children_it_follows() {
     assert_eq!(c["time_source"], "cpu-clock", "{c:#}");
 }
 
-/// `stat --pid` shows what it is doing during its window on a terminal
-/// (stderr of `script(1)`'s pseudo-terminal), and nothing on a redirected
-/// stderr, where it would mix with the report.
 /// A process to watch that does nothing for 30 s (the caller kills it).
 fn sleeping_child() -> std::process::Child {
     std::process::Command::new("sleep")
@@ -854,6 +851,9 @@ fn sleeping_child() -> std::process::Child {
         .unwrap()
 }
 
+/// `stat --pid` shows what it is doing during its window on a terminal
+/// (stderr of `script(1)`'s pseudo-terminal), and nothing on a redirected
+/// stderr, where it would mix with the report.
 #[test]
 fn pid_window_shows_progress_on_a_terminal_only() {
     if let Some(why) = pagewise_testkit::tool_missing("script") {

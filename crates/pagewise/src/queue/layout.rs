@@ -118,6 +118,18 @@ pub struct Geometry {
 }
 
 impl Geometry {
+    /// The geometry of a new queue of this version with `chunk_size` bytes
+    /// per chunk and, with `record_crc`, a CRC-32 on every record, created
+    /// at `created_unix_ns`. Free.
+    pub fn new_queue(chunk_size: u64, record_crc: bool, created_unix_ns: u64) -> Geometry {
+        Geometry {
+            version: VERSION,
+            chunk_size,
+            flags: if record_crc { FLAG_RECORD_CRC } else { 0 },
+            created_unix_ns,
+        }
+    }
+
     /// Whether records carry a CRC-32.
     pub fn record_crc(&self) -> bool {
         self.flags & FLAG_RECORD_CRC != 0

@@ -226,16 +226,8 @@ impl Writer {
         // A create that fails before the name is given leaves nothing
         // behind, its lock file included.
         let named = (|| {
-            let geometry = Geometry {
-                version: layout::VERSION,
-                chunk_size: options.chunk_size,
-                flags: if options.record_crc {
-                    layout::FLAG_RECORD_CRC
-                } else {
-                    0
-                },
-                created_unix_ns: now_unix_ns(),
-            };
+            let geometry =
+                Geometry::new_queue(options.chunk_size, options.record_crc, now_unix_ns());
             // The header page is allocated like everything else: a full file system fails here.
             file::allocate(new.file(), 0, HEADER_LEN).map_err(|e| QueueError::NoSpace {
                 path: path.to_owned(),
