@@ -902,7 +902,7 @@ fn bench_queue_rtt_json_has_a_floor_and_a_queue_row_per_size() {
                 "--trials",
                 "1",
                 "--only",
-                "floor,queue,queue+no-pretouch",
+                "floor,queue,queue+no-pretouch,queue+prepared",
                 "--json",
                 "-q",
                 "--tmpfs-dir",
@@ -927,7 +927,9 @@ fn bench_queue_rtt_json_has_a_floor_and_a_queue_row_per_size() {
         .collect();
     let want: Vec<(String, u64)> = [32, 4096]
         .into_iter()
-        .flat_map(|b| ["floor", "queue", "queue+no-pretouch"].map(|n| (n.to_owned(), b)))
+        .flat_map(|b| {
+            ["floor", "queue", "queue+no-pretouch", "queue+prepared"].map(|n| (n.to_owned(), b))
+        })
         .collect();
     assert_eq!(cells, want);
     for r in rows {

@@ -1739,3 +1739,89 @@ fn auto_pretouch_on_two_cpus_goes_back_to_idle_time_when_the_writer_idles_again(
     assert_eq!(seen.last_writer_pretouch, Some(PreToucher::Idle));
     assert_eq!(seen.last_writer_pretouch_switches, 2);
 }
+
+/// `Reader::prepare` maps in what the file holds ahead of the reader,
+/// across chunks: reading it afterwards takes no page fault, where the same
+/// reads without it fault on every 64 KiB at least once per chunk. It stops
+/// at the file's size and keeps the chunks it mapped until the reader gets
+/// there, also after a seek back.
+#[test]
+fn a_prepared_reader_reads_across_chunks_without_faults() {
+    let d = dir();
+    let path = d.path().join("q");
+    let options = Options {
+        chunk_size: 1 << 20,
+        ..Options::default()
+    };
+    let mut w = Writer::create(&path, options).unwrap();
+    let record = [3u8; 200];
+    let mut count = 0u64;
+    while w.position().0 < 4096 + (7 << 19) {
+        w.append(&record).unwrap();
+        count += 1;
+    }
+    let written_end = w.position().0;
+    let read_all = |r: &mut Reader| {
+        let mut n = 0u64;
+        while let Some(rec) = r.next().unwrap() {
+            assert_eq!(rec.payload, &record[..]);
+            n += 1;
+        }
+        n
+    };
+    // A warm-up pass on a reader of its own: the measured passes reach no
+    // stack or heap for the first time (docs/TESTING.md).
+    let mut warm = Reader::open(&path).unwrap();
+    assert_eq!(read_all(&mut warm), count);
+    drop(warm);
+
+    let mut plain = Reader::open(&path).unwrap();
+    let mut n = 0;
+    let unprepared = faults_of(|| n = read_all(&mut plain)).unwrap();
+    assert_eq!(n, count);
+    assert!(
+        unprepared >= 4,
+        "3.5 chunks read unprepared took only {unprepared} faults"
+    );
+
+    let mut r = Reader::open(&path).unwrap();
+    let size = std::fs::metadata(&path).unwrap().len();
+    let prepared = r.prepare(u64::MAX).unwrap();
+    assert!(prepared.0 <= size, "{prepared:?} past the file size {size}");
+    assert!(
+        prepared.0 >= written_end,
+        "{prepared:?} short of {written_end}"
+    );
+    // A seek back within the first chunk keeps the chunks mapped ahead.
+    r.seek_to_start().unwrap();
+    let mut n = 0;
+    let faults = faults_of(|| n = read_all(&mut r)).unwrap();
+    assert_eq!(n, count);
+    assert_eq!(
+        faults, 0,
+        "prepared reads faulted ({unprepared} unprepared)"
+    );
+}
+
+/// `Reader::prepare` of a range past what the writer has written maps in
+/// only what the file holds, and the records appended there later read
+/// back whole.
+#[test]
+fn preparing_past_the_end_stops_at_the_file_size() {
+    let d = dir();
+    let path = d.path().join("q");
+    let mut w = Writer::create(&path, small(false)).unwrap();
+    w.append(b"first").unwrap();
+    let mut r = Reader::open(&path).unwrap();
+    let size = std::fs::metadata(&path).unwrap().len();
+    let to = r.prepare(10 * CHUNK).unwrap();
+    assert!(to.0 <= size, "{to:?} past the file size {size}");
+    for i in 0..2000u64 {
+        w.append(&payload(i)).unwrap();
+    }
+    assert_eq!(r.next().unwrap().unwrap().payload, b"first");
+    for i in 0..2000u64 {
+        assert_eq!(r.next().unwrap().unwrap().payload, &payload(i)[..]);
+    }
+    assert!(r.next().unwrap().is_none());
+}

@@ -77,6 +77,12 @@ pub enum RttKind {
     /// As `Queue`, with readers copying payloads with the unguarded
     /// `copy::Routine` instead of the SIGBUS-guarded copy.
     QueueUnguarded,
+    /// As `Queue`, with every byte of the run prepared before the clock
+    /// starts, as Aeron allocates and touches its term buffers: the parent
+    /// allocates both files, each writer maps its file in
+    /// (`Writer::wait_pretouched`) and each reader the other's
+    /// (`Reader::prepare`).
+    QueuePrepared,
 }
 
 impl RttKind {
@@ -89,21 +95,24 @@ impl RttKind {
             RttKind::QueueThread => "queue+thread",
             RttKind::QueueNoPretouch => "queue+no-pretouch",
             RttKind::QueueUnguarded => "queue+unguarded",
+            RttKind::QueuePrepared => "queue+prepared",
         }
     }
 
     /// Every row, in the order they run.
-    pub const ALL: [RttKind; 6] = [
+    pub const ALL: [RttKind; 7] = [
         RttKind::Floor,
         RttKind::Queue,
         RttKind::QueueIdleWork,
         RttKind::QueueThread,
         RttKind::QueueNoPretouch,
         RttKind::QueueUnguarded,
+        RttKind::QueuePrepared,
     ];
 
-    /// The rows run when none are named: the floor and the queue.
-    pub const DEFAULT: [RttKind; 2] = [RttKind::Floor, RttKind::Queue];
+    /// The rows run when none are named: the floor, the queue with default
+    /// options, and the queue with the run's bytes prepared up front.
+    pub const DEFAULT: [RttKind; 3] = [RttKind::Floor, RttKind::Queue, RttKind::QueuePrepared];
 
     /// The row called `name`.
     pub fn by_name(name: &str) -> Option<RttKind> {
@@ -209,6 +218,12 @@ impl Sink for RttQueueSink {
 
 struct RttQueueSource {
     reader: Reader,
+    /// Bytes to map in ahead (`Reader::prepare`) once the other side's
+    /// writer has prepared them: at the second wait, after a record from
+    /// it arrived (it prepares before it sends). 0: nothing (left) to do.
+    prepare: u64,
+    /// Records received so far, up to 2.
+    received: u8,
 }
 
 impl RttQueueSource {
@@ -320,7 +335,7 @@ fn queue_options(spec: &RttChildSpec) -> (Options, ReaderOptions) {
             reader.guard_copies = false;
             reader.copy = spec.copy;
         }
-        RttKind::Queue | RttKind::QueueIdleWork | RttKind::Floor => {}
+        RttKind::Queue | RttKind::QueueIdleWork | RttKind::QueuePrepared | RttKind::Floor => {}
     }
     (options, reader)
 }
@@ -366,16 +381,25 @@ fn open_end(spec: &RttChildSpec) -> Result<End, String> {
         ));
     }
     let (options, reader_options) = queue_options(spec);
-    let writer = Writer::open(out_path, options).map_err(|e| e.to_string())?;
+    let mut writer = Writer::open(out_path, options).map_err(|e| e.to_string())?;
     // The reader may open before the other side's writer ever ran: the
     // parent created both queues.
     let reader = Reader::open_with(in_path, reader_options).map_err(|e| e.to_string())?;
+    let mut prepare = 0;
+    if spec.kind == RttKind::QueuePrepared {
+        prepare = run_bytes(spec.record_bytes, spec.warmup + spec.round_trips);
+        writer.wait_pretouched(prepare).map_err(|e| e.to_string())?;
+    }
     Ok(End::Queue(
         Box::new(RttQueueSink {
             writer,
             idle_work: spec.kind == RttKind::QueueIdleWork,
         }),
-        Box::new(RttQueueSource { reader }),
+        Box::new(RttQueueSource {
+            reader,
+            prepare,
+            received: 0,
+        }),
     ))
 }
 
@@ -439,6 +463,14 @@ trait AnySource {
 impl AnySource for RttQueueSource {
     #[inline]
     fn wait(&mut self, sink: &mut dyn Sink) -> Result<&[u8], String> {
+        if self.prepare > 0 {
+            if self.received == 1 {
+                self.reader
+                    .prepare(std::mem::take(&mut self.prepare))
+                    .map_err(|e| e.to_string())?;
+            }
+            self.received += 1;
+        }
         if !sink.wants_idle() {
             return self.receive();
         }
@@ -723,6 +755,15 @@ fn counts_for(config: &RttConfig, record_bytes: usize) -> (u64, u64) {
     (warmup, round_trips)
 }
 
+/// Bytes a queue takes for `records` records of `record_bytes` (no CRC),
+/// with room for the chunk headers and a padding record per chunk.
+fn run_bytes(record_bytes: usize, records: u64) -> u64 {
+    let per = (8 + record_bytes as u64).next_multiple_of(8);
+    let data = per.saturating_mul(records);
+    let chunks = data / pagewise::queue::layout::DEFAULT_CHUNK + 2;
+    data.saturating_add(chunks.saturating_mul(per + pagewise::queue::layout::CHUNK_HEADER_LEN))
+}
+
 /// Creates the two files of a trial: for the floor, rings allocated for
 /// `records` records of `record_bytes`; else two empty queues (so that
 /// each side's reader can open the other's queue before its writer runs).
@@ -744,16 +785,15 @@ fn create_files(
             file::allocate(&f, 0, len)
                 .map_err(|e| format!("allocate the floor file ({len} bytes): {e}"))?;
         } else {
-            drop(
-                Writer::create(
-                    p,
-                    Options {
-                        pretouch: None,
-                        ..Options::default()
-                    },
-                )
-                .map_err(|e| e.to_string())?,
-            );
+            let writer = Writer::create(
+                p,
+                Options {
+                    pretouch: None,
+                    ..Options::default()
+                },
+            )
+            .map_err(|e| e.to_string())?;
+            drop(writer);
         }
     }
     Ok(())
@@ -1046,6 +1086,24 @@ mod tests {
                 assert!(p.starts_with("thread") || p.starts_with("idle"), "{p}");
             }
         }
+    }
+
+    /// The prepared row maps in every byte of the run before the clock
+    /// starts: neither side takes a page fault in its measured round trips
+    /// (when this machine can count them).
+    #[test]
+    fn the_prepared_row_takes_no_fault_while_measured() {
+        let (ping, pong) = ping_pong(RttKind::QueuePrepared, 128);
+        check(&ping, &pong);
+        for side in [&ping, &pong] {
+            if let Some(faults) = side.faults {
+                assert_eq!(faults, 0, "{side:?}");
+            }
+        }
+        assert!(
+            ping.pieces_inline > 0,
+            "the writer prepared the run: {ping:?}"
+        );
     }
 
     #[test]
