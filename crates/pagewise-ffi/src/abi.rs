@@ -374,6 +374,24 @@ pub extern "C" fn pw_queue_max_payload(writer: *mut pw_queue_writer, max: *mut u
     })
 }
 
+/// Prepares, now and on the calling thread, the next `bytes` of the file
+/// after the writer's position: allocates them and, with pre-touch (the
+/// default; not with `PW_QUEUE_NO_PRETOUCH`), maps them in, so appends into
+/// them allocate nothing and take no page fault. What the pre-toucher has
+/// already prepared is not done again. Costs about 2.5 µs per 4 KiB page on
+/// tmpfs (1 MiB: about 0.65 ms); the file grows by that much at once and the
+/// pages count in the process's resident memory. Call it before a
+/// latency-critical phase whose volume is known; appends never need it.
+/// `-ENOSPC`: the file system is full.
+#[no_mangle]
+pub extern "C" fn pw_queue_prepare(writer: *mut pw_queue_writer, bytes: u64) -> c_int {
+    call(|| {
+        let mut held = handles::hold(handle_of(writer), Kind::Writer, false)?;
+        writer_slot(&mut held).writer()?.wait_pretouched(bytes)?;
+        Ok(PW_OK)
+    })
+}
+
 /// Closes the writer (an open reservation is dropped) and releases the
 /// queue's lock. NULL is a no-op returning 0; a closed handle is `-EBADF`.
 /// Does not flush: call `pw_queue_flush` first for durability on disk.
@@ -474,6 +492,32 @@ pub extern "C" fn pw_queue_seek(reader: *mut pw_queue_reader, position: u64) -> 
             PW_SEEK_END => r.seek_end()?,
             p => r.seek(Position(p))?,
         }
+        Ok(PW_OK)
+    })
+}
+
+/// Maps in, now, the next `bytes` of the queue from the reader's position
+/// that the file already holds (a read populate, across chunks: chunks ahead
+/// are mapped now and kept until the reader gets there), so reading them
+/// takes no page fault. Stores the position up to which pages are mapped in
+/// (never past the file's size) in `*reached` unless `reached` is NULL.
+/// Costs about 0.25 µs per 4 KiB page on tmpfs plus one `mmap` per chunk
+/// ahead; the pages count in the process's resident memory until the reader
+/// leaves their chunk. A reader can only prepare what the writer has
+/// allocated: call it after the writer's `pw_queue_prepare`.
+#[no_mangle]
+pub extern "C" fn pw_queue_reader_prepare(
+    reader: *mut pw_queue_reader,
+    bytes: u64,
+    reached: *mut u64,
+) -> c_int {
+    call(|| {
+        let mut held = handles::hold(handle_of(reader), Kind::Reader, false)?;
+        if !reached.is_null() {
+            writable(reached, "reached")?;
+        }
+        let end = self::reader(&mut held).prepare(bytes)?;
+        put_optional(reached, end.as_u64(), "reached")?;
         Ok(PW_OK)
     })
 }

@@ -33,6 +33,9 @@ int main(int argc, char **argv) {
     EXPECT_RC(pw_queue_next(NULL, &data, &len, NULL), -EBADF);
     EXPECT_RC(pw_queue_next_wait(NULL, 0, &data, &len, NULL), -EBADF);
     EXPECT_RC(pw_queue_seek(NULL, 0), -EBADF);
+    EXPECT_RC(pw_queue_prepare(NULL, 4096), -EBADF);
+    EXPECT_RC(pw_queue_reader_prepare(NULL, 4096, &pos), -EBADF);
+    EXPECT_RC(pw_queue_reader_prepare(NULL, 4096, NULL), -EBADF);
     EXPECT_RC(pw_region_ptr(NULL, &slot), -EBADF);
     EXPECT_RC(pw_buffer_resize(NULL, 1, 0), -EBADF);
 
@@ -43,6 +46,8 @@ int main(int argc, char **argv) {
     EXPECT_RC(pw_queue_append((pw_queue_writer *)(uintptr_t)UINTPTR_MAX, "x", 1, NULL), -EBADF);
     EXPECT_RC(pw_queue_append((pw_queue_writer *)(void *)r, "x", 1, NULL), -EBADF);
     EXPECT_RC(pw_queue_next((pw_queue_reader *)(void *)w, &data, &len, NULL), -EBADF);
+    EXPECT_RC(pw_queue_prepare((pw_queue_writer *)(void *)r, 4096), -EBADF);
+    EXPECT_RC(pw_queue_reader_prepare((pw_queue_reader *)(void *)w, 4096, &pos), -EBADF);
     EXPECT_RC(pw_region_free((pw_region *)(void *)w), -EBADF);
     EXPECT_RC(pw_buffer_free((pw_buffer *)(void *)r), -EBADF);
     EXPECT(strstr(pw_last_error(), "pw_buffer") != NULL);
@@ -130,6 +135,7 @@ int main(int argc, char **argv) {
     OK(pw_queue_reader_close(r));
     EXPECT_RC(pw_queue_next(r, &data, &len, NULL), -EBADF);
     EXPECT_RC(pw_queue_reader_close(r), -EBADF);
+    EXPECT_RC(pw_queue_reader_prepare(r, 4096, &pos), -EBADF);
     OK(pw_queue_reader_open(path, &r2));
     EXPECT(r2 != r);
     EXPECT_RC(pw_queue_next(r, &data, &len, NULL), -EBADF);
@@ -138,6 +144,7 @@ int main(int argc, char **argv) {
     OK(pw_queue_writer_close(w));
     EXPECT_RC(pw_queue_append(w, "x", 1, NULL), -EBADF);
     EXPECT_RC(pw_queue_writer_close(w), -EBADF);
+    EXPECT_RC(pw_queue_prepare(w, 4096), -EBADF);
 
     /* Regions, buffers and copies. */
     pw_region *region = NULL;
