@@ -162,6 +162,10 @@ public:
 
     void flush() { detail::check(pw_queue_flush(h_.get())); }
 
+    /* Allocates and maps in the next `bytes` after the writer's position now
+       (about 2.5 us per 4 KiB page on tmpfs): before a latency-critical phase. */
+    void prepare(std::uint64_t bytes) { detail::check(pw_queue_prepare(h_.get(), bytes)); }
+
     std::size_t max_payload() const {
         std::size_t max = 0;
         detail::check(pw_queue_max_payload(h_.get(), &max));
@@ -213,6 +217,14 @@ public:
 
     /* A position from a read or append, PW_SEEK_START or PW_SEEK_END. */
     void seek(std::uint64_t position) { detail::check(pw_queue_seek(h_.get(), position)); }
+
+    /* Maps in the next `bytes` the file holds (about 0.25 us per 4 KiB page),
+       so reading them takes no page fault; returns the position reached. */
+    std::uint64_t prepare(std::uint64_t bytes) {
+        std::uint64_t reached = 0;
+        detail::check(pw_queue_reader_prepare(h_.get(), bytes, &reached));
+        return reached;
+    }
 
     pw_queue_reader *handle() const noexcept { return h_.get(); }
 

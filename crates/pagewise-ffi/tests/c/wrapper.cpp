@@ -38,6 +38,7 @@ int main(int argc, char **argv) {
     std::vector<std::uint64_t> positions;
     {
         pagewise::Writer w(path);
+        w.prepare(1 << 20);
         for (int i = 0; i < 100; i++) {
             positions.push_back(w.append("record " + std::to_string(i)));
         }
@@ -60,6 +61,8 @@ int main(int argc, char **argv) {
         EXPECT(error_code([&] { moved.append("x"); }) == -EBADF);
     }
     pagewise::Reader r(path);
+    std::uint64_t reached = r.prepare(1 << 20);
+    EXPECT(reached > positions[99] && reached <= positions[0] + (1 << 20));
     for (int i = 0; i < 100; i++) {
         auto rec = r.next();
         EXPECT(rec && rec->data == "record " + std::to_string(i));
