@@ -255,10 +255,13 @@ const IDLE_POLLS: u32 = 32;
 /// A reader that is not idle takes the previous chunk's mapping down one
 /// piece per this many records read. Each piece delays the record that
 /// arrives during it (in a ping-pong, one round trip), so pieces must come
-/// less often than one record in 1 000 to stay out of the p99.9; a piece
+/// less often than one record in 1 000 to stay out of the p99.9 (a piece
 /// per 64 KiB read came every ~480 records of 128 B and set the round-trip
-/// p99.9 (`bench queue --rtt`, row `queue+prepared`).
-const PACE_RECORDS: u32 = 2048;
+/// p99.9 in `bench queue --rtt`, row `queue+prepared`; one per 2 048 still
+/// put it over twice the floor's in one run of three), and each piece takes
+/// as many bytes as were read since the last one (1.1 MiB, 20–40 µs, for
+/// 128-byte records), so that the old chunk is gone when the new one is.
+const PACE_RECORDS: u32 = 8192;
 
 impl Reader {
     /// Opens a queue for reading from the beginning. See [`Reader::open_with`].
@@ -901,7 +904,7 @@ mod tests {
         use crate::queue::{Options, Writer};
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("q");
-        let chunk = 1u64 << 20;
+        let chunk = 4u64 << 20;
         let mut w = Writer::create(
             &path,
             Options {
@@ -911,7 +914,7 @@ mod tests {
             },
         )
         .unwrap();
-        while w.position().0 < HEADER_LEN + chunk + 2 * (1 << 20) / 4 {
+        while w.position().0 < HEADER_LEN + chunk + (2 << 20) {
             w.append(&[1u8; 100]).unwrap();
         }
         let mut r = Reader::open(&path).unwrap();
