@@ -162,8 +162,9 @@ public:
 
     void flush() { detail::check(pw_queue_flush(h_.get())); }
 
-    /* Allocates and maps in the next `bytes` after the writer's position now
-       (about 2.5 us per 4 KiB page on tmpfs): before a latency-critical phase. */
+    /* Allocates (and with pre-touch maps in) the next `bytes` after the
+       writer's position now, about 2.5 us per 4 KiB page on tmpfs: before a
+       latency-critical phase. Not capped: the file grows by `bytes`. */
     void prepare(std::uint64_t bytes) { detail::check(pw_queue_prepare(h_.get(), bytes)); }
 
     std::size_t max_payload() const {

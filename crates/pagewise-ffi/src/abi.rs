@@ -382,7 +382,8 @@ pub extern "C" fn pw_queue_max_payload(writer: *mut pw_queue_writer, max: *mut u
 /// tmpfs (1 MiB: about 0.65 ms); the file grows by that much at once and the
 /// pages count in the process's resident memory. Call it before a
 /// latency-critical phase whose volume is known; appends never need it.
-/// `-ENOSPC`: the file system is full.
+/// Nothing caps `bytes`: a huge value fills the file system (tmpfs: memory).
+/// `-ENOSPC`: the file system is full; `-EINPROGRESS`: a reservation is open.
 #[no_mangle]
 pub extern "C" fn pw_queue_prepare(writer: *mut pw_queue_writer, bytes: u64) -> c_int {
     call(|| {

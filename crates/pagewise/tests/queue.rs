@@ -1825,3 +1825,32 @@ fn preparing_past_the_end_stops_at_the_file_size() {
     }
     assert!(r.next().unwrap().is_none());
 }
+
+/// A reader that retention left behind cannot prepare: it gets
+/// `FellBehind`, as from `next`, instead of filling the punched chunks in
+/// again.
+#[test]
+fn a_reader_behind_retention_cannot_prepare() {
+    let d = dir();
+    let path = d.path().join("q");
+    let mut w = Writer::create(&path, small(false)).unwrap();
+    let mut r = Reader::open(&path).unwrap();
+    while w.position().0 < 4096 + 4 * CHUNK {
+        w.append(&[9u8; 500]).unwrap();
+    }
+    let report = w
+        .retain(Retention {
+            max_bytes: Some(CHUNK),
+            max_age: None,
+        })
+        .unwrap();
+    assert!(report.dropped_chunks >= 2, "{report:?}");
+    match r.prepare(u64::MAX) {
+        Err(QueueError::FellBehind { .. }) => {}
+        other => panic!("prepare behind retention gave {other:?}"),
+    }
+    r.seek_to_start().unwrap();
+    let to = r.prepare(u64::MAX).unwrap();
+    assert!(to.0 >= w.position().0, "{to:?}");
+    assert!(r.next().unwrap().is_some());
+}

@@ -78,10 +78,11 @@ pub enum RttKind {
     /// `copy::Routine` instead of the SIGBUS-guarded copy.
     QueueUnguarded,
     /// As `Queue`, with every byte of the run prepared before the clock
-    /// starts, as Aeron allocates and touches its term buffers: the parent
-    /// allocates both files, each writer maps its file in
-    /// (`Writer::wait_pretouched`) and each reader the other's
-    /// (`Reader::prepare`).
+    /// starts, as Aeron allocates and touches its term buffers: each writer
+    /// allocates and maps in its file (`Writer::wait_pretouched`) before its
+    /// first record, and each reader maps in the other's (`Reader::prepare`)
+    /// once a record from it has arrived, in the warm-up (which must be at
+    /// least 2 round trips).
     QueuePrepared,
 }
 
@@ -387,6 +388,12 @@ fn open_end(spec: &RttChildSpec) -> Result<End, String> {
     let reader = Reader::open_with(in_path, reader_options).map_err(|e| e.to_string())?;
     let mut prepare = 0;
     if spec.kind == RttKind::QueuePrepared {
+        if spec.warmup < 2 {
+            return Err(
+                "queue+prepared needs --warmup of at least 2: its readers prepare in the warm-up"
+                    .into(),
+            );
+        }
         prepare = run_bytes(spec.record_bytes, spec.warmup + spec.round_trips);
         writer.wait_pretouched(prepare).map_err(|e| e.to_string())?;
     }
@@ -1104,6 +1111,29 @@ mod tests {
             ping.pieces_inline > 0,
             "the writer prepared the run: {ping:?}"
         );
+    }
+
+    /// The prepared row's readers prepare in the warm-up: with less than
+    /// two warm-up round trips that would be inside the measured ones.
+    #[test]
+    fn the_prepared_row_refuses_a_warm_up_below_2() {
+        let dir = tempfile::tempdir_in("/dev/shm").unwrap_or_else(|_| tempfile::tempdir().unwrap());
+        let (ping_path, pong_path) = (dir.path().join("ping"), dir.path().join("pong"));
+        create_files(RttKind::QueuePrepared, [&ping_path, &pong_path], 32, 10).unwrap();
+        let spec = RttChildSpec {
+            role: RttRole::Ping,
+            kind: RttKind::QueuePrepared,
+            ping_path,
+            pong_path,
+            record_bytes: 32,
+            warmup: 1,
+            round_trips: 9,
+            cpu: None,
+            copy: Routine::default(),
+            timeout_s: 0,
+        };
+        let err = run_child(&spec, &mut Vec::new()).unwrap_err();
+        assert!(err.contains("--warmup of at least 2"), "{err}");
     }
 
     #[test]

@@ -217,14 +217,16 @@ pub struct Reader {
     verify_crc: bool,
     watcher: Option<Watcher>,
     watch_problem: Option<String>,
-    /// How far ahead of `pos` pages are mapped in (idle-time read populate).
+    /// How far into the current chunk (an offset from its base) pages are
+    /// mapped in, by idle-time read populate or [`Reader::prepare`].
     populated_to: u64,
     /// Chunks ahead of the reader that [`Reader::prepare`] mapped and read
     /// in, with how far each is read in; `enter` takes them from here.
     ahead: BTreeMap<u64, (ReadMap, u64)>,
     /// The previous chunk's mapping and how much of it is already dropped:
-    /// taken down in idle time, a piece per call (a 64 MiB `munmap` of
-    /// mapped pages costs about a millisecond).
+    /// taken down a piece at a time while the reader waits (64 KiB per poll
+    /// once idle, else paced by what it reads: see [`PACE_RECORDS`]), since a
+    /// 64 MiB `munmap` of mapped pages costs about a millisecond.
     retired: Option<(ReadMap, usize)>,
     /// Records read, and the position, since the last paced step of the
     /// retired mapping's take-down (see [`PACE_RECORDS`]).
@@ -246,10 +248,11 @@ type Located = Option<(usize, usize)>;
 /// (see `Reader::spin_on_mark`): about a microsecond.
 const MARK_SPINS: u32 = 64;
 
-/// Polls without a record after which a waiting reader counts as idle and
-/// takes the previous chunk's mapping down 64 KiB per poll (1–2 µs each,
-/// which a record arriving meanwhile waits out): with `Wait::Spin` about
-/// 30 µs of waiting.
+/// Polls without a record after which a reader waiting with `Wait::Spin`
+/// counts as idle (about 30 µs of waiting) and takes the previous chunk's
+/// mapping down 64 KiB per poll (1–2 µs each, which a record arriving
+/// meanwhile waits out). With `SpinThenYield` and `Block` the reader counts
+/// as idle once it starts to yield or to sleep.
 const IDLE_POLLS: u32 = 32;
 
 /// A reader that is not idle takes the previous chunk's mapping down one
@@ -262,6 +265,12 @@ const IDLE_POLLS: u32 = 32;
 /// as many bytes as were read since the last one (1.1 MiB, 20–40 µs, for
 /// 128-byte records), so that the old chunk is gone when the new one is.
 const PACE_RECORDS: u32 = 8192;
+
+/// ... or per this many bytes read, whichever comes first, and never more
+/// in one piece (about 40 µs): records of 256 B and more reach it before
+/// `PACE_RECORDS`, and a piece of 8192 large records' worth would take a
+/// millisecond.
+const PACE_BYTES: u64 = 2 << 20;
 
 impl Reader {
     /// Opens a queue for reading from the beginning. See [`Reader::open_with`].
@@ -424,7 +433,12 @@ impl Reader {
             if deadline.is_some_and(|d| Instant::now() >= d) {
                 return Ok(None);
             }
-            self.idle_work(polls >= IDLE_POLLS);
+            // Idle: waited long with `Spin`, or about to yield or sleep.
+            let idle = match wait {
+                Wait::Spin => polls >= IDLE_POLLS,
+                Wait::SpinThenYield { spins } | Wait::Block { spins } => polls >= spins,
+            };
+            self.idle_work(idle);
             match wait {
                 Wait::Spin => self.spin_on_mark(),
                 Wait::SpinThenYield { spins } => {
@@ -720,8 +734,15 @@ impl Reader {
     fn enter(&mut self, c: u64) -> Result<(), QueueError> {
         self.check_first(c, self.pos)?;
         if c != self.chunk {
+            // Before any state changes: a truncation leaves the reader where it was.
+            self.refresh_size()?;
             // Chunks mapped ahead that the reader will not reach any more.
-            self.ahead = self.ahead.split_off(&c);
+            while let Some(e) = self.ahead.first_entry() {
+                if *e.key() >= c {
+                    break;
+                }
+                e.remove();
+            }
             let (new, populated_to) = match self.ahead.remove(&c) {
                 Some(prepared) => prepared,
                 None => (map_chunk(&self.path, &self.file, &self.geometry, c)?, 0),
@@ -733,7 +754,6 @@ impl Reader {
             self.chunk_base = chunk_base(&self.path, &self.geometry, c)?;
             self.chunk_end = self.chunk_base + self.geometry.chunk_size;
             self.populated_to = populated_to;
-            self.refresh_size()?;
         }
         self.pos = self.chunk_base + layout::CHUNK_HEADER_LEN;
         self.read_since_step = 0;
@@ -750,30 +770,32 @@ impl Reader {
     /// process's resident memory until the reader leaves their chunk. Use it
     /// before a latency-critical phase, after the writer prepared the same
     /// bytes ([`Writer::wait_pretouched`](super::Writer::wait_pretouched)).
-    /// Returns the position up to which pages are mapped in (never past the
-    /// file's size).
+    /// Returns the position up to which pages are mapped in: at most the
+    /// file's size, and the reader's own position when that is already
+    /// past it. A reader that retention left behind gets `FellBehind`, as
+    /// from `next`. Needs Linux 5.14 (`MADV_POPULATE_READ`). Each chunk
+    /// ahead is one mapping until the reader gets there: preparing many
+    /// small chunks at once can reach `vm.max_map_count`; the chunks mapped
+    /// before a failure stay prepared.
     pub fn prepare(&mut self, bytes: u64) -> Result<Position, QueueError> {
         self.refresh_size()?;
+        // A reader behind retention would fill punched chunks in again.
+        self.check_first(self.chunk, self.pos)?;
         let end = self.pos.saturating_add(bytes).min(self.known_size);
         let page = 4096;
         let mut c = self.chunk;
         while let Some(base) = self.geometry.chunk_base(c).filter(|b| *b < end) {
-            let chunk_end = base.saturating_add(self.geometry.chunk_size);
-            let to = end.min(chunk_end) - base;
-            let populate = |map: &ReadMap, from: u64| {
-                map.advise(
-                    from as usize,
-                    (to - from) as usize,
-                    FileAdvice::PopulateRead,
-                )
-                .map_err(|e| QueueError::sys(&self.path, format!("read in chunk {c}"), e))
-            };
+            let to = end.min(base.saturating_add(self.geometry.chunk_size)) - base;
             if c == self.chunk {
-                let from = (self.pos - base) & !(page - 1);
-                let from = from.max(self.populated_to & !(page - 1));
+                let from = ((self.pos - base) & !(page - 1)).max(self.populated_to & !(page - 1));
                 if to > from {
-                    populate(&self.map, from)?;
-                    self.populated_to = to;
+                    let done = self.map.advise(
+                        from as usize,
+                        (to - from) as usize,
+                        FileAdvice::PopulateRead,
+                    );
+                    self.populated(c, done)?;
+                    self.populated_to = self.populated_to.max(to);
                 }
             } else {
                 let (map, done) = match self.ahead.remove(&c) {
@@ -782,7 +804,12 @@ impl Reader {
                 };
                 let from = done & !(page - 1);
                 if to > from {
-                    populate(&map, from)?;
+                    let result = map.advise(
+                        from as usize,
+                        (to - from) as usize,
+                        FileAdvice::PopulateRead,
+                    );
+                    self.populated(c, result)?;
                 }
                 self.ahead.insert(c, (map, to.max(done)));
             }
@@ -791,14 +818,26 @@ impl Reader {
         Ok(Position(end.max(self.pos)))
     }
 
+    /// The outcome of a read populate of chunk `c`: a file that shrank
+    /// meanwhile is `Truncated`, as for a read.
+    fn populated(&mut self, c: u64, result: crate::sys::SysResult<()>) -> Result<(), QueueError> {
+        match result {
+            Ok(()) => Ok(()),
+            Err(e) => {
+                self.refresh_size()?;
+                Err(QueueError::sys(&self.path, format!("read in chunk {c}"), e))
+            }
+        }
+    }
+
     /// While waiting for a record, map in the next pages of the chunk (read
     /// populate, up to 256 KiB ahead and never past the file size), so
     /// reading them later takes no page fault; else take the previous
     /// chunk's mapping down a piece: 64 KiB per call once the reader has
     /// waited a while (`idle`), and otherwise one piece per
-    /// [`PACE_RECORDS`] records read, as many bytes as were read since
-    /// the last piece, so that the old chunk is gone by the time the new
-    /// one is read.
+    /// [`PACE_RECORDS`] records or [`PACE_BYTES`] read, as many bytes as
+    /// were read since the last piece (at most `PACE_BYTES`), so that the
+    /// old chunk is gone by the time the new one is read.
     fn idle_work(&mut self, idle: bool) {
         const AHEAD: u64 = 256 << 10;
         let page = 4096;
@@ -829,8 +868,8 @@ impl Reader {
         }
         if idle {
             self.drop_retired_piece(DROP_STEP);
-        } else if self.read_since_step >= PACE_RECORDS {
-            let read = (self.pos - self.step_from) as usize;
+        } else if self.read_since_step >= PACE_RECORDS || self.pos - self.step_from >= PACE_BYTES {
+            let read = (self.pos - self.step_from).min(PACE_BYTES) as usize;
             self.drop_retired_piece(read.next_multiple_of(page as usize).max(DROP_STEP));
             self.read_since_step = 0;
             self.step_from = self.pos;
@@ -950,6 +989,58 @@ mod tests {
         assert!(
             r.retired.is_none(),
             "still mapped after idle calls for the whole chunk"
+        );
+    }
+
+    /// Large records reach `PACE_BYTES` long before `PACE_RECORDS`: the
+    /// piece comes then and is at most `PACE_BYTES`; and a reader that
+    /// blocks counts as idle, so waiting with `Block` takes the rest down.
+    #[test]
+    fn large_records_pace_by_bytes_and_a_blocking_reader_is_idle() {
+        use crate::queue::{Options, Writer};
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("q");
+        let chunk = 8u64 << 20;
+        let mut w = Writer::create(
+            &path,
+            Options {
+                chunk_size: chunk,
+                pretouch: None,
+                ..Options::default()
+            },
+        )
+        .unwrap();
+        let record = vec![2u8; 4000];
+        while w.position().0 < HEADER_LEN + chunk + (3 << 20) {
+            w.append(&record).unwrap();
+        }
+        let mut r = Reader::open(&path).unwrap();
+        while r.chunk == 0 {
+            r.next().unwrap().unwrap();
+        }
+        while r.pos - r.step_from < PACE_BYTES + (256 << 10) {
+            r.next().unwrap().unwrap();
+        }
+        assert!(r.read_since_step < PACE_RECORDS);
+        for _ in 0..3 {
+            r.idle_work(false);
+        }
+        assert_eq!(
+            r.retired.as_ref().map(|m| m.1),
+            Some(PACE_BYTES as usize),
+            "one capped piece"
+        );
+        while r.next().unwrap().is_some() {}
+        for _ in 0..(chunk as usize / DROP_STEP) {
+            if r.retired.is_none() {
+                break;
+            }
+            let got = r.next_wait(Wait::Block { spins: 0 }, Some(Duration::from_micros(200)));
+            assert!(got.unwrap().is_none());
+        }
+        assert!(
+            r.retired.is_none(),
+            "a blocking reader left the old chunk mapped"
         );
     }
 

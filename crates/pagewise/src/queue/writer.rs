@@ -482,8 +482,9 @@ impl Writer {
     /// Returns once the `bytes` after the writer's position are prepared
     /// (allocated and, with pre-touch, mapped in), preparing on this thread
     /// what the pre-toucher has not: about 2.5 µs per 4 KiB page on tmpfs.
-    /// Not capped by the window: the file grows by `bytes` at once, and the
-    /// pages stay allocated. Use it before a latency-critical phase whose
+    /// Not capped by the window or anything else: the file grows by `bytes`
+    /// at once and the pages stay allocated, so a huge value fills the file
+    /// system (tmpfs: memory) and ends in `NoSpace`. Use it before a latency-critical phase whose
     /// volume is known (see "Preparing a run up front" in docs/queue.md);
     /// appends never need it.
     pub fn wait_pretouched(&mut self, bytes: u64) -> Result<(), QueueError> {
