@@ -934,16 +934,12 @@ fn map_chunk(path: &Path, file: &File, g: &Geometry, c: u64) -> Result<ReadMap, 
 mod tests {
     use super::*;
 
-    /// A reader that is not idle takes the previous chunk's mapping down
-    /// one piece per `PACE_RECORDS` records read, as many bytes as it read
-    /// since the last piece (each piece is a system call a record arriving
-    /// meanwhile waits out); an idle one, 64 KiB per call until it is gone.
-    #[test]
-    fn the_old_chunk_goes_at_the_pace_of_reading_or_when_idle() {
+    /// A queue of `chunk`-byte chunks filled with `record` up to `past`
+    /// bytes into chunk 1, and a reader that has just entered chunk 1 (so
+    /// chunk 0's mapping is retired). The directory must outlive both.
+    fn reader_in_chunk_1(dir: &tempfile::TempDir, chunk: u64, record: &[u8], past: u64) -> Reader {
         use crate::queue::{Options, Writer};
-        let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("q");
-        let chunk = 4u64 << 20;
         let mut w = Writer::create(
             &path,
             Options {
@@ -953,13 +949,25 @@ mod tests {
             },
         )
         .unwrap();
-        while w.position().0 < HEADER_LEN + chunk + (2 << 20) {
-            w.append(&[1u8; 100]).unwrap();
+        while w.position().0 < HEADER_LEN + chunk + past {
+            w.append(record).unwrap();
         }
         let mut r = Reader::open(&path).unwrap();
         while r.chunk == 0 {
             r.next().unwrap().unwrap();
         }
+        r
+    }
+
+    /// A reader that is not idle takes the previous chunk's mapping down
+    /// one piece per `PACE_RECORDS` records read, as many bytes as it read
+    /// since the last piece (each piece is a system call a record arriving
+    /// meanwhile waits out); an idle one, 64 KiB per call until it is gone.
+    #[test]
+    fn the_old_chunk_goes_at_the_pace_of_reading_or_when_idle() {
+        let dir = tempfile::tempdir().unwrap();
+        let chunk = 4u64 << 20;
+        let mut r = reader_in_chunk_1(&dir, chunk, &[1u8; 100], 2 << 20);
         assert!(
             r.retired.is_some(),
             "entering chunk 1 retired chunk 0's map"
@@ -997,27 +1005,9 @@ mod tests {
     /// blocks counts as idle, so waiting with `Block` takes the rest down.
     #[test]
     fn large_records_pace_by_bytes_and_a_blocking_reader_is_idle() {
-        use crate::queue::{Options, Writer};
         let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("q");
         let chunk = 8u64 << 20;
-        let mut w = Writer::create(
-            &path,
-            Options {
-                chunk_size: chunk,
-                pretouch: None,
-                ..Options::default()
-            },
-        )
-        .unwrap();
-        let record = vec![2u8; 4000];
-        while w.position().0 < HEADER_LEN + chunk + (3 << 20) {
-            w.append(&record).unwrap();
-        }
-        let mut r = Reader::open(&path).unwrap();
-        while r.chunk == 0 {
-            r.next().unwrap().unwrap();
-        }
+        let mut r = reader_in_chunk_1(&dir, chunk, &[2u8; 4000], 3 << 20);
         while r.pos - r.step_from < PACE_BYTES + (256 << 10) {
             r.next().unwrap().unwrap();
         }
