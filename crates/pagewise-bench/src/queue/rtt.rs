@@ -18,7 +18,7 @@
 //! options on both sides; the other rows change one thing each (the rows'
 //! docs say what), to find what costs latency.
 
-use super::{floor_slot, ready, Running, Sink, Source};
+use super::{floor_slot, histogram, ready, Running, Sink, Source};
 use crate::{Progress, Summary};
 use hdrhistogram::Histogram;
 use pagewise::copy::Routine;
@@ -508,10 +508,6 @@ fn switches() -> Option<[u64; 2]> {
 fn switches_since(before: Option<[u64; 2]>) -> Option<[u64; 2]> {
     let (b, a) = (before?, switches()?);
     Some([a[0].saturating_sub(b[0]), a[1].saturating_sub(b[1])])
-}
-
-fn histogram() -> Result<Histogram<u64>, String> {
-    Histogram::<u64>::new_with_bounds(1, 3_600_000_000_000, 3).map_err(|e| e.to_string())
 }
 
 fn word(payload: &[u8], at: usize) -> u64 {
