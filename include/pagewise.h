@@ -409,7 +409,8 @@ int pw_queue_max_payload(struct pw_queue_writer *writer, size_t *max);
  * tmpfs (1 MiB: about 0.65 ms); the file grows by that much at once and the
  * pages count in the process's resident memory. Call it before a
  * latency-critical phase whose volume is known; appends never need it.
- * `-ENOSPC`: the file system is full.
+ * Nothing caps `bytes`: a huge value fills the file system (tmpfs: memory).
+ * `-ENOSPC`: the file system is full; `-EINPROGRESS`: a reservation is open.
  */
 int pw_queue_prepare(struct pw_queue_writer *writer, uint64_t bytes);
 
