@@ -73,7 +73,10 @@ fn first_touch_fixture() {
 /// a few milliseconds long, half of them in a child process. What the
 /// windows counted of each kind is exact (never more than the program took);
 /// the estimates add up to the total, and each lies within a range's width
-/// of the true count.
+/// of the true count. The estimates are samples with 95% ranges, so one run
+/// in many misses by chance (CI saw read_absent 9 886, range 4 575–26 573,
+/// against 32 768, once in a dozen runs): the test fails when two runs in a
+/// row miss.
 #[test]
 fn fault_kinds_follow_a_program_with_known_faults() {
     if let Some((need, why)) = tracing_missing() {
@@ -83,6 +86,15 @@ fn fault_kinds_follow_a_program_with_known_faults() {
         Ok(path) => path,
         Err(why) => pagewise_testkit::skip!(Need::Compiler, "{why}"),
     };
+    if std::panic::catch_unwind(|| fault_kinds_match(&a)).is_err() {
+        eprintln!("the first run missed (above); running again");
+        fault_kinds_match(&a);
+    }
+}
+
+/// One run of `fault_kinds_follow_a_program_with_known_faults`: panics when
+/// a claim does not hold.
+fn fault_kinds_match(a: &std::path::Path) {
     let (rounds, pages) = (8u64, 2048u64);
     let (status, v) = stat_json(
         &[],
