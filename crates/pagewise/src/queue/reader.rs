@@ -786,8 +786,12 @@ impl Reader {
         let mut c = self.chunk;
         while let Some(base) = self.geometry.chunk_base(c).filter(|b| *b < end) {
             let to = end.min(base.saturating_add(self.geometry.chunk_size)) - base;
+            // From the reader's position (or the chunk's start) whatever was
+            // mapped in before: a writer's recovery punching the file since
+            // (its open discards what lies after the last record) unmapped
+            // those pages, and mapping in pages still mapped costs little.
             if c == self.chunk {
-                let from = ((self.pos - base) & !(page - 1)).max(self.populated_to & !(page - 1));
+                let from = (self.pos - base) & !(page - 1);
                 if to > from {
                     let done = self.map.advise(
                         from as usize,
@@ -802,15 +806,8 @@ impl Reader {
                     Some(prepared) => prepared,
                     None => (map_chunk(&self.path, &self.file, &self.geometry, c)?, 0),
                 };
-                let from = done & !(page - 1);
-                if to > from {
-                    let result = map.advise(
-                        from as usize,
-                        (to - from) as usize,
-                        FileAdvice::PopulateRead,
-                    );
-                    self.populated(c, result)?;
-                }
+                let result = map.advise(0, to as usize, FileAdvice::PopulateRead);
+                self.populated(c, result)?;
                 self.ahead.insert(c, (map, to.max(done)));
             }
             c += 1;
