@@ -419,9 +419,9 @@ fn open_source(spec: &ChildSpec) -> Result<Box<dyn Source>, String> {
 /// Runs the copy routine once (its first call detects the CPU and reads
 /// sysfs), grows the stack, and maps in this program's code, so that none
 /// of it happens in the measured loop: a path first taken there (a chunk
-/// switch, a catch-up) took an instruction-fetch page fault that the
-/// fault counts showed as the queue's (0–2 per run). Best effort: without
-/// `MADV_POPULATE_READ` the counts show what is left.
+/// switch, a catch-up) would otherwise fetch its code with a page fault
+/// that the fault counts would charge to the transport. Best effort:
+/// without `MADV_POPULATE_READ` the counts show what is left.
 fn warm_up(copy: Routine, payload: &[u8]) {
     let mut scratch = vec![0u8; payload.len()];
     copy.function()(&mut scratch, payload);
