@@ -751,7 +751,7 @@ pub fn load_1m() -> Option<f64> {
 /// warm-up is cut to a tenth of what fits and the measured round trips to
 /// the rest (at least one each).
 fn counts_for(config: &RttConfig, record_bytes: usize) -> (u64, u64) {
-    let per = (8 + record_bytes as u64).next_multiple_of(8);
+    let per = floor_slot(record_bytes) as u64;
     let room = (MAX_QUEUE_BYTES / per).max(2);
     let warmup = config.warmup.min(room / 10);
     let round_trips = config.round_trips.min(room - warmup).max(1);
@@ -761,7 +761,7 @@ fn counts_for(config: &RttConfig, record_bytes: usize) -> (u64, u64) {
 /// Bytes a queue takes for `records` records of `record_bytes` (no CRC),
 /// with room for the chunk headers and a padding record per chunk.
 fn run_bytes(record_bytes: usize, records: u64) -> u64 {
-    let per = (8 + record_bytes as u64).next_multiple_of(8);
+    let per = floor_slot(record_bytes) as u64;
     let data = per.saturating_mul(records);
     let chunks = data / pagewise::queue::layout::DEFAULT_CHUNK + 2;
     data.saturating_add(chunks.saturating_mul(per + pagewise::queue::layout::CHUNK_HEADER_LEN))
@@ -788,15 +788,16 @@ fn create_files(
             file::allocate(&f, 0, len)
                 .map_err(|e| format!("allocate the floor file ({len} bytes): {e}"))?;
         } else {
-            let writer = Writer::create(
-                p,
-                Options {
-                    pretouch: None,
-                    ..Options::default()
-                },
-            )
-            .map_err(|e| e.to_string())?;
-            drop(writer);
+            drop(
+                Writer::create(
+                    p,
+                    Options {
+                        pretouch: None,
+                        ..Options::default()
+                    },
+                )
+                .map_err(|e| e.to_string())?,
+            );
         }
     }
     Ok(())

@@ -743,10 +743,7 @@ impl Reader {
                 }
                 e.remove();
             }
-            let (new, populated_to) = match self.ahead.remove(&c) {
-                Some(prepared) => prepared,
-                None => (map_chunk(&self.path, &self.file, &self.geometry, c)?, 0),
-            };
+            let (new, populated_to) = self.chunk_map(c)?;
             // One retired mapping at a time: a reader that was never idle since
             // the last chunk pays for the older one's unmap here.
             self.retired = Some((std::mem::replace(&mut self.map, new), 0));
@@ -802,10 +799,7 @@ impl Reader {
                     self.populated_to = self.populated_to.max(to);
                 }
             } else {
-                let (map, done) = match self.ahead.remove(&c) {
-                    Some(prepared) => prepared,
-                    None => (map_chunk(&self.path, &self.file, &self.geometry, c)?, 0),
-                };
+                let (map, done) = self.chunk_map(c)?;
                 let result = map.advise(0, to as usize, FileAdvice::PopulateRead);
                 self.populated(c, result)?;
                 self.ahead.insert(c, (map, to.max(done)));
@@ -813,6 +807,16 @@ impl Reader {
             c += 1;
         }
         Ok(Position(end.max(self.pos)))
+    }
+
+    /// Chunk `c`'s mapping and how far it is read in: the one `prepare`
+    /// made if there is one (taken out of `ahead`), else a new one (an
+    /// `mmap`, nothing read in).
+    fn chunk_map(&mut self, c: u64) -> Result<(ReadMap, u64), QueueError> {
+        match self.ahead.remove(&c) {
+            Some(prepared) => Ok(prepared),
+            None => Ok((map_chunk(&self.path, &self.file, &self.geometry, c)?, 0)),
+        }
     }
 
     /// The outcome of a read populate of chunk `c`: a file that shrank
