@@ -301,6 +301,31 @@ fn every_alignment_pair_on_every_kernel() {
     }
 }
 
+/// Destinations whose first or last vector would cross a page boundary: the
+/// loops then copy and fill those ends with smaller stores inside one vector
+/// block (a store across a page is slow on Zen 4).
+#[test]
+fn ends_across_a_page_boundary_on_every_kernel() {
+    let sizes = [513, 1000, 2560, 4095, 4096, 4097, 5000, 8192, 10_000];
+    let mut b = Bench::new(2 * 4096 + 10_000);
+    for cfg in configs() {
+        for &n in &sizes {
+            for k in 1..=64 {
+                // The destination starts k bytes before a page boundary; then
+                // it ends k bytes after one.
+                let head = 4096 - k;
+                let tail = (4096 + k - n % 4096) % 4096;
+                for d in [head, tail] {
+                    for s in [0, 7, d % 64] {
+                        b.check_copy(&cfg.copier, n, Place::Head(s), Place::Head(d), &cfg.name);
+                    }
+                    b.check_fill(&cfg.copier, n, Place::Head(d), k as u8, &cfg.name);
+                }
+            }
+        }
+    }
+}
+
 /// Destinations a little ahead of and behind their sources modulo 4 KiB: the
 /// cases where the loop runs backwards and `rep movsb` is avoided.
 #[test]

@@ -1145,8 +1145,15 @@ const FILL_REP_MISALIGNED_MIN: usize = 4096;
 /// three full runs each, alternating, hot fills one byte past a line: 4 KiB
 /// 0.78–0.92 → 0.92–0.94, 8 KiB 0.88–0.94 → 0.96–0.98, 64 KiB 0.96–1.02 →
 /// 1.00, but 10,000 B 1.03–1.07 → 0.93–0.98; cold ones 4 KiB 0.90–0.94 →
-/// 0.99–1.02, 10,000 B 0.96–0.98 → 0.99–1.10. The loop's slow sizes are
-/// whole pages (its last store reaches the next page's first line).
+/// 0.99–1.02, 10,000 B 0.96–0.98 → 0.99–1.10. The loop's slow sizes were
+/// whole pages: its last unaligned store crossed into the next page. Once
+/// the loop no longer makes such a store (`crosses_page` in the x86
+/// kernels), three alternating runs of `bench memset --sizes
+/// 4K,8K,10000,16K,64K,100000` with `PAGEWISE_REP_STOSB=never` against this
+/// rule: hot fills one byte past a line ran the loop at 1.02–1.09 of glibc
+/// against 0.94–0.99 for `rep stosb`, but cold 4 KiB ones at 0.89–0.91
+/// against 0.94–1.05, so the rule stays: a page that is filled is usually
+/// one that is not in the cache.
 const ZEN4_FILL_REP_MISALIGNED_END: usize = 128 << 10;
 
 fn parse_isa(text: &str) -> Result<Isa, PlanError> {
