@@ -428,6 +428,19 @@ pub(super) mod avx512_leaf {
             // blocks of four from the first 64-byte boundary past dst, aligned
             // stores; then those five.
             "8:",
+            // An unaligned store across a page (a page boundary under the
+            // last four vectors or under the first): the general kernel,
+            // whose loop stores around it (see `crosses_page`).
+            // (The last byte less than 255 bytes past a page boundary; the
+            // first less than 64 bytes before one.)
+            "lea eax, [rdi + rdx - 1]",
+            "and eax, 4095",
+            "cmp eax, 255",
+            "jb 16f",
+            "mov eax, edi",
+            "and eax, 4095",
+            "cmp eax, 4096 - 64",
+            "ja 16f",
             "vmovdqu64 zmm16, zmmword ptr [rsi]",
             "vmovdqu64 zmm17, zmmword ptr [rsi + rdx - 64]",
             "vmovdqu64 zmm18, zmmword ptr [rsi + rdx - 128]",
@@ -464,6 +477,18 @@ pub(super) mod avx512_leaf {
             // first; aligned blocks of four from the end down while a block
             // starts above the first four; then those five.
             "9:",
+            // As forwards: the last vector, or the first four.
+            "lea eax, [rdi + rdx - 1]",
+            "and eax, 4095",
+            "cmp eax, 63",
+            "jb 16f",
+            "test edi, 63",
+            "jz 19f",
+            "mov eax, edi",
+            "and eax, 4095",
+            "cmp eax, 4096 - 256",
+            "ja 16f",
+            "19:",
             "vmovdqu64 zmm16, zmmword ptr [rsi]",
             "vmovdqu64 zmm17, zmmword ptr [rsi + 64]",
             "vmovdqu64 zmm18, zmmword ptr [rsi + 128]",
@@ -512,6 +537,7 @@ pub(super) mod avx512_leaf {
             "15:",
             "cmp rdx, qword ptr [rcx + {special_min} + r8 * 8]",
             "jb 14b",
+            "16:",
             "jmp {large}",
             inline_below = const offset_of!(Thresholds, inline_below),
             special_min = const offset_of!(Thresholds, special_min),
@@ -1138,10 +1164,22 @@ macro_rules! vector_kernels {
                     }
                     off -= B;
                 }
-                stu(dst, h0);
-                stu(dst.add(W), h1);
-                stu(dst.add(2 * W), h2);
-                stu(dst.add(3 * W), h3);
+                // `[dst, dst + off)` is left, 0 < off <= B, `dst + off` on a W boundary.
+                let misalign = dst as usize & (W - 1);
+                if misalign != 0 && crosses_page(dst as usize, B) {
+                    let skew = W - misalign;
+                    let mut o = skew;
+                    while o < off {
+                        sta(dst.add(o), ld(src.add(o)));
+                        o += W;
+                    }
+                    copy_below_w(dst, src, skew);
+                } else {
+                    stu(dst, h0);
+                    stu(dst.add(W), h1);
+                    stu(dst.add(2 * W), h2);
+                    stu(dst.add(3 * W), h3);
+                }
                 if n - top < W && crosses_page(dst as usize + n - W, W) {
                     copy_below_w(dst.add(top), src.add(top), n - top);
                 } else {
