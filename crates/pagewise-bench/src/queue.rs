@@ -931,6 +931,58 @@ fn median(v: impl Iterator<Item = f64>) -> Option<Summary> {
     Summary::of(&v.collect::<Vec<_>>())
 }
 
+/// Bytes of the largest file a one-way trial writes: one file per phase
+/// (removed before the next), of `max(records, latency_records)` records.
+pub fn largest_file_bytes(config: &Config) -> u64 {
+    config
+        .records
+        .max(config.latency_records)
+        .saturating_mul(floor_slot(config.record_bytes) as u64)
+}
+
+/// Checks, before any row runs, every folder the rows write in (see
+/// [`check_folder`]) for the largest file a trial writes. `Err` is one line.
+/// One `statvfs` and a probe file per folder.
+pub fn check_folders(config: &Config) -> Result<(), String> {
+    let need = largest_file_bytes(config);
+    let mut seen: Vec<&Path> = Vec::new();
+    for row in &config.rows {
+        if !seen.contains(&row.dir.as_path()) {
+            seen.push(&row.dir);
+            check_folder(&row.dir, need)?;
+        }
+    }
+    Ok(())
+}
+
+/// Checks that `dir` is a folder this user can create files in with `need`
+/// bytes free, so that a run fails in one line before it starts rather than
+/// row by row, or by filling a tmpfs (which is memory) until the kernel
+/// kills a process. One `statvfs` and a probe file created and removed.
+pub fn check_folder(dir: &Path, need: u64) -> Result<(), String> {
+    let shown = dir.display();
+    let meta = std::fs::metadata(dir).map_err(|e| format!("{shown}: {e}"))?;
+    if !meta.is_dir() {
+        return Err(format!("{shown} is not a folder"));
+    }
+    let probe = dir.join(format!(".pagewise-bench-probe-{}", std::process::id()));
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&probe)
+        .map_err(|e| format!("cannot create files in {shown}: {e}"))?;
+    let _ = std::fs::remove_file(&probe);
+    let free = file::free_bytes(dir).map_err(|e| format!("{shown}: {e}"))?;
+    if need > free {
+        return Err(format!(
+            "a trial writes a file of {} in {shown}, which has {} free: ask for fewer records or smaller ones",
+            pagewise::units::format_bytes(need),
+            pagewise::units::format_bytes(free)
+        ));
+    }
+    Ok(())
+}
+
 /// Runs the experiment; `spawn` starts a child process that calls
 /// [`run_child`] with the spec it is given.
 pub fn run(config: &Config, progress: &dyn Progress, spawn: Spawn<'_>) -> Report {

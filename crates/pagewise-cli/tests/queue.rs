@@ -974,6 +974,73 @@ fn bench_queue_rtt_refuses_an_unknown_row_and_a_bad_pin() {
         .clone();
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("--pin takes two CPUs"), "{err}");
+    // Settings that would make every row fail or crawl are refused before
+    // any runs, in one line, with the usage status.
+    for (args, want) in [
+        (&["--pin", "0,0"][..], "two different CPUs"),
+        (
+            &["--pin", "0,1023"][..],
+            "CPU 1023 is not one this process may run on",
+        ),
+        (&["--warmup", "1"][..], "warm-up of at least 2 round trips"),
+    ] {
+        let mut cmd = pagewise();
+        cmd.args(["bench", "queue", "--rtt", "-q", "--trials", "1"])
+            .args(args);
+        let err = refused_in_one_line(&mut cmd, 2);
+        assert!(err.contains(want), "{args:?}: {err}");
+    }
+}
+
+/// Runs `cmd`, which must exit with `status` and one line on stderr; that line.
+fn refused_in_one_line(cmd: &mut Command, status: i32) -> String {
+    let out = cmd
+        .timeout(std::time::Duration::from_secs(20))
+        .assert()
+        .code(status)
+        .get_output()
+        .clone();
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    err
+}
+
+#[test]
+fn bench_queue_checks_its_folder_before_any_row_runs() {
+    let tmpfs = shm_dir();
+    let file = tmpfs.path().join("a-file");
+    std::fs::write(&file, b"x").unwrap();
+    let missing = tmpfs.path().join("missing");
+    let tmpfs_dir = tmpfs.path().to_str().unwrap();
+    let one_way = ["bench", "queue", "-q", "--trials", "1", "--only", "tmpfs"];
+    for (extra, want) in [
+        (
+            vec!["--tmpfs-dir", file.to_str().unwrap()],
+            "is not a folder",
+        ),
+        (
+            vec!["--tmpfs-dir", missing.to_str().unwrap()],
+            "No such file",
+        ),
+        // 2 M records of 1 MiB: 2 TiB, more than any tmpfs here holds.
+        (
+            vec!["--tmpfs-dir", tmpfs_dir, "--record", "1MiB"],
+            "free: ask for fewer records",
+        ),
+    ] {
+        let err = refused_in_one_line(pagewise().args(one_way).args(&extra), 1);
+        assert!(err.contains(want), "{extra:?}: {err}");
+    }
+    let err = refused_in_one_line(
+        pagewise()
+            .args(["bench", "queue", "--rtt", "-q", "--tmpfs-dir"])
+            .arg(&missing),
+        1,
+    );
+    assert!(err.contains("No such file"), "{err}");
+    // Nothing was left behind: only the file this test made.
+    let left: Vec<_> = std::fs::read_dir(tmpfs.path()).unwrap().collect();
+    assert_eq!(left.len(), 1, "{left:?}");
 }
 
 #[test]

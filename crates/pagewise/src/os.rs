@@ -34,7 +34,9 @@ pub mod cpu {
 
 /// Files: space allocation, locks, the file system a file is on.
 pub mod file {
-    pub use crate::sys::file::{allocate, fs_kind, output_closed, try_lock, FsKind, LockKind};
+    pub use crate::sys::file::{
+        allocate, free_bytes, fs_kind, output_closed, try_lock, FsKind, LockKind,
+    };
 }
 
 /// Shared file mappings.

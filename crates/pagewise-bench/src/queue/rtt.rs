@@ -746,6 +746,51 @@ pub fn load_1m() -> Option<f64> {
         .ok()
 }
 
+/// Checks settings that would make rows fail or crawl, before any runs: a
+/// pin of both processes to one CPU (they would take turns, one time slice
+/// per round trip), a CPU this process may not use, and `queue+prepared`
+/// with a warm-up under 2 round trips (its readers prepare in the warm-up).
+/// `Err` is one line. One `sched_getaffinity` when pinned.
+pub fn check_settings(config: &RttConfig) -> Result<(), String> {
+    if let Some([ping, pong]) = config.pin {
+        if ping == pong {
+            return Err(format!(
+                "ping and pong need two different CPUs, not {ping} for both: on one CPU they take turns, a time slice per round trip"
+            ));
+        }
+        let usable = pagewise::os::process::usable_cpus().map_err(|e| e.to_string())?;
+        if let Some(cpu) = [ping, pong].into_iter().find(|c| !usable.contains(c)) {
+            let list: Vec<String> = usable.iter().map(|c| c.to_string()).collect();
+            return Err(format!(
+                "CPU {cpu} is not one this process may run on (it may use {})",
+                list.join(", ")
+            ));
+        }
+    }
+    if config.warmup < 2 && config.kinds.contains(&RttKind::QueuePrepared) {
+        return Err(format!(
+            "{} needs a warm-up of at least 2 round trips: its readers prepare in the warm-up",
+            RttKind::QueuePrepared.name()
+        ));
+    }
+    Ok(())
+}
+
+/// Checks the folder of the files before any row runs (see
+/// [`super::check_folder`]): room for the two queues of the largest size.
+pub fn check_folder(config: &RttConfig) -> Result<(), String> {
+    let need = config
+        .sizes
+        .iter()
+        .map(|&size| {
+            let (warmup, round_trips) = counts_for(config, size);
+            run_bytes(size, warmup + round_trips).saturating_mul(2)
+        })
+        .max()
+        .unwrap_or(0);
+    super::check_folder(&config.dir, need)
+}
+
 /// Warm-up and measured round trips for `record_bytes`: as configured
 /// unless a queue would then hold more than [`MAX_QUEUE_BYTES`]; then the
 /// warm-up is cut to a tenth of what fits and the measured round trips to

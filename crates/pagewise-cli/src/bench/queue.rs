@@ -86,11 +86,13 @@ pub fn run(args: &QueueArgs) -> anyhow::Result<ExitCode> {
         rows
     };
     let config = one_way_config(args, rows)?;
+    queue::check_folders(&config).map_err(anyhow::Error::msg)?;
     let spawn = child_spawner()?;
     let report = queue::run(&config, &args.common.progress(), &spawn);
+    let status = rows_status(report.not_run.len());
     if args.common.json {
         outln!("{}", serde_json::to_string_pretty(&report)?)?;
-        return Ok(ExitCode::SUCCESS);
+        return Ok(status);
     }
     crate::bench::print_machine(&report.machine)?;
     outln!(
@@ -168,7 +170,17 @@ pub fn run(args: &QueueArgs) -> anyhow::Result<ExitCode> {
     for n in &report.not_run {
         outln!("not run: {}: {}", n.name, n.reason)?;
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(status)
+}
+
+/// Exit status 1 when a row did not run (its reason is in the report), so
+/// that scripts see a run that measured less than it was asked to.
+fn rows_status(not_run: usize) -> ExitCode {
+    if not_run == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
 }
 
 fn one_way_config(args: &QueueArgs, rows: Vec<RowSpec>) -> anyhow::Result<Config> {
@@ -225,18 +237,21 @@ fn run_rtt(args: &QueueArgs) -> anyhow::Result<ExitCode> {
         copy: args.copy,
         trials: args.common.trials as usize,
     };
+    rtt::check_settings(&rtt_config).map_err(usage)?;
+    rtt::check_folder(&rtt_config).map_err(anyhow::Error::msg)?;
     let config = one_way_config(args, Vec::new())?;
     let spawn = rtt_child_spawner()?;
     let report = queue::run_rtt(&config, &rtt_config, &args.common.progress(), &spawn);
+    let status = rows_status(report.rtt.as_ref().map_or(0, |r| r.not_run.len()));
     if args.common.json {
         outln!("{}", serde_json::to_string_pretty(&report)?)?;
-        return Ok(ExitCode::SUCCESS);
+        return Ok(status);
     }
     crate::bench::print_machine(&report.machine)?;
     if let Some(r) = &report.rtt {
         print_rtt(r, args.copy)?;
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(status)
 }
 
 fn print_rtt(r: &RttReport, copy: Routine) -> anyhow::Result<()> {

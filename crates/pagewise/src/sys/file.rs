@@ -254,8 +254,8 @@ pub(crate) fn names_in(dir: &Path) -> Vec<String> {
     names
 }
 
-/// The mount flags (`ST_*`) of the file system holding `path`. One `statvfs`.
-fn mount_flags(path: &Path) -> SysResult<libc::c_ulong> {
+/// `statvfs` of the file system holding `path`.
+fn statvfs(path: &Path) -> SysResult<libc::statvfs> {
     let c_path = CString::new(path.as_os_str().as_bytes()).map_err(|_| einval("statvfs"))?;
     // SAFETY: an all-zero statvfs is a valid value of this plain C struct.
     let mut buf: libc::statvfs = unsafe { std::mem::zeroed() };
@@ -264,7 +264,19 @@ fn mount_flags(path: &Path) -> SysResult<libc::c_ulong> {
     if rc != 0 {
         return Err(SysError::last("statvfs"));
     }
-    Ok(buf.f_flag)
+    Ok(buf)
+}
+
+/// The mount flags (`ST_*`) of the file system holding `path`. One `statvfs`.
+fn mount_flags(path: &Path) -> SysResult<libc::c_ulong> {
+    Ok(statvfs(path)?.f_flag)
+}
+
+/// Bytes an unprivileged user may still allocate on the file system holding
+/// `path` (`f_bavail` blocks of `f_frsize`). One `statvfs`.
+pub fn free_bytes(path: &Path) -> SysResult<u64> {
+    let s = statvfs(path)?;
+    Ok(s.f_bavail.saturating_mul(s.f_frsize))
 }
 
 /// Whether the file system holding `path` is mounted `noexec` (code cannot be
@@ -426,6 +438,13 @@ mod tests {
     use super::*;
     use std::fs::OpenOptions;
     use std::os::fd::AsFd;
+
+    #[test]
+    fn free_bytes_of_a_folder_and_of_a_missing_one() {
+        let free = free_bytes(Path::new("/dev/shm")).unwrap();
+        assert!(free > 0, "{free}");
+        assert!(free_bytes(Path::new("/no/such/folder")).is_err());
+    }
 
     #[test]
     fn output_closed_sees_a_pipe_whose_reader_is_gone() {
