@@ -1087,3 +1087,77 @@ fn inspect_shows_the_low_priority_pre_toucher_and_its_switch() {
     done_tx.send(()).unwrap();
     writer.join().unwrap();
 }
+
+/// A signal to `pagewise bench queue` stops it: its children end, its queue
+/// files are removed, and it exits with one line and 128+N. SIGTERM to it
+/// alone (as `timeout` or a service manager sends it) and SIGINT to its
+/// whole process group (Ctrl-C); one-way and `--rtt`.
+#[test]
+fn a_signal_stops_bench_queue_and_removes_its_files() {
+    use std::os::unix::process::CommandExt;
+    let one_way: &[&str] = &[
+        "--only",
+        "tmpfs+pretouch",
+        "--records",
+        "100000",
+        "--latency-records",
+        "1000",
+        "--rate",
+        "10",
+    ];
+    let rtt: &[&str] = &[
+        "--rtt",
+        "--rtt-sizes",
+        "32",
+        "--round-trips",
+        "100000000",
+        "--warmup",
+        "1000",
+    ];
+    for (mode, signal, number, whole_group) in [
+        (one_way, "TERM", 15, false),
+        (one_way, "INT", 2, true),
+        (rtt, "TERM", 15, false),
+        (rtt, "INT", 2, true),
+    ] {
+        let dir = shm_dir();
+        let bench = match common::pagewise_with_default_signals() {
+            Ok(command) => command,
+            Err((need, why)) => pagewise_testkit::skip!(need, "{why}"),
+        }
+        .args(["bench", "queue", "-q", "--trials", "1", "--tmpfs-dir"])
+        .arg(dir.path())
+        .args(mode)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .process_group(0)
+        .spawn()
+        .unwrap();
+        // Until the trial's files exist: the children are running.
+        let started = std::time::Instant::now();
+        while std::fs::read_dir(dir.path()).unwrap().count() == 0 {
+            assert!(started.elapsed().as_secs() < 30, "no queue file appeared");
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        let target = i64::from(bench.id());
+        common::send_signal(if whole_group { -target } else { target }, signal);
+        let out = bench.wait_with_output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(
+            out.status.code(),
+            Some(128 + number),
+            "SIG{signal} {mode:?}: {err}"
+        );
+        assert_eq!(
+            err.trim_end(),
+            format!("pagewise: bench: stopped by SIG{signal}; its files are removed"),
+            "{mode:?}"
+        );
+        let left: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .collect();
+        assert!(left.is_empty(), "SIG{signal} {mode:?}: left: {left:?}");
+    }
+}

@@ -116,7 +116,8 @@ pub fn run(op: Op, args: &CopyArgs) -> anyhow::Result<ExitCode> {
     };
     if op == Op::Memcpy && !args.no_end_to_end {
         let progress = args.common.progress();
-        let spawn = crate::bench::queue::child_spawner()?;
+        let signals = pagewise::os::process::ForwardSignals::catch();
+        let spawn = crate::bench::queue::child_spawner(&signals)?;
         match memcpy::end_to_end(
             args.common.trials as usize,
             args.end_to_end_records,
@@ -126,6 +127,9 @@ pub fn run(op: Op, args: &CopyArgs) -> anyhow::Result<ExitCode> {
         ) {
             Ok(row) => report.end_to_end = Some(row),
             Err(e) => report.notes.push(format!("end-to-end row not run: {e}")),
+        }
+        if let Some(signal) = signals.stop_requested() {
+            return Ok(crate::bench::queue::stopped(signal));
         }
     }
     if let Some(path) = &args.plot {

@@ -5,6 +5,7 @@ use crate::bench::CommonArgs;
 use crate::format::{bytes, measured, table, usage};
 use crate::output::outln;
 use pagewise::copy::Routine;
+use pagewise::os::process::{signal_name, ForwardSignals};
 use pagewise_bench::queue::rtt::{self, RttChildSpec, RttConfig, RttKind, RttReport};
 use pagewise_bench::queue::{self, ChildSpec, Config, RowSpec};
 use std::path::PathBuf;
@@ -87,8 +88,12 @@ pub fn run(args: &QueueArgs) -> anyhow::Result<ExitCode> {
     };
     let config = one_way_config(args, rows)?;
     queue::check_folders(&config).map_err(anyhow::Error::msg)?;
-    let spawn = child_spawner()?;
+    let signals = ForwardSignals::catch();
+    let spawn = child_spawner(&signals)?;
     let report = queue::run(&config, &args.common.progress(), &spawn);
+    if let Some(signal) = signals.stop_requested() {
+        return Ok(stopped(signal));
+    }
     let status = rows_status(report.not_run.len());
     if args.common.json {
         outln!("{}", serde_json::to_string_pretty(&report)?)?;
@@ -240,8 +245,12 @@ fn run_rtt(args: &QueueArgs) -> anyhow::Result<ExitCode> {
     rtt::check_settings(&rtt_config).map_err(usage)?;
     rtt::check_folder(&rtt_config).map_err(anyhow::Error::msg)?;
     let config = one_way_config(args, Vec::new())?;
-    let spawn = rtt_child_spawner()?;
+    let signals = ForwardSignals::catch();
+    let spawn = rtt_child_spawner(&signals)?;
     let report = queue::run_rtt(&config, &rtt_config, &args.common.progress(), &spawn);
+    if let Some(signal) = signals.stop_requested() {
+        return Ok(stopped(signal));
+    }
     let status = rows_status(report.rtt.as_ref().map_or(0, |r| r.not_run.len()));
     if args.common.json {
         outln!("{}", serde_json::to_string_pretty(&report)?)?;
@@ -350,31 +359,58 @@ fn ns(v: Option<u64>) -> String {
 
 /// Starts the children of the queue experiment: this binary, re-executed with
 /// the hidden `bench queue-child` subcommand and the spec as JSON.
-pub fn child_spawner() -> anyhow::Result<impl Fn(&ChildSpec) -> std::io::Result<Child>> {
-    spawner("queue-child")
+pub fn child_spawner(
+    signals: &ForwardSignals,
+) -> anyhow::Result<impl Fn(&ChildSpec) -> std::io::Result<Child> + '_> {
+    spawner("queue-child", signals)
 }
 
 /// Starts the ping and pong processes of `bench queue --rtt`: this binary,
 /// re-executed with the hidden `bench queue-rtt-child` subcommand.
-fn rtt_child_spawner() -> anyhow::Result<impl Fn(&RttChildSpec) -> std::io::Result<Child>> {
-    spawner("queue-rtt-child")
+fn rtt_child_spawner(
+    signals: &ForwardSignals,
+) -> anyhow::Result<impl Fn(&RttChildSpec) -> std::io::Result<Child> + '_> {
+    spawner("queue-rtt-child", signals)
 }
 
-/// Starts this binary as `bench SUBCOMMAND --spec JSON`, stdout piped.
-fn spawner<S: serde::Serialize>(
+/// Starts this binary as `bench SUBCOMMAND --spec JSON`, stdout piped. A
+/// signal asking this process to stop goes on to the child started last
+/// (the terminal's Ctrl-C reaches every child anyway); once one has come,
+/// no child starts, so the experiment ends at once, each trial removing its
+/// files as it fails, and the caller exits with [`stopped`].
+fn spawner<'a, S: serde::Serialize>(
     subcommand: &'static str,
-) -> anyhow::Result<impl Fn(&S) -> std::io::Result<Child>> {
+    signals: &'a ForwardSignals,
+) -> anyhow::Result<impl Fn(&S) -> std::io::Result<Child> + 'a> {
     let exe = std::env::current_exe()?;
     Ok(move |spec: &S| {
+        if let Some(signal) = signals.stop_requested() {
+            return Err(std::io::Error::other(format!(
+                "stopped by {}",
+                signal_name(signal)
+            )));
+        }
         let json = serde_json::to_string(spec).map_err(std::io::Error::other)?;
-        Command::new(&exe)
+        let child = Command::new(&exe)
             .args(["bench", subcommand, "--spec"])
             .arg(json)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
-            .spawn()
+            .spawn()?;
+        signals.pass_to(child.id());
+        Ok(child)
     })
+}
+
+/// One line, and the status of a stop by `signal` (128+N): the experiment
+/// ended early and removed its files.
+pub(crate) fn stopped(signal: i32) -> ExitCode {
+    crate::output::errln!(
+        "pagewise: bench: stopped by {}; its files are removed",
+        signal_name(signal)
+    );
+    ExitCode::from((128 + signal).clamp(0, 255) as u8)
 }
 
 /// One side of one phase of `bench queue` (started by it).
