@@ -82,7 +82,9 @@ pub fn run(args: &QueueArgs) -> anyhow::Result<ExitCode> {
                     names.join(", ")
                 ))
             })?;
-            rows.push(row.clone());
+            if !rows.iter().any(|r: &RowSpec| r.name == row.name) {
+                rows.push(row.clone());
+            }
         }
         rows
     };
@@ -131,10 +133,10 @@ pub fn run(args: &QueueArgs) -> anyhow::Result<ExitCode> {
             r.name.clone(),
             r.fs.clone(),
             format!(
-                "{:.2} ({:.2}-{:.2})",
-                r.records_per_s / 1e6,
-                r.records_per_s_range[0] / 1e6,
-                r.records_per_s_range[1] / 1e6
+                "{} ({}-{})",
+                millions(r.records_per_s),
+                millions(r.records_per_s_range[0]),
+                millions(r.records_per_s_range[1])
             ),
             ns(r.p50_ns),
             ns(r.p90_ns),
@@ -218,6 +220,14 @@ fn run_rtt(args: &QueueArgs) -> anyhow::Result<ExitCode> {
             })
             .collect::<anyhow::Result<Vec<_>>>()?
     };
+    let mut kinds = kinds;
+    dedup_keeping_order(&mut kinds);
+    let mut sizes = args
+        .rtt_sizes
+        .iter()
+        .map(|&s| usize::try_from(s))
+        .collect::<Result<Vec<_>, _>>()?;
+    dedup_keeping_order(&mut sizes);
     let pin = match args.pin.as_slice() {
         [] => None,
         [a, b] => Some([usize::from(*a), usize::from(*b)]),
@@ -229,11 +239,7 @@ fn run_rtt(args: &QueueArgs) -> anyhow::Result<ExitCode> {
         }
     };
     let rtt_config = RttConfig {
-        sizes: args
-            .rtt_sizes
-            .iter()
-            .map(|&s| usize::try_from(s))
-            .collect::<Result<_, _>>()?,
+        sizes,
         warmup: args.warmup,
         round_trips: args.round_trips,
         pin,
@@ -334,6 +340,20 @@ fn print_rtt(r: &RttReport, copy: Routine) -> anyhow::Result<()> {
             )?;
         }
     }
+    // Large records run fewer round trips than asked (a queue holds at most 1 GiB).
+    let mut cut: Vec<(usize, u64, u64)> = r
+        .rows
+        .iter()
+        .filter(|row| (row.round_trips, row.warmup) != (r.round_trips, r.warmup))
+        .map(|row| (row.record_bytes, row.round_trips, row.warmup))
+        .collect();
+    cut.dedup();
+    for (bytes, round_trips, warmup) in cut {
+        outln!(
+            "at {bytes} B: {} after {warmup} of warm-up (a queue holds at most 1 GiB)",
+            crate::format::count(round_trips, "round trip", "round trips")
+        )?;
+    }
     for n in &r.not_run {
         outln!("not run: {} at {} B: {}", n.name, n.record_bytes, n.reason)?;
     }
@@ -351,6 +371,29 @@ pub struct RttChildArgs {
 /// The ping or pong process: runs its side and reports on stdout.
 pub fn rtt_child(args: &RttChildArgs) -> anyhow::Result<ExitCode> {
     run_child_spec(&args.spec, rtt::run_child)
+}
+
+/// Records per second in millions, two decimals, or three significant
+/// digits below 0.1 M (1 MiB records move a few thousand a second).
+fn millions(per_s: f64) -> String {
+    let m = per_s / 1e6;
+    if m >= 0.1 || m == 0.0 {
+        format!("{m:.2}")
+    } else {
+        let decimals = (2.0 - m.log10().floor()).clamp(0.0, 9.0) as usize;
+        format!("{m:.decimals$}")
+    }
+}
+
+/// Drops the later copies of values given twice (`--only floor,floor`).
+fn dedup_keeping_order<T: PartialEq + Copy>(v: &mut Vec<T>) {
+    let mut kept = Vec::with_capacity(v.len());
+    for &x in v.iter() {
+        if !kept.contains(&x) {
+            kept.push(x);
+        }
+    }
+    *v = kept;
 }
 
 fn ns(v: Option<u64>) -> String {
@@ -436,4 +479,25 @@ fn run_child_spec<S: serde::de::DeserializeOwned>(
     let mut out = stdout.lock();
     body(&spec, &mut out).map_err(anyhow::Error::msg)?;
     Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn millions_keep_three_digits_below_a_tenth() {
+        assert_eq!(millions(11_150_000.0), "11.15");
+        assert_eq!(millions(100_000.0), "0.10");
+        assert_eq!(millions(17_600.0), "0.0176");
+        assert_eq!(millions(950.0), "0.000950");
+        assert_eq!(millions(0.0), "0.00");
+    }
+
+    #[test]
+    fn values_given_twice_are_kept_once_in_their_first_place() {
+        let mut v = vec![32, 128, 32, 4096, 128];
+        dedup_keeping_order(&mut v);
+        assert_eq!(v, [32, 128, 4096]);
+    }
 }
