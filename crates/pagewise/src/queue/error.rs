@@ -30,7 +30,7 @@ pub enum QueueError {
         error: std::io::Error,
     },
     /// `Writer::create` found a file already there.
-    #[error("{path}: already exists; open it with Writer::open, or remove it first")]
+    #[error("{path}: already exists; open it instead of creating it, or remove it first")]
     Exists {
         /// The queue file.
         path: PathBuf,
@@ -175,7 +175,7 @@ pub enum QueueError {
     },
     /// The file system is full (`ENOSPC`) or a size limit was hit (`EFBIG`):
     /// the record was not appended.
-    #[error("{path}: no space to grow the queue at offset {offset}: {error}; free space, or drop old chunks with Writer::retain")]
+    #[error("{path}: no space to grow the queue at offset {offset}: {error}; free space on its file system, or drop old chunks (retention)")]
     NoSpace {
         /// The file.
         path: PathBuf,
@@ -276,6 +276,32 @@ impl QueueError {
             path: path.to_owned(),
             position: Position(position),
             reason: reason.into(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Messages reach C and CLI users too: no hint names a Rust API.
+    #[test]
+    fn hints_name_no_rust_api() {
+        let path = PathBuf::from("/dev/shm/q");
+        let errors = [
+            QueueError::NoSpace {
+                path: path.clone(),
+                offset: 4096,
+                error: SysError {
+                    call: "fallocate",
+                    source: std::io::Error::from_raw_os_error(28),
+                },
+            },
+            QueueError::Exists { path },
+        ];
+        for e in errors {
+            let text = e.to_string();
+            assert!(!text.contains("::"), "{text}");
         }
     }
 }
