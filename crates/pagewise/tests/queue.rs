@@ -1642,10 +1642,18 @@ fn an_explicit_pretouch_mode_is_kept_and_reported() {
         let report = w.report().window;
         assert_eq!(report.mode, expect);
         assert!(report.mode_reason.contains("asked for"), "{report:?}");
+        // Said to users of the CLI and C too: no Rust names.
+        assert!(!report.mode_reason.contains("::"), "{report:?}");
         assert_eq!(inspect(&path).unwrap().last_writer_pretouch, Some(expect));
     }
     let path = d.path().join("q-off");
-    drop(Writer::create(&path, small(false)).unwrap());
+    let w = Writer::create(&path, small(false)).unwrap();
+    let reason = w.report().window.mode_reason;
+    assert!(
+        reason.starts_with("not asked for") && !reason.contains("::"),
+        "{reason}"
+    );
+    drop(w);
     assert_eq!(
         inspect(&path).unwrap().last_writer_pretouch,
         Some(PreToucher::Off)

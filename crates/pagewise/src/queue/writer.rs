@@ -349,7 +349,7 @@ impl Writer {
             Some(p) => p.resolve_auto(),
             None => Resolved {
                 mode: PreToucher::Off,
-                reason: "not asked for: Options::pretouch is None".to_owned(),
+                reason: "not asked for".to_owned(),
                 usable_cpus: None,
                 adaptive: false,
             },
