@@ -875,7 +875,7 @@ fn append_continues_a_queue_cut_short_inside_its_last_record() {
     let mut damaged = bytes[..4236].to_vec();
     damaged[4160] = 200;
     std::fs::write(&t, &damaged).unwrap();
-    append_refused(&t, "the record at position 4160 (200 bytes) runs past the end of the file, but the marks of 1 intact records lie inside it, from position 4176 on");
+    append_refused(&t, "the record at position 4160 (200 bytes) runs past the end of the file, but the mark of 1 intact record lies inside it, from position 4176 on");
     let err = append_stderr(&t, &["--discard-damaged"], "new\n", true);
     assert!(
         err.contains("recovery dropped 3 records from position 4160 on (1 of them intact)"),

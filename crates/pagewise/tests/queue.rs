@@ -994,10 +994,27 @@ fn inspect_finds_a_length_grown_by_fewer_than_8_bytes() {
 /// Mounts a small tmpfs for the test and unmounts it on drop.
 struct SmallFs {
     dir: tempfile::TempDir,
+    /// Its size in bytes.
+    size: u64,
+}
+
+/// A [`SmallFs`] of `size` bytes, or the test is skipped (it needs root).
+macro_rules! small_fs_or_skip {
+    ($size:expr) => {
+        match SmallFs::mount($size) {
+            Ok(fs) => fs,
+            Err(e) => {
+                pagewise_testkit::skip!(
+                    pagewise_testkit::Need::Root,
+                    "needs a small tmpfs mount (root): {e}"
+                );
+            }
+        }
+    };
 }
 
 impl SmallFs {
-    fn mount(size: &str) -> Result<SmallFs, String> {
+    fn mount(size: u64) -> Result<SmallFs, String> {
         let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
         let _spawning = spawning();
         let status = std::process::Command::new("mount")
@@ -1018,11 +1035,24 @@ impl SmallFs {
                 String::from_utf8_lossy(&status.stderr).trim()
             ));
         }
-        Ok(SmallFs { dir })
+        Ok(SmallFs { dir, size })
     }
 
     fn path(&self) -> &Path {
         self.dir.path()
+    }
+
+    /// Fills the file system but for about `leave` bytes with a file named
+    /// `filler`, and returns that file and its path.
+    fn fill(&self, leave: u64) -> (std::fs::File, PathBuf) {
+        let path = self.path().join("filler");
+        let f = std::fs::File::create(&path).unwrap();
+        let mut size = self.size;
+        while size > 0 && pagewise::os::file::allocate(&f, 0, size).is_err() {
+            size -= 4096;
+        }
+        f.set_len(size.saturating_sub(leave)).unwrap();
+        (f, path)
     }
 }
 
@@ -1037,15 +1067,7 @@ impl Drop for SmallFs {
 
 #[test]
 fn a_full_file_system_is_an_error_from_append_not_a_sigbus() {
-    let fs = match SmallFs::mount("1m") {
-        Ok(fs) => fs,
-        Err(e) => {
-            pagewise_testkit::skip!(
-                pagewise_testkit::Need::Root,
-                "needs a small tmpfs mount (root): {e}"
-            );
-        }
-    };
+    let fs = small_fs_or_skip!(1 << 20);
     for pretouch in [true, false] {
         let path: PathBuf = fs.path().join(format!("q{pretouch}"));
         let mut w = Writer::create(&path, small(pretouch)).unwrap();
@@ -1081,22 +1103,9 @@ fn a_full_file_system_is_an_error_from_append_not_a_sigbus() {
 
 #[test]
 fn a_create_that_fails_leaves_no_file_behind() {
-    let fs = match SmallFs::mount("256k") {
-        Ok(fs) => fs,
-        Err(e) => {
-            pagewise_testkit::skip!(
-                pagewise_testkit::Need::Root,
-                "needs a small tmpfs mount (root): {e}"
-            );
-        }
-    };
+    let fs = small_fs_or_skip!(256 << 10);
     // Fill the file system, so that even the header cannot be allocated.
-    let filler = fs.path().join("filler");
-    let f = std::fs::File::create(&filler).unwrap();
-    let mut size = 256 << 10;
-    while size > 0 && pagewise::os::file::allocate(&f, 0, size).is_err() {
-        size -= 4096;
-    }
+    let (f, filler) = fs.fill(0);
     let path = fs.path().join("q");
     match Writer::create(&path, small(false)) {
         Err(QueueError::NoSpace { .. }) => {}
@@ -1113,6 +1122,64 @@ fn a_create_that_fails_leaves_no_file_behind() {
         .map(|e| e.unwrap().file_name())
         .collect();
     assert_eq!(names, ["filler"], "nothing else is left either");
+    drop(f);
+    std::fs::remove_file(&filler).unwrap();
+    let mut w = Writer::open_or_create(&path, small(false)).unwrap();
+    w.append(b"now there is room").unwrap();
+}
+
+/// A create whose header fits but whose first chunk does not fails after
+/// the queue file has its name: it removes that file and the lock file it
+/// made, but never a lock file that was there before.
+#[test]
+fn a_create_that_fails_after_the_header_leaves_no_file_behind() {
+    let fs = small_fs_or_skip!(1 << 20);
+    // Fill the file system but for 16 KiB: room for the header page, not
+    // for the first piece of the chunk.
+    let (f, filler) = fs.fill(16384);
+    let path = fs.path().join("q");
+    let lock = fs.path().join("q.lock");
+    let names = || {
+        let mut n: Vec<_> = std::fs::read_dir(fs.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        n.sort();
+        n
+    };
+    for pretouch in [false, true] {
+        for (how, lock_before) in [
+            ("create", false),
+            ("open_or_create", false),
+            ("create", true),
+        ] {
+            if lock_before {
+                std::fs::File::create(&lock).unwrap();
+            }
+            let opened = match how {
+                "create" => Writer::create(&path, small(pretouch)),
+                _ => Writer::open_or_create(&path, small(pretouch)),
+            };
+            match opened {
+                Err(QueueError::NoSpace { offset, .. }) => assert!(
+                    offset > 0,
+                    "{how}: the header did not fit, which the test means to allow"
+                ),
+                other => panic!("{how}: {other:?}"),
+            }
+            let expected: &[&str] = if lock_before {
+                &["filler", "q.lock"]
+            } else {
+                &["filler"]
+            };
+            assert_eq!(
+                names(),
+                expected,
+                "{how} (pre-touch {pretouch}, lock file before: {lock_before})"
+            );
+            let _ = std::fs::remove_file(&lock);
+        }
+    }
     drop(f);
     std::fs::remove_file(&filler).unwrap();
     let mut w = Writer::open_or_create(&path, small(false)).unwrap();
@@ -1575,10 +1642,18 @@ fn an_explicit_pretouch_mode_is_kept_and_reported() {
         let report = w.report().window;
         assert_eq!(report.mode, expect);
         assert!(report.mode_reason.contains("asked for"), "{report:?}");
+        // Said to users of the CLI and C too: no Rust names.
+        assert!(!report.mode_reason.contains("::"), "{report:?}");
         assert_eq!(inspect(&path).unwrap().last_writer_pretouch, Some(expect));
     }
     let path = d.path().join("q-off");
-    drop(Writer::create(&path, small(false)).unwrap());
+    let w = Writer::create(&path, small(false)).unwrap();
+    let reason = w.report().window.mode_reason;
+    assert!(
+        reason.starts_with("not asked for") && !reason.contains("::"),
+        "{reason}"
+    );
+    drop(w);
     assert_eq!(
         inspect(&path).unwrap().last_writer_pretouch,
         Some(PreToucher::Off)

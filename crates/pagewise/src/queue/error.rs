@@ -30,7 +30,7 @@ pub enum QueueError {
         error: std::io::Error,
     },
     /// `Writer::create` found a file already there.
-    #[error("{path}: already exists; open it with Writer::open, or remove it first")]
+    #[error("{path}: already exists; open it instead of creating it, or remove it first")]
     Exists {
         /// The queue file.
         path: PathBuf,
@@ -71,7 +71,7 @@ pub enum QueueError {
         needed: u64,
     },
     /// The file does not start with the queue magic.
-    #[error("{path}: not a pagewise queue (bad magic {found:02x?})")]
+    #[error("{path}: not a pagewise queue (bad magic {})", hex(.found))]
     NotAQueue {
         /// The file.
         path: PathBuf,
@@ -135,7 +135,7 @@ pub enum QueueError {
     /// after it, where no crash can have torn it (on tmpfs, or before the
     /// end the last flush made durable): the bytes were damaged in place.
     /// The writer did not open and nothing was changed.
-    #[error("{path}: the record at position {position} fails its CRC check and {intact_after} intact records follow it; no crash tears a record there (tmpfs, or before the last flush), so the file was damaged: nothing was changed. A reader still reads the records before it; to drop it and everything after it, open the writer with discard_damaged (pagewise queue append --discard-damaged)")]
+    #[error("{path}: the record at position {position} fails its CRC check and {intact_after} intact {} it; no crash tears a record there (tmpfs, or before the last flush), so the file was damaged: nothing was changed. A reader still reads the records before it; to drop it and everything after it, open the writer with discard_damaged (pagewise queue append --discard-damaged)", plural(.intact_after, "record follows", "records follow"))]
     DamagedRecord {
         /// The file.
         path: PathBuf,
@@ -152,7 +152,7 @@ pub enum QueueError {
     /// inside is dropped without this: see [`Recovery::cut_record_at`].)
     ///
     /// [`Recovery::cut_record_at`]: super::Recovery::cut_record_at
-    #[error("{path}: the record at position {position} ({len} bytes) runs past the end of the file, but the marks of {intact_after} intact records lie inside it, from position {hidden_at} on: its length was probably damaged, not the file cut short, so nothing was changed. A reader still reads the records before it; to drop it and everything after it, open the writer with discard_damaged (pagewise queue append --discard-damaged)")]
+    #[error("{path}: the record at position {position} ({len} bytes) runs past the end of the file, but the {} of {intact_after} intact {} inside it, from position {hidden_at} on: its length was probably damaged, not the file cut short, so nothing was changed. A reader still reads the records before it; to drop it and everything after it, open the writer with discard_damaged (pagewise queue append --discard-damaged)", plural(.intact_after, "mark", "marks"), plural(.intact_after, "record lies", "records lie"))]
     DamagedLength {
         /// The file.
         path: PathBuf,
@@ -175,7 +175,7 @@ pub enum QueueError {
     },
     /// The file system is full (`ENOSPC`) or a size limit was hit (`EFBIG`):
     /// the record was not appended.
-    #[error("{path}: no space to grow the queue at offset {offset}: {error}; free space, or drop old chunks with Writer::retain")]
+    #[error("{path}: no space to grow the queue at offset {offset}: {error}; free space on its file system, or drop old chunks (retention)")]
     NoSpace {
         /// The file.
         path: PathBuf,
@@ -219,6 +219,20 @@ pub enum QueueError {
     /// The background pre-toucher could not be started.
     #[error("could not start the pre-touch thread: {0}")]
     Thread(std::io::Error),
+}
+
+/// Bytes as lowercase hex, two digits each, no separators: `50475751`.
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// `one` when `n` is 1, else `many`.
+fn plural(n: &u64, one: &'static str, many: &'static str) -> &'static str {
+    if *n == 1 {
+        one
+    } else {
+        many
+    }
 }
 
 impl QueueError {
@@ -277,5 +291,69 @@ impl QueueError {
             position: Position(position),
             reason: reason.into(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Messages reach C and CLI users too: no hint names a Rust API.
+    #[test]
+    fn hints_name_no_rust_api() {
+        let path = PathBuf::from("/dev/shm/q");
+        let errors = [
+            QueueError::NoSpace {
+                path: path.clone(),
+                offset: 4096,
+                error: SysError {
+                    call: "fallocate",
+                    source: std::io::Error::from_raw_os_error(28),
+                },
+            },
+            QueueError::Exists { path },
+        ];
+        for e in errors {
+            let text = e.to_string();
+            assert!(!text.contains("::"), "{text}");
+        }
+    }
+
+    /// Bytes are printed as hex, counts with the right number.
+    #[test]
+    fn messages_read_as_text() {
+        let path = PathBuf::from("q");
+        let magic = QueueError::NotAQueue {
+            path: path.clone(),
+            found: [0x0d, 0xc2, 0x0b, 0x87, 0x2f, 0x2d, 0x57, 0xcf],
+        };
+        assert_eq!(
+            magic.to_string(),
+            "q: not a pagewise queue (bad magic 0dc20b872f2d57cf)"
+        );
+        let record = |intact_after| QueueError::DamagedRecord {
+            path: path.clone(),
+            position: Position(4160),
+            intact_after,
+        };
+        assert!(record(1)
+            .to_string()
+            .contains(" and 1 intact record follows it;"));
+        assert!(record(2)
+            .to_string()
+            .contains(" and 2 intact records follow it;"));
+        let length = |intact_after| QueueError::DamagedLength {
+            path: path.clone(),
+            position: Position(4160),
+            len: 200,
+            hidden_at: Position(4176),
+            intact_after,
+        };
+        assert!(length(1)
+            .to_string()
+            .contains("but the mark of 1 intact record lies inside it, from"));
+        assert!(length(3)
+            .to_string()
+            .contains("but the marks of 3 intact records lie inside it, from"));
     }
 }

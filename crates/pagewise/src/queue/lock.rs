@@ -35,31 +35,80 @@ pub fn lock_path(queue: &Path) -> PathBuf {
 
 /// The writer lock, held for as long as this value lives; the kernel drops
 /// it when the process dies, however it dies.
+///
+/// Until [`WriterLock::keep`] is called, dropping it undoes what the open
+/// that took it made: the queue file, if that open created it (see
+/// [`WriterLock::made_queue`]), and the lock file, if that open created it.
+/// Both are removed while the lock is still held, and only while their
+/// names still name the files this open made: a file that was there before
+/// is never removed.
 #[derive(Debug)]
 pub(crate) struct WriterLock {
     _lock_file: File,
     path: PathBuf,
+    /// Device and inode of the lock file, when this open created it.
+    created: Option<(u64, u64)>,
+    /// Device and inode of the queue file, when this open created it.
+    queue: Option<(PathBuf, (u64, u64))>,
+    /// The open succeeded: nothing is removed on drop.
+    kept: bool,
 }
 
 impl WriterLock {
-    /// Removes the lock file, then lets go: for a create that failed, which
-    /// should leave nothing behind. Safe while locked: a writer that opened
-    /// this file before it went finds it no longer has the name, and tries
-    /// again (see [`lock`]).
-    pub(crate) fn remove(self) {
-        let _ = std::fs::remove_file(&self.path);
+    /// Notes that the open holding this lock created the queue file at
+    /// `path` (whose metadata is `meta`): a failed open removes it.
+    pub(crate) fn made_queue(&mut self, path: &Path, meta: &std::fs::Metadata) {
+        self.queue = Some((path.to_owned(), file_id(meta)));
+    }
+
+    /// The open succeeded: keep the files it made.
+    pub(crate) fn keep(&mut self) {
+        self.kept = true;
     }
 }
 
+impl Drop for WriterLock {
+    /// After a failed open, removes the queue file and the lock file it
+    /// created, in that order, then lets go. Safe while locked: a writer
+    /// that opened either before it went finds, once it has the lock, that
+    /// the file no longer has the name, and tries again (see [`lock`] and
+    /// `Writer::open`).
+    fn drop(&mut self) {
+        if self.kept {
+            return;
+        }
+        if let Some((queue, id)) = &self.queue {
+            if names(queue, *id) {
+                let _ = std::fs::remove_file(queue);
+            }
+        }
+        if let Some(id) = self.created {
+            if names(&self.path, id) {
+                let _ = std::fs::remove_file(&self.path);
+            }
+        }
+    }
+}
+
+/// A file's device and inode.
+fn file_id(meta: &std::fs::Metadata) -> (u64, u64) {
+    (meta.dev(), meta.ino())
+}
+
+/// Whether `path` names the file whose device and inode are `id`.
+fn names(path: &Path, id: (u64, u64)) -> bool {
+    std::fs::symlink_metadata(path).is_ok_and(|m| file_id(&m) == id)
+}
+
 /// Whether `path` still names the file `file` is open on (device and inode).
-fn still_named(path: &Path, file: &std::fs::Metadata) -> bool {
-    std::fs::symlink_metadata(path).is_ok_and(|m| m.dev() == file.dev() && m.ino() == file.ino())
+pub(super) fn still_named(path: &Path, file: &std::fs::Metadata) -> bool {
+    names(path, file_id(file))
 }
 
 /// Opens (or creates) the lock file and checks it is a regular file this
 /// user owns with one link: a planted symbolic link, another user's file, a
 /// FIFO or a hard link to some other file is refused.
-fn open_lock_file(queue: &Path) -> Result<(File, std::fs::Metadata), QueueError> {
+fn open_lock_file(queue: &Path) -> Result<(File, std::fs::Metadata, bool), QueueError> {
     let path = lock_path(queue);
     let refused = |reason: String| QueueError::Refused {
         path: path.clone(),
@@ -87,8 +136,8 @@ fn open_lock_file(queue: &Path) -> Result<(File, std::fs::Metadata), QueueError>
             None
         }
     };
-    let file = match create::open_or_create_private(&path) {
-        Ok(f) => f,
+    let (file, created) = match create::open_or_create_private(&path) {
+        Ok(opened) => opened,
         Err(e) => {
             return Err(
                 match std::fs::symlink_metadata(&path)
@@ -118,7 +167,7 @@ fn open_lock_file(queue: &Path) -> Result<(File, std::fs::Metadata), QueueError>
         file.set_permissions(std::fs::Permissions::from_mode(0o600))
             .map_err(QueueError::io(&path, "make the writer's lock file private"))?;
     }
-    Ok((file, meta))
+    Ok((file, meta, created))
 }
 
 /// How long a new writer waits for the writer locks (the lock file's, then
@@ -157,23 +206,31 @@ pub(crate) fn lock(queue: &Path, queue_file: &File) -> Result<WriterLock, QueueE
         std::thread::sleep(Duration::from_micros(200));
         Ok(())
     };
-    // A failed create removes its lock file while it holds the lock; a
-    // writer that opened that file just before locks a file with no name.
+    // A failed open removes the lock file it made while it holds the lock;
+    // a writer that opened that file just before locks a file with no name.
     // Then it tries the name again (a new file, or another's lock).
     let mut tries = 0;
-    let lock_file = loop {
-        let (lock_file, meta) = open_lock_file(queue)?;
+    let (lock_file, created) = loop {
+        let (lock_file, meta, created) = open_lock_file(queue)?;
         if !file::try_lock(&lock_file, LOCK_START, LOCK_LEN, LockKind::Exclusive).map_err(locked)? {
             wait_for_closing_writer()?;
             continue;
         }
         if still_named(&path, &meta) {
-            break lock_file;
+            break (lock_file, created.then(|| file_id(&meta)));
         }
         tries += 1;
         if tries == 8 {
             return Err(writer_locked());
         }
+    };
+    // From here on, a failure removes the lock file if this call made it.
+    let lock = WriterLock {
+        _lock_file: lock_file,
+        path,
+        created,
+        queue: None,
+        kept: false,
     };
     // With the lock file held, no other writer is live; a writer that was
     // just dropped may still hold byte 0 (see CLOSING_WRITER_WAIT).
@@ -190,10 +247,7 @@ pub(crate) fn lock(queue: &Path, queue_file: &File) -> Result<WriterLock, QueueE
             Err(e) => return Err(QueueError::sys(queue, "lock the queue for writing", e)),
         }
     }
-    Ok(WriterLock {
-        _lock_file: lock_file,
-        path,
-    })
+    Ok(lock)
 }
 
 /// Whether a writer holds the lock file of the queue at `queue` now, or
@@ -227,7 +281,8 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let q = d.path().join("q");
         let f = File::create(&q).unwrap();
-        let held = lock(&q, &f).unwrap();
+        let mut held = lock(&q, &f).unwrap();
+        held.keep();
         let again = File::open(&q).unwrap();
         assert!(matches!(
             lock(&q, &again),
@@ -238,6 +293,33 @@ mod tests {
         assert_eq!(mode & 0o077, 0, "{mode:o}");
         drop(held);
         assert_eq!(lock_file_held(&q), Some(false));
+    }
+
+    #[test]
+    fn a_failed_open_removes_only_the_files_it_made() {
+        let d = tempfile::tempdir().unwrap();
+        let q = d.path().join("q");
+        let f = File::create(&q).unwrap();
+        // Made by this lock, not kept: the lock file and the queue go.
+        let mut made = lock(&q, &f).unwrap();
+        made.made_queue(&q, &f.metadata().unwrap());
+        drop(made);
+        assert!(!lock_path(&q).exists());
+        assert!(!q.exists());
+        // A lock file and a queue that were there before stay.
+        let f = File::create(&q).unwrap();
+        File::create(lock_path(&q)).unwrap();
+        drop(lock(&q, &f).unwrap());
+        assert!(lock_path(&q).exists());
+        assert!(q.exists());
+        // Kept: nothing goes.
+        std::fs::remove_file(lock_path(&q)).unwrap();
+        let mut kept = lock(&q, &f).unwrap();
+        kept.made_queue(&q, &f.metadata().unwrap());
+        kept.keep();
+        drop(kept);
+        assert!(lock_path(&q).exists());
+        assert!(q.exists());
     }
 
     #[test]

@@ -168,8 +168,8 @@ impl PreTouch {
             adaptive: false,
         };
         match self.mode {
-            PreTouchMode::Thread => fixed(PreToucher::Thread, "asked for (PreTouchMode::Thread)"),
-            PreTouchMode::Idle => fixed(PreToucher::Idle, "asked for (PreTouchMode::Idle)"),
+            PreTouchMode::Thread => fixed(PreToucher::Thread, "asked for"),
+            PreTouchMode::Idle => fixed(PreToucher::Idle, "asked for"),
             PreTouchMode::Auto => match crate::sys::process::usable_cpus() {
                 Ok(cpus) if cpus.len() >= THREAD_MIN_CPUS => Resolved {
                     mode: PreToucher::Thread,

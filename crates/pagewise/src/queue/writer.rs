@@ -151,7 +151,7 @@ pub struct Writer {
     /// Pre-touch is on: `idle_work` has work to do.
     pretouch: bool,
     /// Held until the writer is dropped.
-    _lock: WriterLock,
+    lock: WriterLock,
 }
 
 impl std::fmt::Debug for Writer {
@@ -206,7 +206,9 @@ impl Writer {
     /// Creates a new queue at `path` and opens it for writing. Fails with
     /// [`QueueError::Exists`] if anything has that name (a symbolic link
     /// included). The file appears complete, header and all, or not at all;
-    /// its mode is `Options::mode` minus the umask. Costs a file creation, a
+    /// its mode is `Options::mode` minus the umask. A create that fails (a
+    /// full file system, say) leaves nothing behind: neither the queue file
+    /// nor the `<path>.lock` it made (one that was there before stays). Costs a file creation, a
     /// header write and `fdatasync`, and what [`Writer::open`] costs.
     pub fn create(path: impl AsRef<Path>, options: Options) -> Result<Writer, QueueError> {
         let path = path.as_ref();
@@ -222,9 +224,10 @@ impl Writer {
         }
         let new = NewFile::in_dir_of(path, options.mode)
             .map_err(|e| QueueError::sys(path, "create the queue", e))?;
-        let lock = lock::lock(path, new.file())?;
-        // A create that fails before the name is given leaves nothing
-        // behind, its lock file included.
+        let mut lock = lock::lock(path, new.file())?;
+        // A create that fails leaves nothing behind, its lock file included:
+        // before the name is given, the unnamed file goes when it is
+        // dropped; after, dropping the lock removes the file it named.
         let named = (|| {
             let geometry =
                 Geometry::new_queue(options.chunk_size, options.record_crc, now_unix_ns());
@@ -251,13 +254,12 @@ impl Writer {
                 }
             })
         })();
-        match named {
-            Ok(file) => Writer::start(path, file, lock, &options),
-            Err(e) => {
-                lock.remove();
-                Err(e)
-            }
-        }
+        let file = named?;
+        let meta = file
+            .metadata()
+            .map_err(QueueError::io(path, "stat the new queue"))?;
+        lock.made_queue(path, &meta);
+        Writer::start(path, file, lock, &options)
     }
 
     /// Opens an existing queue for writing: takes the writer lock, finds the
@@ -271,7 +273,8 @@ impl Writer {
     /// crash can have torn it, or [`QueueError::DamagedLength`] for a record
     /// running past the end of the file with whole records inside it (see
     /// [`Options::discard_damaged`]); a last record the file was cut short
-    /// inside is dropped ([`Recovery::cut_record_at`]). Costs a
+    /// inside is dropped ([`Recovery::cut_record_at`]). An open that fails
+    /// removes the `<path>.lock` it made, if it made one. Costs a
     /// walk over the records of the chunk the writer was last in (about a
     /// millisecond per 64 MiB chunk); after a failed CRC, a read of every
     /// record after it; after a record the file ends inside, a read of its
@@ -279,12 +282,29 @@ impl Writer {
     pub fn open(path: impl AsRef<Path>, options: Options) -> Result<Writer, QueueError> {
         let path = path.as_ref();
         check_options(&options)?;
-        let file = open_for_writing(path)?;
-        // A file that is no queue is refused before the lock file is made:
-        // refusing it must not leave `<path>.lock` behind.
-        read_header(path, &file)?;
-        let lock = lock::lock(path, &file)?;
-        Writer::start(path, file, lock, &options)
+        let mut tries = 0;
+        loop {
+            let file = open_for_writing(path)?;
+            // A file that is no queue is refused before the lock file is made:
+            // refusing it must not leave `<path>.lock` behind.
+            read_header(path, &file)?;
+            let lock = lock::lock(path, &file)?;
+            let meta = file
+                .metadata()
+                .map_err(QueueError::io(path, "stat the queue"))?;
+            // A create that failed removes the queue it named while it holds
+            // the lock: a file opened just before is then no longer the
+            // queue at `path`. Open the name again (there may be none now).
+            if lock::still_named(path, &meta) {
+                return Writer::start(path, file, lock, &options);
+            }
+            tries += 1;
+            if tries == 8 {
+                return Err(QueueError::WriterLocked {
+                    path: path.to_owned(),
+                });
+            }
+        }
     }
 
     /// Opens the queue at `path`, creating it first if there is none.
@@ -329,7 +349,7 @@ impl Writer {
             Some(p) => p.resolve_auto(),
             None => Resolved {
                 mode: PreToucher::Off,
-                reason: "not asked for: Options::pretouch is None".to_owned(),
+                reason: "not asked for".to_owned(),
                 usable_cpus: None,
                 adaptive: false,
             },
@@ -380,7 +400,7 @@ impl Writer {
             hook: None,
             copy: options.copy.prepare(),
             pretouch: populate,
-            _lock: lock,
+            lock,
         };
         // The next mark must be inside the allocated file before anyone reads it.
         writer.ready_end = match writer.window.wait_ready(end.0 + MARK_LEN) {
@@ -408,6 +428,8 @@ impl Writer {
         writer
             .header
             .store_u64(OFF_TAIL_CHUNK, chunk, Ordering::Release);
+        // Open: from now on the queue and lock files stay when it is dropped.
+        writer.lock.keep();
         Ok(writer)
     }
 

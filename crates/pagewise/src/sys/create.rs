@@ -60,15 +60,33 @@ pub fn open_no_follow(path: &Path) -> SysResult<File> {
 /// Opens `path` for reading and writing, creating it with mode 0600 (minus
 /// the umask) if there is nothing at that name, without following a
 /// symbolic link in the last component (`ELOOP`) and without blocking on a
-/// FIFO (`O_NONBLOCK`). An existing file is opened as it is: check its type
-/// and owner with `fstat` before trusting it. One `open` call.
-pub fn open_or_create_private(path: &Path) -> SysResult<File> {
-    open_raw(
-        path,
-        libc::O_RDWR | libc::O_CREAT | libc::O_NOFOLLOW | libc::O_NONBLOCK,
-        0o600,
-        "open(O_RDWR|O_CREAT|O_NOFOLLOW)",
-    )
+/// FIFO (`O_NONBLOCK`); says whether this call created it. An existing file
+/// is opened as it is: check its type and owner with `fstat` before trusting
+/// it. One `open` call, two when it creates the file (more only while
+/// another process creates and removes that name at the same time).
+pub fn open_or_create_private(path: &Path) -> SysResult<(File, bool)> {
+    let mut tries = 0;
+    loop {
+        match open_raw(
+            path,
+            libc::O_RDWR | libc::O_NOFOLLOW | libc::O_NONBLOCK,
+            0,
+            "open(O_RDWR|O_NOFOLLOW)",
+        ) {
+            Err(e) if e.errno() == Some(crate::sys::Errno::NOENT) => {}
+            opened => return opened.map(|f| (f, false)),
+        }
+        match open_raw(
+            path,
+            libc::O_RDWR | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW | libc::O_NONBLOCK,
+            0o600,
+            "open(O_RDWR|O_CREAT|O_EXCL|O_NOFOLLOW)",
+        ) {
+            // Made by another process between the two calls: open that.
+            Err(e) if e.errno() == Some(crate::sys::Errno::EXIST) && tries < 8 => tries += 1,
+            created => return created.map(|f| (f, true)),
+        }
+    }
 }
 
 /// Opens an existing file read-only without following a symbolic link in
