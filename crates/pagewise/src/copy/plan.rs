@@ -550,8 +550,8 @@ fn streams_of(table: &[Class]) -> Option<u8> {
 ///   stosb` from 4 KiB for misaligned destinations and from 16 KiB for all,
 ///   non-temporal from half the LLC. The smallest copies inline with masked
 ///   moves ([`Small::Masked`]): on an Emerald Rapids guest (2026-12-01) the
-///   guarded leaf ran hot 8-128 B copies at 0.71-0.92 of glibc and inline
-///   masked moves at 0.85-1.84 (`pagewise tune`: worst ratios 0.67 against
+///   guarded leaf ran hot 8-128 B copies at 0.71-1.09 of glibc and inline
+///   masked moves at 0.94-2.00 (`pagewise tune`: worst ratios 0.67 against
 ///   1.14).
 /// - **AMD Zen 1–4** (glibc's and AOCL-LibMem's choices for Zen 3, confirmed
 ///   on the Zen 3 guest): no `rep movsb` (it collapses to 2 GB/s at
