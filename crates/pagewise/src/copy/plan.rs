@@ -547,7 +547,7 @@ fn streams_of(table: &[Class]) -> Option<u8> {
 ///   avoided when the destination is 1–1023 B ahead of the source modulo
 ///   1 MiB (its slow mode) or modulo 4 KiB below 512 KiB; non-temporal stores
 ///   from a quarter of the LLC, 32 pages side by side. Fills: the loop, `rep
-///   stosb` from 4 KiB for misaligned destinations and from 16 KiB for all,
+///   stosb` from 9 KiB for misaligned destinations and from 16 KiB for all,
 ///   non-temporal from half the LLC. The smallest copies inline with masked
 ///   moves ([`Small::Masked`]): on an Emerald Rapids guest (2026-12-01) the
 ///   guarded leaf ran hot 8-128 B copies at 0.71-1.09 of glibc and inline
@@ -587,16 +587,16 @@ pub fn default_tables(kind: CpuKind, isa: Isa, erms: bool, llc: Option<u64>) -> 
         Some(l) => (l / COPY_LLC_DIVISOR as usize, l / FILL_LLC_DIVISOR as usize),
         None => (FALLBACK_NT_THRESHOLD, FALLBACK_NT_THRESHOLD),
     };
-    let rep_tables = |copy: &mut Vec<Class>, fill: &mut Vec<Class>, fill_rep_min: usize| {
+    let rep_tables = |copy: &mut Vec<Class>,
+                      fill: &mut Vec<Class>,
+                      fill_rep_min: usize,
+                      misaligned_min: usize| {
         overlay(copy, COPY_REP_MIN, usize::MAX, |_| Strategy::Rep);
         overlay(fill, fill_rep_min, usize::MAX, |_| Strategy::Rep);
         // With a misaligned destination, `rep stosb` beats the loop
-        // from a few KiB (measured 0.86 vs 0.95 of glibc at 4 KiB).
-        split_at(fill, FILL_REP_MISALIGNED_MIN);
-        for c in fill
-            .iter_mut()
-            .filter(|c| c.from >= FILL_REP_MISALIGNED_MIN)
-        {
+        // from a few KiB (see the constants).
+        split_at(fill, misaligned_min);
+        for c in fill.iter_mut().filter(|c| c.from >= misaligned_min) {
             c.by_placement[Placement::Other as usize] = Strategy::Rep;
         }
         merge(fill);
@@ -637,13 +637,23 @@ pub fn default_tables(kind: CpuKind, isa: Isa, erms: bool, llc: Option<u64>) -> 
         }
         CpuKind::AmdZen5 => {
             if erms {
-                rep_tables(&mut copy, &mut fill, ZEN5_FILL_REP_MIN);
+                rep_tables(
+                    &mut copy,
+                    &mut fill,
+                    ZEN5_FILL_REP_MIN,
+                    FILL_REP_MISALIGNED_MIN,
+                );
             }
             (Small::Masked, copy_nt, fill_nt, 1)
         }
         CpuKind::Intel => {
             if erms {
-                rep_tables(&mut copy, &mut fill, FILL_REP_MIN);
+                rep_tables(
+                    &mut copy,
+                    &mut fill,
+                    FILL_REP_MIN,
+                    INTEL_FILL_REP_MISALIGNED_MIN,
+                );
                 rep_guards.push(RepGuard {
                     span: 1 << 20,
                     below: 1024,
@@ -1134,9 +1144,20 @@ const ZEN5_FILL_REP_MIN: usize = 8 << 10;
 /// 0.85–0.90 against 1.00 and 0.92–1.01, 3000 B hot 1.20–1.25 and cold
 /// 0.92–1.04 against 0.98–1.19 and 0.65–0.80).
 const ZEN4_COPY_AVX2_LOOP_MIN: usize = 2560;
-/// Smallest fill with a misaligned destination that uses `rep stosb` on Intel
-/// (and on Zen 4 and 5).
+/// Smallest fill with a misaligned destination that uses `rep stosb` on Zen 4
+/// and 5 (measured 0.86 vs 0.95 of glibc at 4 KiB when the loop's last store
+/// still crossed into the next page).
 const FILL_REP_MISALIGNED_MIN: usize = 4096;
+/// Smallest fill with a misaligned destination that uses `rep stosb` on
+/// Intel. Measured on an Emerald Rapids guest (2026-12-01, `bench memset`
+/// with the defaults, three alternating runs against `rep stosb` from 4 KiB,
+/// ratios to glibc, one byte past a line): the loop, which no longer stores
+/// across a page, ran hot 4 KiB at 1.19-1.34 (against 0.92-0.98), 6000 B
+/// 1.13-1.25 (0.92-0.97), 8 KiB 1.06-1.12 (0.91-0.95), and cold 4-8 KiB as
+/// fast or faster; from 10,000 B it lost cold (0.86-0.90 against 1.04-1.10)
+/// while winning hot (1.04-1.17 against 0.92-0.98). Nothing was measured
+/// between 8 KiB and 10,000 B.
+const INTEL_FILL_REP_MISALIGNED_MIN: usize = 9 << 10;
 /// First fill size with a misaligned destination that goes back to the loop
 /// on Zen 4 (AMD family 0x19 with AVX-512) with ERMS. Measured on the Zen 4
 /// guest (2026-11-25, ratios to glibc, whose `memset` is `rep stosb` from
@@ -1272,10 +1293,16 @@ mod tests {
         assert_eq!(p.tables.small, Small::Masked);
         assert_eq!(p.cpu_kind, CpuKind::Intel);
         assert_eq!(streams_of(&p.tables.copy), Some(32));
-        // Misaligned fills use rep stosb from 4 KiB, aligned ones from 16 KiB.
-        let c = p.tables.fill.iter().find(|c| c.from == 4096).unwrap();
+        // Misaligned fills use rep stosb from 9 KiB, aligned ones from 16 KiB;
+        // the loop below.
+        let c = p.tables.fill.iter().find(|c| c.from == 9 << 10).unwrap();
         assert_eq!(c.by_placement[Placement::Other as usize], Strategy::Rep);
         assert!(matches!(c.by_placement[0], Strategy::Loop { .. }));
+        let below = p.tables.fill.iter().rfind(|c| c.from < 9 << 10).unwrap();
+        assert!(matches!(
+            below.by_placement[Placement::Other as usize],
+            Strategy::Loop { .. }
+        ));
         assert_eq!(p.tables.rep_guards.len(), 2);
         assert!(
             p.notes.iter().any(|n| n.contains("pagewise tune")),
