@@ -865,9 +865,11 @@ fn attaching_counts_the_cpu_time_of_the_children_it_follows() {
     // on while the hypervisor has taken the vCPU from the child, which the
     // kernel's ticks leave out as steal time: in a CI run on a busy host the
     // report was 0.81 s against 0.74 s of ticks. So the upper bound allows
-    // the steal time the whole machine saw in the window.
+    // the steal time the whole machine saw in the window, up to a quarter of
+    // the child's time (it is summed over all CPUs, the child ran on one).
+    let allowance = steal_s.min(child_s * 0.25);
     assert!(
-        cpu >= child_s * 0.9 - 0.02 && cpu <= child_s + 0.05 + steal_s,
+        cpu >= child_s * 0.9 - 0.02 && cpu <= child_s + 0.05 + allowance,
         "report {cpu} s against the child's {child_s} s (steal {steal_s} s): {c:#}"
     );
     assert_eq!(c["time_source"], "cpu-clock", "{c:#}");

@@ -1144,9 +1144,11 @@ const ZEN5_FILL_REP_MIN: usize = 8 << 10;
 /// 0.85–0.90 against 1.00 and 0.92–1.01, 3000 B hot 1.20–1.25 and cold
 /// 0.92–1.04 against 0.98–1.19 and 0.65–0.80).
 const ZEN4_COPY_AVX2_LOOP_MIN: usize = 2560;
-/// Smallest fill with a misaligned destination that uses `rep stosb` on Zen 4
-/// and 5 (measured 0.86 vs 0.95 of glibc at 4 KiB when the loop's last store
-/// still crossed into the next page).
+/// Smallest fill with a misaligned destination that uses `rep stosb` on Zen 5
+/// and, up to [`ZEN4_FILL_REP_MISALIGNED_END`], on Zen 4. First chosen on the
+/// Intel VM (2026-11-21: 0.86 vs 0.95 of glibc at 4 KiB, while the loop's last
+/// store still crossed into the next page); Intel now has its own
+/// [`INTEL_FILL_REP_MISALIGNED_MIN`].
 const FILL_REP_MISALIGNED_MIN: usize = 4096;
 /// Smallest fill with a misaligned destination that uses `rep stosb` on
 /// Intel. Measured on an Emerald Rapids guest (2026-12-01, `bench memset`
@@ -1427,6 +1429,10 @@ mod tests {
         assert_eq!(streams_of(&p.tables.copy), Some(1));
         assert!(p.tables.rep_guards.is_empty());
         assert_eq!(p.tables.small, Small::Masked);
+        // Misaligned fills take rep stosb from 4 KiB (Intel's 9 KiB is its own).
+        let c = p.tables.fill.iter().rfind(|c| c.from <= 4096).unwrap();
+        assert_eq!(c.from, FILL_REP_MISALIGNED_MIN);
+        assert_eq!(c.by_placement[Placement::Other as usize], Strategy::Rep);
         // The same CPU without ERMS gets no rep at all.
         let p = Plan::decide(&Inputs {
             erms: false,

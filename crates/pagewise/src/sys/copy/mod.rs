@@ -547,7 +547,8 @@ impl Thresholds {
     }
 
     /// How AVX-512 copies of at most 32 bytes are done (other instruction
-    /// sets ignore it). Default [`Small::MaskedGuarded`].
+    /// sets ignore it). An empty table ([`Thresholds::unset`]) holds
+    /// [`Small::MaskedGuarded`] until a plan sets its own.
     pub fn set_small(&self, small: Small) {
         self.small_scalar_below
             .store(small.scalar_below(), Ordering::Relaxed);
