@@ -90,6 +90,14 @@
 #define PW_QUEUE_DISCARD_DAMAGED 16
 
 /**
+ * `pw_queue_options.flags`: pack the records of a *new* queue to multiples
+ * of 8 bytes instead of padding those of up to 56 payload bytes to 16, 32
+ * or 64 so that none straddles a cache line (smaller files, a cache-line
+ * transfer more per small record).
+ */
+#define PW_QUEUE_PACKED_RECORDS 32
+
+/**
  * Page policy: the ladder hugetlb 1 GiB, hugetlb 2 MiB, THP, 4 KiB.
  */
 #define PW_PAGES_AUTO 0

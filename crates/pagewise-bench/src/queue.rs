@@ -209,9 +209,12 @@ trait Source {
 }
 
 /// A record's slot in the floor file: the commit word and the payload,
-/// rounded up to 8 bytes (the queue's record size for the same payload).
+/// padded as a queue with default options pads a run of records of the same
+/// payload (slots start on multiples of 64), so that the floor moves the
+/// same cache lines.
 fn floor_slot(record_bytes: usize) -> usize {
-    (8 + record_bytes).next_multiple_of(8)
+    let first = pagewise::queue::layout::HEADER_LEN + pagewise::queue::layout::CHUNK_HEADER_LEN;
+    pagewise::queue::layout::record_bytes(first, record_bytes as u64, 0, true) as usize
 }
 
 /// Bytes of the floor file for `records` records.

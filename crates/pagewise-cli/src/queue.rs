@@ -69,6 +69,11 @@ pub struct AppendArgs {
     /// record CRCs is an error.
     #[arg(long)]
     crc: bool,
+    /// Pack the records of a new queue to multiples of 8 bytes instead of
+    /// padding those of up to 56 payload bytes to 16, 32 or 64 (one cache
+    /// line). An existing queue with line-fitting records is an error.
+    #[arg(long)]
+    packed: bool,
     /// Run the background pre-toucher (worth it for long, fast feeds).
     #[arg(long)]
     pretouch: bool,
@@ -118,6 +123,14 @@ fn inspect(args: &InspectArgs) -> anyhow::Result<ExitCode> {
         ("path", info.path.clone()),
         ("format version", info.version.to_string()),
         ("chunk size", bytes(info.chunk_size_bytes)),
+        (
+            "record sizes",
+            if info.line_fitting_records {
+                "line-fitting (up to 64 bytes: 16, 32 or 64)".into()
+            } else {
+                "packed (multiples of 8)".into()
+            },
+        ),
         (
             "largest record",
             format!("{} bytes", info.max_payload_bytes),
@@ -457,6 +470,7 @@ fn append(args: &AppendArgs) -> anyhow::Result<ExitCode> {
     let options = Options {
         chunk_size: args.chunk_size.unwrap_or(queue::layout::DEFAULT_CHUNK),
         record_crc: args.crc,
+        packed_records: args.packed,
         pretouch: args.pretouch.then(PreTouch::default),
         discard_damaged: args.discard_damaged,
         ..Options::default()
@@ -471,7 +485,12 @@ fn append(args: &AppendArgs) -> anyhow::Result<ExitCode> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             pagewise::host::user_files::check_creatable(&args.path)
                 .with_context(|| format!("cannot create {}", args.path.display()))?;
-            let new = queue::layout::Geometry::new_queue(options.chunk_size, options.record_crc, 0);
+            let new = queue::layout::Geometry::new_queue(
+                options.chunk_size,
+                options.record_crc,
+                !options.packed_records,
+                0,
+            );
             Some(read_record(args, &mut input, new.max_payload(), 0)?)
         }
         _ => None,
@@ -534,17 +553,21 @@ fn report_recovery(path: &std::path::Path, r: &queue::Recovery) {
     }
 }
 
-/// Refuses `--chunk-size` and `--crc` when the queue already existed with
-/// other settings: they apply only to a new queue, and ignoring them
-/// silently would leave the user believing they took effect.
+/// Refuses `--chunk-size`, `--crc` and `--packed` when the queue already
+/// existed with other settings: they apply only to a new queue, and ignoring
+/// them silently would leave the user believing they took effect.
 fn check_settings(args: &AppendArgs, writer: &Writer) -> anyhow::Result<()> {
     let g = writer.geometry();
-    if args.chunk_size.is_some_and(|c| c != g.chunk_size) || (args.crc && !g.record_crc()) {
+    if args.chunk_size.is_some_and(|c| c != g.chunk_size)
+        || (args.crc && !g.record_crc())
+        || (args.packed && g.line_fitting())
+    {
         anyhow::bail!(
-            "{}: already exists with {} chunks, {} record CRCs; --chunk-size and --crc apply only to a new queue: leave them out to append to this one",
+            "{}: already exists with {} chunks, {} record CRCs, {} records; --chunk-size, --crc and --packed apply only to a new queue: leave them out to append to this one",
             args.path.display(),
             bytes(g.chunk_size),
-            if g.record_crc() { "with" } else { "without" }
+            if g.record_crc() { "with" } else { "without" },
+            if g.line_fitting() { "line-fitting" } else { "packed" }
         );
     }
     Ok(())

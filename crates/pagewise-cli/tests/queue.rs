@@ -659,10 +659,12 @@ fn settings_for_a_new_queue_are_not_silently_ignored_on_an_existing_one() {
         .write_stdin("one\n")
         .assert()
         .success();
-    for flags in [&["--crc"][..], &["--chunk-size", "1MiB"]] {
+    for flags in [&["--crc"][..], &["--chunk-size", "1MiB"], &["--packed"]] {
         let err = append_stderr(&q, flags, "two\n", false);
         assert!(
-            err.contains("already exists with 64 KiB chunks, without record CRCs"),
+            err.contains(
+                "already exists with 64 KiB chunks, without record CRCs, line-fitting records"
+            ),
             "{flags:?}: {err}"
         );
         assert_eq!(err.trim_end().lines().count(), 1, "{err}");
@@ -675,6 +677,34 @@ fn settings_for_a_new_queue_are_not_silently_ignored_on_an_existing_one() {
         .assert()
         .success();
     assert_eq!(inspect_json(&q)["records"], 2);
+}
+
+#[test]
+fn packed_records_are_chosen_at_creation_and_shown_by_inspect() {
+    let d = shm_dir();
+    // Two records of 32-byte lines: 40 bytes packed, 64 line-fitting.
+    let line = "x".repeat(32);
+    for (flags, second, layout) in [
+        (&[][..], 4096 + 64 + 64, "line-fitting"),
+        (&["--packed"][..], 4096 + 64 + 40, "packed"),
+    ] {
+        let q = d.path().join(layout);
+        pagewise()
+            .args(["queue", "append"])
+            .args(flags)
+            .arg(&q)
+            .write_stdin(format!("{line}\n{line}\n"))
+            .assert()
+            .success();
+        let info = inspect_json(&q);
+        assert_eq!(info["line_fitting_records"], layout == "line-fitting");
+        assert_eq!(info["last_position"], second, "{layout}");
+        let table = succeeding_stdout(&["queue", "inspect"], &q);
+        assert!(table.contains("record sizes"), "{table}");
+        assert!(table.contains(layout), "{table}");
+        let (ok, out, _) = tail(&q);
+        assert_eq!((ok, out), (true, format!("{line}\n{line}\n")));
+    }
 }
 
 #[test]
@@ -793,15 +823,13 @@ fn append_refuses_a_damaged_crc_queue_and_discards_only_when_asked() {
             && err.contains("(2 of them intact)"),
         "{err}"
     );
-    let tail = pagewise()
-        .args(["queue", "tail"])
-        .arg(&q)
-        .assert()
-        .success()
-        .get_output()
-        .stdout
-        .clone();
-    assert_eq!(String::from_utf8_lossy(&tail), "one\nfive\n");
+    assert_eq!(succeeding_stdout(&["queue", "tail"], &q), "one\nfive\n");
+}
+
+/// The standard output of `pagewise ARGS PATH`, which must succeed.
+fn succeeding_stdout(args: &[&str], path: &Path) -> String {
+    let out = pagewise().args(args).arg(path).assert().success();
+    String::from_utf8_lossy(&out.get_output().stdout).into_owned()
 }
 
 /// `pagewise queue tail PATH`: its status, standard output and standard error.
@@ -824,11 +852,11 @@ fn append_continues_a_queue_cut_short_inside_its_last_record() {
     let second = "b".repeat(40);
     append_stderr(
         &q,
-        &[],
+        &["--packed"],
         &format!("first\n{second}\nthe third record\n"),
         true,
     );
-    // Records at 4160 (5 bytes: 16 in all), 4176 (40: 48) and 4224 (16: 24).
+    // Records (packed) at 4160 (5 bytes: 16 in all), 4176 (40: 48) and 4224 (16: 24).
     let v = inspect_json(&q);
     assert_eq!(
         (v["last_position"].as_u64(), v["end_position"].as_u64()),

@@ -49,7 +49,8 @@ pub fn queue_options(c: Option<&pw_queue_options>) -> Result<(Options, OpenMode)
             | PW_QUEUE_NO_PRETOUCH
             | PW_QUEUE_CREATE_NEW
             | PW_QUEUE_NO_CREATE
-            | PW_QUEUE_DISCARD_DAMAGED,
+            | PW_QUEUE_DISCARD_DAMAGED
+            | PW_QUEUE_PACKED_RECORDS,
         "pw_queue_options",
     )?;
     let mode = match (
@@ -99,6 +100,7 @@ pub fn queue_options(c: Option<&pw_queue_options>) -> Result<(Options, OpenMode)
             c.chunk_size
         },
         record_crc: c.flags & PW_QUEUE_RECORD_CRC != 0,
+        packed_records: c.flags & PW_QUEUE_PACKED_RECORDS != 0,
         pretouch,
         mode: if c.mode == 0 { defaults.mode } else { c.mode },
         copy: defaults.copy,
@@ -305,6 +307,13 @@ mod tests {
         }))
         .unwrap();
         assert!(o.discard_damaged);
+        assert!(!o.packed_records);
+        let (o, _) = queue_options(Some(&pw_queue_options {
+            flags: PW_QUEUE_PACKED_RECORDS,
+            ..z
+        }))
+        .unwrap();
+        assert!(o.packed_records);
         let (o, _) = queue_options(Some(&pw_queue_options {
             pretouch_window: 256 << 20,
             flags: PW_QUEUE_RECORD_CRC,

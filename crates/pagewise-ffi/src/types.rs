@@ -46,6 +46,11 @@ pub const PW_QUEUE_NO_CREATE: u32 = 8;
 /// file with whole records inside it (damage, not a torn write or a file
 /// cut short), drop it and all after it instead of failing with `-EBADMSG`.
 pub const PW_QUEUE_DISCARD_DAMAGED: u32 = 16;
+/// `pw_queue_options.flags`: pack the records of a *new* queue to multiples
+/// of 8 bytes instead of padding those of up to 56 payload bytes to 16, 32
+/// or 64 so that none straddles a cache line (smaller files, a cache-line
+/// transfer more per small record).
+pub const PW_QUEUE_PACKED_RECORDS: u32 = 32;
 
 /// Page policy: the ladder hugetlb 1 GiB, hugetlb 2 MiB, THP, 4 KiB.
 pub const PW_PAGES_AUTO: u32 = 0;

@@ -164,7 +164,11 @@ fn records_of_size_zero_and_of_the_maximum_size() {
 fn a_record_that_would_straddle_a_chunk_goes_to_the_next_one() {
     let d = dir();
     let path = d.path().join("q");
-    let mut w = Writer::create(&path, small(false)).unwrap();
+    let options = Options {
+        packed_records: true,
+        ..small(false)
+    };
+    let mut w = Writer::create(&path, options).unwrap();
     // Fill the first chunk to 104 bytes before its end.
     let room = CHUNK - 64;
     let first_len = (room - 104 - 8) as usize;
@@ -688,9 +692,10 @@ fn a_last_record_with_a_bad_crc_is_a_torn_write_and_is_dropped() {
     assert_eq!(w.position(), p[4]);
 }
 
-/// The bytes a record of `len` payload bytes takes (docs/queue.md, "Record").
-fn record_bytes(len: usize, crc: bool) -> u64 {
-    (8 + len as u64 + if crc { 4 } else { 0 } + 7) & !7
+/// The bytes a record at `pos` of `len` payload bytes takes in a queue made
+/// with default options (line-fitting; docs/queue.md, "Record").
+fn record_bytes(pos: u64, len: usize, crc: bool) -> u64 {
+    pagewise::queue::layout::record_bytes(pos, len as u64, if crc { 4 } else { 0 }, true)
 }
 
 #[test]
@@ -715,7 +720,7 @@ fn a_file_cut_short_inside_its_last_record_is_recovered_at_every_byte() {
         let bytes = std::fs::read(&full).unwrap();
         std::fs::remove_file(&full).unwrap();
         let last = p[5].0;
-        let end = last + record_bytes(payload(5).len(), crc);
+        let end = last + record_bytes(last, payload(5).len(), crc);
         for cut in last..end {
             for discard_damaged in [false, true] {
                 let what = format!("crc {crc}, cut at {cut}, discard_damaged {discard_damaged}");
@@ -949,6 +954,78 @@ fn retention_drops_old_chunks_and_tells_a_reader_how_far_behind_it_is() {
 }
 
 #[test]
+fn line_fitting_and_packed_records_are_placed_as_documented_and_kept() {
+    for packed in [false, true] {
+        let d = dir();
+        let path = d.path().join("q");
+        let options = Options {
+            packed_records: packed,
+            ..small(false)
+        };
+        let mut w = Writer::create(&path, options.clone()).unwrap();
+        assert_eq!(w.geometry().line_fitting(), !packed);
+        // Records of 0 to 99 bytes, enough to cross several chunks.
+        let mut written: Vec<(Position, Vec<u8>)> = Vec::new();
+        for seq in 0..4000u64 {
+            let len = (seq * 7 % 100) as usize;
+            let bytes = vec![(seq % 251) as u8; len];
+            let p = w.append(&bytes).unwrap();
+            if let Some((last, prev)) = written.last() {
+                if (p.0 - 4096) / CHUNK == (last.0 - 4096) / CHUNK {
+                    assert_eq!(
+                        p.0 - last.0,
+                        record_size(last.0, prev.len(), packed),
+                        "{seq}"
+                    );
+                }
+            }
+            written.push((p, bytes));
+        }
+        assert!(w.geometry().chunk_of(w.position().0) >= 3, "crossed chunks");
+        drop(w);
+        let mut r = Reader::open(&path).unwrap();
+        assert_eq!(read_all(&mut r), written);
+        r.seek(written[7].0).unwrap();
+        assert_eq!(r.next().unwrap().unwrap().payload, &written[7].1[..]);
+        assert_eq!(inspect(&path).unwrap().line_fitting_records, !packed);
+        // The file keeps its layout when reopened with the other asked for.
+        let mut w = Writer::open(
+            &path,
+            Options {
+                packed_records: !packed,
+                ..options
+            },
+        )
+        .unwrap();
+        assert_eq!(w.geometry().line_fitting(), !packed);
+        let end = w.position();
+        w.append(&[1; 32]).unwrap();
+        assert_eq!(w.position().0 - end.0, record_size(end.0, 32, packed));
+    }
+    // In a line-fitting queue, a run of records of one small size straddles
+    // no cache line after its first record, whatever came before it.
+    let d = dir();
+    let path = d.path().join("q");
+    let mut w = Writer::create(&path, small(false)).unwrap();
+    for len in [0usize, 8, 20, 32, 56, 100, 3, 40, 1, 50] {
+        for k in 0..100 {
+            let p = w.append(&vec![7; len]).unwrap();
+            let packed = (8 + len as u64).next_multiple_of(8);
+            if k > 0 && packed <= 64 {
+                assert_eq!(p.0 % packed.next_power_of_two(), 0, "{len} B at {p}");
+                assert_eq!(p.0 / 64, (p.0 + packed - 1) / 64, "{len} B at {p}");
+            }
+        }
+    }
+}
+
+/// The bytes a record at `pos` of `len` payload bytes (no CRC) takes,
+/// packed or line-fitting (docs/queue.md, "Record").
+fn record_size(pos: u64, len: usize, packed: bool) -> u64 {
+    pagewise::queue::layout::record_bytes(pos, len as u64, 0, !packed)
+}
+
+#[test]
 fn inspect_reports_geometry_and_counts() {
     let d = dir();
     let path = d.path().join("q");
@@ -973,10 +1050,15 @@ fn inspect_reports_geometry_and_counts() {
 fn inspect_finds_a_length_grown_by_fewer_than_8_bytes() {
     // Without record CRCs, a length of 8 grown by 1 to 7 bytes swallows the
     // next record and ends inside its mark: inspect reads the mark's bytes
-    // past the payload's end.
+    // past the payload's end (in a packed queue: line-fitting records of 16
+    // bytes become 32 with such a length, and the test is the same).
     let d = dir();
     let path = d.path().join("q");
-    let mut w = Writer::create(&path, small(false)).unwrap();
+    let options = Options {
+        packed_records: true,
+        ..small(false)
+    };
+    let mut w = Writer::create(&path, options).unwrap();
     assert_eq!(w.append(b"abcdefgh").unwrap(), Position(4160));
     assert_eq!(w.append(b"hello").unwrap(), Position(4176));
     drop(w);

@@ -134,9 +134,10 @@ fn apply(bytes: &mut Vec<u8>, damages: &[Damage], fix_header_crc: bool, cut: Opt
     }
 }
 
-/// The bytes a record of `len` payload bytes takes (docs/queue.md, "Record").
-fn record_bytes(len: usize, crc: bool) -> u64 {
-    (8 + len as u64 + if crc { 4 } else { 0 } + 7) & !7
+/// The bytes a record at `pos` of `len` payload bytes takes in a queue made
+/// with default options (line-fitting; docs/queue.md, "Record").
+fn record_bytes(pos: u64, len: usize, crc: bool) -> u64 {
+    pagewise::queue::layout::record_bytes(pos, len as u64, if crc { 4 } else { 0 }, true)
 }
 
 /// Records as read: position and payload.
@@ -170,7 +171,7 @@ fn cut_short_keeps_every_whole_record(
     let mut whole = sample(crc)
         .records
         .iter()
-        .filter(|(p, b)| p.0 + record_bytes(b.len(), crc) <= cut_at as u64)
+        .filter(|(p, b)| p.0 + record_bytes(p.0, b.len(), crc) <= cut_at as u64)
         .map(|(p, b)| (*p, b.clone()))
         .collect::<Records>();
     whole.sort();

@@ -34,6 +34,10 @@ pub struct Inspection {
     pub max_payload_bytes: usize,
     /// Whether records carry CRCs.
     pub record_crc: bool,
+    /// Whether records of up to 64 bytes are padded to 16, 32 or 64 so
+    /// that none straddles a cache line (`false`: packed to multiples of 8,
+    /// as in every queue made before this field).
+    pub line_fitting_records: bool,
     /// When the queue was created, ns since the Unix epoch.
     pub created_unix_ns: u64,
     /// File size in bytes (dropped chunks stay as holes). Deprecated name,
@@ -163,6 +167,7 @@ pub fn inspect(path: impl AsRef<Path>) -> Result<Inspection, QueueError> {
         max_payload: g.max_payload(),
         max_payload_bytes: g.max_payload(),
         record_crc: g.record_crc(),
+        line_fitting_records: g.line_fitting(),
         created_unix_ns: g.created_unix_ns,
         file_size: size,
         file_size_bytes: size,

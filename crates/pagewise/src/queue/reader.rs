@@ -507,7 +507,7 @@ impl Reader {
         self.enter(c)?;
         while self.pos < p {
             match self.locate()? {
-                Some((_, len)) => self.pos += g.record_size(len as u64),
+                Some((_, len)) => self.pos += g.record_size(self.pos, len as u64),
                 None => return Err(invalid("past the last committed record")),
             }
         }
@@ -532,7 +532,7 @@ impl Reader {
         let c = tail.clamp(first, chunks.saturating_sub(1).max(first));
         self.enter(c)?;
         while let Some((_, len)) = self.locate()? {
-            self.pos += self.geometry.record_size(len as u64);
+            self.pos += self.geometry.record_size(self.pos, len as u64);
         }
         Ok(())
     }
@@ -555,7 +555,7 @@ impl Reader {
             };
             match decode_mark(raw, self.pos) {
                 Ok(Mark::Data(len)) => {
-                    let end = self.pos + self.geometry.record_size(u64::from(len));
+                    let end = self.pos + self.geometry.record_size(self.pos, u64::from(len));
                     if end > self.chunk_end {
                         return Err(QueueError::corrupt(
                             &self.path,
@@ -630,7 +630,7 @@ impl Reader {
         fence(Ordering::Acquire);
         self.check_first(self.chunk, self.pos)?;
         let at = self.pos;
-        self.pos += self.geometry.record_size(len as u64);
+        self.pos += self.geometry.record_size(at, len as u64);
         self.read_since_step = self.read_since_step.saturating_add(1);
         Ok(Some(Record {
             position: Position(at),

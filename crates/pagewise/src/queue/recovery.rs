@@ -313,7 +313,7 @@ impl<E, L: FnMut(u64) -> Result<u64, E>> Iterator for Walk<'_, L> {
                     self.pos = self.chunk_end;
                 }
                 Ok(Mark::Data(len)) => {
-                    let rec = self.g.record_size(u64::from(len));
+                    let rec = self.g.record_size(pos, u64::from(len));
                     if pos + rec > self.chunk_end {
                         return corrupt(pos, layout::past_its_chunk(len));
                     }

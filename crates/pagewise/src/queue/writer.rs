@@ -35,6 +35,15 @@ pub struct Options {
     /// off). Worth it on disk, where a power cut can persist a mark without
     /// its payload. An existing queue keeps its own setting.
     pub record_crc: bool,
+    /// Pack every record of a new queue to a multiple of 8 bytes (default
+    /// off). Off, a new queue has line-fitting records
+    /// ([`layout::FLAG_LINE_FITTING`]): a record of up to 56 payload bytes
+    /// (52 with a CRC) is padded to 16, 32 or 64 bytes so that it never
+    /// straddles a cache line, which saves a reader one cache-line transfer
+    /// per record (a 32-byte payload takes 64 bytes of file instead of 40).
+    /// Pack when file size matters more than one small record's latency. An
+    /// existing queue keeps its own.
+    pub packed_records: bool,
     /// Keep a window ahead of the writer allocated and faulted in (default
     /// on, 4 MiB; by a thread or in the writer's idle time, chosen from the
     /// usable CPUs: [`PreTouchMode::Auto`]). `None`: the writer allocates as
@@ -65,6 +74,7 @@ impl Default for Options {
         Options {
             chunk_size: layout::DEFAULT_CHUNK,
             record_crc: false,
+            packed_records: false,
             pretouch: Some(PreTouch::default()),
             mode: 0o644,
             copy: Routine::default(),
@@ -229,8 +239,12 @@ impl Writer {
         // before the name is given, the unnamed file goes when it is
         // dropped; after, dropping the lock removes the file it named.
         let named = (|| {
-            let geometry =
-                Geometry::new_queue(options.chunk_size, options.record_crc, now_unix_ns());
+            let geometry = Geometry::new_queue(
+                options.chunk_size,
+                options.record_crc,
+                !options.packed_records,
+                now_unix_ns(),
+            );
             // The header page is allocated like everything else: a full file system fails here.
             file::allocate(new.file(), 0, HEADER_LEN).map_err(|e| QueueError::NoSpace {
                 path: path.to_owned(),
@@ -579,7 +593,7 @@ impl Writer {
                 max: self.geometry.max_payload(),
             });
         }
-        let end = self.pos + self.geometry.record_size(len as u64);
+        let end = self.pos + self.geometry.record_size(self.pos, len as u64);
         if end <= self.chunk_end && end + CHUNK_HEADER_LEN + MARK_LEN <= self.ready_end {
             return Ok(self.pos);
         }
@@ -588,9 +602,8 @@ impl Writer {
 
     #[cold]
     fn make_room(&mut self, len: u64) -> Result<u64, QueueError> {
-        let size = self.geometry.record_size(len);
         loop {
-            let end = self.pos + size;
+            let end = self.pos + self.geometry.record_size(self.pos, len);
             if end > self.chunk_end {
                 self.roll()?;
                 continue;
@@ -680,7 +693,7 @@ impl Writer {
             hook(Position(pos));
         }
         self.map.store_u64(off, mark, Ordering::Release);
-        self.pos = pos + self.geometry.record_size(len as u64);
+        self.pos = pos + self.geometry.record_size(pos, len as u64);
         self.window.note(self.pos);
         self.notify();
     }
