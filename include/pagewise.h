@@ -40,7 +40,7 @@
 /**
  * The minor version of this header.
  */
-#define PW_VERSION_MINOR 1
+#define PW_VERSION_MINOR 2
 
 /**
  * The patch version of this header.
@@ -91,9 +91,10 @@
 
 /**
  * `pw_queue_options.flags`: pack the records of a *new* queue to multiples
- * of 8 bytes instead of padding those of up to 56 payload bytes to 16, 32
- * or 64 so that none straddles a cache line (smaller files, a cache-line
- * transfer more per small record).
+ * of 8 bytes instead of padding those of up to 56 payload bytes to end on a
+ * multiple of 16, 32 or 64, which puts each record of a run of one size on
+ * one cache line (smaller files, a cache-line transfer more per small
+ * record).
  */
 #define PW_QUEUE_PACKED_RECORDS 32
 

@@ -210,8 +210,8 @@ trait Source {
 
 /// A record's slot in the floor file: the commit word and the payload,
 /// padded as a queue with default options pads a run of records of the same
-/// payload (slots start on multiples of 64), so that the floor moves the
-/// same cache lines.
+/// payload from its first record (at a multiple of 64, as the floor's first
+/// slot), so that the floor moves the same cache lines.
 fn floor_slot(record_bytes: usize) -> usize {
     let first = pagewise::queue::layout::HEADER_LEN + pagewise::queue::layout::CHUNK_HEADER_LEN;
     pagewise::queue::layout::record_bytes(first, record_bytes as u64, 0, true) as usize

@@ -70,8 +70,9 @@ pub struct AppendArgs {
     #[arg(long)]
     crc: bool,
     /// Pack the records of a new queue to multiples of 8 bytes instead of
-    /// padding those of up to 56 payload bytes to 16, 32 or 64 (one cache
-    /// line). An existing queue with line-fitting records is an error.
+    /// padding those of up to 56 payload bytes to end on a multiple of 16,
+    /// 32 or 64 (so that a run of them sits one to a cache line). An
+    /// existing queue with line-fitting records is an error.
     #[arg(long)]
     packed: bool,
     /// Run the background pre-toucher (worth it for long, fast feeds).
@@ -525,13 +526,17 @@ fn append(args: &AppendArgs) -> anyhow::Result<ExitCode> {
 /// the bytes of a record torn by a crash. Silent when the queue ended
 /// cleanly.
 fn report_recovery(path: &std::path::Path, r: &queue::Recovery) {
-    let why = match (r.crc_failed_at, r.cut_record_at) {
-        (Some(at), _) => Some((at, "the record there failed its CRC check")),
-        (None, Some(at)) => Some((
+    let why = match (r.crc_failed_at, r.cut_record_at, r.records_after_end_at) {
+        (Some(at), _, _) => Some((at, "the record there failed its CRC check")),
+        (None, Some(at), _) => Some((
             at,
             "the file ends inside the record there (it was cut short: a truncation, or an interrupted copy; or its length was damaged)",
         )),
-        (None, None) => None,
+        (None, None, Some(_)) => Some((
+            r.end,
+            "the records ended there with more after them (a length before them was damaged)",
+        )),
+        (None, None, None) => None,
     };
     if let Some((at, why)) = why {
         let records = match r.discarded_records {

@@ -797,6 +797,33 @@ fn append_refused(q: &Path, says: &str) {
 }
 
 #[test]
+fn append_refuses_records_hidden_after_a_length_damaged_shorter() {
+    // Line-fitting: a 32-byte line at 4160 takes 64 bytes; its length made
+    // 16 ends the walk at 4192, inside its own zero bytes, with two records
+    // after it.
+    let d = shm_dir();
+    let q = d.path().join("q");
+    let zeros = "\\x00".repeat(32);
+    append_stderr(&q, &[], &format!("{zeros}\nsecond\nthird\n"), true);
+    let mut bytes = std::fs::read(&q).unwrap();
+    assert_eq!(&bytes[4160..4164], &32u32.to_le_bytes());
+    bytes[4160] = 16;
+    std::fs::write(&q, &bytes).unwrap();
+    append_refused(&q, "the records end at position 4192, but the marks of 2 intact records lie after it, from position 4224 on");
+    let problem = inspect_json_exiting(&q, 1)["problem"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(problem.contains("lies at position 4224"), "{problem}");
+    let err = append_stderr(&q, &["--discard-damaged"], "new\n", true);
+    assert!(
+        err.contains("recovery dropped 2 records from position 4192 on (2 of them intact): the records ended there with more after them"),
+        "{err}"
+    );
+    assert!(err.contains("appended 1 record, at position 4192"), "{err}");
+}
+
+#[test]
 fn append_refuses_a_damaged_crc_queue_and_discards_only_when_asked() {
     let d = shm_dir();
     let q = d.path().join("q");

@@ -73,7 +73,8 @@ impl From<QueueError> for Failure {
             | QueueError::Corrupt { .. }
             | QueueError::CrcMismatch { .. }
             | QueueError::DamagedRecord { .. }
-            | QueueError::DamagedLength { .. } => libc::EBADMSG,
+            | QueueError::DamagedLength { .. }
+            | QueueError::RecordsAfterEnd { .. } => libc::EBADMSG,
             QueueError::UnsupportedVersion { .. } => libc::ENOTSUP,
             QueueError::InvalidOptions(_) | QueueError::InvalidPosition { .. } => libc::EINVAL,
             QueueError::RecordTooLarge { .. } => libc::EMSGSIZE,

@@ -20,7 +20,7 @@ pub const PW_EMPTY: i32 = 1;
 /// The major version of this header (compare with `pw_version()` at run time).
 pub const PW_VERSION_MAJOR: u32 = 0;
 /// The minor version of this header.
-pub const PW_VERSION_MINOR: u32 = 1;
+pub const PW_VERSION_MINOR: u32 = 2;
 /// The patch version of this header.
 pub const PW_VERSION_PATCH: u32 = 0;
 
@@ -47,9 +47,10 @@ pub const PW_QUEUE_NO_CREATE: u32 = 8;
 /// cut short), drop it and all after it instead of failing with `-EBADMSG`.
 pub const PW_QUEUE_DISCARD_DAMAGED: u32 = 16;
 /// `pw_queue_options.flags`: pack the records of a *new* queue to multiples
-/// of 8 bytes instead of padding those of up to 56 payload bytes to 16, 32
-/// or 64 so that none straddles a cache line (smaller files, a cache-line
-/// transfer more per small record).
+/// of 8 bytes instead of padding those of up to 56 payload bytes to end on a
+/// multiple of 16, 32 or 64, which puts each record of a run of one size on
+/// one cache line (smaller files, a cache-line transfer more per small
+/// record).
 pub const PW_QUEUE_PACKED_RECORDS: u32 = 32;
 
 /// Page policy: the ladder hugetlb 1 GiB, hugetlb 2 MiB, THP, 4 KiB.

@@ -795,6 +795,58 @@ fn a_file_cut_short_inside_its_last_record_is_recovered_at_every_byte() {
 }
 
 #[test]
+fn a_length_damaged_shorter_is_refused_not_taken_for_the_end() {
+    // Line-fitting records: a 32-byte payload at 4160 takes 64 bytes. Its
+    // length damaged to 16 makes it 32 bytes long, so the next mark is
+    // looked for at 4192, inside its (zero) payload: the walk would end
+    // there with two whole records after it.
+    let d = dir();
+    let path = d.path().join("q");
+    let mut w = Writer::create(&path, small(false)).unwrap();
+    assert_eq!(w.append(&[0; 32]).unwrap(), Position(4160));
+    assert_eq!(w.append(b"second").unwrap(), Position(4224));
+    w.append(b"third").unwrap();
+    drop(w);
+    let file = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+    file.write_all_at(&16u32.to_le_bytes(), 4160).unwrap();
+    let before = std::fs::read(&path).unwrap();
+    match Writer::open(&path, small(false)) {
+        Err(QueueError::RecordsAfterEnd {
+            end,
+            found_at,
+            intact_after,
+            ..
+        }) => assert_eq!(
+            (end, found_at, intact_after),
+            (Position(4192), Position(4224), 2)
+        ),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(std::fs::read(&path).unwrap(), before, "nothing changed");
+    let problem = inspect(&path).unwrap().problem.unwrap_or_default();
+    assert!(
+        problem.contains("the records end at position 4192")
+            && problem.contains("lies at position 4224"),
+        "{problem}"
+    );
+    // Asked to, the writer drops them, says so and appends at the end.
+    let options = Options {
+        discard_damaged: true,
+        ..small(false)
+    };
+    let mut w = Writer::open(&path, options).unwrap();
+    let r = w.recovery().clone();
+    assert_eq!(r.records_after_end_at, Some(Position(4224)));
+    assert_eq!((r.discarded_records, r.discarded_intact), (2, 2));
+    assert!(!r.torn_record_discarded);
+    assert_eq!(w.append(b"new").unwrap(), Position(4192));
+    drop(w);
+    let mut reader = Reader::open(&path).unwrap();
+    let got: Vec<Vec<u8>> = read_all(&mut reader).into_iter().map(|(_, b)| b).collect();
+    assert_eq!(got, [vec![0; 16], b"new".to_vec()]);
+}
+
+#[test]
 fn a_length_damaged_past_the_end_of_the_file_with_records_inside_is_refused() {
     // A record running past the end of the file whose bytes hold whole
     // records was not cut short: its length was damaged. Dropping it would
@@ -1069,6 +1121,28 @@ fn inspect_finds_a_length_grown_by_fewer_than_8_bytes() {
         assert!(
             problem.contains("holds the mark of a record at position 4176 in its payload"),
             "{k}: {problem}"
+        );
+    }
+    // Line-fitting: three empty records (8 bytes each), then an 8-byte
+    // payload at 4184 padded to 4208, then another at 4208. A length grown
+    // from 8 to 9 to 24 reaches 4224 and swallows the second one's mark,
+    // which lies in the first one's padding, not its payload.
+    let path = d.path().join("q2");
+    let mut w = Writer::create(&path, small(false)).unwrap();
+    for _ in 0..3 {
+        w.append(b"").unwrap();
+    }
+    assert_eq!(w.append(b"abcdefgh").unwrap(), Position(4184));
+    assert_eq!(w.append(b"swallow!").unwrap(), Position(4208));
+    w.append(b"after").unwrap();
+    drop(w);
+    let file = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+    for len in [9u32, 16, 24] {
+        file.write_all_at(&len.to_le_bytes(), 4184).unwrap();
+        let problem = inspect(&path).unwrap().problem.unwrap_or_default();
+        assert!(
+            problem.contains("holds the mark of a record at position 4208"),
+            "{len}: {problem}"
         );
     }
 }

@@ -24,10 +24,13 @@ fn payload(seq: u64) -> Vec<u8> {
 }
 
 /// Writer options for the sample's geometry (an existing queue keeps its own).
+/// Queues with record CRCs are made packed, those without line-fitting, so
+/// that the damage tests cover both record layouts.
 fn options(crc: bool) -> Options {
     Options {
         chunk_size: CHUNK,
         record_crc: crc,
+        packed_records: crc,
         pretouch: None,
         ..Options::default()
     }
@@ -135,9 +138,9 @@ fn apply(bytes: &mut Vec<u8>, damages: &[Damage], fix_header_crc: bool, cut: Opt
 }
 
 /// The bytes a record at `pos` of `len` payload bytes takes in a queue made
-/// with default options (line-fitting; docs/queue.md, "Record").
+/// with [`options`] (docs/queue.md, "Record").
 fn record_bytes(pos: u64, len: usize, crc: bool) -> u64 {
-    pagewise::queue::layout::record_bytes(pos, len as u64, if crc { 4 } else { 0 }, true)
+    pagewise::queue::layout::record_bytes(pos, len as u64, if crc { 4 } else { 0 }, !crc)
 }
 
 /// Records as read: position and payload.

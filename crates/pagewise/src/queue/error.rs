@@ -144,6 +144,24 @@ pub enum QueueError {
         /// Records after it whose CRCs are sound.
         intact_after: u64,
     },
+    /// Recovery found the committed records ending (the next mark is 0) with
+    /// the mark of a committed record after that position in the same page,
+    /// where no crash can have left such a gap (on tmpfs, or before the end
+    /// the last flush made durable): a length before it was probably
+    /// damaged to be shorter, so the walk looked for the next mark in the
+    /// padding or payload of a record, and dropping what follows would drop
+    /// whole records. The writer did not open and nothing was changed.
+    #[error("{path}: the records end at position {end}, but the {} of {intact_after} intact {} after it, from position {found_at} on: a length before it was probably damaged, not a record torn by a crash, so nothing was changed. A reader still reads the records before it; to drop everything from there on, open the writer with discard_damaged (pagewise queue append --discard-damaged)", plural(.intact_after, "mark", "marks"), plural(.intact_after, "record lies", "records lie"))]
+    RecordsAfterEnd {
+        /// The file.
+        path: PathBuf,
+        /// Where the walk found the next mark 0.
+        end: Position,
+        /// The first committed mark after it.
+        found_at: Position,
+        /// Whole records from there on (with record CRCs, those whose CRC is sound).
+        intact_after: u64,
+    },
     /// Recovery found the file ending inside a committed record (it runs
     /// past the end of the file), and inside that record's bytes the marks
     /// of records that are whole: its length was probably damaged, and

@@ -2,7 +2,7 @@
 
 use super::error::QueueError;
 use super::layout::{self, lock_holder, HEADER_LEN};
-use super::reader::{Reader, ReaderOptions, Start};
+use super::reader::{Reader, ReaderOptions, Start, AFTER_PAYLOAD_MAX};
 use super::window::PreToucher;
 use super::Position;
 use crate::sys::file::LockKind;
@@ -34,9 +34,9 @@ pub struct Inspection {
     pub max_payload_bytes: usize,
     /// Whether records carry CRCs.
     pub record_crc: bool,
-    /// Whether records of up to 64 bytes are padded to 16, 32 or 64 so
-    /// that none straddles a cache line (`false`: packed to multiples of 8,
-    /// as in every queue made before this field).
+    /// Whether records of up to 64 bytes are padded to end on a multiple
+    /// of 16, 32 or 64 bytes (line-fitting; `false`: packed to multiples of
+    /// 8, as in every queue made before this field).
     pub line_fitting_records: bool,
     /// When the queue was created, ns since the Unix epoch.
     pub created_unix_ns: u64,
@@ -120,7 +120,7 @@ pub fn inspect(path: impl AsRef<Path>) -> Result<Inspection, QueueError> {
     let mut first_position = None;
     let mut last_position = None;
     let mut problem = None;
-    let mut after = [0u8; 8];
+    let mut after = [0u8; AFTER_PAYLOAD_MAX];
     loop {
         match reader.next_and_after(&mut after) {
             Ok(Some((r, n))) => {
@@ -152,9 +152,16 @@ pub fn inspect(path: impl AsRef<Path>) -> Result<Inspection, QueueError> {
         .map_err(QueueError::io(path, "stat the queue"))?;
     let size = meta.len();
     let mut after = vec![0u8; 4096.min(size.saturating_sub(end_position.0)) as usize];
-    let uncommitted = problem.is_none()
-        && file.read_exact_at(&mut after, end_position.0).is_ok()
-        && after.iter().any(|&b| b != 0);
+    let read_after = file.read_exact_at(&mut after, end_position.0).is_ok();
+    if let (None, true) = (&problem, read_after) {
+        if let Some(found) = layout::first_mark_in(end_position.0, &after) {
+            problem = Some(format!(
+                "{}: the records end at position {end_position} (its mark is 0), but a committed record's mark lies at position {found} after it: a length before it was probably damaged to be shorter (or a power cut tore the file there), and the records from {found} on are unreachable",
+                path.display()
+            ));
+        }
+    }
+    let uncommitted = problem.is_none() && read_after && after.iter().any(|&b| b != 0);
     let holder = lock_holder(file).map_err(|e| QueueError::sys(path, "test the writer lock", e))?;
     let fs =
         crate::sys::file::fs_kind(file).map_or_else(|e| format!("unknown ({e})"), |k| k.name());
@@ -196,30 +203,29 @@ pub fn inspect(path: impl AsRef<Path>) -> Result<Inspection, QueueError> {
     })
 }
 
-/// The position of a valid record or padding mark that starts inside the
-/// payload of the record at `position`, if there is one: the sign of a
-/// length damaged to be longer than it was (the records after it then lie
-/// inside it). Marks are 8-byte aligned, so the candidates start at 8-byte
-/// steps from the payload's start; the last one ends past the payload when
-/// its length is not a multiple of 8 (a length grown by 1 to 7 bytes), and
-/// its remaining bytes come from `after`, the bytes that follow the payload
-/// (too few, and it is no candidate). A mark carries 28 bits of its own
-/// position and a commit bit, so payload bytes pass for one at their own
-/// offset about once in 2^31 8-byte words. Costs a pass over the payload.
+/// The position of a valid record or padding mark inside the record at
+/// `position`, if there is one: the sign of a length damaged to be longer
+/// than it was (the records after it then lie inside it). Marks are 8-byte
+/// aligned, so the candidates start at 8-byte steps from the payload's
+/// start, through the payload and on through `after`, the bytes between the
+/// payload and the record's end (a length grown by a few bytes, or grown
+/// into a line-fitting record's padding, swallows a mark there); a last
+/// word cut short by the record's end is no candidate. A mark carries 28
+/// bits of its own position and a commit bit, so payload bytes pass for one
+/// at their own offset about once in 2^31 8-byte words. Costs a pass over
+/// the payload.
 fn mark_inside(position: Position, payload: &[u8], after: &[u8]) -> Option<u64> {
     let start = position.0 + layout::MARK_LEN;
     if let Some(at) = layout::first_mark_in(start, payload) {
         return Some(at);
     }
     let whole = payload.len() / 8 * 8;
+    let mut tail = [0u8; 8 + AFTER_PAYLOAD_MAX];
     let inside = &payload[whole..];
-    if inside.is_empty() {
-        return None;
-    }
-    let mut word = [0u8; 8];
-    word[..inside.len()].copy_from_slice(inside);
-    word[inside.len()..].copy_from_slice(after.get(..8 - inside.len())?);
-    layout::first_mark_in(start + whole as u64, &word)
+    let n = inside.len() + after.len().min(AFTER_PAYLOAD_MAX);
+    tail[..inside.len()].copy_from_slice(inside);
+    tail[inside.len()..n].copy_from_slice(&after[..n - inside.len()]);
+    layout::first_mark_in(start + whole as u64, &tail[..n])
 }
 
 #[cfg(test)]

@@ -31,6 +31,10 @@ pub enum Start {
     At(Position),
 }
 
+/// The most bytes a record holds after its payload: a CRC (4) and
+/// padding (at most 7, or 63 in a line-fitting record), rounded up.
+pub(crate) const AFTER_PAYLOAD_MAX: usize = 72;
+
 /// How [`Reader::next_wait`] waits when no record is there yet.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Wait {
@@ -389,19 +393,21 @@ impl Reader {
     }
 
     /// Like [`Reader::next`], and copies into `after` the bytes that follow
-    /// the payload up to its next multiple of 8 (0 to 7 bytes, inside the
-    /// record, so inside its chunk and the file); with the record, how many
-    /// it copied (0 when they could not be read). For `inspect`, which looks
-    /// for a mark that starts in the payload and ends past it. Costs
-    /// `next` and one guarded copy of those bytes from the map.
+    /// the payload to the record's end (its CRC and padding: up to 67 bytes
+    /// for a line-fitting record, 11 for a packed one; inside the record, so
+    /// inside its chunk and the file); with the record, how many it copied
+    /// (0 when they could not be read). For `inspect`, which looks for a
+    /// mark inside the record's bytes. Costs `next` and one guarded copy of
+    /// those bytes from the map.
     pub(crate) fn next_and_after(
         &mut self,
-        after: &mut [u8; 8],
+        after: &mut [u8; AFTER_PAYLOAD_MAX],
     ) -> Result<Option<(Record<'_>, usize)>, QueueError> {
         let Some((off, len)) = self.locate()? else {
             return Ok(None);
         };
-        let n = len.next_multiple_of(8) - len;
+        let size = self.geometry.record_size(self.pos, len as u64) as usize;
+        let n = (size - MARK_LEN as usize - len).min(AFTER_PAYLOAD_MAX);
         let end = off + MARK_LEN as usize + len;
         let copied = if n > 0 && self.map.copy_out(end, &mut after[..n]) {
             n

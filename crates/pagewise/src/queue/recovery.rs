@@ -51,11 +51,16 @@ pub struct Recovery {
     /// durable (a power cut can have torn it), or anywhere with
     /// `Options::discard_damaged`.
     pub crc_failed_at: Option<Position>,
+    /// The first committed mark found after the end (the next mark being 0)
+    /// where no crash can have left a gap, discarded with everything after
+    /// it (only with `Options::discard_damaged`; else
+    /// [`QueueError::RecordsAfterEnd`]): a length before it was damaged.
+    pub records_after_end_at: Option<Position>,
     /// Records with a committed mark from the end on that were discarded:
-    /// the one whose CRC failed and those after it, or the one the file was
-    /// cut short inside and those whose marks lay inside it (only with
-    /// `Options::discard_damaged`); 0 when only the bytes of an uncommitted
-    /// record were.
+    /// the one whose CRC failed and those after it, the one the file was
+    /// cut short inside and those whose marks lay inside it, or those after
+    /// the end (the last two only with `Options::discard_damaged`); 0 when
+    /// only the bytes of an uncommitted record were.
     pub discarded_records: u64,
     /// Of those, the ones whose own CRC was sound (without record CRCs, the
     /// whole ones); a record the file was cut short inside is never one.
@@ -103,10 +108,14 @@ pub(crate) fn recover(
         }
         (None, None) => After::default(),
     };
-    if let Some(at) = scan.crc_failed_at {
+    // Whether a power cut can have torn the file at `pos`: on a disk file,
+    // past the end the last flush made durable.
+    let tearable = |pos: u64| {
         let in_memory = matches!(file::fs_kind(file), Ok(file::FsKind::Tmpfs));
-        let tearable = !in_memory && at.0 >= state.flushed_end;
-        if after.intact > 0 && !tearable && !discard_damaged {
+        !in_memory && pos >= state.flushed_end
+    };
+    if let Some(at) = scan.crc_failed_at {
+        if after.intact > 0 && !tearable(at.0) && !discard_damaged {
             return Err(QueueError::DamagedRecord {
                 path: path.to_owned(),
                 position: at,
@@ -114,11 +123,31 @@ pub(crate) fn recover(
             });
         }
     }
+    let mut after = after;
+    let mut records_after_end_at = None;
+    if scan.crc_failed_at.is_none() && scan.cut.is_none() && !tearable(end.0) {
+        if let Some(found) = mark_after(path, file, end.0, size)? {
+            let beyond = records_from(file, g, found, size);
+            if beyond.intact > 0 {
+                if !discard_damaged {
+                    return Err(QueueError::RecordsAfterEnd {
+                        path: path.to_owned(),
+                        end,
+                        found_at: Position(found),
+                        intact_after: beyond.intact,
+                    });
+                }
+                records_after_end_at = Some(Position(found));
+                after = beyond;
+            }
+        }
+    }
     let torn = discard_after(path, file, end.0, size)?;
     Ok(Recovery {
         end,
         // After a cut record the bytes there are its own, committed.
-        torn_record_discarded: torn && scan.cut.is_none(),
+        torn_record_discarded: torn && scan.cut.is_none() && records_after_end_at.is_none(),
+        records_after_end_at,
         cut_record_at: scan.cut.map(|_| end),
         crc_failed_at: scan.crc_failed_at,
         discarded_records: after.committed,
@@ -462,6 +491,25 @@ fn first_record_committed(file: &File, g: &Geometry, c: u64, size: u64) -> bool 
         )
 }
 
+/// The first committed mark (valid for its own position) in the page after
+/// `end`, if any: the sign that the walk stopped at a gap inside the
+/// records rather than at their end. Costs a read of up to one page.
+fn mark_after(path: &Path, file: &File, end: u64, size: u64) -> Result<Option<u64>, QueueError> {
+    Ok(layout::first_mark_in(
+        end,
+        &page_after(path, file, end, size)?,
+    ))
+}
+
+/// Up to one page of the file from `end` (nothing at or past its size).
+fn page_after(path: &Path, file: &File, end: u64, size: u64) -> Result<Vec<u8>, QueueError> {
+    let page = crate::sys::base_page_size() as u64;
+    let mut probe = vec![0u8; page.min(size.saturating_sub(end)) as usize];
+    file.read_exact_at(&mut probe, end)
+        .map_err(QueueError::io(path, "read after the end"))?;
+    Ok(probe)
+}
+
 /// Zeroes everything from `end` to the end of the file: the bytes of a torn
 /// record, and anything a lost write on disk left behind. Returns whether
 /// there were non-zero bytes right after `end` (a torn record).
@@ -470,10 +518,7 @@ fn discard_after(path: &Path, file: &File, end: u64, size: u64) -> Result<bool, 
         return Ok(false);
     }
     let page = crate::sys::base_page_size() as u64;
-    let mut probe = vec![0u8; (page.min(size - end)) as usize];
-    file.read_exact_at(&mut probe, end)
-        .map_err(QueueError::io(path, "read after the end"))?;
-    let torn = probe.iter().any(|&b| b != 0);
+    let torn = page_after(path, file, end, size)?.iter().any(|&b| b != 0);
     let page_end = end.next_multiple_of(page).min(size);
     let zeros = vec![0u8; (page_end - end) as usize];
     file.write_all_at(&zeros, end)

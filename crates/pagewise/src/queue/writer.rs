@@ -38,9 +38,10 @@ pub struct Options {
     /// Pack every record of a new queue to a multiple of 8 bytes (default
     /// off). Off, a new queue has line-fitting records
     /// ([`layout::FLAG_LINE_FITTING`]): a record of up to 56 payload bytes
-    /// (52 with a CRC) is padded to 16, 32 or 64 bytes so that it never
-    /// straddles a cache line, which saves a reader one cache-line transfer
-    /// per record (a 32-byte payload takes 64 bytes of file instead of 40).
+    /// (52 with a CRC) is padded to end on a multiple of 16, 32 or 64
+    /// bytes, so that in a run of such records each after the first lies in
+    /// one cache line, which saves a reader one cache-line transfer per
+    /// record (a 32-byte payload takes 64 bytes of file instead of 40).
     /// Pack when file size matters more than one small record's latency. An
     /// existing queue keeps its own.
     pub packed_records: bool,
