@@ -110,10 +110,8 @@ pub(crate) fn recover(
     };
     // Whether a power cut can have torn the file at `pos`: on a disk file,
     // past the end the last flush made durable.
-    let tearable = |pos: u64| {
-        let in_memory = matches!(file::fs_kind(file), Ok(file::FsKind::Tmpfs));
-        !in_memory && pos >= state.flushed_end
-    };
+    let in_memory = matches!(file::fs_kind(file), Ok(file::FsKind::Tmpfs));
+    let tearable = |pos: u64| !in_memory && pos >= state.flushed_end;
     if let Some(at) = scan.crc_failed_at {
         if after.intact > 0 && !tearable(at.0) && !discard_damaged {
             return Err(QueueError::DamagedRecord {
@@ -123,10 +121,13 @@ pub(crate) fn recover(
             });
         }
     }
+    // The page after the end, read once: a committed mark in it is a gap
+    // inside the records; non-zero bytes in it, a torn record.
+    let probe = page_after(path, file, end.0, size)?;
     let mut after = after;
     let mut records_after_end_at = None;
     if scan.crc_failed_at.is_none() && scan.cut.is_none() && !tearable(end.0) {
-        if let Some(found) = mark_after(path, file, end.0, size)? {
+        if let Some(found) = layout::first_mark_in(end.0, &probe) {
             let beyond = records_from(file, g, found, size);
             if beyond.intact > 0 {
                 if !discard_damaged {
@@ -142,7 +143,8 @@ pub(crate) fn recover(
             }
         }
     }
-    let torn = discard_after(path, file, end.0, size)?;
+    let torn = probe.iter().any(|&b| b != 0);
+    discard_after(path, file, end.0, size)?;
     Ok(Recovery {
         end,
         // After a cut record the bytes there are its own, committed.
@@ -491,16 +493,6 @@ fn first_record_committed(file: &File, g: &Geometry, c: u64, size: u64) -> bool 
         )
 }
 
-/// The first committed mark (valid for its own position) in the page after
-/// `end`, if any: the sign that the walk stopped at a gap inside the
-/// records rather than at their end. Costs a read of up to one page.
-fn mark_after(path: &Path, file: &File, end: u64, size: u64) -> Result<Option<u64>, QueueError> {
-    Ok(layout::first_mark_in(
-        end,
-        &page_after(path, file, end, size)?,
-    ))
-}
-
 /// Up to one page of the file from `end` (nothing at or past its size).
 fn page_after(path: &Path, file: &File, end: u64, size: u64) -> Result<Vec<u8>, QueueError> {
     let page = crate::sys::base_page_size() as u64;
@@ -511,14 +503,12 @@ fn page_after(path: &Path, file: &File, end: u64, size: u64) -> Result<Vec<u8>, 
 }
 
 /// Zeroes everything from `end` to the end of the file: the bytes of a torn
-/// record, and anything a lost write on disk left behind. Returns whether
-/// there were non-zero bytes right after `end` (a torn record).
-fn discard_after(path: &Path, file: &File, end: u64, size: u64) -> Result<bool, QueueError> {
+/// record, and anything a lost write on disk left behind.
+fn discard_after(path: &Path, file: &File, end: u64, size: u64) -> Result<(), QueueError> {
     if end >= size {
-        return Ok(false);
+        return Ok(());
     }
     let page = crate::sys::base_page_size() as u64;
-    let torn = page_after(path, file, end, size)?.iter().any(|&b| b != 0);
     let page_end = end.next_multiple_of(page).min(size);
     let zeros = vec![0u8; (page_end - end) as usize];
     file.write_all_at(&zeros, end)
@@ -540,5 +530,5 @@ fn discard_after(path: &Path, file: &File, end: u64, size: u64) -> Result<bool, 
             Err(e) => return Err(QueueError::sys(path, "discard bytes after the end", e)),
         }
     }
-    Ok(torn)
+    Ok(())
 }
