@@ -33,7 +33,7 @@
 //! buffers.
 
 use crate::fleet::{FleetDistribution, SplitMix64};
-use crate::{Machine, Progress, Summary};
+use crate::{paired, Machine, Progress, Summary};
 use pagewise::copy::tune::TimingBuffers;
 use pagewise::copy::Plan;
 use pagewise::copy::Routine;
@@ -242,8 +242,13 @@ pub struct Row {
     pub gbps: f64,
     /// glibc, median GB/s.
     pub glibc_gbps: f64,
-    /// `gbps / glibc_gbps`: above 1, pagewise is faster.
+    /// pagewise over glibc, the median over the trials of each trial's own
+    /// ratio (its two sides' runs alternate, so a slow spell of a shared
+    /// machine slows both): above 1, pagewise is faster.
     pub ratio: f64,
+    /// Each trial's ratio, pagewise GB/s over glibc's: median (as `ratio`),
+    /// min and max.
+    pub ratios: Summary,
     /// pagewise GB/s over the trials.
     pub pagewise: Summary,
     /// glibc GB/s over the trials.
@@ -251,7 +256,8 @@ pub struct Row {
     /// With a C library: `pw_copy` (`pw_fill`) through it, median GB/s
     /// (`null` without one, and on the rows of `--parallel`).
     pub c_entry_gbps: Option<f64>,
-    /// `c_entry_gbps / gbps` (a ratio of medians, as `ratio`): below 1, the
+    /// The C entry point's GB/s over pagewise's, the median of each trial's
+    /// ratio (as `ratio`): below 1, the
     /// C entry point is slower than calling `copy` (`fill`) from Rust.
     pub c_entry_ratio_to_pagewise: Option<f64>,
     /// The C entry point's GB/s over the trials.
@@ -273,8 +279,13 @@ pub struct FleetRow {
     pub ns_per_call: f64,
     /// glibc, median ns per call.
     pub glibc_ns_per_call: f64,
-    /// `glibc_ns_per_call / ns_per_call`: above 1, pagewise is faster.
+    /// glibc's ns per call over pagewise's, the median over the trials of
+    /// each trial's own ratio (as [`Row::ratio`]): above 1, pagewise is
+    /// faster.
     pub ratio: f64,
+    /// Each trial's ratio, glibc ns per call over pagewise's: median (as
+    /// `ratio`), min and max.
+    pub ratios: Summary,
     /// pagewise GB/s at the median.
     pub gbps: f64,
     /// glibc GB/s at the median.
@@ -285,7 +296,8 @@ pub struct FleetRow {
     pub glibc: Summary,
     /// With a C library: `pw_copy` (`pw_fill`) through it, median ns per call.
     pub c_entry_ns_per_call: Option<f64>,
-    /// `ns_per_call / c_entry_ns_per_call` (a ratio of medians): below 1,
+    /// pagewise's ns per call over the C entry point's, the median of each
+    /// trial's ratio (as `ratio`): below 1,
     /// the C entry point is slower than calling `copy` (`fill`) from Rust.
     pub c_entry_ratio_to_pagewise: Option<f64>,
     /// The C entry point's ns per call over the trials.
@@ -1044,6 +1056,38 @@ fn check_sides(
     })
 }
 
+/// The median over the trials of `with[t] / without[t]` (a trial's sides ran
+/// alternately, so a slow spell of the machine slows both); `None` when
+/// there is no finite ratio.
+fn paired_median(with: &[f64], without: &[f64]) -> Option<f64> {
+    paired::ratios(with, without)
+        .as_deref()
+        .and_then(Summary::of)
+        .map(|s| s.median)
+}
+
+/// Whether a larger sample is faster (GB/s) or slower (ns per call).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Better {
+    Higher,
+    Lower,
+}
+
+/// pagewise's and glibc's samples summarised, and each trial's ratio
+/// oriented so that above 1 means pagewise is faster; `None` when a side
+/// has no sample, a sample is NaN or a ratio is not finite.
+fn summarise(ours: &[f64], theirs: &[f64], better: Better) -> Option<(Summary, Summary, Summary)> {
+    let ratios = match better {
+        Better::Higher => paired::ratios(ours, theirs),
+        Better::Lower => paired::ratios(theirs, ours),
+    }?;
+    Some((
+        Summary::of(ours)?,
+        Summary::of(theirs)?,
+        Summary::of(&ratios)?,
+    ))
+}
+
 /// Runs the experiment. Progress goes to `progress`, one step per row.
 pub fn run(op: Op, options: &Options, progress: &dyn Progress) -> Result<Report, BenchError> {
     let machine = Machine::describe();
@@ -1121,7 +1165,8 @@ pub fn run(op: Op, options: &Options, progress: &dyn Progress) -> Result<Report,
                 }
             }
             let [theirs, ours, c_samples] = &samples;
-            let (Some(pagewise), Some(glibc)) = (Summary::of(ours), Summary::of(theirs)) else {
+            // GB/s: pagewise's over glibc's is above 1 when pagewise is faster.
+            let Some((pagewise, glibc, ratios)) = summarise(ours, theirs, Better::Higher) else {
                 return Err(BenchError::NotMeasured { row: name });
             };
             let c = match c_library {
@@ -1145,9 +1190,10 @@ pub fn run(op: Op, options: &Options, progress: &dyn Progress) -> Result<Report,
                 }) as u64,
                 gbps: pagewise.median,
                 glibc_gbps: glibc.median,
-                ratio: pagewise.median / glibc.median,
+                ratio: ratios.median,
+                ratios,
                 c_entry_gbps: c.map(|c| c.median),
-                c_entry_ratio_to_pagewise: c.map(|c| c.median / pagewise.median),
+                c_entry_ratio_to_pagewise: c.and(paired_median(c_samples, ours)),
                 c_entry: c,
                 pagewise,
                 glibc,
@@ -1326,7 +1372,7 @@ fn run_fleet(
         row: "fleet".into(),
     };
     let [theirs, ours, c_samples] = &samples;
-    let (Some(pagewise), Some(glibc)) = (Summary::of(ours), Summary::of(theirs)) else {
+    let Some((pagewise, glibc, ratios)) = summarise(ours, theirs, Better::Lower) else {
         return Err(not_measured());
     };
     let c = if with_c {
@@ -1342,11 +1388,12 @@ fn run_fleet(
         mean_bytes,
         ns_per_call: pagewise.median,
         glibc_ns_per_call: glibc.median,
-        ratio: glibc.median / pagewise.median,
+        ratio: ratios.median,
+        ratios,
         gbps: mean_bytes / pagewise.median,
         glibc_gbps: mean_bytes / glibc.median,
         c_entry_ns_per_call: c.map(|c| c.median),
-        c_entry_ratio_to_pagewise: c.map(|c| pagewise.median / c.median),
+        c_entry_ratio_to_pagewise: c.and(paired_median(ours, c_samples)),
         c_entry: c,
         pagewise,
         glibc,
@@ -1358,6 +1405,18 @@ fn run_fleet(
 mod tests {
     use super::*;
     use pagewise::copy::tune::{DST_ALIAS_SPAN, DST_SHIFT};
+
+    #[test]
+    fn the_paired_median_is_of_each_trials_ratio_not_of_the_medians() {
+        // Per trial 1, 2 and 0.5: median 1, where the medians' ratio is 10/5.
+        assert_eq!(
+            paired_median(&[1.0, 10.0, 100.0], &[1.0, 5.0, 200.0]),
+            Some(1.0)
+        );
+        assert_eq!(paired_median(&[3.0, 6.0], &[1.0, 2.0]), Some(3.0));
+        assert_eq!(paired_median(&[1.0], &[0.0]), None);
+        assert_eq!(paired_median(&[], &[]), None);
+    }
 
     #[test]
     fn offsets_have_the_asked_alignment() {

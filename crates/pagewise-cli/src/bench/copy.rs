@@ -62,9 +62,9 @@ pub struct CopyArgs {
     /// Load this libpagewise.so and add a third side to every row (not the
     /// rows of --parallel): its `pw_copy` (memcpy) or `pw_fill` (memset),
     /// called in the same loop through a wrapper that calls its dlsym
-    /// pointer, and interleaved with the other two. Its column `C/pagewise` is the ratio of the
-    /// medians, C entry over pagewise (as `ratio`): the in-process A/B of
-    /// the C entry point against calling pagewise from Rust.
+    /// pointer, and interleaved with the other two. Its column `C/pagewise` is the median of each
+    /// trial's C entry GB/s over pagewise's (as `ratio`): the in-process A/B
+    /// of the C entry point against calling pagewise from Rust.
     #[arg(long, value_name = "PATH")]
     pub c_library: Option<PathBuf>,
 }
@@ -178,7 +178,7 @@ fn print_human(op: Op, r: &Report) -> Result<(), OutputError> {
             row.bytes.to_string(),
             range(&row.pagewise, 2),
             range(&row.glibc, 2),
-            format!("{:.2}", row.ratio),
+            range(&row.ratios, 2),
         ];
         if r.c_library.is_some() {
             cells.push(row.c_entry.as_ref().map_or("-".into(), |s| range(s, 2)));
@@ -190,7 +190,7 @@ fn print_human(op: Op, r: &Report) -> Result<(), OutputError> {
         t.add_row(cells);
     }
     outln!(
-        "{} against glibc, {} each, interleaved; medians (min–max); ratio above 1: pagewise faster",
+        "{} against glibc, {} each, interleaved; medians (min–max); ratio: the median of each trial's ratio, above 1: pagewise faster",
         op.name(),
         crate::format::count(r.trials as u64, "trial", "trials")
     )?;
@@ -220,7 +220,7 @@ fn print_human(op: Op, r: &Report) -> Result<(), OutputError> {
             format!("{:.1}", f.mean_bytes),
             range(&f.pagewise, 2),
             range(&f.glibc, 2),
-            format!("{:.2}", f.ratio),
+            range(&f.ratios, 2),
         ];
         if let (Some(c), Some(ratio)) = (&f.c_entry, f.c_entry_ratio_to_pagewise) {
             header.extend([c_ns.as_str(), "C/pagewise"]);
