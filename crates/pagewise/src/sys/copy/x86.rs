@@ -621,7 +621,7 @@ pub(super) mod avx512_leaf {
     }
 
     /// Fills `n` bytes (any `n`): below 64 bytes one masked store (it loads
-    /// nothing, so nothing can alias), larger sizes in [`fill_64_512`].
+    /// nothing, so nothing can alias), larger sizes in [`fill_ge64`].
     ///
     /// # Safety
     /// As [`copy_masked`].
@@ -644,47 +644,47 @@ pub(super) mod avx512_leaf {
             "kmovq k1, rax",
             "vmovdqu8 zmmword ptr [rdi] {{k1}}, zmm16",
             "ret",
-            big = sym fill_64_512,
+            big = sym fill_ge64,
         )
     }
 
-    /// Fills `n >= 64` bytes: up to 128 with two stores, one from each end,
-    /// larger sizes in [`fill_129_512`].
+    /// Fills `n >= 64` bytes: up to 512 with two, four or eight overlapping
+    /// stores from both ends; up to [`FILL_LEAF_MAX`] in glibc's shape, four
+    /// vectors at the start, aligned blocks of four, four vectors at the
+    /// end, in that order; larger sizes in the general kernel.
+    ///
+    /// One function, the leaf of every size up to 2 KiB: through the C entry
+    /// (`pw_fill` in a C loop, Emerald Rapids guest, 2026-12-02) a 1 KiB fill
+    /// ran at 121-133 GB/s against glibc's 161-180 when it went through three
+    /// functions (one per size range, each a jump to the next) before its
+    /// first store, and the same stores called directly at 170-174.
+    ///
+    /// Why this shape for 513 B - 2 KiB: aligned destinations ran 1.00 of
+    /// glibc at 1 KiB, against 0.93-0.94 for the general loop, which starts
+    /// its blocks at the first byte and has no head. Misaligned ones (Zen 5
+    /// guest, `bench memset` with its shared timed loop, two runs): 1.00 of
+    /// glibc at 600-2048 B one byte past a boundary, where the general loop
+    /// ran 0.93-0.96 at 600, 1000 and 1500 B (and 1.09-1.17 at 1 and 2 KiB).
+    /// The stores go in ascending order, the tail last as in glibc: with the
+    /// tail stored before the middle, cold fills (destination not cached) of
+    /// 600 B-2 KiB ran 0.75-0.96 of glibc on an Emerald Rapids guest,
+    /// ascending 0.93-1.02 (three alternating runs of `bench memset --sizes
+    /// 600,1000,1500,2K`); hot ones did not change.
     ///
     /// # Safety
     /// As [`copy_masked`], with `n >= 64`.
     #[unsafe(naked)]
-    unsafe extern "sysv64" fn fill_64_512(dst: *mut u8, byte: u8, n: usize, t: &Thresholds) {
-        // Clobbers zmm16.
+    unsafe extern "sysv64" fn fill_ge64(dst: *mut u8, byte: u8, n: usize, t: &Thresholds) {
+        // Clobbers rax, r8, zmm16.
         naked_asm!(
             ".p2align 6",
-            "cmp rdx, 128",
-            "ja {big}",
             "vpbroadcastb zmm16, esi",
+            "cmp rdx, 128",
+            "ja 2f",
             "vmovdqu64 zmmword ptr [rdi], zmm16",
             "vmovdqu64 zmmword ptr [rdi + rdx - 64], zmm16",
             "ret",
-            big = sym fill_129_512,
-        )
-    }
-
-    /// Fills `n > 128` bytes: up to 512 with four or eight overlapping
-    /// stores from both ends, larger sizes in the general kernel (called
-    /// directly by the fast path with [`super::super::Small::Masked`]).
-    ///
-    /// # Safety
-    /// As [`copy_masked`], with `n > 128`.
-    #[unsafe(naked)]
-    pub(in crate::sys::copy) unsafe extern "sysv64" fn fill_129_512(
-        dst: *mut u8,
-        byte: u8,
-        n: usize,
-        t: &Thresholds,
-    ) {
-        // Clobbers zmm16.
-        naked_asm!(
-            ".p2align 6",
-            "vpbroadcastb zmm16, esi",
+            "2:",
             "cmp rdx, 256",
             "ja 5f",
             "vmovdqu64 zmmword ptr [rdi], zmm16",
@@ -709,6 +709,33 @@ pub(super) mod avx512_leaf {
             "cmp rdx, qword ptr [rcx + {inline_below}]",
             "jae 7f",
             "8:",
+            "cmp rdx, {leaf_max}",
+            "ja 9f",
+            "lea r8, [rdi + rdx - 256]",
+            "vmovdqu64 zmmword ptr [rdi], zmm16",
+            "vmovdqu64 zmmword ptr [rdi + 64], zmm16",
+            "vmovdqu64 zmmword ptr [rdi + 128], zmm16",
+            "vmovdqu64 zmmword ptr [rdi + 192], zmm16",
+            "lea rax, [rdi + 256]",
+            "and rax, -64",
+            "cmp rax, r8",
+            "jae 4f",
+            ".p2align 4",
+            "3:",
+            "vmovdqa64 zmmword ptr [rax], zmm16",
+            "vmovdqa64 zmmword ptr [rax + 64], zmm16",
+            "vmovdqa64 zmmword ptr [rax + 128], zmm16",
+            "vmovdqa64 zmmword ptr [rax + 192], zmm16",
+            "add rax, 256",
+            "cmp rax, r8",
+            "jb 3b",
+            "4:",
+            "vmovdqu64 zmmword ptr [r8], zmm16",
+            "vmovdqu64 zmmword ptr [r8 + 64], zmm16",
+            "vmovdqu64 zmmword ptr [r8 + 128], zmm16",
+            "vmovdqu64 zmmword ptr [r8 + 192], zmm16",
+            "ret",
+            "9:",
             "jmp {vector_loop}",
             // From the first special class at any placement: this
             // placement's own (0 for a 64-byte aligned destination, 2
@@ -723,67 +750,16 @@ pub(super) mod avx512_leaf {
             "jmp {large}",
             inline_below = const offset_of!(Thresholds, inline_below),
             special_min = const offset_of!(Thresholds, special_min),
+            leaf_max = const FILL_LEAF_MAX,
             large = sym fill_large,
             vector_loop = sym fill_loop,
         )
     }
 
-    /// Fills `n > 512` bytes below the table's first special class (as
-    /// [`copy_loop`]).
+    /// Fills `n > FILL_LEAF_MAX` bytes below the table's first special class
+    /// (as [`copy_loop`]).
     #[target_feature(enable = "avx512f,avx512bw")]
     unsafe extern "sysv64" fn fill_loop(dst: *mut u8, byte: u8, n: usize, _t: &Thresholds) {
-        if n <= FILL_LEAF_MAX {
-            // glibc's shape, four vectors at each end and aligned blocks of
-            // four between them. Aligned destinations: 1.00 of glibc at 1 KiB,
-            // against 0.93-0.94 for the general loop, which starts its blocks
-            // at the first byte and has no head. Misaligned ones (Zen 5 guest,
-            // `bench memset` with its shared timed loop, two runs): 1.00 of
-            // glibc at 600-2048 B one byte past a boundary, where the general
-            // loop ran 0.93-0.96 at 600, 1000 and 1500 B (and 1.09-1.17 at
-            // 1 and 2 KiB). The stores go in ascending order, the tail last
-            // as in glibc: with the tail stored before the middle, cold
-            // fills (destination not cached) of 600 B-2 KiB ran 0.75-0.96 of
-            // glibc on an Emerald Rapids guest, ascending 0.93-1.02 (three
-            // alternating runs of `bench memset --sizes 600,1000,1500,2K`);
-            // hot ones did not change.
-            // SAFETY: dst holds n > 512 bytes; AVX-512 F and BW as the caller
-            // guarantees.
-            unsafe {
-                asm!(
-                    "vpbroadcastb zmm16, {byte:e}",
-                    "lea {end}, [{dst} + {n} - 256]",
-                    "vmovdqu64 zmmword ptr [{dst}], zmm16",
-                    "vmovdqu64 zmmword ptr [{dst} + 64], zmm16",
-                    "vmovdqu64 zmmword ptr [{dst} + 128], zmm16",
-                    "vmovdqu64 zmmword ptr [{dst} + 192], zmm16",
-                    "lea {p}, [{dst} + 256]",
-                    "and {p}, -64",
-                    "cmp {p}, {end}",
-                    "jae 3f",
-                    "2:",
-                    "vmovdqa64 zmmword ptr [{p}], zmm16",
-                    "vmovdqa64 zmmword ptr [{p} + 64], zmm16",
-                    "vmovdqa64 zmmword ptr [{p} + 128], zmm16",
-                    "vmovdqa64 zmmword ptr [{p} + 192], zmm16",
-                    "add {p}, 256",
-                    "cmp {p}, {end}",
-                    "jb 2b",
-                    "3:",
-                    "vmovdqu64 zmmword ptr [{end}], zmm16",
-                    "vmovdqu64 zmmword ptr [{end} + 64], zmm16",
-                    "vmovdqu64 zmmword ptr [{end} + 128], zmm16",
-                    "vmovdqu64 zmmword ptr [{end} + 192], zmm16",
-                    byte = in(reg) u32::from(byte),
-                    dst = in(reg) dst,
-                    n = in(reg) n,
-                    end = out(reg) _,
-                    p = out(reg) _,
-                    out("zmm16") _,
-                    options(nostack)
-                );
-            }
-            return;
-        }
         // SAFETY: passed on from the leaf, with n > 512 = 8 vectors.
         unsafe { super::avx512::fill_loop(dst, byte, n) }
     }
@@ -796,9 +772,9 @@ pub(super) mod avx512_leaf {
     }
 }
 
-/// Aligned fills up to this size take glibc's shape in the AVX-512 kernel;
-/// above it the general kernel (loop, `rep stosb` or non-temporal stores)
-/// takes over.
+/// Fills up to this size below the table's first special class take glibc's
+/// shape in the AVX-512 leaf; above it the general kernel (loop, `rep stosb`
+/// or non-temporal stores) takes over.
 const FILL_LEAF_MAX: usize = 2048;
 
 /// Bytes per page-sized stream of the non-temporal copy.
