@@ -653,6 +653,11 @@ pub(super) mod avx512_leaf {
     /// vectors at the start, aligned blocks of four, four vectors at the
     /// end, in that order; larger sizes in the general kernel.
     ///
+    /// Each size range's block starts a 64-byte line: with 16-byte alignment
+    /// the 129-256 B block straddled one, and those fills ran 0.92-1.01 of
+    /// glibc against 1.00-1.11 (three alternating runs, Emerald Rapids
+    /// guest); aligned to 64, 1.00-1.11 again.
+    ///
     /// One function, the leaf of every size up to 2 KiB: through the C entry
     /// (`pw_fill` in a C loop, Emerald Rapids guest, 2026-12-02) a 1 KiB fill
     /// ran at 121-133 GB/s against glibc's 161-180 when it went through three
@@ -684,6 +689,7 @@ pub(super) mod avx512_leaf {
             "vmovdqu64 zmmword ptr [rdi], zmm16",
             "vmovdqu64 zmmword ptr [rdi + rdx - 64], zmm16",
             "ret",
+            ".p2align 6",
             "2:",
             "cmp rdx, 256",
             "ja 5f",
@@ -692,7 +698,7 @@ pub(super) mod avx512_leaf {
             "vmovdqu64 zmmword ptr [rdi + rdx - 128], zmm16",
             "vmovdqu64 zmmword ptr [rdi + rdx - 64], zmm16",
             "ret",
-            ".p2align 4",
+            ".p2align 6",
             "5:",
             "cmp rdx, 512",
             "ja 6f",
@@ -705,6 +711,7 @@ pub(super) mod avx512_leaf {
             "vmovdqu64 zmmword ptr [rdi + rdx - 128], zmm16",
             "vmovdqu64 zmmword ptr [rdi + rdx - 64], zmm16",
             "ret",
+            ".p2align 4",
             "6:",
             "cmp rdx, qword ptr [rcx + {inline_below}]",
             "jae 7f",
