@@ -257,8 +257,8 @@ pub struct Row {
     /// (`null` without one, and on the rows of `--parallel`).
     pub c_entry_gbps: Option<f64>,
     /// The C entry point's GB/s over pagewise's, the median of each trial's
-    /// ratio (as `ratio`): below 1, the
-    /// C entry point is slower than calling `copy` (`fill`) from Rust.
+    /// ratio (as `ratio`): below 1, the C entry point is slower than calling
+    /// `copy` (`fill`) from Rust.
     pub c_entry_ratio_to_pagewise: Option<f64>,
     /// The C entry point's GB/s over the trials.
     pub c_entry: Option<Summary>,
@@ -509,9 +509,10 @@ pub enum BenchError {
         /// The code it returned, or "wrong bytes".
         reason: String,
     },
-    /// A row's trials timed nothing (a time was not a number): no ratio
+    /// A row's trials timed nothing (a time was not a number, or a trial
+    /// had no finite ratio): no ratio
     /// is made up from the other side.
-    #[error("row {row:?} measured nothing: a trial's time was not a number")]
+    #[error("row {row:?} measured nothing: a trial's time was not a number, or not one a ratio can be taken of")]
     NotMeasured {
         /// The row.
         row: String,

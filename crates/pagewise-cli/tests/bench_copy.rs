@@ -614,6 +614,7 @@ fn c_library_adds_the_c_entry_point_to_every_row() {
         for row in json["rows"].as_array().unwrap() {
             let c = row["c_entry_gbps"].as_f64().unwrap_or(f64::NAN);
             assert!(c.is_finite() && c > 0.0, "{op}: {row}");
+            // One trial: the median of the trials' ratios is this one's.
             let ratio = c / row["gbps"].as_f64().unwrap();
             assert!((ratio - row["c_entry_ratio_to_pagewise"].as_f64().unwrap()).abs() < 1e-9);
             assert_eq!(row["c_entry"]["median"].as_f64(), Some(c));
@@ -622,6 +623,7 @@ fn c_library_adds_the_c_entry_point_to_every_row() {
             let f = &json["fleet"];
             let ns = f["c_entry_ns_per_call"].as_f64().unwrap_or(f64::NAN);
             assert!(ns.is_finite() && ns > 0.0, "{f}");
+            // One trial, as above.
             let ratio = f["ns_per_call"].as_f64().unwrap() / ns;
             assert!((ratio - f["c_entry_ratio_to_pagewise"].as_f64().unwrap()).abs() < 1e-9);
         } else {

@@ -196,7 +196,7 @@ fn print_human(op: Op, r: &Report) -> Result<(), OutputError> {
     )?;
     if let Some(c) = &r.c_library {
         outln!(
-            "C entry point: {entry} of {} (pw_version {}), through its dlsym pointer, interleaved with both; C/pagewise: its median over pagewise's, below 1: the C entry is slower",
+            "C entry point: {entry} of {} (pw_version {}), through its dlsym pointer, interleaved with both; C/pagewise: the median of each trial's ratio, below 1: the C entry is slower",
             c.path,
             c.version
         )?;

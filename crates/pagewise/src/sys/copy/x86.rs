@@ -653,16 +653,15 @@ pub(super) mod avx512_leaf {
     /// vectors at the start, aligned blocks of four, four vectors at the
     /// end, in that order; larger sizes in the general kernel.
     ///
-    /// Each size range's block starts a 64-byte line: with 16-byte alignment
-    /// the 129-256 B block straddled one, and those fills ran 0.92-1.01 of
-    /// glibc against 1.00-1.11 (three alternating runs, Emerald Rapids
-    /// guest); aligned to 64, 1.00-1.11 again.
-    ///
-    /// One function, the leaf of every size up to 2 KiB: through the C entry
-    /// (`pw_fill` in a C loop, Emerald Rapids guest, 2026-12-02) a 1 KiB fill
-    /// ran at 121-133 GB/s against glibc's 161-180 when it went through three
-    /// functions (one per size range, each a jump to the next) before its
-    /// first store, and the same stores called directly at 170-174.
+    /// One function: a 1 KiB fill takes four branches before its first
+    /// store, one of them (from [`fill`]) to another function, where it took
+    /// five, three of them through a function per size range and into a
+    /// fourth for 513 B - 2 KiB. `bench memset` (Emerald Rapids guest,
+    /// 2026-12-02, three alternating runs each): 1 KiB L1 aligned 0.74-0.88
+    /// of glibc before, 0.85-1.01 after. Each block up to 512 B starts a
+    /// 64-byte line: packed one after the other, the 129-256 B block
+    /// straddled one, and those fills ran 0.91-1.02 of glibc against
+    /// 1.04-1.08 before the merge; aligned, 1.00-1.11.
     ///
     /// Why this shape for 513 B - 2 KiB: aligned destinations ran 1.00 of
     /// glibc at 1 KiB, against 0.93-0.94 for the general loop, which starts
