@@ -297,8 +297,8 @@ pub struct FleetRow {
     /// With a C library: `pw_copy` (`pw_fill`) through it, median ns per call.
     pub c_entry_ns_per_call: Option<f64>,
     /// pagewise's ns per call over the C entry point's, the median of each
-    /// trial's ratio (as `ratio`): below 1,
-    /// the C entry point is slower than calling `copy` (`fill`) from Rust.
+    /// trial's ratio (as `ratio`): below 1, the C entry point is slower than
+    /// calling `copy` (`fill`) from Rust.
     pub c_entry_ratio_to_pagewise: Option<f64>,
     /// The C entry point's ns per call over the trials.
     pub c_entry: Option<Summary>,
@@ -1057,14 +1057,11 @@ fn check_sides(
     })
 }
 
-/// The median over the trials of `with[t] / without[t]` (a trial's sides ran
-/// alternately, so a slow spell of the machine slows both); `None` when
-/// there is no finite ratio.
-fn paired_median(with: &[f64], without: &[f64]) -> Option<f64> {
-    paired::ratios(with, without)
-        .as_deref()
-        .and_then(Summary::of)
-        .map(|s| s.median)
+/// The trials' own ratios `with[t] / without[t]` summarised (a trial's
+/// sides ran alternately, so a slow spell of the machine slows both);
+/// `None` when there is no finite ratio.
+fn paired_summary(with: &[f64], without: &[f64]) -> Option<Summary> {
+    Summary::of(&paired::ratios(with, without)?)
 }
 
 /// Whether a larger sample is faster (GB/s) or slower (ns per call).
@@ -1079,14 +1076,10 @@ enum Better {
 /// has no sample, a sample is NaN or a ratio is not finite.
 fn summarise(ours: &[f64], theirs: &[f64], better: Better) -> Option<(Summary, Summary, Summary)> {
     let ratios = match better {
-        Better::Higher => paired::ratios(ours, theirs),
-        Better::Lower => paired::ratios(theirs, ours),
+        Better::Higher => paired_summary(ours, theirs),
+        Better::Lower => paired_summary(theirs, ours),
     }?;
-    Some((
-        Summary::of(ours)?,
-        Summary::of(theirs)?,
-        Summary::of(&ratios)?,
-    ))
+    Some((Summary::of(ours)?, Summary::of(theirs)?, ratios))
 }
 
 /// Runs the experiment. Progress goes to `progress`, one step per row.
@@ -1194,7 +1187,7 @@ pub fn run(op: Op, options: &Options, progress: &dyn Progress) -> Result<Report,
                 ratio: ratios.median,
                 ratios,
                 c_entry_gbps: c.map(|c| c.median),
-                c_entry_ratio_to_pagewise: c.and(paired_median(c_samples, ours)),
+                c_entry_ratio_to_pagewise: c.and(paired_summary(c_samples, ours)).map(|r| r.median),
                 c_entry: c,
                 pagewise,
                 glibc,
@@ -1394,7 +1387,7 @@ fn run_fleet(
         gbps: mean_bytes / pagewise.median,
         glibc_gbps: mean_bytes / glibc.median,
         c_entry_ns_per_call: c.map(|c| c.median),
-        c_entry_ratio_to_pagewise: c.and(paired_median(ours, c_samples)),
+        c_entry_ratio_to_pagewise: c.and(paired_summary(ours, c_samples)).map(|r| r.median),
         c_entry: c,
         pagewise,
         glibc,
@@ -1409,14 +1402,12 @@ mod tests {
 
     #[test]
     fn the_paired_median_is_of_each_trials_ratio_not_of_the_medians() {
+        let median = |a: &[f64], b: &[f64]| paired_summary(a, b).map(|s| s.median);
         // Per trial 1, 2 and 0.5: median 1, where the medians' ratio is 10/5.
-        assert_eq!(
-            paired_median(&[1.0, 10.0, 100.0], &[1.0, 5.0, 200.0]),
-            Some(1.0)
-        );
-        assert_eq!(paired_median(&[3.0, 6.0], &[1.0, 2.0]), Some(3.0));
-        assert_eq!(paired_median(&[1.0], &[0.0]), None);
-        assert_eq!(paired_median(&[], &[]), None);
+        assert_eq!(median(&[1.0, 10.0, 100.0], &[1.0, 5.0, 200.0]), Some(1.0));
+        assert_eq!(median(&[3.0, 6.0], &[1.0, 2.0]), Some(3.0));
+        assert_eq!(median(&[1.0], &[0.0]), None);
+        assert_eq!(median(&[], &[]), None);
     }
 
     #[test]
