@@ -448,11 +448,15 @@ unsafe extern "sysv64-unwind" fn copy_process_first(
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(usize)]
 enum Avx512Entry {
-    /// Every size through `x86::avx512_leaf::copy_guarded`.
+    /// Every size through `x86::avx512_leaf::copy_guarded` (but 0 bytes,
+    /// inline: the code is also the size the inline path starts to leave).
     Guarded = 1,
     /// Up to 128 bytes inline in the caller ([`Small::Masked`]), larger
-    /// sizes straight to `x86::avx512_leaf::copy_129_512`.
-    InlineSmall = 2,
+    /// sizes straight to `x86::avx512_leaf::copy_129_512`. The code is the
+    /// first size that leaves the inline path, so that one compare of the
+    /// size against it decides (the test `entry == InlineSmall && n <= 128`
+    /// took five instructions more).
+    InlineSmall = 129,
 }
 
 impl Avx512Entry {
@@ -863,16 +867,14 @@ pub fn fast_fill(dst: &mut [u8], byte: u8, t: &Thresholds) -> bool {
 unsafe fn avx512_copy(dst: &mut [u8], src: &[u8], t: &Thresholds, entry: usize) {
     let n = dst.len().min(src.len());
     let (d, s) = (dst.as_mut_ptr(), src.as_ptr());
-    // One branch per test (`&`, not `&&`); the first case of each `if` is
-    // the one LLVM lets fall through: the smallest sizes then take no
-    // branch at all.
-    let inline = entry == Avx512Entry::InlineSmall as usize;
+    // The first case of each `if` is the one LLVM lets fall through: the
+    // smallest sizes then take no branch at all.
     // SAFETY (all five calls): AVX-512 as the caller guarantees; both slices
     // hold n bytes and cannot overlap (one is borrowed mutably); each inline
-    // copy gets the sizes it needs; `copy_129_512` is called only for
-    // n > 128 as it needs, `copy_guarded` takes any size.
+    // copy gets the sizes it needs (n < entry <= 129); `copy_129_512` is
+    // called only for n > 128 as it needs, `copy_guarded` takes any size.
     unsafe {
-        if inline & (n <= 128) {
+        if n < entry {
             if n <= 32 {
                 x86::copy_masked_le32(d, s, n);
             } else if n < 64 {
@@ -880,7 +882,7 @@ unsafe fn avx512_copy(dst: &mut [u8], src: &[u8], t: &Thresholds, entry: usize) 
             } else {
                 x86::copy_64_128_inline(d, s, n);
             }
-        } else if inline {
+        } else if entry == Avx512Entry::InlineSmall as usize {
             // Direct calls, not a call through a stored pointer: measured on
             // the Zen 5 guest, the indirect jump cost a 512-byte copy 15% (a
             // replica of the leaf in a C harness: 243 GB/s called directly,
