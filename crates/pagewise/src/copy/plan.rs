@@ -624,6 +624,15 @@ pub fn default_tables(kind: CpuKind, isa: Isa, erms: bool, llc: Option<u64>) -> 
                     },
                 );
             }
+            if isa == Isa::Avx512 {
+                overlay_placement(
+                    &mut copy,
+                    ZEN4_COPY_GLIBC_ALIGNED_MIN,
+                    ZEN4_COPY_GLIBC_ALIGNED_END.min(nt),
+                    Placement::Aligned,
+                    Strategy::Glibc,
+                );
+            }
             if erms && isa == Isa::Avx512 {
                 overlay_placement(
                     &mut fill,
@@ -1144,6 +1153,23 @@ const ZEN5_FILL_REP_MIN: usize = 8 << 10;
 /// 0.85–0.90 against 1.00 and 0.92–1.01, 3000 B hot 1.20–1.25 and cold
 /// 0.92–1.04 against 0.98–1.19 and 0.65–0.80).
 const ZEN4_COPY_AVX2_LOOP_MIN: usize = 2560;
+/// Smallest co-aligned copy (source and destination at the same offset
+/// modulo 64) that calls glibc's `memcpy` on Zen 4, up to
+/// [`ZEN4_COPY_GLIBC_ALIGNED_END`]. glibc copies these with `rep movsb`,
+/// which on Zen 4 is not slow co-aligned, and no pagewise kernel beat it
+/// there from memory. Measured on a Zen 4 guest (2026-12-02, `bench memcpy`
+/// with the vendor defaults, three full runs alternating with the AVX2 loop
+/// there, ratios to glibc): co-aligned copies from memory of 32 KiB–1 MB
+/// went from 0.81–1.01 to 0.95–1.05, hot ones from 0.94–1.02 to 0.99–1.02;
+/// 16 KiB hot 0.94–0.97 to 0.95–1.02 (cold 0.95–0.97 against 0.90–1.02).
+/// (`pagewise tune --no-save` the same morning: the AVX2 loop 0.73–0.95
+/// from memory in the co-aligned cells of 16 KiB–1 MiB.)
+const ZEN4_COPY_GLIBC_ALIGNED_MIN: usize = 16 << 10;
+/// First co-aligned copy size on Zen 4 that is back on the AVX2 loop: from
+/// 1 MiB the loop beat glibc from memory in the same runs (1 MiB 0.96–1.10
+/// against 0.97–1.03, 2 MiB 1.04–1.16 against 0.97–0.99, 16 MiB 1.02–1.09
+/// against 0.89–0.98) and was level hot (0.97–1.10 against 0.99–1.01).
+const ZEN4_COPY_GLIBC_ALIGNED_END: usize = 1 << 20;
 /// Smallest fill with a misaligned destination that uses `rep stosb` on Zen 5
 /// and, up to [`ZEN4_FILL_REP_MISALIGNED_END`], on Zen 4. First chosen on the
 /// Intel VM (2026-11-21: 0.86 vs 0.95 of glibc at 4 KiB, while the loop's last
@@ -1355,10 +1381,35 @@ mod tests {
         assert_eq!(streams_of(&p.tables.copy), Some(1));
         // Zen 4 (the one with AVX-512) copies small sizes inline.
         assert_eq!(p.tables.small, Small::Masked);
-        assert!(p.tables.copy_temporal.iter().all(|c| c
-            .by_placement
-            .iter()
-            .all(|s| matches!(s, Strategy::Loop { .. }))));
+        // No rep movsb of its own: loops, and glibc for co-aligned copies of
+        // 16 KiB to 1 MiB.
+        let glibc_sizes = ZEN4_COPY_GLIBC_ALIGNED_MIN..ZEN4_COPY_GLIBC_ALIGNED_END;
+        for c in &p.tables.copy_temporal {
+            for (i, s) in c.by_placement.iter().enumerate() {
+                let co_aligned = i == Placement::Aligned as usize;
+                match s {
+                    Strategy::Loop { .. } => {}
+                    Strategy::Glibc if co_aligned && glibc_sizes.contains(&c.from) => {}
+                    other => panic!("{other:?} from {} at placement {i}", c.from),
+                }
+            }
+        }
+        for table in [&p.tables.copy, &p.tables.copy_temporal] {
+            for n in [ZEN4_COPY_GLIBC_ALIGNED_MIN, ZEN4_COPY_GLIBC_ALIGNED_END - 1] {
+                assert_eq!(
+                    strategy_at(table, n, Placement::Aligned),
+                    Some(Strategy::Glibc)
+                );
+                assert_ne!(
+                    strategy_at(table, n, Placement::Other),
+                    Some(Strategy::Glibc)
+                );
+                assert_ne!(
+                    strategy_at(table, n, Placement::Near),
+                    Some(Strategy::Glibc)
+                );
+            }
+        }
         // ...runs the AVX2 loop for copies from a few KiB (in both copy
         // tables; the non-temporal class stays), the AVX-512 loop below...
         for table in [&p.tables.copy, &p.tables.copy_temporal] {
@@ -1387,11 +1438,13 @@ mod tests {
                 .iter()
                 .all(|c| c.by_placement[Placement::Aligned as usize] != Strategy::Rep));
         }
-        // Without AVX-512 (Zen 1-3) or without ERMS: no rep stosb at all.
+        // Without AVX-512 (Zen 1-3) or without ERMS: no rep stosb at all;
+        // without AVX-512, no call of glibc either (measured on Zen 4 only).
         for (supported, erms) in [
             (vec![Isa::Sse2, Isa::Avx2], true),
             (inputs("x").supported, false),
         ] {
+            let zen_1_to_3 = !supported.contains(&Isa::Avx512);
             let p = Plan::decide(&Inputs {
                 supported,
                 erms,
@@ -1407,6 +1460,13 @@ mod tests {
                 .fill
                 .iter()
                 .all(|c| c.by_placement[other] != Strategy::Rep));
+            if zen_1_to_3 {
+                assert!(p
+                    .tables
+                    .copy
+                    .iter()
+                    .all(|c| !c.by_placement.contains(&Strategy::Glibc)));
+            }
         }
     }
 
