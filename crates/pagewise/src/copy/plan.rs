@@ -562,7 +562,9 @@ fn streams_of(table: &[Class]) -> Option<u8> {
 ///   one with AVX-512) with ERMS, for misaligned destinations of 4–128 KiB
 ///   (measured on the Zen 4 guest, see [`ZEN4_FILL_REP_MISALIGNED_END`]).
 ///   Zen 4 copies from 2.5 KiB with the AVX2 loop, which is faster than the
-///   AVX-512 one from memory (see [`ZEN4_COPY_AVX2_LOOP_MIN`]).
+///   AVX-512 one from memory (see [`ZEN4_COPY_AVX2_LOOP_MIN`]), except
+///   co-aligned copies of 16 KiB–1 MiB, which call glibc's `memcpy` (its
+///   `rep movsb`, not slow co-aligned; see [`ZEN4_COPY_GLIBC_ALIGNED_MIN`]).
 /// - **AMD Zen 5** (AOCL-LibMem's Zen 5 rule, `rep movsb` up to the L3,
 ///   confirmed on the Zen 5 guest): Intel's sizes for the loop, `rep
 ///   movsb` and the non-temporal thresholds, `rep stosb` from 8 KiB (the
