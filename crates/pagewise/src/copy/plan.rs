@@ -614,7 +614,8 @@ pub fn default_tables(kind: CpuKind, isa: Isa, erms: bool, llc: Option<u64>) -> 
             // Only Zen 4 of these has AVX-512, where the small shape applies:
             // masked moves inline (measured on a Zen 4 guest: worst ratio to
             // glibc over the small cases 0.99, against 0.71 in the leaf).
-            // Zen 4: the AVX2 loop from a few KiB (see the constant).
+            // Zen 4: the AVX2 loop from a few KiB, but glibc for co-aligned
+            // copies of 16 KiB-1 MiB (see the constants).
             if isa == Isa::Avx512 {
                 overlay(
                     &mut copy,
@@ -625,8 +626,6 @@ pub fn default_tables(kind: CpuKind, isa: Isa, erms: bool, llc: Option<u64>) -> 
                         other => other,
                     },
                 );
-            }
-            if isa == Isa::Avx512 {
                 overlay_placement(
                     &mut copy,
                     ZEN4_COPY_GLIBC_ALIGNED_MIN,
