@@ -1207,22 +1207,23 @@ macro_rules! vector_kernels {
                 // prefetcher tracks each 4 KiB page, and a stream that
                 // straddles two pages gets less help (a 64-byte skew on
                 // page-aligned buffers cost ~15% at 1 GiB). The destination
-                // must be 64-aligned for the stores; when the source has the
-                // same alignment, single vectors run up to its page boundary.
+                // must be 64-aligned for the stores, so single vectors run
+                // until the source is as near the start of a page as that
+                // allows (its offset within a line; 0 when co-aligned).
                 let skew = (64 - (dst as usize & 63)) & 63;
                 let mut d = dst.add(skew);
                 let mut s = src.add(skew);
                 let stop = dst.add(n);
                 let chunk = streams * PAGE;
-                if (s as usize) & 63 == 0 {
-                    let to_page = (PAGE - (s as usize & (PAGE - 1))) & (PAGE - 1);
-                    if (stop as usize) - (d as usize) >= to_page + chunk {
-                        let page_start = d.add(to_page);
-                        while d < page_start {
-                            stnt(d, ld(s));
-                            d = d.add(W);
-                            s = s.add(W);
-                        }
+                let to_page = (PAGE + ((s as usize).wrapping_sub(d as usize) & 63)
+                    - (s as usize & (PAGE - 1)))
+                    & (PAGE - 1);
+                if (stop as usize) - (d as usize) >= to_page + chunk {
+                    let page_start = d.add(to_page);
+                    while d < page_start {
+                        stnt(d, ld(s));
+                        d = d.add(W);
+                        s = s.add(W);
                     }
                 }
                 // A destination a little ahead of the source (modulo the
