@@ -127,6 +127,20 @@ fn configs() -> Vec<Config> {
     out
 }
 
+/// The configurations of [`configs`] that force non-temporal stores (1, 4
+/// and 32 streams on each instruction set).
+fn nontemporal_configs() -> Vec<Config> {
+    let nontemporal: Vec<Config> = configs()
+        .into_iter()
+        .filter(|c| c.name.contains("/nt "))
+        .collect();
+    assert!(
+        nontemporal.len() >= 3,
+        "every instruction set has non-temporal kernels"
+    );
+    nontemporal
+}
+
 /// A source pattern where every byte differs from its neighbours and from the
 /// canary, so that shifted or dropped bytes show.
 fn pattern(buf: &mut [u8], seed: u8) {
@@ -544,22 +558,20 @@ fn size_classes_cover_every_size_once() {
 
 #[test]
 fn nontemporal_streams_start_on_source_pages_at_every_common_alignment() {
-    // The non-temporal copy runs single vectors up to the source's page boundary
-    // when source and destination share their alignment modulo 64, then copies
-    // 32 pages side by side: sizes around those boundaries, offsets that put the
-    // source just before, at and after a page boundary.
+    // The non-temporal copy runs single vectors until the source is at the start
+    // of a page (or, when source and destination differ modulo 64, as near it
+    // as a 64-aligned destination allows), then copies 1, 4 or 32 pages side by
+    // side: sizes around those boundaries, offsets that put the source just
+    // before, at and after a page boundary.
     let chunk = 32 * 4096;
     let mut src = vec![0u8; 3 * chunk + 3 * 4096];
     pattern(&mut src, 11);
     let mut dst = vec![0u8; src.len()];
     let page_of = |p: *const u8| p as usize & 4095;
-    for config in configs()
-        .iter()
-        .filter(|c| c.name.ends_with("/nontemporal"))
-    {
+    for config in &nontemporal_configs() {
         for src_off in [0usize, 64, 4096 - 64, 4096 - 128 + 5, 1] {
             // The same offset modulo 64 (streams on pages), and one that differs.
-            for delta in [0usize, 7] {
+            for delta in [0usize, 7, 63] {
                 for n in [chunk - 64, chunk, chunk + 4096, 2 * chunk + 4031] {
                     let s_start = src_off + (4096 - page_of(src.as_ptr())) % 4096;
                     let d_start = (4096 - page_of(dst.as_ptr())) % 4096 + (src_off + delta) % 64;
@@ -640,10 +652,7 @@ fn nontemporal_copy_with_the_destination_just_ahead_modulo_2_mib() {
     let span = 2 << 20;
     let mut buf = vec![0u8; 2 * span + 4 * chunk];
     let base = (4096 - (buf.as_ptr() as usize & 4095)) % 4096;
-    for config in configs()
-        .iter()
-        .filter(|c| c.name.ends_with("/nontemporal"))
-    {
+    for config in &nontemporal_configs() {
         for ahead in [
             64usize,
             4096 + 7,
