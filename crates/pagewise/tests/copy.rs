@@ -570,7 +570,7 @@ fn nontemporal_streams_start_on_source_pages_at_every_common_alignment() {
     let page_of = |p: *const u8| p as usize & 4095;
     for config in &nontemporal_configs() {
         for src_off in [0usize, 64, 4096 - 64, 4096 - 128 + 5, 1] {
-            // The same offset modulo 64 (streams on pages), and one that differs.
+            // The same offset modulo 64 (streams on pages), and ones that differ.
             for delta in [0usize, 7, 63] {
                 for n in [chunk - 64, chunk, chunk + 4096, 2 * chunk + 4031] {
                     let s_start = src_off + (4096 - page_of(src.as_ptr())) % 4096;
