@@ -1230,6 +1230,19 @@ pub fn run(op: Op, options: &Options, progress: &dyn Progress) -> Result<Report,
         None
     };
     progress.update(total, total, "done");
+    if op == Op::Memcpy {
+        let timed = plan.timed_streams();
+        if !timed.is_empty() {
+            notes.push(match pagewise::copy::nontemporal_streams_chosen() {
+                Some(k) => format!(
+                    "non-temporal copies interleave {k} pages, chosen in this run by timing {timed:?}"
+                ),
+                None => format!(
+                    "non-temporal copies still timing {timed:?} pages (too few large copies to choose)"
+                ),
+            });
+        }
+    }
     Ok(Report {
         limit,
         schema: op.schema(),

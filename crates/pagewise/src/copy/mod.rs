@@ -258,6 +258,7 @@ fn init_global() -> &'static Global {
             .or_else(|| Kernel::new(Isa::Sse2))
             .expect("SSE2 is part of x86-64");
         PROCESS.assign(&plan.tables);
+        crate::sys::copy::streams::time_process_streams(&plan.timed_streams());
         // After the thresholds: the fast path reads them once it is on.
         for t in [
             &PROCESS.copy,
@@ -276,6 +277,13 @@ fn init_global() -> &'static Global {
             plan,
         }
     })
+}
+
+/// How many pages the process copier's non-temporal copies interleave, once
+/// it has chosen by timing them ([`Plan::timed_streams`]); `None` while it
+/// still times, and when the plan fixes the count. One relaxed load.
+pub fn nontemporal_streams_chosen() -> Option<u8> {
+    crate::sys::copy::streams::process_streams_chosen()
 }
 
 /// The copier behind [`copy`] and [`fill`].

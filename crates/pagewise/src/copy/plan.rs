@@ -961,6 +961,24 @@ impl Plan {
         nontemporal_from(&self.tables.fill)
     }
 
+    /// The stream counts the process copier times on its first large
+    /// non-temporal copies and chooses from (see
+    /// [`crate::sys::copy::streams`]): with vendor defaults whose copy
+    /// interleaves more than four pages, the powers of two from 4 up to
+    /// that count; otherwise none (a measured plan has chosen, and one
+    /// stream, the AMD default, is not traded for a trial that measured
+    /// 10-40% slower there).
+    pub fn timed_streams(&self) -> Vec<u8> {
+        let table = streams_of(&self.tables.copy).unwrap_or(1);
+        if self.tables_source != Source::Default || table <= 4 {
+            return Vec::new();
+        }
+        Strategy::STREAMS
+            .into_iter()
+            .filter(|&k| (4..=table).contains(&k))
+            .collect()
+    }
+
     /// The size classes of copy and fill and the kernel of each, smallest
     /// first (one line per class, placements that differ spelled out).
     pub fn size_classes(&self) -> Vec<SizeClass> {
@@ -1013,6 +1031,18 @@ impl Plan {
                         !self.tables.rep_guards.is_empty(),
                     ),
                 });
+            }
+        }
+        let timed = self.timed_streams();
+        if let (Some(first), Some(last)) = (timed.first(), timed.last()) {
+            for class in out.iter_mut().filter(|c| c.op == "copy") {
+                if class.kernel.starts_with("non-temporal") {
+                    class.kernel.push_str(&format!(
+                        " (the count: each process times {first}-{last} pages on its first \
+                         copies from {} MiB and keeps the fastest)",
+                        crate::sys::copy::streams::TIMED_MIN >> 20
+                    ));
+                }
             }
         }
         out
@@ -1364,6 +1394,37 @@ mod tests {
         let nowhere = note(TuneCache::Nowhere);
         assert!(!nowhere.contains("run `pagewise tune`"), "{nowhere}");
         assert!(nowhere.contains("could not save"), "{nowhere}");
+    }
+
+    #[test]
+    fn only_vendor_defaults_with_interleaved_pages_time_the_stream_count() {
+        let intel = Plan::decide(&inputs("GenuineIntel"));
+        assert_eq!(intel.timed_streams(), [4, 8, 16, 32]);
+        let copy = intel
+            .size_classes()
+            .into_iter()
+            .rfind(|c| c.op == "copy")
+            .unwrap();
+        assert!(copy.kernel.contains("times 4-32 pages"), "{}", copy.kernel);
+        let measured = Plan {
+            tables_source: Source::Measured,
+            ..intel.clone()
+        };
+        assert!(measured.timed_streams().is_empty());
+        let copy = measured
+            .size_classes()
+            .into_iter()
+            .rfind(|c| c.op == "copy")
+            .unwrap();
+        assert!(!copy.kernel.contains("times"), "{}", copy.kernel);
+        let amd = Plan::decide(&Inputs {
+            key: MachineKey {
+                family: 0x19,
+                ..key("AuthenticAMD")
+            },
+            ..inputs("AuthenticAMD")
+        });
+        assert!(amd.timed_streams().is_empty());
     }
 
     #[test]

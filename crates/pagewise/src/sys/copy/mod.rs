@@ -10,6 +10,7 @@
 //! It also wraps glibc's `memcpy` and `memset`, the baselines of
 //! `pagewise bench memcpy` and `pagewise bench memset`.
 
+pub mod streams;
 #[cfg(target_arch = "x86_64")]
 mod x86;
 

@@ -1017,7 +1017,20 @@ macro_rules! vector_kernels {
                 match t.strategy(n, p) {
                     Some(Strategy::Rep) if !t.rep_guarded(dst, src, n) => copy_rep(dst, src, n),
                     Some(Strategy::NonTemporal { streams }) => {
-                        copy_nontemporal(dst, src, n, usize::from(streams))
+                        // The process copier's count may be chosen by timing.
+                        let is_process = core::ptr::eq(t, &super::super::PROCESS.copy);
+                        super::super::streams::copy_nontemporal_chosen(
+                            dst,
+                            src,
+                            n,
+                            usize::from(streams),
+                            is_process,
+                            // SAFETY: `d` and `s` are `dst` and `src` moved
+                            // on together, `len` within the `n` bytes both
+                            // hold (see `copy_nontemporal_chosen`); the CPU
+                            // has these instructions (this function runs).
+                            |d, s, len, k| unsafe { copy_nontemporal(d, s, len, k) },
+                        )
                     }
                     Some(Strategy::Glibc) => super::super::glibc_memcpy_raw(dst, src, n),
                     // Another width's loop needs more than its own eight vectors.

@@ -1,0 +1,239 @@
+//! The process copier's choice of how many pages its non-temporal copy
+//! interleaves, made by timing them on this machine.
+//!
+//! The best count differs between machines of one vendor: at 1 GiB, 16 or
+//! 32 streams were fastest on Emerald Rapids guests (32: 1.09-1.18 of
+//! glibc), 4 on a Sapphire Rapids-class guest (family 6 model 167), where
+//! 32 ran at 0.96 of glibc aligned and 0.91 misaligned while 4 reached
+//! 1.03 (the `bench memcpy` limit row, three runs). A measured plan
+//! (`pagewise tune`) fixes the count; without one, the process copier's
+//! first large non-temporal copies are cut into segments of
+//! [`SEGMENT`] bytes, each copied with the next candidate in turn and
+//! timed, and once every candidate has [`SAMPLES`] segments the count
+//! with the lowest median time serves every later copy. Interleaving the
+//! candidates segment by segment puts them through the same noise.
+//!
+//! Costs: a clock read per segment (tens of nanoseconds against the
+//! hundreds of microseconds a segment takes) and an uncontended lock,
+//! while timing; afterwards one relaxed load per large copy.
+
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
+use std::sync::Mutex;
+use std::time::Instant;
+
+/// Bytes per timed segment: 32 chunks of the widest candidate (32 pages).
+pub const SEGMENT: usize = 4 << 20;
+/// Timed segments per candidate before the choice is made.
+pub const SAMPLES: usize = 32;
+/// Most candidates a trial holds.
+const MAX_CANDIDATES: usize = 4;
+/// Copies shorter than this are not cut up (they take the table's count or
+/// the chosen one): at least four segments, so that one copy spreads over
+/// every candidate.
+pub const TIMED_MIN: usize = MAX_CANDIDATES * SEGMENT;
+
+/// The times of the segments copied so far, per candidate.
+#[derive(Debug)]
+struct Samples {
+    nanos: [[u64; SAMPLES]; MAX_CANDIDATES],
+    counts: [usize; MAX_CANDIDATES],
+}
+
+/// One process's trial of stream counts (see the module).
+#[derive(Debug)]
+pub struct StreamTrial {
+    /// Whether copies are being timed.
+    timing: AtomicBool,
+    /// The count chosen, 0 until then.
+    chosen: AtomicU8,
+    /// The candidates (the first `len` entries).
+    candidates: [AtomicU8; MAX_CANDIDATES],
+    len: AtomicUsize,
+    /// Which candidate the next segment takes (modulo `len`).
+    turn: AtomicUsize,
+    samples: Mutex<Samples>,
+}
+
+impl StreamTrial {
+    const fn new() -> StreamTrial {
+        StreamTrial {
+            timing: AtomicBool::new(false),
+            chosen: AtomicU8::new(0),
+            candidates: [const { AtomicU8::new(0) }; MAX_CANDIDATES],
+            len: AtomicUsize::new(0),
+            turn: AtomicUsize::new(0),
+            samples: Mutex::new(Samples {
+                nanos: [[0; SAMPLES]; MAX_CANDIDATES],
+                counts: [0; MAX_CANDIDATES],
+            }),
+        }
+    }
+
+    /// Starts timing `candidates` (at most four are kept; none or one: no
+    /// trial). Forgets an earlier choice.
+    fn start(&self, candidates: &[u8]) {
+        let candidates = &candidates[..candidates.len().min(MAX_CANDIDATES)];
+        self.timing.store(false, Ordering::Release);
+        self.chosen.store(0, Ordering::Relaxed);
+        let mut samples = self.lock();
+        samples.counts = [0; MAX_CANDIDATES];
+        for (slot, &c) in self.candidates.iter().zip(candidates) {
+            slot.store(c, Ordering::Relaxed);
+        }
+        self.len.store(candidates.len(), Ordering::Relaxed);
+        drop(samples);
+        self.timing.store(candidates.len() > 1, Ordering::Release);
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Samples> {
+        // A copy that panicked mid-record left valid numbers behind.
+        self.samples.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The count chosen so far, if any.
+    fn chosen(&self) -> Option<u8> {
+        match self.chosen.load(Ordering::Relaxed) {
+            0 => None,
+            k => Some(k),
+        }
+    }
+
+    /// The candidate for the next segment, with its index.
+    fn next(&self) -> (usize, u8) {
+        let len = self.len.load(Ordering::Relaxed).max(1);
+        let i = self.turn.fetch_add(1, Ordering::Relaxed) % len;
+        (i, self.candidates[i].load(Ordering::Relaxed))
+    }
+
+    /// Records one segment's time; chooses once every candidate has
+    /// [`SAMPLES`].
+    fn record(&self, index: usize, nanos: u64) {
+        let mut s = self.lock();
+        if !self.timing.load(Ordering::Relaxed) {
+            return;
+        }
+        let n = s.counts[index];
+        if n < SAMPLES {
+            s.nanos[index][n] = nanos;
+            s.counts[index] = n + 1;
+        }
+        let len = self.len.load(Ordering::Relaxed);
+        if s.counts[..len].iter().all(|&c| c == SAMPLES) {
+            let best = (0..len)
+                .min_by_key(|&i| median(s.nanos[i]))
+                .expect("a trial has candidates");
+            self.chosen.store(
+                self.candidates[best].load(Ordering::Relaxed),
+                Ordering::Relaxed,
+            );
+            self.timing.store(false, Ordering::Release);
+        }
+    }
+}
+
+fn median(mut v: [u64; SAMPLES]) -> u64 {
+    v.sort_unstable();
+    v[SAMPLES / 2]
+}
+
+/// The process copier's trial.
+static PROCESS_TRIAL: StreamTrial = StreamTrial::new();
+
+/// Starts timing `candidates` for the process copier's non-temporal copies
+/// (see the module); the copy layer calls it when the plan is not measured.
+pub fn time_process_streams(candidates: &[u8]) {
+    PROCESS_TRIAL.start(candidates);
+}
+
+/// The stream count the process copier chose by timing, `None` while it
+/// times (or when it does not).
+pub fn process_streams_chosen() -> Option<u8> {
+    PROCESS_TRIAL.chosen()
+}
+
+/// Copies `n` bytes with `copy(dst, src, len, streams)`, the non-temporal
+/// kernel, choosing `streams`: the table's `streams` unless `is_process`
+/// and the process trial has chosen one (then that) or is timing (then
+/// segment by segment, see the module).
+///
+/// `copy` is called only with `dst`/`src` advanced together by the same
+/// offset and `len` reaching at most to `n`.
+pub(super) fn copy_nontemporal_chosen(
+    dst: *mut u8,
+    src: *const u8,
+    n: usize,
+    streams: usize,
+    is_process: bool,
+    copy: impl Fn(*mut u8, *const u8, usize, usize),
+) {
+    if !is_process {
+        return copy(dst, src, n, streams);
+    }
+    let trial = &PROCESS_TRIAL;
+    if let Some(k) = trial.chosen() {
+        return copy(dst, src, n, usize::from(k));
+    }
+    if n < TIMED_MIN || !trial.timing.load(Ordering::Acquire) {
+        return copy(dst, src, n, streams);
+    }
+    let mut done = 0;
+    // The last segment and the rest untimed, with the table's count.
+    while n - done >= 2 * SEGMENT && trial.timing.load(Ordering::Relaxed) {
+        let (index, k) = trial.next();
+        let start = Instant::now();
+        copy(
+            dst.wrapping_add(done),
+            src.wrapping_add(done),
+            SEGMENT,
+            usize::from(k),
+        );
+        let nanos = u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        trial.record(index, nanos);
+        done += SEGMENT;
+    }
+    let k = trial.chosen().map_or(streams, usize::from);
+    copy(dst.wrapping_add(done), src.wrapping_add(done), n - done, k);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_candidate_with_the_lowest_median_is_chosen_once_all_have_their_samples() {
+        let trial = StreamTrial::new();
+        trial.start(&[4, 8, 16, 32]);
+        // 8 streams: fastest median, though its slowest segment is the
+        // slowest of all (an outlier must not decide).
+        for round in 0..SAMPLES {
+            for (i, base) in [(0, 110), (1, 100), (2, 105), (3, 120)] {
+                assert_eq!(trial.chosen(), None);
+                let outlier = if i == 1 && round == 0 { 10_000 } else { 0 };
+                trial.record(i, base + outlier);
+            }
+        }
+        assert_eq!(trial.chosen(), Some(8));
+        assert!(!trial.timing.load(Ordering::Relaxed));
+        // Restarting forgets the choice.
+        trial.start(&[4, 32]);
+        assert_eq!(trial.chosen(), None);
+        assert!(trial.timing.load(Ordering::Relaxed));
+    }
+
+    #[test]
+    fn one_candidate_is_no_trial() {
+        let trial = StreamTrial::new();
+        trial.start(&[32]);
+        assert!(!trial.timing.load(Ordering::Relaxed));
+        trial.start(&[]);
+        assert!(!trial.timing.load(Ordering::Relaxed));
+    }
+
+    #[test]
+    fn segments_rotate_over_the_candidates() {
+        let trial = StreamTrial::new();
+        trial.start(&[4, 8, 16]);
+        let got: Vec<u8> = (0..6).map(|_| trial.next().1).collect();
+        assert_eq!(got, [4, 8, 16, 4, 8, 16]);
+    }
+}
