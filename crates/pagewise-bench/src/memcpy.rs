@@ -1235,7 +1235,9 @@ pub fn run(op: Op, options: &Options, progress: &dyn Progress) -> Result<Report,
         if !timed.is_empty() {
             notes.push(match pagewise::copy::nontemporal_streams_chosen() {
                 Some(k) => format!(
-                    "non-temporal copies interleave {k} pages, chosen in this run by timing {timed:?}"
+                    "non-temporal copies interleave {k} pages, chosen in this run by timing {timed:?} \
+                     (the first {} MiB of large copies were timed over them all)",
+                    pagewise::copy::STREAM_TRIAL_BYTES >> 20
                 ),
                 None => format!(
                     "non-temporal copies still timing {timed:?} pages (too few large copies to choose)"

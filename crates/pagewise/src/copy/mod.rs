@@ -279,6 +279,13 @@ fn init_global() -> &'static Global {
     })
 }
 
+/// Bytes of large copies the process copier times before it chooses its
+/// non-temporal stream count, at the least (32 segments of 4 MiB per
+/// candidate; untimed segments come on top).
+pub const STREAM_TRIAL_BYTES: usize = crate::sys::copy::streams::SAMPLES
+    * crate::sys::copy::streams::SEGMENT
+    * crate::sys::copy::streams::MAX_CANDIDATES;
+
 /// How many pages the process copier's non-temporal copies interleave, once
 /// it has chosen by timing them ([`Plan::timed_streams`]); `None` while it
 /// still times, and when the plan fixes the count. One relaxed load.

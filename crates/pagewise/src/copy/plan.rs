@@ -965,18 +965,23 @@ impl Plan {
     /// non-temporal copies and chooses from (see
     /// [`crate::sys::copy::streams`]): with vendor defaults whose copy
     /// interleaves more than four pages, the powers of two from 4 up to
-    /// that count; otherwise none (a measured plan has chosen, and one
-    /// stream, the AMD default, is not traded for a trial that measured
-    /// 10-40% slower there).
+    /// that count (the largest four of them); otherwise none (a measured
+    /// plan has chosen, and one stream, the AMD default, is not traded for a
+    /// trial that measured 10-40% slower there).
     pub fn timed_streams(&self) -> Vec<u8> {
         let table = streams_of(&self.tables.copy).unwrap_or(1);
         if self.tables_source != Source::Default || table <= 4 {
             return Vec::new();
         }
-        Strategy::STREAMS
+        let mut counts: Vec<u8> = Strategy::STREAMS
             .into_iter()
             .filter(|&k| (4..=table).contains(&k))
-            .collect()
+            .collect();
+        let extra = counts
+            .len()
+            .saturating_sub(crate::sys::copy::streams::MAX_CANDIDATES);
+        counts.drain(..extra);
+        counts
     }
 
     /// The size classes of copy and fill and the kernel of each, smallest
@@ -1400,6 +1405,19 @@ mod tests {
     fn only_vendor_defaults_with_interleaved_pages_time_the_stream_count() {
         let intel = Plan::decide(&inputs("GenuineIntel"));
         assert_eq!(intel.timed_streams(), [4, 8, 16, 32]);
+        // At most four, the table's own count among them.
+        let mut wide = intel.clone();
+        for s in wide
+            .tables
+            .copy
+            .iter_mut()
+            .flat_map(|c| c.by_placement.iter_mut())
+        {
+            if s.is_nontemporal() {
+                *s = Strategy::NonTemporal { streams: 64 };
+            }
+        }
+        assert_eq!(wide.timed_streams(), [8, 16, 32, 64]);
         let copy = intel
             .size_classes()
             .into_iter()

@@ -11,11 +11,19 @@
 //! [`SEGMENT`] bytes, each copied with the next candidate in turn and
 //! timed, and once every candidate has [`SAMPLES`] segments the count
 //! with the lowest median time serves every later copy. Interleaving the
-//! candidates segment by segment puts them through the same noise.
+//! candidates segment by segment puts them through the same noise, and
+//! each copy starts the rotation one candidate further on, so that no
+//! candidate always gets the same place in a copy (its first segment, say)
+//! when copies of one size repeat. One copy is timed at a time: a copy that
+//! finds another thread's copy being timed (`copy_parallel`, or callers on
+//! several threads) runs untimed, so contention within the process does
+//! not decide.
 //!
 //! Costs: a clock read per segment (tens of nanoseconds against the
 //! hundreds of microseconds a segment takes) and an uncontended lock,
 //! while timing; afterwards one relaxed load per large copy.
+
+#![cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
 use std::sync::Mutex;
@@ -26,11 +34,11 @@ pub const SEGMENT: usize = 4 << 20;
 /// Timed segments per candidate before the choice is made.
 pub const SAMPLES: usize = 32;
 /// Most candidates a trial holds.
-const MAX_CANDIDATES: usize = 4;
+pub const MAX_CANDIDATES: usize = 4;
 /// Copies shorter than this are not cut up (they take the table's count or
-/// the chosen one): at least four segments, so that one copy spreads over
-/// every candidate.
-pub const TIMED_MIN: usize = MAX_CANDIDATES * SEGMENT;
+/// the chosen one): a timed segment per candidate and the last segment,
+/// which is never timed.
+pub const TIMED_MIN: usize = (MAX_CANDIDATES + 1) * SEGMENT;
 
 /// The times of the segments copied so far, per candidate.
 #[derive(Debug)]
@@ -49,8 +57,10 @@ pub struct StreamTrial {
     /// The candidates (the first `len` entries).
     candidates: [AtomicU8; MAX_CANDIDATES],
     len: AtomicUsize,
-    /// Which candidate the next segment takes (modulo `len`).
+    /// Timed copies so far: where the next one starts the rotation.
     turn: AtomicUsize,
+    /// A copy is being timed.
+    busy: AtomicBool,
     samples: Mutex<Samples>,
 }
 
@@ -62,6 +72,7 @@ impl StreamTrial {
             candidates: [const { AtomicU8::new(0) }; MAX_CANDIDATES],
             len: AtomicUsize::new(0),
             turn: AtomicUsize::new(0),
+            busy: AtomicBool::new(false),
             samples: Mutex::new(Samples {
                 nanos: [[0; SAMPLES]; MAX_CANDIDATES],
                 counts: [0; MAX_CANDIDATES],
@@ -98,10 +109,15 @@ impl StreamTrial {
         }
     }
 
-    /// The candidate for the next segment, with its index.
-    fn next(&self) -> (usize, u8) {
+    /// Where a new timed copy starts the rotation.
+    fn first_turn(&self) -> usize {
+        self.turn.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// The candidate for turn `turn`, with its index.
+    fn candidate(&self, turn: usize) -> (usize, u8) {
         let len = self.len.load(Ordering::Relaxed).max(1);
-        let i = self.turn.fetch_add(1, Ordering::Relaxed) % len;
+        let i = turn % len;
         (i, self.candidates[i].load(Ordering::Relaxed))
     }
 
@@ -169,17 +185,36 @@ pub(super) fn copy_nontemporal_chosen(
     if !is_process {
         return copy(dst, src, n, streams);
     }
-    let trial = &PROCESS_TRIAL;
+    copy_in_trial(&PROCESS_TRIAL, dst, src, n, streams, copy)
+}
+
+/// [`copy_nontemporal_chosen`] for a copy that belongs to `trial`.
+fn copy_in_trial(
+    trial: &StreamTrial,
+    dst: *mut u8,
+    src: *const u8,
+    n: usize,
+    streams: usize,
+    copy: impl Fn(*mut u8, *const u8, usize, usize),
+) {
     if let Some(k) = trial.chosen() {
         return copy(dst, src, n, usize::from(k));
     }
-    if n < TIMED_MIN || !trial.timing.load(Ordering::Acquire) {
+    if n < TIMED_MIN
+        || !trial.timing.load(Ordering::Acquire)
+        || trial
+            .busy
+            .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+    {
         return copy(dst, src, n, streams);
     }
     let mut done = 0;
+    let mut turn = trial.first_turn();
     // The last segment and the rest untimed, with the table's count.
     while n - done >= 2 * SEGMENT && trial.timing.load(Ordering::Relaxed) {
-        let (index, k) = trial.next();
+        let (index, k) = trial.candidate(turn);
+        turn += 1;
         let start = Instant::now();
         copy(
             dst.wrapping_add(done),
@@ -191,6 +226,7 @@ pub(super) fn copy_nontemporal_chosen(
         trial.record(index, nanos);
         done += SEGMENT;
     }
+    trial.busy.store(false, Ordering::Release);
     let k = trial.chosen().map_or(streams, usize::from);
     copy(dst.wrapping_add(done), src.wrapping_add(done), n - done, k);
 }
@@ -230,10 +266,56 @@ mod tests {
     }
 
     #[test]
-    fn segments_rotate_over_the_candidates() {
+    fn segments_rotate_over_the_candidates_and_each_copy_starts_one_further() {
         let trial = StreamTrial::new();
-        trial.start(&[4, 8, 16]);
-        let got: Vec<u8> = (0..6).map(|_| trial.next().1).collect();
-        assert_eq!(got, [4, 8, 16, 4, 8, 16]);
+        trial.start(&[4, 8, 16, 32]);
+        // Two copies of four timed segments each: without the shift each
+        // candidate would get the same place in both.
+        let mut places = Vec::new();
+        for _ in 0..2 {
+            let first = trial.first_turn();
+            places.push(
+                (0..4)
+                    .map(|j| trial.candidate(first + j).1)
+                    .collect::<Vec<u8>>(),
+            );
+        }
+        assert_eq!(places, [vec![4, 8, 16, 32], vec![8, 16, 32, 4]]);
+    }
+
+    #[test]
+    fn a_copy_while_another_is_timed_runs_untimed_with_the_table_count() {
+        // Busy means another thread's copy holds the timing.
+        let trial = StreamTrial::new();
+        trial.start(&[4, 8]);
+        trial.busy.store(true, Ordering::Relaxed);
+        let calls = std::cell::RefCell::new(Vec::new());
+        copy_in_trial(
+            &trial,
+            std::ptr::null_mut(),
+            std::ptr::null(),
+            8 * SEGMENT,
+            32,
+            |_, _, len, k| calls.borrow_mut().push((len, k)),
+        );
+        assert_eq!(*calls.borrow(), [(8 * SEGMENT, 32)]);
+        trial.busy.store(false, Ordering::Relaxed);
+        calls.borrow_mut().clear();
+        copy_in_trial(
+            &trial,
+            std::ptr::null_mut(),
+            std::ptr::null(),
+            8 * SEGMENT + 100,
+            32,
+            |_, _, len, k| calls.borrow_mut().push((len, k)),
+        );
+        // Seven timed segments alternating 4 and 8, then the rest with 32.
+        let calls = calls.into_inner();
+        assert_eq!(calls.len(), 8, "{calls:?}");
+        assert!(calls[..7]
+            .iter()
+            .all(|&(len, k)| len == SEGMENT && (k == 4 || k == 8)));
+        assert_eq!(calls[7], (SEGMENT + 100, 32));
+        assert!(!trial.busy.load(Ordering::Relaxed));
     }
 }

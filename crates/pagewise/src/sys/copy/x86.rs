@@ -680,10 +680,11 @@ pub(super) mod avx512_leaf {
     /// vectors at the start, aligned blocks of four, four vectors at the
     /// end, in that order; larger sizes in the general kernel.
     ///
-    /// One function: a 1 KiB fill takes four branches before its first
-    /// store, one of them (from [`fill`]) to another function, where it took
-    /// five, three of them through a function per size range and into a
-    /// fourth for 513 B - 2 KiB. `bench memset` (Emerald Rapids guest,
+    /// One function: when this was measured, a 1 KiB fill took four
+    /// branches before its first store, one of them (from [`fill`]) to
+    /// another function, where it had taken five, three of them through a
+    /// function per size range and into a fourth for 513 B - 2 KiB (since
+    /// 2026-12-02 [`fill`] adds one untaken compare, below 64 bytes). `bench memset` (Emerald Rapids guest,
     /// 2026-12-02, three alternating runs each): 1 KiB L1 aligned 0.74-0.88
     /// of glibc before, 0.85-1.01 after. Each block up to 512 B starts a
     /// 64-byte line: packed one after the other, the 129-256 B block
