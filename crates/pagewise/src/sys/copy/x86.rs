@@ -665,6 +665,7 @@ pub(super) mod avx512_leaf {
             "vmovdqu64 zmmword ptr [rdi], zmm16",
             "vmovdqu64 zmmword ptr [rdi + rdx - 64], zmm16",
             "ret",
+            // Bytes past `n` are masked off: neither written, nor can they fault.
             "2:",
             "mov rax, -1",
             "bzhi rax, rax, rdx",
@@ -684,8 +685,9 @@ pub(super) mod avx512_leaf {
     /// branches before its first store, one of them (from [`fill`]) to
     /// another function, where it had taken five, three of them through a
     /// function per size range and into a fourth for 513 B - 2 KiB (since
-    /// 2026-12-02 [`fill`] adds one untaken compare, below 64 bytes). `bench memset` (Emerald Rapids guest,
-    /// 2026-12-02, three alternating runs each): 1 KiB L1 aligned 0.74-0.88
+    /// 2026-12-02 [`fill`] adds one untaken compare, below 64 bytes).
+    /// `bench memset` (Emerald Rapids guest, 2026-12-02, three alternating
+    /// runs each): 1 KiB L1 aligned 0.74-0.88
     /// of glibc before, 0.85-1.01 after. Each block up to 512 B starts a
     /// 64-byte line: packed one after the other, the 129-256 B block
     /// straddled one, and those fills ran 0.91-1.02 of glibc against
