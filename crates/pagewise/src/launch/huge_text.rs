@@ -453,6 +453,11 @@ pub fn gather_during<T>(
             // from the program, yet never stall the caller that may wait for this
             // thread's lock when the program ends (SCHED_IDLE did, for seconds).
             let _ = crate::sys::process::lower_this_thread_priority(BACKGROUND_NICE);
+            // The program was started before the watch: what it reported
+            // before then raised no event and is read now.
+            if !background_round(&shared) {
+                return;
+            }
             while let Ok(events) = inotify.read_events() {
                 if !background_round(&shared) || events.iter().any(|e| e.mask & IN_IGNORED != 0) {
                     break;
@@ -701,6 +706,34 @@ mod tests {
         assert_eq!(std::fs::read_to_string(&victim).unwrap(), "keep");
         let names = crate::sys::file::names_in(dir.path());
         assert!(names.iter().all(|n| !n.starts_with('.')), "{names:?}");
+    }
+
+    /// A report written before the watch was set (the program starts first)
+    /// raises no event; its map must still be written while the program runs,
+    /// not only when it ends.
+    #[test]
+    fn a_report_written_before_gathering_starts_gets_its_map_during_the_run() {
+        let dir = ReportDir::create().unwrap();
+        let maps_dir = tempfile::tempdir().unwrap();
+        let exe = std::env::current_exe().unwrap();
+        let (moved, _) = moved_report(81, exe.to_str().unwrap());
+        write_process_report(dir.path(), &moved).unwrap();
+        let maps = PerfMaps::new(PerfMapWriter::in_dir(maps_dir.path()));
+        let gatherer = Gatherer::new(dir.path(), Some(maps), false);
+        let map = maps_dir.path().join("perf-81.map");
+        let (seen_during_run, gathered, note) = gather_during(gatherer, || {
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+            while !map.exists() && std::time::Instant::now() < deadline {
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+            map.exists()
+        });
+        assert_eq!(note, None, "inotify is needed for this test");
+        assert!(
+            seen_during_run,
+            "the map was not written while the program ran"
+        );
+        assert_eq!(gathered.reports.len(), 1);
     }
 
     #[test]
