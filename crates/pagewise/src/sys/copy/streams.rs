@@ -19,8 +19,8 @@
 //! several threads) runs untimed, so contention within the process does
 //! not decide.
 //!
-//! Costs: a clock read per segment (tens of nanoseconds against the
-//! hundreds of microseconds a segment takes) and an uncontended lock,
+//! Costs: a clock read and two uncontended locks per segment (tens of
+//! nanoseconds against the hundreds of microseconds a segment takes),
 //! while timing; afterwards one relaxed load per large copy.
 
 #![cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
@@ -40,9 +40,12 @@ pub const MAX_CANDIDATES: usize = 4;
 /// which is never timed.
 pub const TIMED_MIN: usize = (MAX_CANDIDATES + 1) * SEGMENT;
 
-/// The times of the segments copied so far, per candidate.
+/// The candidates and the times of the segments copied so far with each.
 #[derive(Debug)]
 struct Samples {
+    /// The candidates (the first `len` entries).
+    candidates: [u8; MAX_CANDIDATES],
+    len: usize,
     nanos: [[u64; SAMPLES]; MAX_CANDIDATES],
     counts: [usize; MAX_CANDIDATES],
 }
@@ -54,9 +57,6 @@ pub struct StreamTrial {
     timing: AtomicBool,
     /// The count chosen, 0 until then.
     chosen: AtomicU8,
-    /// The candidates (the first `len` entries).
-    candidates: [AtomicU8; MAX_CANDIDATES],
-    len: AtomicUsize,
     /// Timed copies so far: where the next one starts the rotation.
     turn: AtomicUsize,
     /// A copy is being timed.
@@ -69,11 +69,11 @@ impl StreamTrial {
         StreamTrial {
             timing: AtomicBool::new(false),
             chosen: AtomicU8::new(0),
-            candidates: [const { AtomicU8::new(0) }; MAX_CANDIDATES],
-            len: AtomicUsize::new(0),
             turn: AtomicUsize::new(0),
             busy: AtomicBool::new(false),
             samples: Mutex::new(Samples {
+                candidates: [0; MAX_CANDIDATES],
+                len: 0,
                 nanos: [[0; SAMPLES]; MAX_CANDIDATES],
                 counts: [0; MAX_CANDIDATES],
             }),
@@ -88,10 +88,8 @@ impl StreamTrial {
         self.chosen.store(0, Ordering::Relaxed);
         let mut samples = self.lock();
         samples.counts = [0; MAX_CANDIDATES];
-        for (slot, &c) in self.candidates.iter().zip(candidates) {
-            slot.store(c, Ordering::Relaxed);
-        }
-        self.len.store(candidates.len(), Ordering::Relaxed);
+        samples.candidates[..candidates.len()].copy_from_slice(candidates);
+        samples.len = candidates.len();
         drop(samples);
         self.timing.store(candidates.len() > 1, Ordering::Release);
     }
@@ -116,9 +114,9 @@ impl StreamTrial {
 
     /// The candidate for turn `turn`, with its index.
     fn candidate(&self, turn: usize) -> (usize, u8) {
-        let len = self.len.load(Ordering::Relaxed).max(1);
-        let i = turn % len;
-        (i, self.candidates[i].load(Ordering::Relaxed))
+        let s = self.lock();
+        let i = turn % s.len.max(1);
+        (i, s.candidates[i])
     }
 
     /// Records one segment's time; chooses once every candidate has
@@ -133,15 +131,11 @@ impl StreamTrial {
             s.nanos[index][n] = nanos;
             s.counts[index] = n + 1;
         }
-        let len = self.len.load(Ordering::Relaxed);
-        if s.counts[..len].iter().all(|&c| c == SAMPLES) {
-            let best = (0..len)
+        if s.counts[..s.len].iter().all(|&c| c == SAMPLES) {
+            let best = (0..s.len)
                 .min_by_key(|&i| median(s.nanos[i]))
                 .expect("a trial has candidates");
-            self.chosen.store(
-                self.candidates[best].load(Ordering::Relaxed),
-                Ordering::Relaxed,
-            );
+            self.chosen.store(s.candidates[best], Ordering::Relaxed);
             self.timing.store(false, Ordering::Release);
         }
     }
