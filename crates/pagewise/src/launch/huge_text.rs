@@ -453,14 +453,13 @@ pub fn gather_during<T>(
             // from the program, yet never stall the caller that may wait for this
             // thread's lock when the program ends (SCHED_IDLE did, for seconds).
             let _ = crate::sys::process::lower_this_thread_priority(BACKGROUND_NICE);
-            // The program was started before the watch: what it reported
-            // before then raised no event and is read now.
-            if !background_round(&shared) {
-                return;
-            }
-            while let Ok(events) = inotify.read_events() {
-                if !background_round(&shared) || events.iter().any(|e| e.mask & IN_IGNORED != 0) {
-                    break;
+            // A round first, then one per batch of events: the program was
+            // started before the watch, and what it reported before then
+            // raised no event. After IN_IGNORED the caller collects the rest.
+            while background_round(&shared) {
+                match inotify.read_events() {
+                    Ok(events) if events.iter().all(|e| e.mask & IN_IGNORED == 0) => {}
+                    _ => break,
                 }
             }
         });
@@ -708,18 +707,26 @@ mod tests {
         assert!(names.iter().all(|n| !n.starts_with('.')), "{names:?}");
     }
 
+    /// A report directory holding one report of `pid` (this test binary,
+    /// text moved), the directory its perf map goes to, a gatherer of both,
+    /// and the name of the function the map must hold.
+    fn gatherer_with_a_moved_report(pid: u32) -> (ReportDir, tempfile::TempDir, Gatherer, String) {
+        let dir = ReportDir::create().unwrap();
+        let maps_dir = tempfile::tempdir().unwrap();
+        let exe = std::env::current_exe().unwrap();
+        let (moved, function) = moved_report(pid, exe.to_str().unwrap());
+        write_process_report(dir.path(), &moved).unwrap();
+        let maps = PerfMaps::new(PerfMapWriter::in_dir(maps_dir.path()));
+        let gatherer = Gatherer::new(dir.path(), Some(maps), false);
+        (dir, maps_dir, gatherer, function)
+    }
+
     /// A report written before the watch was set (the program starts first)
     /// raises no event; its map must still be written while the program runs,
     /// not only when it ends.
     #[test]
     fn a_report_written_before_gathering_starts_gets_its_map_during_the_run() {
-        let dir = ReportDir::create().unwrap();
-        let maps_dir = tempfile::tempdir().unwrap();
-        let exe = std::env::current_exe().unwrap();
-        let (moved, _) = moved_report(81, exe.to_str().unwrap());
-        write_process_report(dir.path(), &moved).unwrap();
-        let maps = PerfMaps::new(PerfMapWriter::in_dir(maps_dir.path()));
-        let gatherer = Gatherer::new(dir.path(), Some(maps), false);
+        let (_dir, maps_dir, gatherer, _) = gatherer_with_a_moved_report(81);
         let map = maps_dir.path().join("perf-81.map");
         let (seen_during_run, gathered, note) = gather_during(gatherer, || {
             let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
@@ -738,13 +745,8 @@ mod tests {
 
     #[test]
     fn reports_a_stopped_background_thread_took_are_finished_by_the_caller() {
-        let dir = ReportDir::create().unwrap();
-        let maps_dir = tempfile::tempdir().unwrap();
-        let exe = std::env::current_exe().unwrap();
-        let (moved, function) = moved_report(80, exe.to_str().unwrap());
-        write_process_report(dir.path(), &moved).unwrap();
-        let maps = PerfMaps::new(PerfMapWriter::in_dir(maps_dir.path()));
-        let shared = Mutex::new(Gatherer::new(dir.path(), Some(maps), false));
+        let (_dir, _maps_dir, gatherer, function) = gatherer_with_a_moved_report(80);
+        let shared = Mutex::new(gatherer);
         // The background thread takes the report, then loses the CPU before writing.
         {
             let mut g = shared.lock().unwrap();
