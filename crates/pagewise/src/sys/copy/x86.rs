@@ -775,6 +775,18 @@ pub(super) mod avx512_leaf {
     /// ascending 0.93-1.02 (three alternating runs of `bench memset --sizes
     /// 600,1000,1500,2K`); hot ones did not change.
     ///
+    /// The first two vectors are stored before any compare, at every size
+    /// (as glibc does): behind the compare and the taken branch to the
+    /// 257-512 B block, cold aligned fills of 300 and 512 B ran 0.73-0.86
+    /// of glibc, with them first 0.99-1.02 (Sapphire Rapids-class guest,
+    /// 2026-12-03, six alternating processes of `bench memset --sizes
+    /// 129,200,256,300,512,3000,4K --trials 3`; fleet 1.003 -> 1.010). The
+    /// larger blocks skip those two, and the general loop (above 2 KiB) is
+    /// handed the rest. Comparing against 512 first and storing after it
+    /// fixed the cold rows too, but put the fleet row at 0.995-0.997. The
+    /// cost: hot aligned fills of 3000 B and 4 KiB went from 1.28 and 1.11
+    /// of glibc to 1.24 and 1.07.
+    ///
     /// # Safety
     /// As [`copy_masked`], with `n > 128` and zmm16 holding `byte` in
     /// every lane.
@@ -784,10 +796,10 @@ pub(super) mod avx512_leaf {
         // still holds it for the general kernel. Clobbers rax, r8.
         naked_asm!(
             ".p2align 6",
-            "cmp rdx, 256",
-            "ja 5f",
             "vmovdqu64 zmmword ptr [rdi], zmm16",
             "vmovdqu64 zmmword ptr [rdi + 64], zmm16",
+            "cmp rdx, 256",
+            "ja 5f",
             "vmovdqu64 zmmword ptr [rdi + rdx - 128], zmm16",
             "vmovdqu64 zmmword ptr [rdi + rdx - 64], zmm16",
             "ret",
@@ -795,8 +807,6 @@ pub(super) mod avx512_leaf {
             "5:",
             "cmp rdx, 512",
             "ja 6f",
-            "vmovdqu64 zmmword ptr [rdi], zmm16",
-            "vmovdqu64 zmmword ptr [rdi + 64], zmm16",
             "vmovdqu64 zmmword ptr [rdi + 128], zmm16",
             "vmovdqu64 zmmword ptr [rdi + 192], zmm16",
             "vmovdqu64 zmmword ptr [rdi + rdx - 256], zmm16",
@@ -812,8 +822,6 @@ pub(super) mod avx512_leaf {
             "cmp rdx, {leaf_max}",
             "ja 9f",
             "lea r8, [rdi + rdx - 256]",
-            "vmovdqu64 zmmword ptr [rdi], zmm16",
-            "vmovdqu64 zmmword ptr [rdi + 64], zmm16",
             "vmovdqu64 zmmword ptr [rdi + 128], zmm16",
             "vmovdqu64 zmmword ptr [rdi + 192], zmm16",
             "lea rax, [rdi + 256]",
@@ -835,7 +843,10 @@ pub(super) mod avx512_leaf {
             "vmovdqu64 zmmword ptr [r8 + 128], zmm16",
             "vmovdqu64 zmmword ptr [r8 + 192], zmm16",
             "ret",
+            // Above the leaf: the general loop, after the 128 bytes stored.
             "9:",
+            "add rdi, 128",
+            "sub rdx, 128",
             "jmp {vector_loop}",
             // From the first special class at any placement: this
             // placement's own (0 for a 64-byte aligned destination, 2
@@ -856,8 +867,9 @@ pub(super) mod avx512_leaf {
         )
     }
 
-    /// Fills `n > FILL_LEAF_MAX` bytes below the table's first special class
-    /// (as [`copy_loop`]).
+    /// Fills the rest of a fill of more than `FILL_LEAF_MAX` bytes below the
+    /// table's first special class, after the leaf stored its first 128
+    /// (`n > FILL_LEAF_MAX - 128`; as [`copy_loop`]).
     #[target_feature(enable = "avx512f,avx512bw")]
     unsafe extern "sysv64" fn fill_loop(dst: *mut u8, byte: u8, n: usize, _t: &Thresholds) {
         // SAFETY: passed on from the leaf, with n > 512 = 8 vectors.
