@@ -31,10 +31,12 @@ fn stdout_json(cmd: &mut Command) -> serde_json::Value {
 }
 
 /// Records `program ARGS` with `perf record -e cpu-clock` (call chains with
-/// `-g`) into `out`, or says why it cannot.
+/// `-g`) into `out`, or says why it cannot. `-N`: perf would otherwise copy
+/// every binary it saw into the user's build-id cache (`~/.debug`), which
+/// grew by the test's fixtures on every run.
 fn perf_record(out: &Path, call_chains: bool, program: &[&str]) -> Result<(), String> {
     let mut c = std::process::Command::new("perf");
-    c.args(["record", "-q", "-e", "cpu-clock", "-F", "2000", "-o"])
+    c.args(["record", "-q", "-N", "-e", "cpu-clock", "-F", "2000", "-o"])
         .arg(out);
     if call_chains {
         c.arg("-g");
