@@ -217,10 +217,11 @@ pub(super) unsafe fn copy_64_128_inline(dst: *mut u8, src: *const u8, n: usize) 
 
 /// The copy of 257-512 bytes (`rdi` = dst, `rsi` = src, `rdx` = n): four
 /// vectors from each end, every load before the first store; `eax` = 0 after.
-/// One text in the two places it runs from, [`avx512_leaf::copy_129_512`] and
-/// [`avx512_leaf::copy_process_large`], each with no taken branch before it:
-/// a taken branch more per call (a jump from the process entry to the leaf,
-/// then one to this block) made the hot 512-byte aligned copy 0.91 of glibc's.
+/// One text in the two places it runs from: [`avx512_leaf::copy_process_large`]
+/// (`pagewise::copy::copy` and `pw_copy`), with no taken branch before it,
+/// and [`avx512_leaf::copy_129_512`] (a `Copier`'s kernel), one branch past
+/// its 129-256 B case. With the process entry jumping to the leaf and the
+/// leaf to this block, the hot 512-byte aligned copy ran 0.91 of glibc's.
 macro_rules! copy_257_512_asm {
     () => {
         "vmovdqu64 zmm16, zmmword ptr [rsi]
