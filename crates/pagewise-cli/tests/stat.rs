@@ -750,6 +750,17 @@ fn steal_ticks() -> u64 {
         .unwrap_or(0)
 }
 
+/// Seconds by which `cpu-clock` may exceed the kernel's tick-based CPU time
+/// of one task that ran `task_s` seconds since `steal_before` (from
+/// [`steal_ticks`]): `cpu-clock` runs on while the hypervisor has taken the
+/// vCPU, which the kernel leaves out as steal time. The steal is summed over
+/// all CPUs and the task ran on one, so it is capped at a quarter of the
+/// task's time.
+fn steal_allowance(steal_before: u64, task_s: f64) -> f64 {
+    let steal_s = steal_ticks().saturating_sub(steal_before) as f64 / 100.0;
+    steal_s.min(task_s * 0.25)
+}
+
 /// Minor faults and CPU ticks (user plus system) of process `pid` so far,
 /// from `/proc/PID/stat` (fields 10, 14 and 15).
 fn proc_minflt_and_cpu_ticks(pid: u32) -> (u64, u64) {
@@ -780,6 +791,7 @@ fn attaching_to_a_running_process() {
         std::thread::sleep(std::time::Duration::from_millis(1));
     }
     let (minflt_before, cpu_before) = proc_minflt_and_cpu_ticks(child.id());
+    let steal_before = steal_ticks();
     let pid = child.id().to_string();
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("report.json");
@@ -813,10 +825,13 @@ fn attaching_to_a_running_process() {
     // differ by sampling noise (0.951 s against 0.93 s seen) while both
     // totals are the runtime. /proc counts it in USER_HZ ticks (100 a second
     // on x86-64), each of its two fields rounded down at each of two reads.
+    // And the hypervisor's steal time is in stat's count but not in /proc's
+    // (a CI run on a busy host: 0.920 s against 0.88 s).
     let proc_s = (cpu_after - cpu_before) as f64 / 100.0;
+    let allowance = steal_allowance(steal_before, proc_s);
     assert!(
-        user_s + sys_s <= proc_s + 0.04,
-        "{c:#} vs {proc_s} s of CPU"
+        user_s + sys_s <= proc_s + 0.04 + allowance,
+        "{c:#} vs {proc_s} s of CPU (steal allowance {allowance} s)"
     );
     assert_eq!(top_site(&v), "churn", "{:#}", v["sites"]);
     match tracing_missing() {
@@ -855,7 +870,7 @@ fn attaching_counts_the_cpu_time_of_the_children_it_follows() {
         .unwrap()
         .status;
     let child_s = proc_children_ticks(pid).saturating_sub(before) as f64 / 100.0;
-    let steal_s = steal_ticks().saturating_sub(steal_before) as f64 / 100.0;
+    let allowance = steal_allowance(steal_before, child_s);
     let _ = shell.kill();
     let _ = shell.wait();
     assert!(status.success());
@@ -870,16 +885,12 @@ fn attaching_counts_the_cpu_time_of_the_children_it_follows() {
     }
     assert!(child_s >= 0.1, "the child ran in the window: {child_s} s");
     let cpu = c["user_s"].as_f64().unwrap() + c["sys_s"].as_f64().unwrap();
-    // Ticks are 10 ms; the shell's own time is a few ms. `cpu-clock` runs
-    // on while the hypervisor has taken the vCPU from the child, which the
-    // kernel's ticks leave out as steal time: in a CI run on a busy host the
-    // report was 0.81 s against 0.74 s of ticks. So the upper bound allows
-    // the steal time the whole machine saw in the window, up to a quarter of
-    // the child's time (it is summed over all CPUs, the child ran on one).
-    let allowance = steal_s.min(child_s * 0.25);
+    // Ticks are 10 ms; the shell's own time is a few ms. The upper bound
+    // allows the steal time (a CI run on a busy host: 0.81 s reported
+    // against 0.74 s of ticks).
     assert!(
         cpu >= child_s * 0.9 - 0.02 && cpu <= child_s + 0.05 + allowance,
-        "report {cpu} s against the child's {child_s} s (steal {steal_s} s): {c:#}"
+        "report {cpu} s against the child's {child_s} s (steal allowance {allowance} s): {c:#}"
     );
     assert_eq!(c["time_source"], "cpu-clock", "{c:#}");
 }
