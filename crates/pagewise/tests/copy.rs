@@ -245,9 +245,21 @@ impl Bench {
 
     /// Fills `n` bytes with `c` and checks the result and the canaries.
     fn check_fill(&mut self, c: &Copier, n: usize, dst_at: Place, byte: u8, what: &str) {
+        self.check_fill_with(|d, b| c.fill(d, b), n, dst_at, byte, what);
+    }
+
+    /// Fills `n` bytes with `fill` and checks the result and the canaries.
+    fn check_fill_with(
+        &mut self,
+        fill: impl Fn(&mut [u8], u8),
+        n: usize,
+        dst_at: Place,
+        byte: u8,
+        what: &str,
+    ) {
         let d = dst_at.start(self.dst.len(), n);
         let byte = if byte == CANARY { !byte } else { byte };
-        c.fill(&mut self.dst.as_mut_slice()[d..d + n], byte);
+        fill(&mut self.dst.as_mut_slice()[d..d + n], byte);
         let want = vec![byte; n];
         assert!(
             self.dst.as_slice()[d..d + n] == want[..],
@@ -419,6 +431,20 @@ fn the_free_copy_at_every_size_up_to_4096() {
     for n in 0..=4096 {
         for (src_at, dst_at) in places {
             bench.check_copy_with(|d, s| copy::copy(d, s).unwrap(), n, src_at, dst_at, "copy");
+        }
+    }
+}
+
+/// The free `fill` (the fast path of the process-wide plan, which with
+/// AVX2 or SSE2 fills up to 128 bytes in place): every size up to 4 KiB, at
+/// the edges of guarded buffers and misaligned.
+#[test]
+fn the_free_fill_at_every_size_up_to_4096() {
+    let mut bench = Bench::new(4096 + 64);
+    for n in 0..=4096 {
+        for dst_at in [Place::Head(0), Place::Head(1), Place::Head(63), Place::Tail] {
+            bench.check_fill_with(copy::fill, n, dst_at, n as u8, "fill");
+            bench.check_fill_with(copy::fill_temporal, n, dst_at, !(n as u8), "fill_temporal");
         }
     }
 }

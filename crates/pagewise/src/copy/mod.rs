@@ -340,7 +340,7 @@ fn fill_slow(dst: &mut [u8], byte: u8, stores: Stores) {
 // the thresholds in a static too; every size goes to the kernel, whose masked
 // moves make copies up to 32 bytes and fills below 64 branch-free (calls of
 // varying sizes never mispredict there). With AVX2 or SSE2 they copy up to
-// 32 bytes (fill up to 128) in place and call the kernel for larger sizes.
+// 64 bytes (fill up to 128) in place and jump to the kernel for larger sizes.
 // The first call of the process, which detects the plan, goes out of line.
 
 /// Copies `src` into `dst` with the best kernel for this CPU and size.

@@ -824,13 +824,56 @@ pub fn fast_copy(dst: &mut [u8], src: &[u8], t: &Thresholds) -> bool {
             return true;
         }
     }
-    match Isa::from_code(t.fast_isa.load(Ordering::Acquire)) {
-        // SAFETY: only `enable_fast_path` stores a code, and only the code of a
-        // `Kernel`, which proves the CPU has that instruction set.
-        Some(isa) => unsafe { copy_with(isa, dst, src, t) },
-        None => return false,
+    // SAFETY: only `enable_fast_path` stores a code, and only the code of a
+    // `Kernel`, which proves the CPU has that instruction set.
+    unsafe { narrow_copy(dst, src, t, || t.fast_isa.load(Ordering::Acquire)) }
+}
+
+/// Copies without AVX-512 (the fast path, and [`Kernel::copy`] for AVX2
+/// and SSE2): up to 64 bytes in place with plain and 16-byte moves, which
+/// need no instruction set and no plan; larger sizes a jump to the kernel of
+/// the instruction set `code()` gives (an [`Isa::code`]; AVX2's tested
+/// first; read only for those sizes). Returns `false`, having done nothing,
+/// when that code is neither AVX2's nor SSE2's (no fast path yet).
+///
+/// Each size is a compare or two from the entry. The path this replaced
+/// tested the instruction set (a chain of compares), then the size
+/// (another), then the instruction set again: six taken branches on the
+/// way to a 33-byte copy, which ran at 0.70 of glibc's with AVX2 on both
+/// sides (see docs/copy.md).
+///
+/// # Safety
+/// `code()` is 0 or the code of an instruction set this CPU has.
+#[inline(always)]
+unsafe fn narrow_copy(
+    dst: &mut [u8],
+    src: &[u8],
+    t: &Thresholds,
+    code: impl FnOnce() -> u8,
+) -> bool {
+    let n = dst.len().min(src.len());
+    if n <= 64 {
+        return copy_small(dst, src);
     }
-    true
+    let code = code();
+    #[cfg(target_arch = "x86_64")]
+    {
+        let (d, s) = (dst.as_mut_ptr(), src.as_ptr());
+        // SAFETY (both calls): the caller guarantees the CPU has the
+        // instruction set of `code`; both slices hold n > 64 bytes and
+        // cannot overlap (one is borrowed mutably).
+        if code == Isa::Avx2.code() {
+            unsafe { x86::avx2::copy_gt16(d, s, n, t) };
+            return true;
+        }
+        if code == Isa::Sse2.code() {
+            unsafe { x86::sse2::copy_gt16(d, s, n, t) };
+            return true;
+        }
+    }
+    // AVX-512 takes `fast_avx512`; anything else means no fast path yet.
+    let _ = code;
+    false
 }
 
 /// Fills `dst` as [`fast_copy`] copies.
@@ -848,12 +891,36 @@ pub fn fast_fill(dst: &mut [u8], byte: u8, t: &Thresholds) -> bool {
             return true;
         }
     }
-    match Isa::from_code(t.fast_isa.load(Ordering::Acquire)) {
-        // SAFETY: as in `fast_copy`.
-        Some(isa) => unsafe { fill_with(isa, dst, byte, t) },
-        None => return false,
+    // SAFETY: as in `fast_copy`.
+    unsafe { narrow_fill(dst, byte, t, || t.fast_isa.load(Ordering::Acquire)) }
+}
+
+/// Fills without AVX-512, as [`narrow_copy`] copies: up to 128 bytes in
+/// place, larger sizes a jump to the kernel of `code()`'s instruction set.
+///
+/// # Safety
+/// As [`narrow_copy`].
+#[inline(always)]
+unsafe fn narrow_fill(dst: &mut [u8], byte: u8, t: &Thresholds, code: impl FnOnce() -> u8) -> bool {
+    let (d, n) = (dst.as_mut_ptr(), dst.len());
+    if n <= 128 {
+        return fill_small(dst, byte);
     }
-    true
+    let code = code();
+    #[cfg(target_arch = "x86_64")]
+    {
+        // SAFETY (both calls): as in `narrow_copy`; dst holds n > 128 bytes.
+        if code == Isa::Avx2.code() {
+            unsafe { x86::avx2::fill_gt16(d, byte, n, t) };
+            return true;
+        }
+        if code == Isa::Sse2.code() {
+            unsafe { x86::sse2::fill_gt16(d, byte, n, t) };
+            return true;
+        }
+    }
+    let _ = code;
+    false
 }
 
 /// Copies with the AVX-512 kernel entered as `entry` (an [`Avx512Entry`]
@@ -897,8 +964,8 @@ unsafe fn avx512_copy(dst: &mut [u8], src: &[u8], t: &Thresholds, entry: usize) 
 
 /// Copies `min(dst.len(), src.len())` bytes with `isa`'s kernels: with
 /// AVX-512 a direct call of its kernel (sizes up to 512 bytes are a leaf
-/// there, laid out by hand); with AVX2 or SSE2, sizes up to 32 bytes in
-/// place and a direct call for larger ones.
+/// there, laid out by hand); with AVX2 or SSE2, [`narrow_copy`]: sizes up
+/// to 64 bytes in place and a direct call for larger ones.
 ///
 /// # Safety
 /// The CPU must support `isa` (as a [`Kernel`] for it proves).
@@ -906,21 +973,15 @@ unsafe fn avx512_copy(dst: &mut [u8], src: &[u8], t: &Thresholds, entry: usize) 
 unsafe fn copy_with(isa: Isa, dst: &mut [u8], src: &[u8], t: &Thresholds) {
     #[cfg(target_arch = "x86_64")]
     {
-        let n = dst.len().min(src.len());
-        let (d, s) = (dst.as_mut_ptr(), src.as_ptr());
-        // SAFETY (all three calls): the caller guarantees `isa`; both slices
-        // hold at least n bytes and cannot overlap (one is borrowed mutably);
-        // the `copy_gt16` kernels get n > 32; `avx512_copy` only ever holds
-        // an `Avx512Entry`.
-        if isa == Isa::Avx512 {
-            return unsafe { avx512_copy(dst, src, t, t.avx512_copy.load(Ordering::Relaxed)) };
-        }
-        if copy_small(dst, src) {
-            return;
-        }
-        match isa {
-            Isa::Avx512 | Isa::Avx2 => unsafe { x86::avx2::copy_gt16(d, s, n, t) },
-            Isa::Sse2 => unsafe { x86::sse2::copy_gt16(d, s, n, t) },
+        // SAFETY: the caller guarantees `isa`; `avx512_copy` only ever
+        // holds an `Avx512Entry`; without AVX-512 the narrow path runs
+        // `isa`'s kernel (it has one, so it copies).
+        unsafe {
+            if isa == Isa::Avx512 {
+                avx512_copy(dst, src, t, t.avx512_copy.load(Ordering::Relaxed));
+            } else {
+                narrow_copy(dst, src, t, || isa.code());
+            }
         }
     }
     #[cfg(not(target_arch = "x86_64"))]
@@ -940,17 +1001,13 @@ unsafe fn copy_with(isa: Isa, dst: &mut [u8], src: &[u8], t: &Thresholds) {
 unsafe fn fill_with(isa: Isa, dst: &mut [u8], byte: u8, t: &Thresholds) {
     #[cfg(target_arch = "x86_64")]
     {
-        let (d, n) = (dst.as_mut_ptr(), dst.len());
-        // SAFETY: as in `copy_with`; dst holds n bytes, n > 128 for `fill_gt16`.
-        if isa == Isa::Avx512 {
-            return unsafe { x86::avx512_leaf::fill(d, byte, n, t) };
-        }
-        if fill_small(dst, byte) {
-            return;
-        }
-        match isa {
-            Isa::Avx512 | Isa::Avx2 => unsafe { x86::avx2::fill_gt16(d, byte, n, t) },
-            Isa::Sse2 => unsafe { x86::sse2::fill_gt16(d, byte, n, t) },
+        // SAFETY: as in `copy_with`; dst holds its length.
+        unsafe {
+            if isa == Isa::Avx512 {
+                x86::avx512_leaf::fill(dst.as_mut_ptr(), byte, dst.len(), t);
+            } else {
+                narrow_fill(dst, byte, t, || isa.code());
+            }
         }
     }
     #[cfg(not(target_arch = "x86_64"))]
@@ -988,7 +1045,7 @@ impl Kernel {
     /// Copies `src` into `dst`; copies `min(dst.len(), src.len())` bytes (callers
     /// check that the lengths are equal). With AVX-512 a direct call of its
     /// kernel (sizes up to 512 bytes are a leaf there); with AVX2 or SSE2,
-    /// sizes up to 32 bytes in place and a direct call for larger ones.
+    /// sizes up to 64 bytes in place and a direct call for larger ones.
     #[inline]
     pub fn copy(&self, dst: &mut [u8], src: &[u8], t: &Thresholds) {
         // SAFETY: a `Kernel` exists only for an instruction set the CPU has.
@@ -1039,7 +1096,7 @@ unsafe fn fill_loop_of(isa: Isa, dst: *mut u8, byte: u8, n: usize) {
     }
 }
 
-/// Copies `src` into `dst` when they hold at most 32 bytes (`min` of the two
+/// Copies `src` into `dst` when they hold at most 64 bytes (`min` of the two
 /// lengths), without a loop, and returns `true`; returns `false` and does
 /// nothing for larger sizes.
 #[inline(always)]
@@ -1055,6 +1112,11 @@ fn copy_small(dst: &mut [u8], src: &[u8]) -> bool {
         if n <= 32 {
             // SAFETY: as above, with 16 < n <= 32 (SSE2 is part of x86-64).
             unsafe { x86::copy_16_32(dst.as_mut_ptr(), src.as_ptr(), n) };
+            return true;
+        }
+        if n <= 64 {
+            // SAFETY: as above, with 32 < n <= 64 (SSE2 is part of x86-64).
+            unsafe { x86::copy_32_64_sse2(dst.as_mut_ptr(), src.as_ptr(), n) };
             return true;
         }
     }

@@ -76,6 +76,20 @@ pub(super) unsafe fn copy_16_32(dst: *mut u8, src: *const u8, n: usize) {
     _mm_storeu_si128(dst.add(n - 16).cast(), b);
 }
 
+/// Copies `32 <= n <= 64` bytes with four overlapping 16-byte moves, all
+/// loads first (SSE2, baseline: no dispatch needed).
+#[inline(always)]
+pub(super) unsafe fn copy_32_64_sse2(dst: *mut u8, src: *const u8, n: usize) {
+    let a = _mm_loadu_si128(src.cast());
+    let b = _mm_loadu_si128(src.add(16).cast());
+    let c = _mm_loadu_si128(src.add(n - 32).cast());
+    let d = _mm_loadu_si128(src.add(n - 16).cast());
+    _mm_storeu_si128(dst.cast(), a);
+    _mm_storeu_si128(dst.add(16).cast(), b);
+    _mm_storeu_si128(dst.add(n - 32).cast(), c);
+    _mm_storeu_si128(dst.add(n - 16).cast(), d);
+}
+
 /// Fills `16 <= n <= 32` bytes with two overlapping 16-byte stores (SSE2, baseline).
 #[inline(always)]
 pub(super) unsafe fn fill_16_32(dst: *mut u8, byte: u8, n: usize) {
