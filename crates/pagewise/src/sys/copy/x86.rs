@@ -1223,6 +1223,16 @@ macro_rules! vector_kernels {
                 if ahead < t.backward_below() && (ahead != 0 || n < SAME_OFFSET_BACKWARD_BELOW) {
                     return copy_loop_backward(dst, src, n);
                 }
+                // A misaligned destination takes glibc's shape (measured
+                // with AVX2 only; an aligned one ran no faster in it, and the
+                // AVX-512 loop is in assembly up to the table's classes).
+                if W <= 32
+                    && dst as usize & (W - 1) != 0
+                    && !crosses_page(dst as usize, W)
+                    && ((dst as usize + n) & (W - 1) == 0 || !crosses_page(dst as usize + n - B, B))
+                {
+                    return copy_loop_forward_ends_first(dst, src, n, t);
+                }
                 // The last vector is loaded before any store, as glibc does:
                 // loaded after the loop, it shares its low 12 address bits
                 // with the loop's last stores whenever the destination sits
@@ -1299,6 +1309,70 @@ macro_rules! vector_kernels {
                         stu(dst.add(n - W), last);
                     }
                 }
+            }
+
+            /// The forward loop in glibc's shape for a misaligned `dst`
+            /// (`n > 8 W`, no unaligned store of it crosses a page): the
+            /// first vector and the last four are loaded before any store
+            /// and stored after the loop, whose blocks of four aligned
+            /// vectors run from the first boundary above `dst` while they
+            /// start below the last four (the final block may write some of
+            /// their bytes first).
+            /// Against [`copy_loop`]'s own shape (a head store first, then
+            /// blocks of four and up to three single vectors, each a taken
+            /// branch, to the last boundary), with AVX2 pinned on both
+            /// sides (2026-12-03, Sapphire Rapids-class guest): see
+            /// docs/copy.md.
+            #[target_feature(enable = $feat)]
+            #[inline]
+            unsafe fn copy_loop_forward_ends_first(dst: *mut u8, src: *const u8, n: usize, t: &Thresholds) {
+                let head = ld(src);
+                let e0 = ld(src.add(n - 4 * W));
+                let e1 = ld(src.add(n - 3 * W));
+                let e2 = ld(src.add(n - 2 * W));
+                let e3 = ld(src.add(n - W));
+                // Offsets from dst: its first W boundary, and where the last
+                // four vectors start.
+                let mut off = W - (dst as usize & (W - 1));
+                let stop = n - B;
+                let wide = n >= t.wide_loop_from();
+                while wide && off + B < stop {
+                    let (d, s) = (dst.add(off), src.add(off));
+                    let a = ld(s);
+                    let b = ld(s.add(W));
+                    let c = ld(s.add(2 * W));
+                    let e = ld(s.add(3 * W));
+                    let f = ld(s.add(4 * W));
+                    let g = ld(s.add(5 * W));
+                    let h = ld(s.add(6 * W));
+                    let i = ld(s.add(7 * W));
+                    sta(d, a);
+                    sta(d.add(W), b);
+                    sta(d.add(2 * W), c);
+                    sta(d.add(3 * W), e);
+                    sta(d.add(4 * W), f);
+                    sta(d.add(5 * W), g);
+                    sta(d.add(6 * W), h);
+                    sta(d.add(7 * W), i);
+                    off += 2 * B;
+                }
+                while off < stop {
+                    let (d, s) = (dst.add(off), src.add(off));
+                    let a = ld(s);
+                    let b = ld(s.add(W));
+                    let c = ld(s.add(2 * W));
+                    let e = ld(s.add(3 * W));
+                    sta(d, a);
+                    sta(d.add(W), b);
+                    sta(d.add(2 * W), c);
+                    sta(d.add(3 * W), e);
+                    off += B;
+                }
+                stu(dst.add(n - 4 * W), e0);
+                stu(dst.add(n - 3 * W), e1);
+                stu(dst.add(n - 2 * W), e2);
+                stu(dst.add(n - W), e3);
+                stu(dst, head);
             }
 
             /// Copies `len < W` bytes that lie inside one W-aligned block, with
