@@ -1263,34 +1263,12 @@ macro_rules! vector_kernels {
                 // `LoopBlock`), then blocks of four.
                 let wide = n >= t.wide_loop_from();
                 while wide && (end as usize) - (d as usize) >= 2 * B {
-                    let a = ld(s);
-                    let b = ld(s.add(W));
-                    let c = ld(s.add(2 * W));
-                    let e = ld(s.add(3 * W));
-                    let f = ld(s.add(4 * W));
-                    let g = ld(s.add(5 * W));
-                    let h = ld(s.add(6 * W));
-                    let i = ld(s.add(7 * W));
-                    sta(d, a);
-                    sta(d.add(W), b);
-                    sta(d.add(2 * W), c);
-                    sta(d.add(3 * W), e);
-                    sta(d.add(4 * W), f);
-                    sta(d.add(5 * W), g);
-                    sta(d.add(6 * W), h);
-                    sta(d.add(7 * W), i);
+                    copy_8_aligned(d, s);
                     d = d.add(2 * B);
                     s = s.add(2 * B);
                 }
                 while (end as usize) - (d as usize) >= B {
-                    let a = ld(s);
-                    let b = ld(s.add(W));
-                    let c = ld(s.add(2 * W));
-                    let e = ld(s.add(3 * W));
-                    sta(d, a);
-                    sta(d.add(W), b);
-                    sta(d.add(2 * W), c);
-                    sta(d.add(3 * W), e);
+                    copy_4_aligned(d, s);
                     d = d.add(B);
                     s = s.add(B);
                 }
@@ -1309,6 +1287,44 @@ macro_rules! vector_kernels {
                         stu(dst.add(n - W), last);
                     }
                 }
+            }
+
+            /// Copies eight vectors to an aligned `d` (`2 B` bytes): all
+            /// eight loads, then the stores.
+            #[target_feature(enable = $feat)]
+            #[inline]
+            unsafe fn copy_8_aligned(d: *mut u8, s: *const u8) {
+                let a = ld(s);
+                let b = ld(s.add(W));
+                let c = ld(s.add(2 * W));
+                let e = ld(s.add(3 * W));
+                let f = ld(s.add(4 * W));
+                let g = ld(s.add(5 * W));
+                let h = ld(s.add(6 * W));
+                let i = ld(s.add(7 * W));
+                sta(d, a);
+                sta(d.add(W), b);
+                sta(d.add(2 * W), c);
+                sta(d.add(3 * W), e);
+                sta(d.add(4 * W), f);
+                sta(d.add(5 * W), g);
+                sta(d.add(6 * W), h);
+                sta(d.add(7 * W), i);
+            }
+
+            /// Copies four vectors to an aligned `d` (`B` bytes): the loads,
+            /// then the stores.
+            #[target_feature(enable = $feat)]
+            #[inline]
+            unsafe fn copy_4_aligned(d: *mut u8, s: *const u8) {
+                let a = ld(s);
+                let b = ld(s.add(W));
+                let c = ld(s.add(2 * W));
+                let e = ld(s.add(3 * W));
+                sta(d, a);
+                sta(d.add(W), b);
+                sta(d.add(2 * W), c);
+                sta(d.add(3 * W), e);
             }
 
             /// The forward loop in glibc's shape for a misaligned `dst`
@@ -1337,35 +1353,11 @@ macro_rules! vector_kernels {
                 let stop = n - B;
                 let wide = n >= t.wide_loop_from();
                 while wide && off + B < stop {
-                    let (d, s) = (dst.add(off), src.add(off));
-                    let a = ld(s);
-                    let b = ld(s.add(W));
-                    let c = ld(s.add(2 * W));
-                    let e = ld(s.add(3 * W));
-                    let f = ld(s.add(4 * W));
-                    let g = ld(s.add(5 * W));
-                    let h = ld(s.add(6 * W));
-                    let i = ld(s.add(7 * W));
-                    sta(d, a);
-                    sta(d.add(W), b);
-                    sta(d.add(2 * W), c);
-                    sta(d.add(3 * W), e);
-                    sta(d.add(4 * W), f);
-                    sta(d.add(5 * W), g);
-                    sta(d.add(6 * W), h);
-                    sta(d.add(7 * W), i);
+                    copy_8_aligned(dst.add(off), src.add(off));
                     off += 2 * B;
                 }
                 while off < stop {
-                    let (d, s) = (dst.add(off), src.add(off));
-                    let a = ld(s);
-                    let b = ld(s.add(W));
-                    let c = ld(s.add(2 * W));
-                    let e = ld(s.add(3 * W));
-                    sta(d, a);
-                    sta(d.add(W), b);
-                    sta(d.add(2 * W), c);
-                    sta(d.add(3 * W), e);
+                    copy_4_aligned(dst.add(off), src.add(off));
                     off += B;
                 }
                 stu(dst.add(n - 4 * W), e0);
