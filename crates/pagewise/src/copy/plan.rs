@@ -543,7 +543,9 @@ fn streams_of(table: &[Class]) -> Option<u8> {
 /// Defaults for a machine nothing was measured on, by [`CpuKind`].
 ///
 /// - **Intel** (and unknown vendors), measured on the Intel VM (Emerald
-///   Rapids): the vector loop below 24 KiB, `rep movsb` from there (ERMS),
+///   Rapids): the vector loop below 24 KiB, `rep movsb` from there (ERMS;
+///   without AVX-512, from 6 KiB for copies and 8 KiB for fills, see
+///   [`INTEL_NARROW_COPY_REP_MIN`]),
 ///   avoided when the destination is 1–1023 B ahead of the source modulo
 ///   1 MiB (its slow mode) or modulo 4 KiB below 512 KiB; non-temporal stores
 ///   from a quarter of the LLC, 32 pages side by side. Fills: the loop, `rep
@@ -591,9 +593,10 @@ pub fn default_tables(kind: CpuKind, isa: Isa, erms: bool, llc: Option<u64>) -> 
     };
     let rep_tables = |copy: &mut Vec<Class>,
                       fill: &mut Vec<Class>,
+                      copy_rep_min: usize,
                       fill_rep_min: usize,
                       misaligned_min: usize| {
-        overlay(copy, COPY_REP_MIN, usize::MAX, |_| Strategy::Rep);
+        overlay(copy, copy_rep_min, usize::MAX, |_| Strategy::Rep);
         overlay(fill, fill_rep_min, usize::MAX, |_| Strategy::Rep);
         // With a misaligned destination, `rep stosb` beats the loop
         // from a few KiB (see the constants).
@@ -650,6 +653,7 @@ pub fn default_tables(kind: CpuKind, isa: Isa, erms: bool, llc: Option<u64>) -> 
                 rep_tables(
                     &mut copy,
                     &mut fill,
+                    COPY_REP_MIN,
                     ZEN5_FILL_REP_MIN,
                     FILL_REP_MISALIGNED_MIN,
                 );
@@ -658,11 +662,22 @@ pub fn default_tables(kind: CpuKind, isa: Isa, erms: bool, llc: Option<u64>) -> 
         }
         CpuKind::Intel => {
             if erms {
+                // The 32-byte loop keeps up with `rep` over fewer sizes.
+                let (copy_rep, fill_rep, fill_rep_misaligned) = if isa == Isa::Avx512 {
+                    (COPY_REP_MIN, FILL_REP_MIN, INTEL_FILL_REP_MISALIGNED_MIN)
+                } else {
+                    (
+                        INTEL_NARROW_COPY_REP_MIN,
+                        INTEL_NARROW_FILL_REP_MIN,
+                        INTEL_NARROW_FILL_REP_MIN,
+                    )
+                };
                 rep_tables(
                     &mut copy,
                     &mut fill,
-                    FILL_REP_MIN,
-                    INTEL_FILL_REP_MISALIGNED_MIN,
+                    copy_rep,
+                    fill_rep,
+                    fill_rep_misaligned,
                 );
                 rep_guards.push(RepGuard {
                     span: 1 << 20,
@@ -1007,8 +1022,13 @@ impl Plan {
                      is within 64 B of the source modulo 4 KiB); then overlapping head and \
                      tail moves, {eight}"
                 ),
+                (_, "fill", _) => format!(
+                    "inline in the caller: up to 128 B scalar and 16-byte stores from both \
+                     ends; then overlapping {w}-byte stores from both ends, {eight}"
+                ),
                 _ => format!(
-                    "overlapping scalar, 16-, 32- and {w}-byte moves from both ends, {eight}"
+                    "inline in the caller: up to 64 B scalar and 16-byte moves from both \
+                     ends; then overlapping {w}-byte moves from both ends, {eight}"
                 ),
             };
             out.push(SizeClass {
@@ -1169,6 +1189,25 @@ fn set_rep(table: &mut Vec<Class>, range: Option<(usize, usize)>, isa: Isa) {
 const COPY_REP_MIN: usize = 24 << 10;
 /// Smallest fill that uses `rep stosb` on Intel with ERMS.
 const FILL_REP_MIN: usize = 16 << 10;
+/// Smallest copy that uses `rep movsb` on Intel with ERMS but without
+/// AVX-512 (the E-core Xeons, client parts, or `PAGEWISE_COPY_ISA=avx2`):
+/// the 32-byte loop keeps up with `rep movsb` over fewer sizes than the
+/// 64-byte one. Measured on the Sapphire Rapids-class guest (2026-12-03,
+/// AVX2 pinned, glibc kept off its AVX-512 routines, four alternating
+/// processes each, ratios to glibc): with `rep movsb` from 5 KiB against the
+/// loop, hot 5–8 KiB `src+7 dst+1` 0.95–0.98 against 0.82–0.88, aligned 5
+/// and 6 KiB 0.86–0.87 against 0.90–0.92, 7 and 8 KiB 0.90–0.91 against
+/// 0.85, cold 5–8 KiB 0.98–1.03 against 0.90–0.99; from 4 KiB, 4 KiB hot
+/// aligned fell to 0.84 (0.99 with the loop), and 10–16 KiB went from
+/// 0.76–0.89 to 0.92–0.98 hot.
+const INTEL_NARROW_COPY_REP_MIN: usize = 6 << 10;
+/// Smallest fill that uses `rep stosb` on Intel with ERMS but without
+/// AVX-512, whatever the alignment. Measured as
+/// [`INTEL_NARROW_COPY_REP_MIN`]: with `rep stosb` from 6 KiB against the
+/// loop, 6 KiB ran 0.97 hot and 0.99 cold against 1.03 and 1.11; 8 KiB
+/// 0.99–1.01 hot and 1.00 cold against 0.91–0.94 and 0.89–0.97; 10,000 B
+/// aligned 1.00 hot and 0.99 cold against 0.90 and 1.12.
+const INTEL_NARROW_FILL_REP_MIN: usize = 8 << 10;
 /// Smallest fill that uses `rep stosb` on AMD Zen 5 with ERMS. Measured on
 /// the Zen 5 guest (`bench memset`, aligned rows, 2026-11-24, a busy
 /// machine): with the loop up to 16 KiB, cold fills of 9000 B to 14 KiB ran at
@@ -1372,6 +1411,34 @@ mod tests {
             p.notes.iter().any(|n| n.contains("pagewise tune")),
             "{:?}",
             p.notes
+        );
+    }
+
+    /// Without AVX-512 the 32-byte loop hands over to `rep` sooner: copies
+    /// from 6 KiB, fills from 8 KiB at every placement; the guards and the
+    /// non-temporal thresholds stay Intel's.
+    #[test]
+    fn intel_without_avx512_takes_rep_sooner() {
+        let t = default_tables(CpuKind::Intel, Isa::Avx2, true, Some(100 << 20));
+        let loop_avx2 = Strategy::Loop { isa: Isa::Avx2 };
+        for p in Placement::ALL {
+            let copy_at = |n| strategy_at(&t.copy, n, p);
+            let fill_at = |n| strategy_at(&t.fill, n, p);
+            assert_eq!(copy_at(INTEL_NARROW_COPY_REP_MIN - 1), Some(loop_avx2));
+            assert_eq!(copy_at(INTEL_NARROW_COPY_REP_MIN), Some(Strategy::Rep));
+            assert_eq!(fill_at(INTEL_NARROW_FILL_REP_MIN - 1), Some(loop_avx2));
+            assert_eq!(fill_at(INTEL_NARROW_FILL_REP_MIN), Some(Strategy::Rep));
+            assert!(matches!(
+                copy_at(25 << 20),
+                Some(Strategy::NonTemporal { .. })
+            ));
+        }
+        assert_eq!(t.rep_guards.len(), 2);
+        // Without ERMS no rep at all.
+        let plain = default_tables(CpuKind::Intel, Isa::Avx2, false, Some(100 << 20));
+        assert_eq!(
+            strategy_at(&plain.copy, 16 << 10, Placement::Other),
+            Some(loop_avx2)
         );
     }
 
