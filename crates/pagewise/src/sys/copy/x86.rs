@@ -724,10 +724,17 @@ pub(super) mod avx512_leaf {
             "jne 3f",
             "lea rcx, [rip + {process} + {copy}]",
             "cmp rdx, 512",
-            "ja {avx2}",
+            "ja 5f",
             "test dil, 31",
-            "jnz {avx2}",
+            "jnz 5f",
             copy_257_512_avx2_asm!(),
+            // Above 512 bytes or misaligned: straight to the loop below the
+            // table's first special class (its one compare), the kernel's
+            // table above it.
+            "5:",
+            "cmp rdx, qword ptr [rcx + {inline_below}]",
+            "jb {avx2_loop}",
+            "jmp {avx2}",
             "3:",
             "cmp eax, {sse2_code}",
             "jne 4f",
@@ -748,6 +755,8 @@ pub(super) mod avx512_leaf {
             sse2_code = const super::super::Isa::Sse2.code(),
             avx512_above_512 = sym copy_above_512,
             avx2 = sym super::avx2::copy_gt16_sysv,
+            avx2_loop = sym super::avx2::copy_loop,
+            inline_below = const offset_of!(Thresholds, inline_below),
             sse2 = sym super::sse2::copy_gt16_sysv,
             first = sym super::super::copy_process_first,
         )
@@ -1152,7 +1161,8 @@ macro_rules! vector_kernels {
                 t: &Thresholds,
             ) {
                 if n < t.inline_below() {
-                    return copy_loop(dst, src, n, t);
+                    copy_loop(dst, src, n, t);
+                    return;
                 }
                 copy_large(dst, src, n, t)
             }
@@ -1192,7 +1202,9 @@ macro_rules! vector_kernels {
                     Some(Strategy::Loop { isa }) if isa.vector_bytes() != W && n > isa.small_max() => {
                         super::super::copy_loop_of(isa, dst, src, n, t)
                     }
-                    _ => copy_loop(dst, src, n, t),
+                    _ => {
+                        copy_loop(dst, src, n, t);
+                    }
                 }
             }
 
@@ -1206,22 +1218,31 @@ macro_rules! vector_kernels {
                 n: usize,
                 t: &Thresholds,
             ) {
-                copy_loop(dst, src, n, t)
+                copy_loop(dst, src, n, t);
             }
 
             /// Vector loop with aligned temporal stores (`n > 8 W`). When the
             /// destination sits less than `t.backward_below()` bytes above the
             /// source modulo 4 KiB, loads would falsely wait for the stores just
-            /// made (4K aliasing): the loop then runs backwards.
+            /// made (4K aliasing): the loop then runs backwards. Returns 0,
+            /// with the C calling convention: AVX2's process entry jumps
+            /// here (see `avx512_leaf::copy_process_large`), with no call
+            /// of it inside another function.
             #[target_feature(enable = $feat)]
             #[inline]
-            pub(in crate::sys::copy) unsafe fn copy_loop(dst: *mut u8, src: *const u8, n: usize, t: &Thresholds) {
+            pub(in crate::sys::copy) unsafe extern "sysv64" fn copy_loop(
+                dst: *mut u8,
+                src: *const u8,
+                n: usize,
+                t: &Thresholds,
+            ) -> u32 {
                 let ahead = (dst as usize).wrapping_sub(src as usize) & 4095;
                 // The same page offset goes backwards only while the copy is
                 // small enough to be in L1 anyway: backwards, the hardware
                 // prefetchers help less when the data comes from memory.
                 if ahead < t.backward_below() && (ahead != 0 || n < SAME_OFFSET_BACKWARD_BELOW) {
-                    return copy_loop_backward(dst, src, n);
+                    copy_loop_backward(dst, src, n);
+                    return 0;
                 }
                 // A misaligned destination takes glibc's shape (measured
                 // with AVX2 only; an aligned one ran no faster in it, and the
@@ -1231,7 +1252,8 @@ macro_rules! vector_kernels {
                     && !crosses_page(dst as usize, W)
                     && ((dst as usize + n) & (W - 1) == 0 || !crosses_page(dst as usize + n - B, B))
                 {
-                    return copy_loop_forward_ends_first(dst, src, n, t);
+                    copy_loop_forward_ends_first(dst, src, n, t);
+                    return 0;
                 }
                 // The last vector is loaded before any store, as glibc does:
                 // loaded after the loop, it shares its low 12 address bits
@@ -1287,6 +1309,7 @@ macro_rules! vector_kernels {
                         stu(dst.add(n - W), last);
                     }
                 }
+                0
             }
 
             /// Copies eight vectors to an aligned `d` (`2 B` bytes): all
