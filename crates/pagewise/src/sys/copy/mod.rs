@@ -62,19 +62,15 @@ impl Isa {
         }
     }
 
-    /// The instruction set of a [`Isa::code`]; `None` for 0 or an unknown code.
-    #[inline(always)]
+    /// The instruction set of a [`Isa::code`]; `None` for 0 or an unknown
+    /// code. (The fast path compares the code itself; this decodes the
+    /// table's strategies, off the fast path.)
     pub fn from_code(code: u8) -> Option<Isa> {
-        // Compares, widest first: the fast path of every copy runs this, and
-        // a `match` may become a jump table (an indirect branch per call).
-        if code == 3 {
-            Some(Isa::Avx512)
-        } else if code == 2 {
-            Some(Isa::Avx2)
-        } else if code == 1 {
-            Some(Isa::Sse2)
-        } else {
-            None
+        match code {
+            1 => Some(Isa::Sse2),
+            2 => Some(Isa::Avx2),
+            3 => Some(Isa::Avx512),
+            _ => None,
         }
     }
 

@@ -262,10 +262,11 @@ macro_rules! copy_257_512_asm {
 /// The copy of 257-512 bytes with AVX2 (`rdi` = dst, `rsi` = src, `rdx` =
 /// n): eight 32-byte vectors from each end in all sixteen `ymm` registers,
 /// every load before the first store, then `vzeroupper`; `eax` = 0 after.
-/// The process entry runs it for AVX2 with no taken branch after its
-/// instruction-set test, where `copy_gt16` had a call of the vector loop
-/// behind four: with AVX2 on both sides, 300-512 B ran at 0.58-0.84 of
-/// glibc's.
+/// The process entry runs it for a 32-byte aligned destination with no
+/// taken branch after its instruction-set test, where `copy_gt16` had a
+/// call of the vector loop behind four: with AVX2 on both sides, aligned
+/// 300-512 B ran at 0.73-0.85 of glibc's. (To a misaligned destination its
+/// split stores lost to the loop's aligned ones.)
 macro_rules! copy_257_512_avx2_asm {
     () => {
         "vmovdqu ymm0, ymmword ptr [rsi]
@@ -693,8 +694,10 @@ pub(super) mod avx512_leaf {
     /// kernel its fast path allows, with `rcx` set to its `copy` thresholds:
     /// with AVX-512 it copies up to 512 bytes itself (the leaf's text, no
     /// taken branch) and jumps to [`copy_above_512`] above; with AVX2 it
-    /// copies up to 512 bytes itself too (`copy_257_512_avx2_asm`) and
-    /// jumps to AVX2's `copy_gt16` above; with SSE2 to SSE2's. Before any fast
+    /// copies up to 512 bytes to a 32-byte aligned destination itself
+    /// (`copy_257_512_avx2_asm`), jumps to AVX2's `copy_loop` for the other
+    /// sizes below the table's first special class and to its `copy_gt16`
+    /// from there; with SSE2 to SSE2's `copy_gt16`. Before any fast
     /// path is on, jumps to `copy_process_first` with `prepare` still in
     /// `rcx`. Returns 0 (each kernel it jumps to does).
     ///
@@ -1357,6 +1360,7 @@ macro_rules! vector_kernels {
             /// vectors run from the first boundary above `dst` while they
             /// start below the last four (the final block may write some of
             /// their bytes first).
+            ///
             /// Against [`copy_loop`]'s own shape (a head store first, then
             /// blocks of four and up to three single vectors, each a taken
             /// branch, to the last boundary), with AVX2 pinned on both
