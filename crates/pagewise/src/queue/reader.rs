@@ -446,7 +446,16 @@ impl Reader {
             };
             self.idle_work(idle);
             match wait {
-                Wait::Spin => self.spin_on_mark(),
+                Wait::Spin => {
+                    if let Some(raw) = self.spin_on_mark() {
+                        if let Some((at, len)) = self.take_spun(raw) {
+                            return Ok(Some(Record {
+                                position: Position(at),
+                                payload: &self.buf[..len],
+                            }));
+                        }
+                    }
+                }
                 Wait::SpinThenYield { spins } => {
                     if polls < spins {
                         std::hint::spin_loop();
@@ -470,20 +479,90 @@ impl Reader {
     /// until it is no longer 0 (or the load fails): the full look for a
     /// record (truncation, retention, file size, then the mark) takes
     /// several loads and two guarded calls, and a record committed meanwhile
-    /// waits for the look to end. The caller looks again after this, so
-    /// what it checks is checked at least once per `MARK_SPINS` polls.
-    fn spin_on_mark(&self) {
+    /// waits for the look to end. Returns the mark it saw, if any, for
+    /// [`Reader::take_spun`]; the caller looks again in full when that
+    /// declines, so what the full look checks is checked at least once per
+    /// `MARK_SPINS` polls.
+    fn spin_on_mark(&self) -> Option<u64> {
         if self.pos + MARK_LEN > self.known_size || self.pos >= self.chunk_end {
             std::hint::spin_loop();
-            return;
+            return None;
         }
         let off = (self.pos - self.chunk_base) as usize;
         for _ in 0..MARK_SPINS {
             std::hint::spin_loop();
-            if self.map.load_u64(off, Ordering::Acquire) != Some(0) {
-                return;
+            match self.map.load_u64(off, Ordering::Acquire) {
+                Some(0) => {}
+                Some(raw) => return Some(raw),
+                None => return None,
             }
         }
+        None
+    }
+
+    /// Takes the record whose mark [`Reader::spin_on_mark`] saw (`raw`, at
+    /// the reader's position) with as few steps as possible between the
+    /// mark's arrival and the caller's next store: in a ping-pong every
+    /// instruction here delays the reply, since a store becomes visible only
+    /// after all before it have run. The same checks as the full look, on
+    /// what is already known: the truncation watch's flag, the mark, the
+    /// record inside its chunk and the size last seen, then the copy and
+    /// the first-chunk word unchanged since the last look (which found this
+    /// chunk still in the queue). `None`, with nothing changed, whenever
+    /// anything is out of the ordinary (no watch, a pad, CRCs to verify, a
+    /// changed word): the full look then decides. Returns the record's
+    /// position and length; the payload is in the buffer.
+    #[inline(always)]
+    fn take_spun(&mut self, raw: u64) -> Option<(u64, usize)> {
+        let watched = self
+            .watcher
+            .as_ref()
+            .is_some_and(|w| w.shared.truncated.load(Ordering::Acquire) == NO_TRUNCATION);
+        if !watched || (self.geometry.record_crc() && self.verify_crc) {
+            return None;
+        }
+        let Ok(Mark::Data(len)) = decode_mark(raw, self.pos) else {
+            return None;
+        };
+        let len = len as usize;
+        let end = self.pos + self.geometry.record_size(self.pos, len as u64);
+        if end > self.chunk_end || end > self.known_size {
+            return None;
+        }
+        if !self.copy_payload((self.pos - self.chunk_base) as usize, len) {
+            return None;
+        }
+        // As in `consume`: the first-chunk word is read after the bytes.
+        fence(Ordering::Acquire);
+        if self.header.load_u64(OFF_FIRST_CHUNK, Ordering::Acquire) != Some(self.first_seen.0) {
+            return None;
+        }
+        Some((self.advance(len), len))
+    }
+
+    /// Copies the `len` payload bytes of the record whose mark is at map
+    /// offset `off` into the buffer (grown if need be); `false` if the map
+    /// could not be read there.
+    #[inline(always)]
+    fn copy_payload(&mut self, off: usize, len: usize) -> bool {
+        if self.buf.len() < len {
+            self.buf.resize(len, 0);
+        }
+        let data = off + MARK_LEN as usize;
+        match self.copy {
+            Some(routine) => self.map.copy_out_with(data, &mut self.buf[..len], routine),
+            None => self.map.copy_out(data, &mut self.buf[..len]),
+        }
+    }
+
+    /// Moves past the record of `len` payload bytes at the reader's
+    /// position; returns that position.
+    #[inline(always)]
+    fn advance(&mut self, len: usize) -> u64 {
+        let at = self.pos;
+        self.pos += self.geometry.record_size(at, len as u64);
+        self.read_since_step = self.read_since_step.saturating_add(1);
+        at
     }
 
     /// Moves the reader to `position`, which must be the start of a committed
@@ -603,17 +682,10 @@ impl Reader {
     /// Copies out the record `locate` found.
     #[inline]
     fn consume(&mut self, off: usize, len: usize) -> Result<Option<Record<'_>>, QueueError> {
-        if self.buf.len() < len {
-            self.buf.resize(len, 0);
-        }
-        let data = off + MARK_LEN as usize;
-        let copied = match self.copy {
-            Some(routine) => self.map.copy_out_with(data, &mut self.buf[..len], routine),
-            None => self.map.copy_out(data, &mut self.buf[..len]),
-        };
-        if !copied {
+        if !self.copy_payload(off, len) {
             return Err(self.unreadable(self.pos));
         }
+        let data = off + MARK_LEN as usize;
         if self.geometry.record_crc() && self.verify_crc {
             let mut stored = [0u8; 4];
             let raw = self.map.load_u64(off, Ordering::Relaxed);
@@ -635,9 +707,7 @@ impl Reader {
         // were punched out, this load sees it (seqlock-style check).
         fence(Ordering::Acquire);
         self.check_first(self.chunk, self.pos)?;
-        let at = self.pos;
-        self.pos += self.geometry.record_size(at, len as u64);
-        self.read_since_step = self.read_since_step.saturating_add(1);
+        let at = self.advance(len);
         Ok(Some(Record {
             position: Position(at),
             payload: &self.buf[..len],
@@ -964,6 +1034,93 @@ mod tests {
             r.next().unwrap().unwrap();
         }
         r
+    }
+
+    /// A fresh queue (records with CRCs if `crc`) and a reader at its start
+    /// with `options`. The directory must outlive both.
+    fn fresh_queue(
+        dir: &tempfile::TempDir,
+        crc: bool,
+        options: ReaderOptions,
+    ) -> (crate::queue::Writer, Reader) {
+        use crate::queue::{Options, Writer};
+        let path = dir.path().join("q");
+        let w = Writer::create(
+            &path,
+            Options {
+                record_crc: crc,
+                pretouch: None,
+                ..Options::default()
+            },
+        )
+        .unwrap();
+        (w, Reader::open_with(&path, options).unwrap())
+    }
+
+    /// The spinning reader's short way to a record gives what the full look
+    /// gives: the record's position, its payload, and the next position,
+    /// for packed and line-fitting sizes alike.
+    #[test]
+    fn a_spun_mark_gives_the_record_that_next_would() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut w, mut r) = fresh_queue(&dir, false, ReaderOptions::default());
+        for (i, len) in [1usize, 24, 32, 56, 57, 100, 300, 8]
+            .into_iter()
+            .enumerate()
+        {
+            let payload = vec![i as u8 + 1; len];
+            let at = w.append(&payload).unwrap();
+            let raw = r.spin_on_mark().expect("the mark is there");
+            assert_eq!(r.take_spun(raw), Some((at.0, len)), "record {i}");
+            assert_eq!(&r.buf[..len], &payload[..], "record {i}");
+            assert_eq!(r.position(), w.position(), "record {i}");
+        }
+        assert_eq!(r.spin_on_mark(), None, "no record after the last");
+    }
+
+    /// Whatever the short way does not check for itself, it leaves to the
+    /// full look, without moving the reader: CRCs to verify, no truncation
+    /// watch, a first-chunk word other than the one last seen, a pad, a
+    /// mark of another position.
+    #[test]
+    fn a_spun_mark_is_left_to_the_full_look_when_anything_is_unusual() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut w, mut r) = fresh_queue(&dir, true, ReaderOptions::default());
+        w.append(b"abc").unwrap();
+        let start = r.position();
+        let raw = r.spin_on_mark().unwrap();
+        assert_eq!(r.take_spun(raw), None, "CRCs to verify");
+        assert_eq!(r.position(), start);
+        assert_eq!(r.next().unwrap().unwrap().payload, b"abc");
+
+        let dir = tempfile::tempdir().unwrap();
+        let unwatched = ReaderOptions {
+            watch_truncation: false,
+            ..ReaderOptions::default()
+        };
+        let (mut w, mut r) = fresh_queue(&dir, false, unwatched);
+        w.append(b"abc").unwrap();
+        let raw = r.spin_on_mark().unwrap();
+        assert_eq!(r.take_spun(raw), None, "no truncation watch");
+        assert_eq!(r.next().unwrap().unwrap().payload, b"abc");
+
+        let dir = tempfile::tempdir().unwrap();
+        let (mut w, mut r) = fresh_queue(&dir, false, ReaderOptions::default());
+        w.append(b"abc").unwrap();
+        let start = r.position();
+        let raw = r.spin_on_mark().unwrap();
+        let seen = r.first_seen;
+        r.first_seen.0 ^= 1;
+        assert_eq!(r.take_spun(raw), None, "first-chunk word changed");
+        assert_eq!(r.position(), start);
+        r.first_seen = seen;
+        let pos = start.0;
+        let pad = layout::pad_mark(pos, 64);
+        assert_eq!(r.take_spun(pad), None, "a pad");
+        let elsewhere = layout::data_mark(pos + 8, 3);
+        assert_eq!(r.take_spun(elsewhere), None, "another position's mark");
+        assert_eq!(r.position(), start);
+        assert_eq!(r.take_spun(raw), Some((pos, 3)));
     }
 
     /// A reader that is not idle takes the previous chunk's mapping down
