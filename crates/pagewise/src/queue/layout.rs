@@ -152,11 +152,13 @@ impl Geometry {
 
     /// Whether small records are padded to fit cache lines
     /// ([`FLAG_LINE_FITTING`]); `false`: packed to multiples of 8.
+    #[inline]
     pub fn line_fitting(&self) -> bool {
         self.flags & FLAG_LINE_FITTING != 0
     }
 
     /// Whether records carry a CRC-32.
+    #[inline]
     pub fn record_crc(&self) -> bool {
         self.flags & FLAG_RECORD_CRC != 0
     }
@@ -177,6 +179,7 @@ impl Geometry {
     }
 
     /// Bytes after the payload: 4 with record CRCs, else 0.
+    #[inline]
     pub fn trailer_len(&self) -> u64 {
         if self.record_crc() {
             4
@@ -186,6 +189,7 @@ impl Geometry {
     }
 
     /// The largest payload one record can carry.
+    #[inline]
     pub fn max_payload(&self) -> usize {
         let room = self.chunk_size - CHUNK_HEADER_LEN - MARK_LEN - self.trailer_len();
         room.min(LEN_MASK) as usize

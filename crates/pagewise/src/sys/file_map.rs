@@ -611,6 +611,7 @@ impl WriteMap {
     /// A mutable view of `[offset, offset+len)`, borrowed from the only
     /// writable handle. Other processes must not write these bytes (the queue's
     /// writer lock ensures that among pagewise users); `None` if out of range.
+    #[inline]
     pub fn slice_mut(&mut self, offset: usize, len: usize) -> Option<&mut [u8]> {
         let p = self.raw.at(offset, len, 1)?;
         // SAFETY: the range is inside the live writable mapping, `&mut self` is the only
