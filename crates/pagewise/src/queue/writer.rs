@@ -697,6 +697,23 @@ impl Writer {
         self.pos = pos + self.geometry.record_size(pos, len as u64);
         self.window.note(self.pos);
         self.notify();
+        self.prefetch_ahead();
+    }
+
+    /// Asks the CPU for the two cache lines after the one that holds the
+    /// next mark, for writing, while the writer has nothing to do (in a
+    /// ping-pong it waits for the reply): the next records' stores then find
+    /// them owned, and a mark becomes visible only after every store before
+    /// it. Not the next mark's own line: readers spin on it, and taking it
+    /// from them early would only move it back and forth. Two `prefetchw`.
+    /// Measured (`bench queue --rtt`, Sapphire Rapids-class guest, builds
+    /// alternating): round-trip p99 441 -> 416 ns at 32 B, 910 -> 784 ns at
+    /// 128 B, p50 3-6 ns lower; four lines instead of two did no better.
+    #[inline]
+    fn prefetch_ahead(&self) {
+        let next_line = ((self.pos - self.chunk_base) as usize) & !63;
+        self.map.prefetch_for_write(next_line + 64);
+        self.map.prefetch_for_write(next_line + 128);
     }
 
     /// Publishes the commit to readers that sleep (see `notify`).
