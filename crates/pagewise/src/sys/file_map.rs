@@ -448,12 +448,15 @@ impl WriteMap {
     /// never faults, changes no byte.
     #[inline]
     pub fn prefetch_for_write(&self, offset: usize) {
+        #[cfg(target_arch = "x86_64")]
         if let Some(p) = self.raw.at(offset, 1, 1) {
             // SAFETY: prefetchw reads and writes nothing; it cannot fault.
             unsafe {
                 std::arch::asm!("prefetchw [{0}]", in(reg) p, options(nostack, preserves_flags, readonly));
             }
         }
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = offset;
     }
 
     /// Maps `len` bytes of `file` from `offset` (page-aligned) with
