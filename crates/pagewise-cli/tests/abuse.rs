@@ -659,8 +659,9 @@ fn bad_file_arguments_are_one_line_errors_without_hanging() {
     assert!(runs >= 90, "{runs}");
 }
 
-/// The second user's commands as `setpriv … pagewise ARGS`, or why not.
-fn as_nobody(args: &[&str]) -> Result<Command, String> {
+/// The second user's commands as `setpriv … pagewise ARGS`, with a home
+/// of its own in `dir` (which it must be able to enter), or why not.
+fn as_nobody(dir: &Path, args: &[&str]) -> Result<Command, String> {
     if !pagewise_testkit::is_root() {
         return Err("not running as root".into());
     }
@@ -670,7 +671,9 @@ fn as_nobody(args: &[&str]) -> Result<Command, String> {
     let mut c = Command::new("setpriv");
     c.args(["--reuid=65534", "--regid=65534", "--clear-groups"])
         .arg(bin())
-        .args(args);
+        .args(args)
+        .env("HOME", pagewise_testkit::home_for_nobody(dir))
+        .env_remove("XDG_CACHE_HOME");
     Ok(c)
 }
 
@@ -679,10 +682,10 @@ fn as_nobody(args: &[&str]) -> Result<Command, String> {
 /// write. Each is a one-line permission error.
 #[test]
 fn another_users_files_are_one_line_errors() {
-    if let Err(why) = as_nobody(&[]) {
+    let f = Fixture::new();
+    if let Err(why) = as_nobody(f.dir.path(), &[]) {
         pagewise_testkit::skip!(pagewise_testkit::Need::Root, "needs a second user: {why}");
     }
-    let f = Fixture::new();
     let private = |name: &str, from: &Path| {
         let p = f.path(name);
         std::fs::copy(from, &p).unwrap();
@@ -718,7 +721,7 @@ fn another_users_files_are_one_line_errors() {
     fleet.extend(["--fleet-file", &profile]);
     cases.push(fleet);
     for args in &cases {
-        let outcome = run(as_nobody(args).unwrap());
+        let outcome = run(as_nobody(f.dir.path(), args).unwrap());
         outcome.one_line_error();
     }
     assert_eq!(

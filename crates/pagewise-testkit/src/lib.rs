@@ -207,6 +207,23 @@ pub fn ffi_library_dir() -> &'static Path {
     })
 }
 
+/// A home directory for the nobody user (uid 65534) inside `dir` (which
+/// nobody must be able to enter): `dir/home-65534`, owned by nobody, mode
+/// 0700, made on the first call. Give it as `HOME` to a command a test runs
+/// as nobody, so that what pagewise caches for that user (copy plans,
+/// symbol lists) goes away with `dir` instead of into `/tmp/pagewise-65534`,
+/// the fallback for a user whose home it cannot write. Needs root.
+pub fn home_for_nobody(dir: &std::path::Path) -> std::path::PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let home = dir.join("home-65534");
+    if !home.is_dir() {
+        std::fs::create_dir(&home).unwrap();
+        std::os::unix::fs::chown(&home, Some(65534), Some(65534)).unwrap();
+        std::fs::set_permissions(&home, std::fs::Permissions::from_mode(0o700)).unwrap();
+    }
+    home
+}
+
 /// Whether this process runs as root (effective uid 0), from `/proc/self/status`.
 pub fn is_root() -> bool {
     std::fs::read_to_string("/proc/self/status")

@@ -343,6 +343,8 @@ pub fn stat_in(
                 .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
                 .arg(&bin)
                 .args(&stat)
+                .env("HOME", pagewise_testkit::home_for_nobody(shared.path()))
+                .env_remove("XDG_CACHE_HOME")
                 .current_dir(&cwd)
                 .output()
                 .unwrap()
