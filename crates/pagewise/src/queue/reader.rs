@@ -445,37 +445,34 @@ impl Reader {
                 Wait::SpinThenYield { spins } | Wait::Block { spins } => polls >= spins,
             };
             self.idle_work(idle);
-            match wait {
-                Wait::Spin => {
-                    if let Some(raw) = self.spin_on_mark() {
-                        if let Some((at, len)) = self.take_spun(raw) {
-                            return Ok(Some(Record {
-                                position: Position(at),
-                                payload: &self.buf[..len],
-                            }));
-                        }
-                    }
+            // The mark a spin saw, taken by the short way below.
+            let seen = match wait {
+                Wait::Spin => self.spin_on_mark(MARK_SPINS),
+                Wait::SpinThenYield { spins } | Wait::Block { spins } if polls < spins => {
+                    self.spin_on_mark(1)
                 }
-                Wait::SpinThenYield { spins } => {
-                    if polls < spins {
-                        std::hint::spin_loop();
-                    } else {
-                        std::thread::yield_now();
-                    }
+                Wait::SpinThenYield { .. } => {
+                    std::thread::yield_now();
+                    None
                 }
-                Wait::Block { spins } => {
-                    if polls < spins {
-                        std::hint::spin_loop();
-                    } else {
-                        self.block(deadline)?;
-                    }
+                Wait::Block { .. } => {
+                    self.block(deadline)?;
+                    None
                 }
+            };
+            if let Some((at, len)) = seen.and_then(|raw| self.take_spun(raw)) {
+                return Ok(Some(Record {
+                    position: Position(at),
+                    payload: &self.buf[..len],
+                }));
             }
             polls = polls.saturating_add(1);
         }
     }
 
-    /// Spins on the next record's mark alone, up to [`MARK_SPINS`] times,
+    /// Spins on the next record's mark alone, up to `polls` times (a
+    /// `pause` and a load each; [`MARK_SPINS`] for `Wait::Spin`, 1 in the
+    /// spinning phase of the other waits),
     /// until it is no longer 0 (or the load fails): the full look for a
     /// record (truncation, retention, file size, then the mark) takes
     /// several loads and two guarded calls, and a record committed meanwhile
@@ -483,13 +480,13 @@ impl Reader {
     /// [`Reader::take_spun`]; the caller looks again in full when that
     /// declines, so what the full look checks is checked at least once per
     /// `MARK_SPINS` polls.
-    fn spin_on_mark(&self) -> Option<u64> {
+    fn spin_on_mark(&self, polls: u32) -> Option<u64> {
         if self.pos + MARK_LEN > self.known_size || self.pos >= self.chunk_end {
             std::hint::spin_loop();
             return None;
         }
         let off = (self.pos - self.chunk_base) as usize;
-        for _ in 0..MARK_SPINS {
+        for _ in 0..polls {
             std::hint::spin_loop();
             match self.map.load_u64(off, Ordering::Acquire) {
                 Some(0) => {}
@@ -1070,12 +1067,12 @@ mod tests {
         {
             let payload = vec![i as u8 + 1; len];
             let at = w.append(&payload).unwrap();
-            let raw = r.spin_on_mark().expect("the mark is there");
+            let raw = r.spin_on_mark(1).expect("the mark is there");
             assert_eq!(r.take_spun(raw), Some((at.0, len)), "record {i}");
             assert_eq!(&r.buf[..len], &payload[..], "record {i}");
             assert_eq!(r.position(), w.position(), "record {i}");
         }
-        assert_eq!(r.spin_on_mark(), None, "no record after the last");
+        assert_eq!(r.spin_on_mark(1), None, "no record after the last");
     }
 
     /// Whatever the short way does not check for itself, it leaves to the
@@ -1088,7 +1085,7 @@ mod tests {
         let (mut w, mut r) = fresh_queue(&dir, true, ReaderOptions::default());
         w.append(b"abc").unwrap();
         let start = r.position();
-        let raw = r.spin_on_mark().unwrap();
+        let raw = r.spin_on_mark(1).unwrap();
         assert_eq!(r.take_spun(raw), None, "CRCs to verify");
         assert_eq!(r.position(), start);
         assert_eq!(r.next().unwrap().unwrap().payload, b"abc");
@@ -1100,7 +1097,7 @@ mod tests {
         };
         let (mut w, mut r) = fresh_queue(&dir, false, unwatched);
         w.append(b"abc").unwrap();
-        let raw = r.spin_on_mark().unwrap();
+        let raw = r.spin_on_mark(1).unwrap();
         assert_eq!(r.take_spun(raw), None, "no truncation watch");
         assert_eq!(r.next().unwrap().unwrap().payload, b"abc");
 
@@ -1108,7 +1105,7 @@ mod tests {
         let (mut w, mut r) = fresh_queue(&dir, false, ReaderOptions::default());
         w.append(b"abc").unwrap();
         let start = r.position();
-        let raw = r.spin_on_mark().unwrap();
+        let raw = r.spin_on_mark(1).unwrap();
         let seen = r.first_seen;
         r.first_seen.0 ^= 1;
         assert_eq!(r.take_spun(raw), None, "first-chunk word changed");
