@@ -668,12 +668,8 @@ fn as_nobody(dir: &Path, args: &[&str]) -> Result<Command, String> {
     if let Some(why) = pagewise_testkit::tool_missing("setpriv") {
         return Err(why);
     }
-    let mut c = Command::new("setpriv");
-    c.args(["--reuid=65534", "--regid=65534", "--clear-groups"])
-        .arg(bin())
-        .args(args)
-        .env("HOME", pagewise_testkit::home_for_nobody(dir))
-        .env_remove("XDG_CACHE_HOME");
+    let mut c = pagewise_testkit::pagewise_as_nobody(&bin(), dir);
+    c.args(args);
     Ok(c)
 }
 

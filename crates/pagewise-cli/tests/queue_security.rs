@@ -37,14 +37,8 @@ fn as_nobody(program: &str) -> Result<std::process::Command, String> {
             if effective_uid() != 0 {
                 return Err("not running as root".into());
             }
-            let out = std::process::Command::new("setpriv")
-                .args([
-                    "--reuid=65534",
-                    "--regid=65534",
-                    "--clear-groups",
-                    "id",
-                    "-u",
-                ])
+            let out = pagewise_testkit::as_nobody("id")
+                .arg("-u")
                 .output()
                 .map_err(|e| format!("cannot run setpriv: {e}"))?;
             if !out.status.success() || String::from_utf8_lossy(&out.stdout).trim() != "65534" {
@@ -56,9 +50,7 @@ fn as_nobody(program: &str) -> Result<std::process::Command, String> {
             Ok(())
         })
         .clone()?;
-    let mut c = std::process::Command::new("setpriv");
-    c.args(["--reuid=65534", "--regid=65534", "--clear-groups", program]);
-    Ok(c)
+    Ok(pagewise_testkit::as_nobody(program))
 }
 
 fn effective_uid() -> u32 {

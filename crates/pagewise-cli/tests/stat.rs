@@ -676,9 +676,7 @@ fn unprivileged_with_paranoid_2_does_what_it_may() {
     for p in [&bin, &fix] {
         std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o755)).unwrap();
     }
-    let out = std::process::Command::new("setpriv")
-        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
-        .arg(&bin)
+    let out = pagewise_testkit::pagewise_as_nobody(&bin, dir.path())
         .args(["stat", "--json", "--sites", "--"])
         .arg(&fix)
         .arg("128")

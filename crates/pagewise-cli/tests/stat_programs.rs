@@ -453,10 +453,7 @@ fn attaching_to_a_churning_process_gives_the_same_finding_as_running_it() {
     for state in STATES {
         // A long churn loop, as the user the state runs as; watched for one second.
         let mut spawn = if state == State::Unprivileged && pagewise_testkit::is_root() {
-            let mut c = Command::new("setpriv");
-            c.args(["--reuid=65534", "--regid=65534", "--clear-groups"])
-                .arg(&b);
-            c
+            pagewise_testkit::as_nobody(&b)
         } else {
             Command::new(&b)
         };

@@ -207,6 +207,24 @@ pub fn ffi_library_dir() -> &'static Path {
     })
 }
 
+/// `setpriv` as user and group 65534 (nobody) without supplementary
+/// groups, then `program`. Needs root.
+pub fn as_nobody(program: impl AsRef<std::ffi::OsStr>) -> std::process::Command {
+    let mut c = std::process::Command::new("setpriv");
+    c.args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(program);
+    c
+}
+
+/// [`as_nobody`] for a pagewise binary, with [`home_for_nobody`] in `dir`
+/// as `HOME` and no `XDG_CACHE_HOME`: its caches go away with `dir`.
+pub fn pagewise_as_nobody(bin: &std::path::Path, dir: &std::path::Path) -> std::process::Command {
+    let mut c = as_nobody(bin);
+    c.env("HOME", home_for_nobody(dir))
+        .env_remove("XDG_CACHE_HOME");
+    c
+}
+
 /// A home directory for the nobody user (uid 65534) inside `dir` (which
 /// nobody must be able to enter): `dir/home-65534`, owned by nobody, mode
 /// 0700, made on the first call. Give it as `HOME` to a command a test runs

@@ -146,13 +146,8 @@ pub fn binary_for_nobody(
 /// away with the test's directory.
 #[allow(dead_code)] // each test binary uses the helpers it needs
 pub fn as_nobody(bin: &std::path::Path, args: &[&str]) -> std::process::Command {
-    let home = pagewise_testkit::home_for_nobody(bin.parent().unwrap());
-    let mut c = std::process::Command::new("setpriv");
-    c.args(["--reuid=65534", "--regid=65534", "--clear-groups"])
-        .arg(bin)
-        .args(args)
-        .env("HOME", home)
-        .env_remove("XDG_CACHE_HOME");
+    let mut c = pagewise_testkit::pagewise_as_nobody(bin, bin.parent().unwrap());
+    c.args(args);
     c
 }
 

@@ -339,12 +339,8 @@ pub fn stat_in(
             } else {
                 shared.program(&bin)
             };
-            Command::new("setpriv")
-                .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
-                .arg(&bin)
+            pagewise_testkit::pagewise_as_nobody(&bin, shared.path())
                 .args(&stat)
-                .env("HOME", pagewise_testkit::home_for_nobody(shared.path()))
-                .env_remove("XDG_CACHE_HOME")
                 .current_dir(&cwd)
                 .output()
                 .unwrap()
