@@ -471,9 +471,9 @@ impl Reader {
     }
 
     /// Spins on the next record's mark alone, up to `polls` times (a
-    /// `pause` and a load each; [`MARK_SPINS`] for `Wait::Spin`, 1 in the
-    /// spinning phase of the other waits),
-    /// until it is no longer 0 (or the load fails): the full look for a
+    /// `pause` and a load each: [`MARK_SPINS`] for `Wait::Spin`, 1 in the
+    /// spinning phase of the other waits), until it is no longer 0 (or the
+    /// load fails): the full look for a
     /// record (truncation, retention, file size, then the mark) takes
     /// several loads and two guarded calls, and a record committed meanwhile
     /// waits for the look to end. Returns the mark it saw, if any, for
@@ -682,8 +682,8 @@ impl Reader {
         if !self.copy_payload(off, len) {
             return Err(self.unreadable(self.pos));
         }
-        let data = off + MARK_LEN as usize;
         if self.geometry.record_crc() && self.verify_crc {
+            let data = off + MARK_LEN as usize;
             let mut stored = [0u8; 4];
             let raw = self.map.load_u64(off, Ordering::Relaxed);
             let (Some(raw), true) = (raw, self.map.copy_out(data + len, &mut stored)) else {
