@@ -99,6 +99,15 @@
 #define PW_QUEUE_PACKED_RECORDS 32
 
 /**
+ * `pw_queue_options.flags`: after each commit, push the record's cache
+ * lines to the shared last-level cache (`cldemote`), so that a reader
+ * waiting on another core reads them from there: for a writer whose
+ * records are spaced out and awaited (request and reply), not one that
+ * appends as fast as it can (see `Options::hand_off` in the Rust API).
+ */
+#define PW_QUEUE_HAND_OFF 64
+
+/**
  * Page policy: the ladder hugetlb 1 GiB, hugetlb 2 MiB, THP, 4 KiB.
  */
 #define PW_PAGES_AUTO 0

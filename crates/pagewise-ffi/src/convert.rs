@@ -50,7 +50,8 @@ pub fn queue_options(c: Option<&pw_queue_options>) -> Result<(Options, OpenMode)
             | PW_QUEUE_CREATE_NEW
             | PW_QUEUE_NO_CREATE
             | PW_QUEUE_DISCARD_DAMAGED
-            | PW_QUEUE_PACKED_RECORDS,
+            | PW_QUEUE_PACKED_RECORDS
+            | PW_QUEUE_HAND_OFF,
         "pw_queue_options",
     )?;
     let mode = match (
@@ -105,6 +106,7 @@ pub fn queue_options(c: Option<&pw_queue_options>) -> Result<(Options, OpenMode)
         mode: if c.mode == 0 { defaults.mode } else { c.mode },
         copy: defaults.copy,
         discard_damaged: c.flags & PW_QUEUE_DISCARD_DAMAGED != 0,
+        hand_off: c.flags & PW_QUEUE_HAND_OFF != 0,
     };
     Ok((options, mode))
 }
@@ -314,6 +316,14 @@ mod tests {
         }))
         .unwrap();
         assert!(o.packed_records);
+        assert!(!o.hand_off);
+        let (o, _) = queue_options(Some(&pw_queue_options {
+            flags: PW_QUEUE_HAND_OFF,
+            ..z
+        }))
+        .unwrap();
+        assert!(o.hand_off);
+        assert!(!o.packed_records);
         let (o, _) = queue_options(Some(&pw_queue_options {
             pretouch_window: 256 << 20,
             flags: PW_QUEUE_RECORD_CRC,

@@ -52,6 +52,12 @@ pub const PW_QUEUE_DISCARD_DAMAGED: u32 = 16;
 /// one cache line (smaller files, a cache-line transfer more per small
 /// record).
 pub const PW_QUEUE_PACKED_RECORDS: u32 = 32;
+/// `pw_queue_options.flags`: after each commit, push the record's cache
+/// lines to the shared last-level cache (`cldemote`), so that a reader
+/// waiting on another core reads them from there: for a writer whose
+/// records are spaced out and awaited (request and reply), not one that
+/// appends as fast as it can (see `Options::hand_off` in the Rust API).
+pub const PW_QUEUE_HAND_OFF: u32 = 64;
 
 /// Page policy: the ladder hugetlb 1 GiB, hugetlb 2 MiB, THP, 4 KiB.
 pub const PW_PAGES_AUTO: u32 = 0;

@@ -1071,6 +1071,71 @@ fn line_fitting_and_packed_records_are_placed_as_documented_and_kept() {
     }
 }
 
+/// `Options::hand_off` changes where the record's cache lines sit, never a
+/// byte: a writer with it, read live by a spinning reader on another
+/// thread, leaves the same records at the same positions as one without, in
+/// line-fitting and packed queues, through `append` and `reserve`, across
+/// chunks.
+#[test]
+fn a_writer_that_hands_records_off_writes_the_same_records() {
+    for packed in [false, true] {
+        let d = dir();
+        let record = |seq: u64| vec![(seq % 251) as u8; (seq * 13 % 300) as usize];
+        let write = |name: &str, hand_off: bool| {
+            let path = d.path().join(name);
+            let mut w = Writer::create(
+                &path,
+                Options {
+                    packed_records: packed,
+                    hand_off,
+                    ..small(true)
+                },
+            )
+            .unwrap();
+            let mut r = Reader::open(&path).unwrap();
+            let writer = std::thread::spawn(move || {
+                for seq in 0..3000u64 {
+                    let bytes = record(seq);
+                    if seq % 3 == 0 {
+                        let mut slot = w.reserve(bytes.len()).unwrap();
+                        slot.payload().copy_from_slice(&bytes);
+                        slot.commit();
+                    } else {
+                        w.append(&bytes).unwrap();
+                    }
+                }
+                w.position()
+            });
+            let mut got = Vec::new();
+            let deadline = Instant::now() + Duration::from_secs(60);
+            while got.len() < 3000 {
+                assert!(Instant::now() < deadline, "stalled at {}", got.len());
+                if let Some(rec) = r
+                    .next_wait(Wait::Spin, Some(Duration::from_millis(100)))
+                    .unwrap()
+                {
+                    assert_eq!(rec.payload, record(got.len() as u64));
+                    got.push((rec.position, rec.payload.to_vec()));
+                }
+            }
+            let end = writer.join().unwrap();
+            assert!(end.0 > 4096 + 5 * CHUNK, "crossed chunks");
+            let mut again = Reader::open(&path).unwrap();
+            assert!(
+                read_all(&mut again) == got,
+                "a second reader reads the same"
+            );
+            (got, end)
+        };
+        let plain = write("plain", false);
+        let handed = write("hand-off", true);
+        assert!(
+            handed == plain,
+            "the same records at the same positions (packed: {packed})"
+        );
+    }
+}
+
 /// The bytes a record at `pos` of `len` payload bytes (no CRC) takes,
 /// packed or line-fitting (docs/queue.md, "Record").
 fn record_size(pos: u64, len: usize, packed: bool) -> u64 {

@@ -68,6 +68,19 @@ pub struct Options {
     /// the file was merely cut short inside is dropped either way
     /// ([`Recovery::cut_record_at`]).
     pub discard_damaged: bool,
+    /// After each commit, push the record's cache lines out of this core's
+    /// private caches to the shared last-level cache (`cldemote`, default
+    /// off), so that a reader on another core that waits for the record
+    /// reads it from there instead of snooping this core. For writers
+    /// whose records are spaced out and awaited (request and reply, paced
+    /// feeds): measured on a Sapphire Rapids-class guest, round trips of
+    /// 128 B and 1 KiB records 20-60 ns (5-10 %) faster at the median. Not
+    /// for a writer that appends as fast as it can: there it halved the
+    /// records per second (128 B, 12-13 -> 6 M/s). One `cldemote` per cache
+    /// line of the record, none for the line that holds the next record's
+    /// mark; a no-op on CPUs without the instruction (AMD, Intel before
+    /// Sapphire Rapids and Tremont), where it runs as a `nop`.
+    pub hand_off: bool,
 }
 
 impl Default for Options {
@@ -80,6 +93,7 @@ impl Default for Options {
             mode: 0o644,
             copy: Routine::default(),
             discard_damaged: false,
+            hand_off: false,
         }
     }
 }
@@ -141,6 +155,7 @@ pub struct Writer {
     geometry: Geometry,
     header: WriteMap,
     waker: Waker,
+    hand_off: bool,
     /// The first chunk still in the queue (only this writer changes it).
     first_chunk: u64,
     /// The current chunk's mapping.
@@ -401,6 +416,7 @@ impl Writer {
             geometry,
             header,
             waker,
+            hand_off: options.hand_off,
             first_chunk: state.first_chunk,
             map,
             chunk,
@@ -697,7 +713,24 @@ impl Writer {
         self.pos = pos + self.geometry.record_size(pos, len as u64);
         self.window.note(self.pos);
         self.notify();
+        if self.hand_off {
+            self.hand_off_lines(off);
+        }
         self.prefetch_ahead();
+    }
+
+    /// With [`Options::hand_off`]: pushes the cache lines of the record at
+    /// chunk offset `off` that the writer will not write again (every line
+    /// before the one that holds the next mark) to the shared cache
+    /// (`cldemote`), after the commit and its barrier: a reader's miss is
+    /// then served there, not by a snoop of this core. Before the barrier,
+    /// the barrier waited for them (1 KiB round trip 50-80 ns slower).
+    #[inline]
+    fn hand_off_lines(&self, off: usize) {
+        let lines = finished_lines(off, (self.pos - self.chunk_base) as usize);
+        if !lines.is_empty() {
+            self.map.demote(lines.start, lines.len());
+        }
     }
 
     /// Asks the CPU for the two cache lines after the one that holds the
@@ -877,5 +910,32 @@ impl Drop for Reservation<'_> {
             let trailer = self.writer.geometry.trailer_len() as usize;
             self.writer.map.zero(off, self.len + trailer);
         }
+    }
+}
+
+/// The cache lines (as a byte range of the chunk) that a record at `off`
+/// filled and that the writer will not store to again: from the record's
+/// first line up to, not including, the line of the next mark at `next`.
+/// Empty when the record ends in its first line. Free.
+#[inline]
+fn finished_lines(off: usize, next: usize) -> std::ops::Range<usize> {
+    let first = off & !63;
+    first..(next & !63).max(first)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::finished_lines;
+
+    #[test]
+    fn finished_lines_stop_before_the_next_mark() {
+        // A line-fitting 32-byte payload: the whole line is done.
+        assert_eq!(finished_lines(64, 128), 64..128);
+        // 128 bytes packed from 8: two lines done, the third holds the next mark.
+        assert_eq!(finished_lines(8, 8 + 136), 0..128);
+        // A small packed record followed by a mark in the same line: none.
+        assert!(finished_lines(40, 56).is_empty());
+        // A record that ends on a line boundary: all of its lines.
+        assert_eq!(finished_lines(4096, 4096 + 1024), 4096..5120);
     }
 }

@@ -459,6 +459,31 @@ impl WriteMap {
         let _ = offset;
     }
 
+    /// Asks the CPU to move the cache lines of `[offset, offset+len)` from
+    /// this core's private caches to the shared last-level cache
+    /// (`cldemote`), so that another core's next read of them is served
+    /// there instead of by a snoop of this core; nothing if out of range. A
+    /// hint: never faults, changes no byte; a no-op on CPUs without it (it is
+    /// encoded in the hint-NOP space).
+    #[inline]
+    pub fn demote(&self, offset: usize, len: usize) {
+        #[cfg(target_arch = "x86_64")]
+        if let Some(p) = self.raw.at(offset, len, 1) {
+            let first = p as usize & !63;
+            let end = p as usize + len;
+            let mut line = first;
+            while line < end {
+                // SAFETY: cldemote reads and writes nothing; it cannot fault.
+                unsafe {
+                    std::arch::asm!("cldemote [{0}]", in(reg) line, options(nostack, preserves_flags, readonly));
+                }
+                line += 64;
+            }
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = (offset, len);
+    }
+
     /// Maps `len` bytes of `file` from `offset` (page-aligned) with
     /// `PROT_READ | PROT_WRITE`; `populate` adds `MAP_POPULATE` (best effort,
     /// errors are not reported). The file must be open for writing.
@@ -765,16 +790,30 @@ pub(crate) mod tests {
         assert_eq!(err.errno(), Some(crate::sys::Errno::RANGE));
     }
 
-    /// A write prefetch is a hint: it changes no byte, and neither a page
-    /// past the end of the file (where a load raises SIGBUS) nor an offset
-    /// outside the mapping makes it fault.
+    /// A write prefetch and a demotion are hints: they change no byte, and
+    /// neither a page past the end of the file (where a load raises SIGBUS)
+    /// nor an offset outside the mapping makes them fault.
     #[test]
-    fn a_write_prefetch_changes_nothing_and_never_faults() {
+    fn write_prefetch_and_demotion_change_nothing_and_never_fault() {
         let (_dir, file) = temp_file(4096);
         let w = WriteMap::map(&file, 0, 8192, false).unwrap();
         assert!(w.write(64, b"kept"));
         for offset in [0, 64, 100, 4095, 4096, 6000, 8191, 8192, usize::MAX] {
             w.prefetch_for_write(offset);
+        }
+        for (offset, len) in [
+            (0, 4096),
+            (64, 8),
+            (100, 200),
+            (4095, 1),
+            (4096, 10),
+            (8000, 192),
+            (8191, 1),
+            (8192, 1),
+            (usize::MAX, 1),
+            (0, usize::MAX),
+        ] {
+            w.demote(offset, len);
         }
         let mut buf = [0u8; 4];
         assert!(w.copy_out(64, &mut buf));
