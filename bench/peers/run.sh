@@ -7,7 +7,7 @@
 #
 # Needs cargo, java 17+ and mvn (dependencies from Maven Central or ~/.m2).
 # Each round runs, one after another: `pagewise bench queue --rtt` (rows
-# floor, queue and queue+prepared, one trial), then the Aeron harness and the
+# floor, queue, queue+prepared and queue+hand-off, one trial), then the Aeron harness and the
 # Chronicle harness, one JVM per size. The table gives, per harness and size, the median over rounds
 # of each percentile and the min-max of p99 and p99.9 (ns). Not run in CI.
 set -euo pipefail
@@ -50,7 +50,7 @@ trap 'rm -f "$results"' EXIT
 csv_sizes="$(echo $sizes | tr ' ' ',')"
 for round in $(seq 1 "$rounds"); do
   echo "round $round of $rounds (load average: $(cut -d' ' -f1-3 /proc/loadavg)) ..." >&2
-  "$pagewise" bench queue --rtt --rtt-sizes "$csv_sizes" --only floor,queue,queue+prepared --trials 1 \
+  "$pagewise" bench queue --rtt --rtt-sizes "$csv_sizes" --only floor,queue,queue+prepared,queue+hand-off --trials 1 \
     --round-trips "$round_trips" --warmup "$warmup" --tmpfs-dir "$dir" --json -q |
     python3 -c '
 import json, sys
@@ -75,7 +75,7 @@ rows = {}
 for line in open(sys.argv[1]):
     _, name, size, *p = line.split()
     rows.setdefault((name, int(size)), []).append([int(x) for x in p])
-order = ["pagewise-floor", "pagewise-queue", "pagewise-queue+prepared", "aeron", "chronicle"]
+order = ["pagewise-floor", "pagewise-queue", "pagewise-queue+prepared", "pagewise-queue+hand-off", "aeron", "chronicle"]
 print(f"round trip, ns: median over {sys.argv[2]} rounds (min-max for p99 and p99.9)")
 print(f"{'harness':<25}{'bytes':>6}{'p50':>8}{'p90':>8}{'p99':>8}{'p99 range':>18}{'p99.9':>9}{'p99.9 range':>20}{'p99.99':>10}{'max':>11}{'rounds':>7}")
 for (name, size) in sorted(rows, key=lambda k: (k[1], order.index(k[0]) if k[0] in order else 9)):

@@ -957,7 +957,7 @@ fn bench_queue_rtt_json_has_a_floor_and_a_queue_row_per_size() {
                 "--trials",
                 "1",
                 "--only",
-                "floor,queue,queue+no-pretouch,queue+prepared",
+                "floor,queue,queue+no-pretouch,queue+prepared,queue+hand-off",
                 "--json",
                 "-q",
                 "--tmpfs-dir",
@@ -983,7 +983,14 @@ fn bench_queue_rtt_json_has_a_floor_and_a_queue_row_per_size() {
     let want: Vec<(String, u64)> = [32, 4096]
         .into_iter()
         .flat_map(|b| {
-            ["floor", "queue", "queue+no-pretouch", "queue+prepared"].map(|n| (n.to_owned(), b))
+            [
+                "floor",
+                "queue",
+                "queue+no-pretouch",
+                "queue+prepared",
+                "queue+hand-off",
+            ]
+            .map(|n| (n.to_owned(), b))
         })
         .collect();
     assert_eq!(cells, want);

@@ -84,6 +84,10 @@ pub enum RttKind {
     /// once a record from it has arrived, in the warm-up (which must be at
     /// least 2 round trips).
     QueuePrepared,
+    /// As `QueuePrepared`, with `Options::hand_off` on both writers: each
+    /// commit pushes the record's cache lines to the shared cache
+    /// (`cldemote`; a no-op on CPUs without it).
+    QueueHandOff,
 }
 
 impl RttKind {
@@ -97,11 +101,12 @@ impl RttKind {
             RttKind::QueueNoPretouch => "queue+no-pretouch",
             RttKind::QueueUnguarded => "queue+unguarded",
             RttKind::QueuePrepared => "queue+prepared",
+            RttKind::QueueHandOff => "queue+hand-off",
         }
     }
 
     /// Every row, in the order they run.
-    pub const ALL: [RttKind; 7] = [
+    pub const ALL: [RttKind; 8] = [
         RttKind::Floor,
         RttKind::Queue,
         RttKind::QueueIdleWork,
@@ -109,11 +114,18 @@ impl RttKind {
         RttKind::QueueNoPretouch,
         RttKind::QueueUnguarded,
         RttKind::QueuePrepared,
+        RttKind::QueueHandOff,
     ];
 
     /// The rows run when none are named: the floor, the queue with default
-    /// options, and the queue with the run's bytes prepared up front.
-    pub const DEFAULT: [RttKind; 3] = [RttKind::Floor, RttKind::Queue, RttKind::QueuePrepared];
+    /// options, the queue with the run's bytes prepared up front, and that
+    /// with the writers handing records off.
+    pub const DEFAULT: [RttKind; 4] = [
+        RttKind::Floor,
+        RttKind::Queue,
+        RttKind::QueuePrepared,
+        RttKind::QueueHandOff,
+    ];
 
     /// The row called `name`.
     pub fn by_name(name: &str) -> Option<RttKind> {
@@ -122,6 +134,11 @@ impl RttKind {
 
     fn is_floor(self) -> bool {
         self == RttKind::Floor
+    }
+
+    /// Whether the run's bytes are prepared before the clock starts.
+    fn is_prepared(self) -> bool {
+        matches!(self, RttKind::QueuePrepared | RttKind::QueueHandOff)
     }
 }
 
@@ -336,6 +353,7 @@ fn queue_options(spec: &RttChildSpec) -> (Options, ReaderOptions) {
             reader.guard_copies = false;
             reader.copy = spec.copy;
         }
+        RttKind::QueueHandOff => options.hand_off = true,
         RttKind::Queue | RttKind::QueueIdleWork | RttKind::QueuePrepared | RttKind::Floor => {}
     }
     (options, reader)
@@ -387,12 +405,12 @@ fn open_end(spec: &RttChildSpec) -> Result<End, String> {
     // parent created both queues.
     let reader = Reader::open_with(in_path, reader_options).map_err(|e| e.to_string())?;
     let mut prepare = 0;
-    if spec.kind == RttKind::QueuePrepared {
+    if spec.kind.is_prepared() {
         if spec.warmup < 2 {
-            return Err(
-                "queue+prepared needs --warmup of at least 2: its readers prepare in the warm-up"
-                    .into(),
-            );
+            return Err(format!(
+                "{} needs --warmup of at least 2: its readers prepare in the warm-up",
+                spec.kind.name()
+            ));
         }
         prepare = run_bytes(spec.record_bytes, spec.warmup + spec.round_trips);
         writer.wait_pretouched(prepare).map_err(|e| e.to_string())?;
@@ -767,10 +785,15 @@ pub fn check_settings(config: &RttConfig) -> Result<(), String> {
             ));
         }
     }
-    if config.warmup < 2 && config.kinds.contains(&RttKind::QueuePrepared) {
+    if let Some(kind) = config
+        .kinds
+        .iter()
+        .find(|k| k.is_prepared())
+        .filter(|_| config.warmup < 2)
+    {
         return Err(format!(
             "{} needs a warm-up of at least 2 round trips: its readers prepare in the warm-up",
-            RttKind::QueuePrepared.name()
+            kind.name()
         ));
     }
     Ok(())

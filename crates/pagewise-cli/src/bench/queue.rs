@@ -36,7 +36,7 @@ pub struct QueueArgs {
     #[arg(long, default_value = "/var/tmp")]
     disk_dir: PathBuf,
     /// Rows to run, comma-separated (floor, tmpfs+pretouch (default options), tmpfs+thread-pretouch, tmpfs+idle-pretouch, tmpfs, disk+pretouch, disk); all by default.
-    /// With --rtt: floor, queue, queue+idle-work, queue+thread, queue+no-pretouch, queue+unguarded, queue+prepared; floor, queue and queue+prepared by default.
+    /// With --rtt: floor, queue, queue+idle-work, queue+thread, queue+no-pretouch, queue+unguarded, queue+prepared, queue+hand-off; floor, queue, queue+prepared and queue+hand-off by default.
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
     /// Round-trip latency instead of one-way: ping-pong over two queues in
