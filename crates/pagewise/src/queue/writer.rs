@@ -74,7 +74,7 @@ pub struct Options {
     /// reads it from there instead of snooping this core. For writers
     /// whose records are spaced out and awaited (request and reply, paced
     /// feeds): measured on a Sapphire Rapids-class guest, round trips of
-    /// 128 B and 1 KiB records 20-60 ns (5-10 %) faster at the median. Not
+    /// 128 B and 1 KiB records 30-120 ns (7-10 %) faster at the median. Not
     /// for a writer that appends as fast as it can: there it halved the
     /// records per second (128 B, 12-13 -> 6 M/s). One `cldemote` per cache
     /// line of the record, none for the line that holds the next record's
@@ -724,7 +724,7 @@ impl Writer {
     /// before the one that holds the next mark) to the shared cache
     /// (`cldemote`), after the commit and its barrier: a reader's miss is
     /// then served there, not by a snoop of this core. Before the barrier,
-    /// the barrier waited for them (1 KiB round trip 50-80 ns slower).
+    /// the barrier waited for them (1 KiB round trip about 50 ns slower).
     #[inline]
     fn hand_off_lines(&self, off: usize) {
         let lines = finished_lines(off, (self.pos - self.chunk_base) as usize);

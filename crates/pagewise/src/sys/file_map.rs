@@ -468,7 +468,7 @@ impl WriteMap {
     #[inline]
     pub fn demote(&self, offset: usize, len: usize) {
         #[cfg(target_arch = "x86_64")]
-        if let Some(p) = self.raw.at(offset, len, 1) {
+        if let Some(p) = self.raw.at(offset, len, 1).filter(|_| len > 0) {
             let first = p as usize & !63;
             let end = p as usize + len;
             let mut line = first;
