@@ -417,14 +417,19 @@ proptest! {
 }
 
 /// The free `copy` takes its own way above 256 bytes (the process entry,
-/// which jumps to the kernel of the process-wide plan): every size up to
-/// 4 KiB, at the edges of guarded buffers and misaligned.
+/// which jumps to the kernel of the process-wide plan, and with AVX2 copies
+/// up to 512 bytes itself, forwards or, with the destination a little
+/// ahead, backwards): every size up to 4 KiB, at the edges of guarded
+/// buffers, misaligned, the destination behind, ahead of and level with
+/// the source.
 #[test]
 fn the_free_copy_at_every_size_up_to_4096() {
     let mut bench = Bench::new(4096 + 64);
     let places = [
         (Place::Head(0), Place::Head(0)),
         (Place::Head(7), Place::Head(1)),
+        (Place::Head(1), Place::Head(7)),
+        (Place::Head(5), Place::Head(5)),
         (Place::Head(1), Place::Tail),
         (Place::Tail, Place::Head(63)),
     ];
