@@ -812,7 +812,9 @@ pub(super) mod avx512_leaf {
     /// kernel its fast path allows, with `rcx` set to its `copy` thresholds:
     /// with AVX-512 it copies up to 512 bytes itself (the leaf's text, no
     /// taken branch) and jumps to [`copy_above_512`] above; with AVX2 it
-    /// copies up to 512 bytes itself: to a 32-byte aligned destination
+    /// copies up to 512 bytes itself when that is below the table's first
+    /// special class (a measured plan may start one at 257 bytes; the
+    /// defaults never do): to a 32-byte aligned destination
     /// straight-line (`copy_257_384_avx2_asm`, `copy_257_512_avx2_asm`), to
     /// a misaligned one in glibc's loop shape, forwards
     /// (`copy_misaligned_257_512_avx2_asm`) or, with the destination a
@@ -851,6 +853,9 @@ pub(super) mod avx512_leaf {
             "lea rcx, [rip + {process} + {copy}]",
             "cmp rdx, 512",
             "ja 5f",
+            // A measured plan may have a class of its own from 257 bytes.
+            "cmp rdx, qword ptr [rcx + {inline_below}]",
+            "jae 5f",
             "test dil, 31",
             "jnz 7f",
             "cmp rdx, 384",
