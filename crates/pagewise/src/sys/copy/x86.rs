@@ -155,6 +155,10 @@ fn crosses_page(addr: usize, w: usize) -> bool {
 /// Copies with source and destination at the same page offset run the loop
 /// backwards below this size (see `copy_loop`).
 const SAME_OFFSET_BACKWARD_BELOW: usize = 2048;
+// AVX2's process entry copies 257-512 bytes backwards whenever the
+// destination is less than `backward_below` ahead, co-aligned included,
+// which agrees with `copy_loop` only while this holds.
+const _: () = assert!(SAME_OFFSET_BACKWARD_BELOW > 512);
 
 /// Copies `n <= 32` bytes with one masked 32-byte load and store, inline in
 /// the caller (the fast path with [`super::Small::Masked`]): lanes past `n`
