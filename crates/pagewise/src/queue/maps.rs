@@ -13,6 +13,7 @@ use crate::sys::file_map::{FileAdvice, MapPopulator, WriteMap};
 use crate::sys::Errno;
 use std::collections::btree_map::{BTreeMap, Entry};
 use std::fs::File;
+use std::ops::Range;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -161,7 +162,7 @@ impl ChunkMaps {
         drop(dropped);
     }
 
-    /// Drops the page-table entries of the next 1 MiB of the oldest retired
+    /// Drops the page-table entries of the next 64 KiB of the oldest retired
     /// mapping, or unmaps it once it has none; returns whether there was one.
     pub(crate) fn unmap_retired_step(&self) -> bool {
         let mut inner = self.lock();
@@ -193,18 +194,27 @@ impl ChunkMaps {
 /// Allocates (and with `populate`, faults in) pieces of the queue file.
 #[derive(Debug)]
 pub(crate) struct QueuePrepare {
-    pub(crate) maps: Arc<ChunkMaps>,
-    pub(crate) populate: bool,
+    maps: Arc<ChunkMaps>,
+    populate: bool,
+    /// The range `reserve` allocated last (empty: none), which `prepare`
+    /// need not allocate again.
+    reserved: Mutex<Range<u64>>,
 }
 
-impl Prepare for QueuePrepare {
-    fn prepare(&self, offset: u64, len: u64) -> Result<(), QueueError> {
-        let m = &self.maps;
-        if m.left(m.geometry.chunk_of(offset)) {
-            // Behind the writer already (a late low-priority run): nothing
-            // to prepare, and a punched chunk must stay punched.
-            return Ok(());
+impl QueuePrepare {
+    /// Prepares pieces of the chunks in `maps`: allocates them, and with
+    /// `populate` faults them in.
+    pub(crate) fn new(maps: Arc<ChunkMaps>, populate: bool) -> Self {
+        QueuePrepare {
+            maps,
+            populate,
+            reserved: Mutex::default(),
         }
+    }
+
+    /// Allocates `[offset, offset+len)` of the file.
+    fn allocate(&self, offset: u64, len: u64) -> Result<(), QueueError> {
+        let m = &self.maps;
         file::allocate(&m.file, offset, len).map_err(|e| match e.errno() {
             Some(Errno::NOSPC) | Some(Errno::FBIG) | Some(Errno::DQUOT) => QueueError::NoSpace {
                 path: m.path.clone(),
@@ -216,7 +226,26 @@ impl Prepare for QueuePrepare {
                 format!("allocate {len} bytes at offset {offset}"),
                 e,
             ),
-        })?;
+        })
+    }
+
+    fn reserved(&self) -> MutexGuard<'_, Range<u64>> {
+        self.reserved.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+impl Prepare for QueuePrepare {
+    fn prepare(&self, offset: u64, len: u64) -> Result<(), QueueError> {
+        let m = &self.maps;
+        if m.left(m.geometry.chunk_of(offset)) {
+            // Behind the writer already (a late low-priority run): nothing
+            // to prepare, and a punched chunk must stay punched.
+            return Ok(());
+        }
+        let reserved = self.reserved().clone();
+        if !(reserved.start <= offset && offset + len <= reserved.end) {
+            self.allocate(offset, len)?;
+        }
         if self.populate {
             let c = m.geometry.chunk_of(offset);
             let base = m.geometry.chunk_base(c).unwrap_or(u64::MAX);
@@ -247,12 +276,56 @@ impl Prepare for QueuePrepare {
     fn housekeeping_step(&self) -> bool {
         self.maps.unmap_retired_step()
     }
+
+    fn reserve(&self, offset: u64, len: u64) -> Result<bool, QueueError> {
+        let m = &self.maps;
+        let range = offset..offset + len;
+        if !self.populate || m.left(m.geometry.chunk_of(offset)) || *self.reserved() == range {
+            return Ok(false);
+        }
+        self.allocate(offset, len)?;
+        *self.reserved() = range;
+        Ok(true)
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::queue::layout::{Geometry, HEADER_LEN, MIN_CHUNK, VERSION};
+
+    #[test]
+    fn a_reserved_piece_is_allocated_once_and_populated_by_the_next_prepare() {
+        let file = Arc::new(tempfile::tempfile().unwrap());
+        let geometry = Geometry {
+            version: VERSION,
+            chunk_size: MIN_CHUNK,
+            flags: 0,
+            created_unix_ns: 1,
+        };
+        let maps = Arc::new(ChunkMaps::new(
+            PathBuf::from("q"),
+            file.clone(),
+            geometry,
+            false,
+        ));
+        let prep = QueuePrepare::new(maps.clone(), true);
+        assert!(prep.reserve(HEADER_LEN, 4096).unwrap());
+        assert_eq!(file.metadata().unwrap().len(), HEADER_LEN + 4096);
+        // The same range again: nothing to do.
+        assert!(!prep.reserve(HEADER_LEN, 4096).unwrap());
+        prep.prepare(HEADER_LEN, 4096).unwrap();
+        assert!(maps.populator(0).unwrap().is_some());
+        // Without populate there is no second step to split off.
+        let plain = QueuePrepare::new(maps.clone(), false);
+        assert!(!plain.reserve(HEADER_LEN + 4096, 4096).unwrap());
+        assert_eq!(file.metadata().unwrap().len(), HEADER_LEN + 4096);
+        // A chunk the writer left is never allocated again.
+        let map = maps.take(0).unwrap();
+        maps.retire(0, map);
+        assert!(!prep.reserve(HEADER_LEN + 4096, 4096).unwrap());
+        assert_eq!(file.metadata().unwrap().len(), HEADER_LEN + 4096);
+    }
 
     #[test]
     fn a_late_preparation_of_a_chunk_the_writer_left_maps_nothing() {
@@ -265,10 +338,7 @@ mod tests {
             created_unix_ns: 1,
         };
         let maps = Arc::new(ChunkMaps::new(path, file.clone(), geometry, false));
-        let prep = QueuePrepare {
-            maps: maps.clone(),
-            populate: true,
-        };
+        let prep = QueuePrepare::new(maps.clone(), true);
         prep.prepare(HEADER_LEN, 4096).unwrap();
         assert!(maps.populator(0).unwrap().is_some());
         let map = maps.take(0).unwrap();

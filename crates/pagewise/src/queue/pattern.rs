@@ -16,8 +16,9 @@
 //!   when a burst outruns the whole window.
 //! - **Thread → idle time:** while the thread runs, the writer called
 //!   `idle_work` at least [`IDLE_CALLS_TO_RETURN`] × 2^(returns so far)
-//!   times, and enough times that one 4 KiB page per call would have
-//!   prepared twice the bytes it wrote meanwhile. The doubling is the
+//!   times, and enough times that half a 4 KiB page per call (a call
+//!   allocates a page or faults one in) would have prepared twice the bytes
+//!   it wrote meanwhile. The doubling is the
 //!   hysteresis: a writer that alternates bursts and pauses switches less
 //!   and less often instead of flapping.
 
@@ -32,8 +33,9 @@ pub(crate) const CATCH_UP_SPAN: u64 = 1 << 20;
 /// `idle_work` calls (doubled after each return) that stop the thread.
 pub(crate) const IDLE_CALLS_TO_RETURN: u64 = 4096;
 
-/// Bytes one `idle_work` call prepares (one page).
-const IDLE_CALL_BYTES: u64 = 4 << 10;
+/// Bytes one `idle_work` call prepares: half a page (it allocates a page,
+/// or faults in the page the call before allocated).
+const IDLE_CALL_BYTES: u64 = 2 << 10;
 
 /// The largest doubling of [`IDLE_CALLS_TO_RETURN`].
 const MAX_RETURN_SHIFT: u32 = 20;
