@@ -838,9 +838,9 @@ impl Window {
 
     /// One step of idle-time work on the writer's thread: half of the
     /// lowest unprepared piece (its storage, or else its faults) if it ends
-    /// inside `window` bytes of the writer, else one housekeeping step. Returns whether it did anything,
-    /// and whether the pre-toucher switched (the call is what the pattern
-    /// watcher counts as idle time). An error (for example `ENOSPC`) leaves
+    /// inside `window` bytes of the writer, else one housekeeping step.
+    /// Returns whether it did anything, and whether the pre-toucher switched
+    /// (the call is what the pattern watcher counts as idle time). An error (for example `ENOSPC`) leaves
     /// the piece for `append` to retry and report.
     pub(crate) fn idle_step(&mut self) -> Result<(bool, bool), QueueError> {
         let pos = self.shared.writer_pos.load(Ordering::Relaxed);
@@ -858,18 +858,26 @@ impl Window {
         if s.frontier.load(Ordering::Acquire) >= target {
             return Ok(s.prep.housekeeping_step());
         }
-        let state = s.lock();
-        let i = state.lowest_unclaimed();
-        let end = s.piece_start(i + 1);
-        if end > target {
+        // The lowest unclaimed piece, if it ends inside the window.
+        let lowest = |state: &State| {
+            let i = state.lowest_unclaimed();
+            (s.piece_start(i + 1) <= target).then_some(i)
+        };
+        let Some(i) = lowest(&s.lock()) else {
             return Ok(false);
-        }
+        };
         // Idle-time work goes a page at a time, in two calls: the storage
-        // first, then the faults (see `Prepare::reserve`).
+        // first (a system call, made without the lock), then the faults
+        // (see `Prepare::reserve`).
         if s.prep.reserve(s.piece_start(i), s.piece)? {
             return Ok(true);
         }
-        // One piece (a run that ends at `i`).
+        // One piece (a run that ends at it); the thread may have claimed
+        // pieces meanwhile.
+        let state = s.lock();
+        let Some(i) = lowest(&state) else {
+            return Ok(false);
+        };
         s.prepare_run(state, i, i, pos, Preparer::Idle)?;
         Ok(true)
     }
