@@ -232,16 +232,21 @@ impl QueuePrepare {
     fn reserved(&self) -> MutexGuard<'_, Range<u64>> {
         self.reserved.lock().unwrap_or_else(|e| e.into_inner())
     }
+
+    /// Whether the writer already left the chunk that holds `offset` (a late
+    /// low-priority run): nothing there to allocate or fault in, and a
+    /// punched chunk must stay punched.
+    fn behind_writer(&self, offset: u64) -> bool {
+        self.maps.left(self.maps.geometry.chunk_of(offset))
+    }
 }
 
 impl Prepare for QueuePrepare {
     fn prepare(&self, offset: u64, len: u64) -> Result<(), QueueError> {
-        let m = &self.maps;
-        if m.left(m.geometry.chunk_of(offset)) {
-            // Behind the writer already (a late low-priority run): nothing
-            // to prepare, and a punched chunk must stay punched.
+        if self.behind_writer(offset) {
             return Ok(());
         }
+        let m = &self.maps;
         let reserved = self.reserved().clone();
         if !(reserved.start <= offset && offset + len <= reserved.end) {
             self.allocate(offset, len)?;
@@ -278,9 +283,8 @@ impl Prepare for QueuePrepare {
     }
 
     fn reserve(&self, offset: u64, len: u64) -> Result<bool, QueueError> {
-        let m = &self.maps;
         let range = offset..offset + len;
-        if !self.populate || m.left(m.geometry.chunk_of(offset)) || *self.reserved() == range {
+        if !self.populate || self.behind_writer(offset) || *self.reserved() == range {
             return Ok(false);
         }
         self.allocate(offset, len)?;

@@ -18,9 +18,9 @@
 //!   `idle_work` at least [`IDLE_CALLS_TO_RETURN`] × 2^(returns so far)
 //!   times, and enough times that half a 4 KiB page per call (a call
 //!   allocates a page or faults one in) would have prepared twice the bytes
-//!   it wrote meanwhile. The doubling is the
-//!   hysteresis: a writer that alternates bursts and pauses switches less
-//!   and less often instead of flapping.
+//!   it wrote meanwhile. The doubling is the hysteresis: a writer that
+//!   alternates bursts and pauses switches less and less often instead of
+//!   flapping.
 
 /// Catch-ups within [`CATCH_UP_SPAN`] that start the thread: half the
 /// catch-ups of a writer that never idles (16 per MiB), so that at least

@@ -840,8 +840,9 @@ impl Window {
     /// lowest unprepared piece (its storage, or else its faults) if it ends
     /// inside `window` bytes of the writer, else one housekeeping step.
     /// Returns whether it did anything, and whether the pre-toucher switched
-    /// (the call is what the pattern watcher counts as idle time). An error (for example `ENOSPC`) leaves
-    /// the piece for `append` to retry and report.
+    /// (the call is what the pattern watcher counts as idle time). An error
+    /// (for example `ENOSPC`) leaves the piece for `append` to retry and
+    /// report.
     pub(crate) fn idle_step(&mut self) -> Result<(bool, bool), QueueError> {
         let pos = self.shared.writer_pos.load(Ordering::Relaxed);
         let mut switched = false;

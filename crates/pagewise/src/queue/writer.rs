@@ -546,8 +546,8 @@ impl Writer {
     /// 4 KiB piece of the window (one call allocates it, about 0.7 µs on
     /// tmpfs; the next faults it in, about 1.5–2 µs) when the window is
     /// short, or takes a retired chunk's mapping down by 64 KiB (a
-    /// microsecond or two). Returns whether there
-    /// was work. Call it while a paced writer waits for its next record;
+    /// microsecond or two). Returns whether there was work. Call it while a
+    /// paced writer waits for its next record;
     /// in [`PreTouchMode::Idle`] it is what keeps appends free of
     /// page faults. Does nothing without pre-touch.
     pub fn idle_work(&mut self) -> Result<bool, QueueError> {

@@ -936,8 +936,8 @@ unsafe fn avx512_copy(dst: &mut [u8], src: &[u8], t: &Thresholds, entry: usize) 
     // LLVM lets the first case of an `if` fall through, so without the
     // hint the smallest sizes took none and 64-128 B took two, which cost
     // those copies 2 cycles (0.67 ns) in a C replica of this dispatch on an
-    // Emerald Rapids guest and left them at 0.87-0.97x glibc in `bench
-    // memcpy`, where up to 32 B had 1.27-1.69x to spare.
+    // Emerald Rapids guest and left them at 0.86-0.97x glibc in `bench
+    // memcpy`, where up to 32 B had 1.27-2.0x to spare (docs/copy.md).
     // SAFETY (all five calls): AVX-512 as the caller guarantees; both slices
     // hold n bytes and cannot overlap (one is borrowed mutably); each inline
     // copy gets the sizes it needs (n < entry <= 129); `copy_129_512` is
