@@ -37,7 +37,7 @@ use crate::{paired, Machine, Progress, Summary};
 use pagewise::copy::tune::TimingBuffers;
 use pagewise::copy::Plan;
 use pagewise::copy::Routine;
-use pagewise::os::copy::{glibc_memcpy, glibc_memset};
+use pagewise::os::copy::{flush_from_caches, glibc_memcpy, glibc_memset};
 use pagewise::os::dl::{CCopy, CFill, DlError, Library};
 use pagewise::os::SysError;
 use pagewise::units::format_bytes_exact;
@@ -566,6 +566,13 @@ impl Caches {
         }
     }
 
+    /// Whether a cold walk that touches `footprint` bytes could find them
+    /// still cached from the walk before (of the other side, or of the row
+    /// before): below twice the LLC, the walk's lines are flushed first.
+    fn walk_may_stay_cached(&self, footprint: usize) -> bool {
+        footprint < 2 * self.llc
+    }
+
     /// The sizes of `op` that are too large for a hot row here, and what the
     /// largest hot row may be, in words: for a run without cold rows, which
     /// would otherwise leave them out without a word.
@@ -929,6 +936,18 @@ fn blocks(spec: &Spec, pool: usize) -> Vec<(usize, usize)> {
         .collect()
 }
 
+/// Flushes from the caches the lines a cold walk over `blocks` of `n`-byte
+/// calls touches (the source's too for a copy).
+fn flush_blocks(op: Op, bufs: &mut TimingBuffers, n: usize, blocks: &[(usize, usize)]) {
+    let (dst, src) = bufs.slices();
+    for &(s, d) in blocks {
+        flush_from_caches(&dst[d..d + n]);
+        if op == Op::Memcpy {
+            flush_from_caches(&src[s..s + n]);
+        }
+    }
+}
+
 /// Times one trial: GB/s.
 fn trial(
     op: Op,
@@ -1145,11 +1164,19 @@ pub fn run(op: Op, options: &Options, progress: &dyn Progress) -> Result<Report,
             } else {
                 1
             };
+            // A cold walk of small calls touches only a few lines of each
+            // block: tens of MiB, which a large LLC keeps from one walk to
+            // the next, so those walks start from flushed lines instead.
+            let flush = !spec.residency.is_hot()
+                && caches.walk_may_stay_cached(op.footprint(spec.bytes) * blocks.len());
             for t in 0..trials {
                 let order = trial_order(t, c_library.is_some());
                 let mut best = [0.0f64; 3];
                 for _ in 0..runs {
                     for &side in &order {
+                        if flush {
+                            flush_blocks(op, &mut bufs, spec.bytes, &blocks);
+                        }
                         let gbps = trial(op, side, &mut bufs, spec, &blocks);
                         best[side.index()] = best[side.index()].max(gbps);
                     }
@@ -1486,6 +1513,10 @@ mod tests {
         assert_eq!(caches.hot_level(2 * (512 << 10)), Some(Residency::L2));
         assert_eq!(caches.hot_level(2 * (16 << 20)), Some(Residency::Llc));
         assert_eq!(caches.hot_level(2 * (32 << 20)), None);
+        // Cold walks: a few MiB of small calls are flushed first, a walk of
+        // twice the LLC evicts itself.
+        assert!(caches.walk_may_stay_cached(2 * 33 * 32_767));
+        assert!(!caches.walk_may_stay_cached(2 * caches.llc));
         let options = Options {
             sizes: vec![64, 1 << 30],
             ..Options::default()

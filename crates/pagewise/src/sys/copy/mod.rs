@@ -1208,9 +1208,58 @@ pub fn glibc_memset(dst: &mut [u8], byte: u8) {
     }
 }
 
+/// Writes back and drops from every cache level the lines that hold `bytes`
+/// (`clflushopt` on each 64-byte line, or `clflush` on a CPU without it,
+/// then `mfence`), so that the next access to them comes from memory: what
+/// "cold" benchmark rows need when the bytes one timed walk touches fit in
+/// the last-level cache. Costs a memory write per dirty line; `clflush`
+/// also waits for each line in turn, `clflushopt` does not.
+pub fn flush_from_caches(bytes: &[u8]) {
+    #[cfg(target_arch = "x86_64")]
+    if !bytes.is_empty() {
+        static HAS_CLFLUSHOPT: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+        // SAFETY: `cpuid` is part of x86-64; leaf 7 reads as zeros where it
+        // is not implemented.
+        let opt = *HAS_CLFLUSHOPT
+            .get_or_init(|| core::arch::x86_64::__cpuid_count(7, 0).ebx & (1 << 23) != 0);
+        let start = bytes.as_ptr() as usize & !63;
+        let end = bytes.as_ptr() as usize + bytes.len();
+        for line in (start..end).step_by(64) {
+            // SAFETY: `line` starts a cache line that holds a byte of
+            // `bytes`, which is mapped; a flush reads nothing and changes no
+            // data. `clflush` is SSE2, part of x86-64; `clflushopt` runs
+            // only where CPUID says the CPU has it.
+            unsafe {
+                if opt {
+                    core::arch::asm!("clflushopt [{}]", in(reg) line, options(nostack, preserves_flags));
+                } else {
+                    core::arch::x86_64::_mm_clflush(line as *const u8);
+                }
+            }
+        }
+        // SAFETY: a fence has no operands; it orders the flushes before the
+        // accesses that follow.
+        unsafe { core::arch::x86_64::_mm_mfence() };
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = bytes;
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn flushing_lines_from_the_caches_keeps_their_bytes() {
+        let bytes: Vec<u8> = (0..10_000u32).map(|i| (i * 7 % 251) as u8).collect();
+        let before = bytes.clone();
+        // Unaligned starts, a part of one line, lines across a page, nothing.
+        for (start, len) in [(0, 10_000), (3, 61), (4090, 20), (1, 0), (9_999, 1)] {
+            flush_from_caches(&bytes[start..start + len]);
+        }
+        flush_from_caches(&[]);
+        assert_eq!(bytes, before);
+    }
 
     fn class(from: usize, by_placement: [Strategy; 3]) -> Class {
         Class { from, by_placement }
