@@ -549,8 +549,7 @@ fn streams_of(table: &[Class]) -> Option<u8> {
 ///   avoided when the destination is 1–1023 B ahead of the source modulo
 ///   1 MiB (its slow mode) or modulo 4 KiB below 512 KiB; non-temporal stores
 ///   from a quarter of the LLC, 32 pages side by side. Fills: the loop, `rep
-///   stosb` from 9 KiB for misaligned destinations and from 16 KiB for all,
-///   non-temporal from half the LLC. The smallest copies inline with masked
+///   stosb` from 9 KiB ([`FILL_REP_MIN`]), non-temporal from half the LLC. The smallest copies inline with masked
 ///   moves ([`Small::Masked`]): on an Emerald Rapids guest (2026-12-01) the
 ///   guarded leaf ran hot 8-128 B copies at 0.71-1.09 of glibc and inline
 ///   masked moves at 0.94-2.00 (`pagewise tune`: worst ratios 0.67 against
@@ -664,7 +663,7 @@ pub fn default_tables(kind: CpuKind, isa: Isa, erms: bool, llc: Option<u64>) -> 
             if erms {
                 // The 32-byte loop keeps up with `rep` over fewer sizes.
                 let (copy_rep, fill_rep, fill_rep_misaligned) = if isa == Isa::Avx512 {
-                    (COPY_REP_MIN, FILL_REP_MIN, INTEL_FILL_REP_MISALIGNED_MIN)
+                    (COPY_REP_MIN, FILL_REP_MIN, FILL_REP_MIN)
                 } else {
                     (
                         INTEL_NARROW_COPY_REP_MIN,
@@ -1187,8 +1186,23 @@ fn set_rep(table: &mut Vec<Class>, range: Option<(usize, usize)>, isa: Isa) {
 /// ran at 1.02–1.04 of glibc's `rep movsb` at 16 KiB and 20,000 B, 0.93–0.95
 /// at 32 KiB.
 const COPY_REP_MIN: usize = 24 << 10;
-/// Smallest fill that uses `rep stosb` on Intel with ERMS.
-const FILL_REP_MIN: usize = 16 << 10;
+/// Smallest fill that uses `rep stosb` on Intel with ERMS, wherever the
+/// destination starts. With a misaligned destination, measured on an
+/// Emerald Rapids guest (2026-12-01, `bench memset` with the defaults, three
+/// alternating runs against `rep stosb` from 4 KiB, ratios to glibc, one
+/// byte past a line): the loop, which no longer stores across a page, ran
+/// hot 4 KiB at 1.19-1.34 (against 0.92-0.98), 6000 B 1.13-1.25
+/// (0.92-0.97), 8 KiB 1.06-1.12 (0.91-0.95), and cold 4-8 KiB as fast or
+/// faster; from 10,000 B it lost cold (0.86-0.90 against 1.04-1.10) while
+/// winning hot (1.04-1.17 against 0.92-0.98). With an aligned destination
+/// (from 16 KiB until 2026-12-04): once the cold rows started from flushed
+/// lines, the loop's cold fills of 9-12,000 B ran at 0.91-0.93 of glibc's
+/// `rep stosb` (0.85 at worst) and `rep stosb` from 9 KiB at 0.98-1.01, hot
+/// 0.99 against 1.00-1.03 (another Emerald Rapids guest, `bench memset
+/// --sizes 9216,10000,12000,16384 --trials 5`, four alternating processes
+/// of each build; 16 KiB level). A loop fill stores into lines it first reads from memory; `rep
+/// stosb` writes whole lines without reading them.
+const FILL_REP_MIN: usize = 9 << 10;
 /// Smallest copy that uses `rep movsb` on Intel with ERMS but without
 /// AVX-512 (the E-core Xeons, client parts, or `PAGEWISE_COPY_ISA=avx2`):
 /// the 32-byte loop keeps up with `rep movsb` over fewer sizes than the
@@ -1249,18 +1263,8 @@ const ZEN4_COPY_GLIBC_ALIGNED_END: usize = 1 << 20;
 /// and, up to [`ZEN4_FILL_REP_MISALIGNED_END`], on Zen 4. First chosen on the
 /// Intel VM (2026-11-21: 0.86 vs 0.95 of glibc at 4 KiB, while the loop's last
 /// store still crossed into the next page); Intel now has its own
-/// [`INTEL_FILL_REP_MISALIGNED_MIN`].
+/// [`FILL_REP_MIN`].
 const FILL_REP_MISALIGNED_MIN: usize = 4096;
-/// Smallest fill with a misaligned destination that uses `rep stosb` on
-/// Intel. Measured on an Emerald Rapids guest (2026-12-01, `bench memset`
-/// with the defaults, three alternating runs against `rep stosb` from 4 KiB,
-/// ratios to glibc, one byte past a line): the loop, which no longer stores
-/// across a page, ran hot 4 KiB at 1.19-1.34 (against 0.92-0.98), 6000 B
-/// 1.13-1.25 (0.92-0.97), 8 KiB 1.06-1.12 (0.91-0.95), and cold 4-8 KiB as
-/// fast or faster; from 10,000 B it lost cold (0.86-0.90 against 1.04-1.10)
-/// while winning hot (1.04-1.17 against 0.92-0.98). Nothing was measured
-/// between 8 KiB and 10,000 B.
-const INTEL_FILL_REP_MISALIGNED_MIN: usize = 9 << 10;
 /// First fill size with a misaligned destination that goes back to the loop
 /// on Zen 4 (AMD family 0x19 with AVX-512) with ERMS. Measured on the Zen 4
 /// guest (2026-11-25, ratios to glibc, whose `memset` is `rep stosb` from
@@ -1396,11 +1400,9 @@ mod tests {
         assert_eq!(p.tables.small, Small::Masked);
         assert_eq!(p.cpu_kind, CpuKind::Intel);
         assert_eq!(streams_of(&p.tables.copy), Some(32));
-        // Misaligned fills use rep stosb from 9 KiB, aligned ones from 16 KiB;
-        // the loop below.
+        // Every fill uses rep stosb from 9 KiB; the loop below.
         let c = p.tables.fill.iter().find(|c| c.from == 9 << 10).unwrap();
-        assert_eq!(c.by_placement[Placement::Other as usize], Strategy::Rep);
-        assert!(matches!(c.by_placement[0], Strategy::Loop { .. }));
+        assert_eq!(c.by_placement, [Strategy::Rep; 3]);
         let below = p.tables.fill.iter().rfind(|c| c.from < 9 << 10).unwrap();
         assert!(matches!(
             below.by_placement[Placement::Other as usize],
