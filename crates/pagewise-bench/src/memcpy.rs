@@ -37,7 +37,7 @@ use crate::{paired, Machine, Progress, Summary};
 use pagewise::copy::tune::TimingBuffers;
 use pagewise::copy::Plan;
 use pagewise::copy::Routine;
-use pagewise::os::copy::{flush_from_caches, glibc_memcpy, glibc_memset};
+use pagewise::os::copy::{glibc_memcpy, glibc_memset};
 use pagewise::os::dl::{CCopy, CFill, DlError, Library};
 use pagewise::os::SysError;
 use pagewise::units::format_bytes_exact;
@@ -566,13 +566,6 @@ impl Caches {
         }
     }
 
-    /// Whether a cold walk that touches `footprint` bytes could find them
-    /// still cached from the walk before (of the other side, or of the row
-    /// before): below twice the LLC, the walk's lines are flushed first.
-    fn walk_may_stay_cached(&self, footprint: usize) -> bool {
-        footprint < 2 * self.llc
-    }
-
     /// The sizes of `op` that are too large for a hot row here, and what the
     /// largest hot row may be, in words: for a run without cold rows, which
     /// would otherwise leave them out without a word.
@@ -688,8 +681,14 @@ fn specs(op: Op, options: &Options, caches: &Caches) -> Vec<Spec> {
 /// The buffers of a row: `tune`'s [`TimingBuffers`] (the destination
 /// `DST_SHIFT` past the source modulo `DST_ALIAS_SPAN`), with a source
 /// for memcpy only, on THP when `huge_pages`.
-fn buffers(op: Op, len: usize, huge_pages: bool) -> Result<TimingBuffers, BenchError> {
+fn buffers(
+    op: Op,
+    len: usize,
+    huge_pages: bool,
+    llc_bytes: usize,
+) -> Result<TimingBuffers, BenchError> {
     TimingBuffers::new(len, op == Op::Memcpy, huge_pages)
+        .map(|b| b.with_llc(llc_bytes))
         .map_err(|(bytes, error)| BenchError::Map { bytes, error })
 }
 
@@ -936,18 +935,6 @@ fn blocks(spec: &Spec, pool: usize) -> Vec<(usize, usize)> {
         .collect()
 }
 
-/// Flushes from the caches the lines a cold walk over `blocks` of `n`-byte
-/// calls touches (the source's too for a copy).
-fn flush_blocks(op: Op, bufs: &mut TimingBuffers, n: usize, blocks: &[(usize, usize)]) {
-    let (dst, src) = bufs.slices();
-    for &(s, d) in blocks {
-        flush_from_caches(&dst[d..d + n]);
-        if op == Op::Memcpy {
-            flush_from_caches(&src[s..s + n]);
-        }
-    }
-}
-
 /// Times one trial: GB/s.
 fn trial(
     op: Op,
@@ -1144,7 +1131,7 @@ pub fn run(op: Op, options: &Options, progress: &dyn Progress) -> Result<Report,
     for (residency_hot, len) in [(true, hot_len), (false, cold_len)] {
         let Some(len) = len else { continue };
         let len = len.div_ceil(2 << 20) * (2 << 20);
-        let mut bufs = buffers(op, len, options.huge_pages)?;
+        let mut bufs = buffers(op, len, options.huge_pages, caches.llc)?;
         for spec in specs
             .iter()
             .filter(|s| s.residency.is_hot() == residency_hot)
@@ -1164,18 +1151,15 @@ pub fn run(op: Op, options: &Options, progress: &dyn Progress) -> Result<Report,
             } else {
                 1
             };
-            // A cold walk of small calls touches only a few lines of each
-            // block: tens of MiB, which a large LLC keeps from one walk to
-            // the next, so those walks start from flushed lines instead.
-            let flush = !spec.residency.is_hot()
-                && caches.walk_may_stay_cached(op.footprint(spec.bytes) * blocks.len());
             for t in 0..trials {
                 let order = trial_order(t, c_library.is_some());
                 let mut best = [0.0f64; 3];
                 for _ in 0..runs {
                     for &side in &order {
-                        if flush {
-                            flush_blocks(op, &mut bufs, spec.bytes, &blocks);
+                        if !spec.residency.is_hot() {
+                            // From flushed lines where the LLC could hold the walk.
+                            let starts = blocks.iter().copied();
+                            bufs.start_cold_walk(starts, spec.bytes, op == Op::Memcpy);
                         }
                         let gbps = trial(op, side, &mut bufs, spec, &blocks);
                         best[side.index()] = best[side.index()].max(gbps);
@@ -1339,7 +1323,7 @@ fn run_fleet(
     let max = dist.sizes.max() as usize;
     // Random offsets spread over twice the largest size (at least 256 KiB).
     let region = (2 * max + SLACK).max(256 << 10).div_ceil(4096) * 4096;
-    let mut bufs = buffers(op, region, options.huge_pages)?;
+    let mut bufs = buffers(op, region, options.huge_pages, 0)?;
     let mut rng = SplitMix64::new(options.seed);
     let sizes = dist.sizes.sampler();
     let aligns = dist.alignments.sampler();
@@ -1484,7 +1468,7 @@ mod tests {
         // No run in this test binary loads one.
         assert_eq!(c_copy_code(&mut [0u8; 4], &[1, 2, 3, 4]), None);
         assert_eq!(c_fill_code(&mut [0u8; 4], 1), None);
-        let mut bufs = buffers(Op::Memcpy, 2 << 20, false).unwrap();
+        let mut bufs = buffers(Op::Memcpy, 2 << 20, false, 0).unwrap();
         let spec = Spec {
             bytes: 64,
             residency: Residency::L1,
@@ -1513,10 +1497,7 @@ mod tests {
         assert_eq!(caches.hot_level(2 * (512 << 10)), Some(Residency::L2));
         assert_eq!(caches.hot_level(2 * (16 << 20)), Some(Residency::Llc));
         assert_eq!(caches.hot_level(2 * (32 << 20)), None);
-        // Cold walks: a few MiB of small calls are flushed first, a walk of
-        // twice the LLC evicts itself.
-        assert!(caches.walk_may_stay_cached(2 * 33 * 32_767));
-        assert!(!caches.walk_may_stay_cached(2 * caches.llc));
+
         let options = Options {
             sizes: vec![64, 1 << 30],
             ..Options::default()
@@ -1568,7 +1549,7 @@ mod tests {
     #[test]
     fn the_destination_sits_a_fixed_distance_past_the_source() {
         for len in [4 << 20, (4 << 20) + 4096] {
-            let mut bufs = buffers(Op::Memcpy, len, true).unwrap();
+            let mut bufs = buffers(Op::Memcpy, len, true, 0).unwrap();
             let (dst, src) = bufs.slices();
             assert_eq!((dst.len(), src.len()), (len, len));
             let distance = (dst.as_ptr() as usize).wrapping_sub(src.as_ptr() as usize);

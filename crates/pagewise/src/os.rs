@@ -18,7 +18,7 @@ pub mod clock {
 
 /// glibc's own copy routines, for comparison.
 pub mod copy {
-    pub use crate::sys::copy::{flush_from_caches, glibc_memcpy, glibc_memset};
+    pub use crate::sys::copy::{glibc_memcpy, glibc_memset};
 }
 
 /// Loading a shared library (`dlopen`) to call pagewise's C entry points

@@ -34,7 +34,7 @@
 use super::cache::{MachineKey, Tuned, SCHEMA};
 use super::plan::{default_tables, overlay_placement, strategy_at, Plan, Table};
 use super::{Copier, Isa, LoopBlock, Placement, Small, Strategy};
-use crate::sys::copy::{glibc_memcpy, glibc_memset, Class};
+use crate::sys::copy::{flush_from_caches, glibc_memcpy, glibc_memset, Class};
 use crate::sys::mem::{Advice, AnonMapping, MapOptions};
 use serde::Serialize;
 use std::hint::black_box;
@@ -303,6 +303,9 @@ pub struct TimingBuffers {
     dst: AnonMapping,
     dst_start: usize,
     len: usize,
+    /// Cold walks that touch fewer bytes than this start from flushed lines
+    /// ([`TimingBuffers::start_cold_walk`]); 0 until told the LLC.
+    flush_walks_below: usize,
 }
 
 impl TimingBuffers {
@@ -340,7 +343,49 @@ impl TimingBuffers {
             dst,
             dst_start,
             len,
+            flush_walks_below: 0,
         })
+    }
+
+    /// Tells the buffers the last-level cache's size: from then on
+    /// [`TimingBuffers::start_cold_walk`] flushes a walk that touches less
+    /// than twice it. Builder-style; costs nothing.
+    pub fn with_llc(mut self, llc_bytes: usize) -> TimingBuffers {
+        self.flush_walks_below = llc_bytes.saturating_mul(2);
+        self
+    }
+
+    /// Call before a cold walk of `n`-byte calls at `starts` (source and
+    /// destination offsets, as in [`TimingBuffers::slices`]; the source
+    /// only `with_source`): when the walk touches fewer bytes than twice the
+    /// LLC ([`TimingBuffers::with_llc`]), flushes its lines from every cache
+    /// level, since a large LLC keeps a walk of small calls (a few MiB) from
+    /// the walk before, and "cold" would time LLC hits. Returns whether it
+    /// flushed. Costs a memory write per dirty line and a few ns per clean
+    /// one (tens of ms for the largest walk it flushes).
+    pub fn start_cold_walk(
+        &mut self,
+        starts: impl Iterator<Item = (usize, usize)> + Clone,
+        n: usize,
+        with_source: bool,
+    ) -> bool {
+        let sides = if with_source { 2 } else { 1 };
+        let touched = starts
+            .clone()
+            .count()
+            .saturating_mul(n)
+            .saturating_mul(sides);
+        if touched >= self.flush_walks_below {
+            return false;
+        }
+        let (dst, src) = self.slices();
+        for (s, d) in starts {
+            flush_from_caches(&dst[d..d + n]);
+            if with_source {
+                flush_from_caches(&src[s..s + n]);
+            }
+        }
+        true
     }
 
     /// The destination (`len` bytes) and the source buffer.
@@ -353,8 +398,9 @@ impl TimingBuffers {
 }
 
 /// [`TimingBuffers::new`] for `tune`: on THP, a failure as [`TuneError::Map`].
-fn buffers(len: usize, with_source: bool) -> Result<TimingBuffers, TuneError> {
+fn buffers(len: usize, with_source: bool, llc_bytes: usize) -> Result<TimingBuffers, TuneError> {
     TimingBuffers::new(len, with_source, true)
+        .map(|b| b.with_llc(llc_bytes))
         .map_err(|(bytes, error)| TuneError::Map { bytes, error })
 }
 
@@ -397,8 +443,6 @@ fn time_one(
     hot: bool,
     at: (usize, usize),
 ) -> f64 {
-    let (dst, src) = bufs.slices();
-    let (dst, src) = black_box((dst, src));
     let call = |d: &mut [u8], s: &[u8]| match (op, runner) {
         (Op::Copy, Runner::Pagewise(c)) => {
             let _ = c.copy(d, s);
@@ -415,6 +459,7 @@ fn time_one(
         }
     };
     if hot {
+        let (dst, src) = black_box(bufs.slices());
         let (s, d) = at;
         let reps = (HOT_BYTES / n).clamp(4, 1 << 16);
         let s0 = src_for(src, s);
@@ -434,13 +479,16 @@ fn time_one(
         best
     } else {
         let stride = (n + 4096).next_multiple_of(4096).max(COLD_STRIDE);
-        let fit = ((dst.len() - 4096) / stride).max(1);
+        let fit = ((bufs.slices().0.len() - 4096) / stride).max(1);
         let calls = fit.min((COLD_BYTES / n).max(1)).min(4096);
         // The best of two passes up to a few MiB (a pass the scheduler
         // interrupted does not count); larger ones take long enough.
         let passes = if n <= 4 << 20 { 2 } else { 1 };
         let mut best = 0.0f64;
         for _ in 0..passes {
+            let starts = (0..calls).map(|k| (k * stride + at.0, k * stride + at.1));
+            bufs.start_cold_walk(starts, n, op == Op::Copy);
+            let (dst, src) = black_box(bufs.slices());
             let t = Instant::now();
             for k in 0..calls {
                 let (s, d) = (k * stride + at.0, k * stride + at.1);
@@ -703,8 +751,9 @@ fn tune_small(
     default: Small,
     rounds: usize,
     margin: f64,
+    llc_bytes: usize,
 ) -> Result<(Small, Vec<Timing>), TuneError> {
-    let mut bufs = buffers(64 << 20, true)?;
+    let mut bufs = buffers(64 << 20, true, llc_bytes)?;
     let Some(copiers) = copiers_of(base, &Small::ALL, |plan, small| plan.tables.small = small)
     else {
         return Ok((default, Vec::new()));
@@ -750,8 +799,9 @@ fn tune_loop_block(
     default: LoopBlock,
     rounds: usize,
     margin: f64,
+    llc_bytes: usize,
 ) -> Result<(LoopBlock, Vec<Timing>), TuneError> {
-    let mut bufs = buffers(64 << 20, true)?;
+    let mut bufs = buffers(64 << 20, true, llc_bytes)?;
     let Some(copiers) = copiers_of(base, &LoopBlock::ALL, |plan, block| {
         plan.tables.loop_block = block;
     }) else {
@@ -926,7 +976,13 @@ pub fn tune(options: &Options, progress: &dyn Progress) -> Result<Report, TuneEr
 
     progress.update(step, total, "small sizes: masked or plain moves");
     let (small, small_timings) = if isa == Isa::Avx512 {
-        tune_small(&base, defaults.small, rounds, options.margin)?
+        tune_small(
+            &base,
+            defaults.small,
+            rounds,
+            options.margin,
+            options.llc_bytes,
+        )?
     } else {
         (defaults.small, Vec::new())
     };
@@ -937,15 +993,24 @@ pub fn tune(options: &Options, progress: &dyn Progress) -> Result<Report, TuneEr
         total,
         "copy loop: four or eight vectors per iteration",
     );
-    let (loop_block, loop_block_timings) =
-        tune_loop_block(&base, defaults.loop_block, rounds, options.margin)?;
+    let (loop_block, loop_block_timings) = tune_loop_block(
+        &base,
+        defaults.loop_block,
+        rounds,
+        options.margin,
+        options.llc_bytes,
+    )?;
     base.tables.loop_block = loop_block;
     step += 1;
 
     let mut choices = Vec::new();
     for op in [Op::Copy, Op::Fill] {
         let name = if op == Op::Copy { "copy" } else { "fill" };
-        let mut bufs = buffers(pool.max(largest + (4 << 20)), op == Op::Copy)?;
+        let mut bufs = buffers(
+            pool.max(largest + (4 << 20)),
+            op == Op::Copy,
+            options.llc_bytes,
+        )?;
         let placements: &[Placement] = if op == Op::Copy {
             &Placement::ALL
         } else {
@@ -1147,6 +1212,27 @@ fn strategy_of_label(label: &str, isa: Isa) -> Strategy {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_cold_walk_is_flushed_only_when_the_llc_could_hold_it() {
+        let mut bufs = TimingBuffers::new(4 << 20, true, false).unwrap();
+        let starts = || (0..16).map(|k| (k * 65_536 + 7, k * 65_536 + 1));
+        // Not told the LLC: never flushed.
+        assert!(!bufs.start_cold_walk(starts(), 33, true));
+        // 16 calls of 33 B from source and destination: 1,056 bytes,
+        // flushed below twice the LLC.
+        let mut bufs = bufs.with_llc(529);
+        assert!(bufs.start_cold_walk(starts(), 33, true));
+        let mut bufs = bufs.with_llc(528);
+        assert!(!bufs.start_cold_walk(starts(), 33, true));
+        // A fill's walk counts the destination only.
+        assert!(bufs.start_cold_walk(starts(), 33, false));
+        // Flushing moves no byte: the source still holds its pattern, the
+        // destination its zeros.
+        let (dst, src) = bufs.slices();
+        assert!(dst.iter().all(|&b| b == 0));
+        assert!(src.iter().enumerate().all(|(i, &b)| b == (i % 251) as u8));
+    }
 
     #[test]
     fn the_grid_starts_above_the_loop_free_sizes_and_stops_at_the_largest() {
@@ -1403,7 +1489,8 @@ pub fn limit(copy: bool, n: usize, rounds: usize) -> Result<Vec<LimitTiming>, Tu
     let op = if copy { Op::Copy } else { Op::Fill };
     let base = Plan::detect();
     let cands = candidates(&base, n.max(256 << 10), base.erms);
-    let mut bufs = buffers(n + (4 << 20), copy)?;
+    // One call of `n` bytes from memory: no walk to flush (LLC 0).
+    let mut bufs = buffers(n + (4 << 20), copy, 0)?;
     let k = cands.len() + 1;
     let mut speeds = vec![Vec::new(); k];
     for r in 0..rounds.max(1) {
