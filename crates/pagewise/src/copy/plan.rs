@@ -1025,6 +1025,11 @@ impl Plan {
                     "inline in the caller: up to 128 B scalar and 16-byte stores from both \
                      ends; then overlapping {w}-byte stores from both ends, {eight}"
                 ),
+                (Isa::Avx2, _, _) => format!(
+                    "inline in the caller: up to 32 B scalar and 16-byte moves from both \
+                     ends; then a direct call: overlapping {w}-byte moves from both ends, \
+                     {eight}"
+                ),
                 _ => format!(
                     "inline in the caller: up to 64 B scalar and 16-byte moves from both \
                      ends; then overlapping {w}-byte moves from both ends, {eight}"

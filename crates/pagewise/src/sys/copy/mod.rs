@@ -826,11 +826,18 @@ pub fn fast_copy(dst: &mut [u8], src: &[u8], t: &Thresholds) -> bool {
 }
 
 /// Copies without AVX-512 (the fast path, and [`Kernel::copy`] for AVX2
-/// and SSE2): up to 64 bytes in place with plain and 16-byte moves, which
+/// and SSE2): up to 32 bytes in place with plain and 16-byte moves, which
 /// need no instruction set and no plan; larger sizes a jump to the kernel of
 /// the instruction set `code()` gives (an [`Isa::code`]; AVX2's tested
-/// first; read only for those sizes). Returns `false`, having done nothing,
-/// when that code is neither AVX2's nor SSE2's (no fast path yet).
+/// first; read only for those sizes), except that without AVX2 up to 64
+/// bytes stay in place (four 16-byte moves). Returns `false`, having done
+/// nothing, when that code is neither AVX2's nor SSE2's (no fast path yet).
+///
+/// With AVX2, 33-64 bytes are the kernel's two 32-byte moves: the four
+/// 16-byte moves in place, three taken jumps from the entry, ran those
+/// copies at 0.90-0.95 of glibc's two 32-byte moves, the kernel at
+/// 1.13-1.24 (AVX2 pinned on both sides on an Emerald Rapids guest,
+/// 2026-12-04; docs/copy.md).
 ///
 /// Each size is a compare or two from the entry. The path this replaced
 /// tested the instruction set (a chain of compares), then the size
@@ -848,7 +855,7 @@ unsafe fn narrow_copy(
     code: impl FnOnce() -> u8,
 ) -> bool {
     let n = dst.len().min(src.len());
-    if n <= 64 {
+    if n <= 32 {
         return copy_small(dst, src);
     }
     let code = code();
@@ -856,11 +863,14 @@ unsafe fn narrow_copy(
     {
         let (d, s) = (dst.as_mut_ptr(), src.as_ptr());
         // SAFETY (both calls): the caller guarantees the CPU has the
-        // instruction set of `code`; both slices hold n > 64 bytes and
-        // cannot overlap (one is borrowed mutably).
+        // instruction set of `code`; both slices hold n > 32 bytes (n > 64
+        // for SSE2's) and cannot overlap (one is borrowed mutably).
         if code == Isa::Avx2.code() {
             unsafe { x86::avx2::copy_gt16(d, s, n, t) };
             return true;
+        }
+        if n <= 64 {
+            return copy_small(dst, src);
         }
         if code == Isa::Sse2.code() {
             unsafe { x86::sse2::copy_gt16(d, s, n, t) };
@@ -968,7 +978,7 @@ unsafe fn avx512_copy(dst: &mut [u8], src: &[u8], t: &Thresholds, entry: usize) 
 /// Copies `min(dst.len(), src.len())` bytes with `isa`'s kernels: with
 /// AVX-512 a direct call of its kernel (sizes up to 512 bytes are a leaf
 /// there, laid out by hand); with AVX2 or SSE2, [`narrow_copy`]: sizes up
-/// to 64 bytes in place and a direct call for larger ones.
+/// to 32 bytes (64 with SSE2) in place and a direct call for larger ones.
 ///
 /// # Safety
 /// The CPU must support `isa` (as a [`Kernel`] for it proves).
@@ -1048,7 +1058,8 @@ impl Kernel {
     /// Copies `src` into `dst`; copies `min(dst.len(), src.len())` bytes (callers
     /// check that the lengths are equal). With AVX-512 a direct call of its
     /// kernel (sizes up to 512 bytes are a leaf there); with AVX2 or SSE2,
-    /// sizes up to 64 bytes in place and a direct call for larger ones.
+    /// sizes up to 32 bytes (64 with SSE2) in place and a direct call for
+    /// larger ones.
     #[inline]
     pub fn copy(&self, dst: &mut [u8], src: &[u8], t: &Thresholds) {
         // SAFETY: a `Kernel` exists only for an instruction set the CPU has.
