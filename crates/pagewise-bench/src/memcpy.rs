@@ -34,7 +34,7 @@
 
 use crate::fleet::{FleetDistribution, SplitMix64};
 use crate::{paired, Machine, Progress, Summary};
-use pagewise::copy::tune::TimingBuffers;
+use pagewise::copy::tune::{cold_block_starts, TimingBuffers};
 use pagewise::copy::Plan;
 use pagewise::copy::Routine;
 use pagewise::os::copy::{glibc_memcpy, glibc_memset};
@@ -72,9 +72,6 @@ const HOT_MIN_CALL_BYTES: usize = 1 << 10;
 pub const RUNS_PER_TRIAL: usize = 3;
 /// Bytes each cold trial moves at most (sizes above it make one call).
 const COLD_TRIAL_BYTES: usize = 256 << 20;
-/// Smallest distance between consecutive cold calls: past what the hardware
-/// prefetchers follow.
-const COLD_MIN_STRIDE: usize = 64 << 10;
 /// Room around every block for offsets.
 const SLACK: usize = 4096;
 /// The byte `memset` writes.
@@ -924,14 +921,10 @@ fn blocks(spec: &Spec, pool: usize) -> Vec<(usize, usize)> {
     if spec.residency.is_hot() {
         return vec![(spec.src_offset, spec.dst_offset)];
     }
-    let stride = (spec.bytes + SLACK)
-        .div_ceil(4096)
-        .saturating_mul(4096)
-        .max(COLD_MIN_STRIDE);
-    let fit = ((pool.saturating_sub(SLACK)) / stride).max(1);
     let wanted = (COLD_TRIAL_BYTES / spec.bytes).max(1);
-    (0..fit.min(wanted))
-        .map(|k| (k * stride + spec.src_offset, k * stride + spec.dst_offset))
+    cold_block_starts(spec.bytes, pool, wanted)
+        .into_iter()
+        .map(|b| (b + spec.src_offset, b + spec.dst_offset))
         .collect()
 }
 
@@ -1537,7 +1530,16 @@ mod tests {
         let pool = 512 << 20;
         let b = blocks(&spec, pool);
         assert!(b.len() > 1000);
-        assert!(b.windows(2).all(|w| w[1].0 - w[0].0 >= COLD_MIN_STRIDE));
+        assert!(b.windows(2).all(|w| w[1].0 - w[0].0 >= 64 << 10));
+        // Not all in the same L2 sets: block starts differ modulo 128 KiB.
+        assert!(
+            b.iter()
+                .take(32)
+                .map(|&(s, _)| s % (128 << 10))
+                .collect::<std::collections::BTreeSet<_>>()
+                .len()
+                > 16
+        );
         assert!(b.iter().all(|&(s, d)| s + 4096 <= pool && d + 4096 <= pool));
         let big = Spec {
             bytes: 1 << 30,
