@@ -1490,7 +1490,6 @@ mod tests {
         assert_eq!(caches.hot_level(2 * (512 << 10)), Some(Residency::L2));
         assert_eq!(caches.hot_level(2 * (16 << 20)), Some(Residency::Llc));
         assert_eq!(caches.hot_level(2 * (32 << 20)), None);
-
         let options = Options {
             sizes: vec![64, 1 << 30],
             ..Options::default()

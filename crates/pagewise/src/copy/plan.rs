@@ -549,8 +549,9 @@ fn streams_of(table: &[Class]) -> Option<u8> {
 ///   avoided when the destination is 1–1023 B ahead of the source modulo
 ///   1 MiB (its slow mode) or modulo 4 KiB below 512 KiB; non-temporal stores
 ///   from a quarter of the LLC, 32 pages side by side. Fills: the loop, `rep
-///   stosb` from 9 KiB ([`FILL_REP_MIN`]), non-temporal from half the LLC. The smallest copies inline with masked
-///   moves ([`Small::Masked`]): on an Emerald Rapids guest (2026-12-01) the
+///   stosb` from 9 KiB ([`FILL_REP_MIN`]), non-temporal from half the LLC.
+///   The smallest copies inline with masked moves ([`Small::Masked`]): on an
+///   Emerald Rapids guest (2026-12-01) the
 ///   guarded leaf ran hot 8-128 B copies at 0.71-1.09 of glibc and inline
 ///   masked moves at 0.94-2.00 (`pagewise tune`: worst ratios 0.67 against
 ///   1.14).
@@ -1205,8 +1206,8 @@ const COPY_REP_MIN: usize = 24 << 10;
 /// `rep stosb` (0.85 at worst) and `rep stosb` from 9 KiB at 0.98-1.01, hot
 /// 0.99 against 1.00-1.03 (another Emerald Rapids guest, `bench memset
 /// --sizes 9216,10000,12000,16384 --trials 5`, four alternating processes
-/// of each build; 16 KiB level). A loop fill stores into lines it first reads from memory; `rep
-/// stosb` writes whole lines without reading them.
+/// of each build; 16 KiB level). A loop fill stores into lines it first
+/// reads from memory; `rep stosb` writes whole lines without reading them.
 const FILL_REP_MIN: usize = 9 << 10;
 /// Smallest copy that uses `rep movsb` on Intel with ERMS but without
 /// AVX-512 (the E-core Xeons, client parts, or `PAGEWISE_COPY_ISA=avx2`):
