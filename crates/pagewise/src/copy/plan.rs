@@ -547,7 +547,8 @@ fn streams_of(table: &[Class]) -> Option<u8> {
 ///   without AVX-512, from 6 KiB for copies and 8 KiB for fills, see
 ///   [`INTEL_NARROW_COPY_REP_MIN`]),
 ///   avoided when the destination is 1–1023 B ahead of the source modulo
-///   1 MiB (its slow mode) or modulo 4 KiB below 512 KiB; non-temporal stores
+///   1 MiB (its slow mode) or, with AVX-512, modulo 4 KiB below 512 KiB;
+///   non-temporal stores
 ///   from a quarter of the LLC, 32 pages side by side. Fills: the loop, `rep
 ///   stosb` from 9 KiB ([`FILL_REP_MIN`]), non-temporal from half the LLC.
 ///   The smallest copies inline with masked moves ([`Small::Masked`]): on an
@@ -684,11 +685,21 @@ pub fn default_tables(kind: CpuKind, isa: Isa, erms: bool, llc: Option<u64>) -> 
                     below: 1024,
                     up_to: usize::MAX,
                 });
-                rep_guards.push(RepGuard {
-                    span: 4096,
-                    below: 1024,
-                    up_to: 512 << 10,
-                });
+                // Only ahead of the 64-byte loop: with AVX2 pinned on an
+                // Emerald Rapids guest (2026-12-04, `bench memcpy --sizes
+                // 6144,8192,10000,16384,65536,262144 --trials 5`, four
+                // alternating processes each) copies 6-16 KiB to a
+                // destination 6 B ahead of the source modulo 4 KiB ran at
+                // 0.78-0.87 of glibc through the 32-byte loop this guard
+                // chose, 0.98-0.99 with `rep movsb` (64-256 KiB: 1.06 ->
+                // 0.99-1.00; every other row level).
+                if isa == Isa::Avx512 {
+                    rep_guards.push(RepGuard {
+                        span: 4096,
+                        below: 1024,
+                        up_to: 512 << 10,
+                    });
+                }
             }
             (Small::Masked, copy_nt, fill_nt, 32)
         }
@@ -1423,8 +1434,8 @@ mod tests {
     }
 
     /// Without AVX-512 the 32-byte loop hands over to `rep` sooner: copies
-    /// from 6 KiB, fills from 8 KiB at every placement; the guards and the
-    /// non-temporal thresholds stay Intel's.
+    /// from 6 KiB, fills from 8 KiB at every placement; the non-temporal
+    /// thresholds and the 1 MiB guard stay Intel's, the 4 KiB guard goes.
     #[test]
     fn intel_without_avx512_takes_rep_sooner() {
         let t = default_tables(CpuKind::Intel, Isa::Avx2, true, Some(100 << 20));
@@ -1441,7 +1452,8 @@ mod tests {
                 Some(Strategy::NonTemporal { .. })
             ));
         }
-        assert_eq!(t.rep_guards.len(), 2);
+        assert_eq!(t.rep_guards.len(), 1);
+        assert_eq!(t.rep_guards[0].span, 1 << 20);
         // Without ERMS no rep at all.
         let plain = default_tables(CpuKind::Intel, Isa::Avx2, false, Some(100 << 20));
         assert_eq!(
