@@ -18,6 +18,8 @@ pub struct CpuFeatures {
     pub fsrm: bool,
     /// 1 GiB pages in the MMU (`pdpe1gb`).
     pub pdpe1gb: bool,
+    /// `clflushopt`: cache-line flushes that do not wait for each other.
+    pub clflushopt: bool,
 }
 
 /// Reads the features from `cpuid` and checks that the OS saves the vector
@@ -45,6 +47,7 @@ pub fn cpu_features() -> CpuFeatures {
         erms: leaf7_ebx & (1 << 9) != 0,
         fsrm: leaf7_edx & (1 << 4) != 0,
         pdpe1gb: ext1_edx & (1 << 26) != 0,
+        clflushopt: leaf7_ebx & (1 << 23) != 0,
     }
 }
 

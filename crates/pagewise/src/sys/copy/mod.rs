@@ -1229,12 +1229,7 @@ pub fn flush_from_caches(bytes: &[u8]) {
     #[cfg(target_arch = "x86_64")]
     if !bytes.is_empty() {
         static HAS_CLFLUSHOPT: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-        // CPUID leaf 7, EBX bit 23; only where leaf 7 exists (Intel answers
-        // a leaf past the last with the last one's data).
-        let opt = *HAS_CLFLUSHOPT.get_or_init(|| {
-            use core::arch::x86_64::{__cpuid, __cpuid_count};
-            __cpuid(0).eax >= 7 && __cpuid_count(7, 0).ebx & (1 << 23) != 0
-        });
+        let opt = *HAS_CLFLUSHOPT.get_or_init(|| super::cpu::cpu_features().clflushopt);
         let start = bytes.as_ptr() as usize & !63;
         let end = bytes.as_ptr() as usize + bytes.len();
         for line in (start..end).step_by(64) {
