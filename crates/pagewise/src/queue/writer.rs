@@ -731,20 +731,17 @@ impl Writer {
         }
     }
 
-    /// Asks the CPU for the two cache lines after the one that holds the
-    /// next mark, for writing, while the writer has nothing to do (in a
-    /// ping-pong it waits for the reply): the next records' stores then find
-    /// them owned, and a mark becomes visible only after every store before
-    /// it. Not the next mark's own line: readers spin on it, and taking it
-    /// from them early would only move it back and forth. Two `prefetchw`.
-    /// Measured (`bench queue --rtt`, Sapphire Rapids-class guest, builds
-    /// alternating): round-trip p99 441 -> 416 ns at 32 B, 910 -> 784 ns at
-    /// 128 B, p50 3-6 ns lower; four lines instead of two did no better.
+    /// Asks the CPU for cache lines after the one that holds the next mark,
+    /// for writing, while the writer has nothing to do (in a ping-pong it
+    /// waits for the reply): the next records' stores then find them owned,
+    /// and a mark becomes visible only after every store before it. Which
+    /// lines: [`prefetch_lines`]. One or two `prefetchw`.
     #[inline]
     fn prefetch_ahead(&self) {
-        let next_line = self.next_mark_line();
-        self.map.prefetch_for_write(next_line + 64);
-        self.map.prefetch_for_write(next_line + 128);
+        let next = (self.pos - self.chunk_base) as usize;
+        for line in prefetch_lines(next).into_iter().flatten() {
+            self.map.prefetch_for_write(line);
+        }
     }
 
     /// Chunk offset of the cache line that holds the next record's mark.
@@ -927,9 +924,36 @@ fn finished_lines(off: usize, next: usize) -> std::ops::Range<usize> {
     first..(next & !63).max(first)
 }
 
+/// The chunk offsets of the cache lines [`Writer::prefetch_ahead`] asks for
+/// when the next mark is at chunk offset `next`: the second line after the
+/// mark's always, the first one too only when the next record starts its
+/// line. Never the mark's own line: readers spin on it, and taking it from
+/// them early would only move it back and forth. Free.
+///
+/// Why not the first line after a mark in mid-line: there the record is
+/// packed (more than 64 bytes) and the mark's line also holds the tail of
+/// the record the reader is copying; asking for the line after it slowed
+/// the round trip by a third. Measured on an Emerald Rapids guest
+/// (2026-12-04, `bench queue --rtt --only floor,queue+prepared --trials 1`,
+/// builds alternating, four runs each): 128 B p50 682-712 ns with both
+/// lines (floor 421-499), 463-518 with this rule, 508-533 with the second
+/// line alone, 707-713 with the first alone, 656-715 with the second and
+/// third (so it is not the count of lines); 256 B 727-814 -> 720-791; 32,
+/// 56, 120 B and 1 KiB (line-fitting or line-starting records, both lines
+/// still asked for) unchanged. Why the first line costs there was not
+/// traced. On a Sapphire Rapids-class guest both lines had taken the round
+/// trip's p99 from 441 to 416 ns at 32 B and from 910 to 784 ns at 128 B;
+/// four lines did no better.
+#[inline]
+fn prefetch_lines(next: usize) -> [Option<usize>; 2] {
+    let line = next & !63;
+    let first = (next & 63 == 0).then_some(line + 64);
+    [first, Some(line + 128)]
+}
+
 #[cfg(test)]
 mod tests {
-    use super::finished_lines;
+    use super::{finished_lines, prefetch_lines};
 
     #[test]
     fn finished_lines_stop_before_the_next_mark() {
@@ -941,5 +965,15 @@ mod tests {
         assert!(finished_lines(40, 56).is_empty());
         // A record that ends on a line boundary: all of its lines.
         assert_eq!(finished_lines(4096, 4096 + 1024), 4096..5120);
+    }
+
+    #[test]
+    fn prefetch_skips_the_line_after_a_mark_in_mid_line() {
+        // A line-fitting record starts its line: the two lines after it.
+        assert_eq!(prefetch_lines(128), [Some(192), Some(256)]);
+        // A packed 128-byte payload leaves the next mark at 136: only the
+        // second line after the mark's, never the mark's own line.
+        assert_eq!(prefetch_lines(136), [None, Some(256)]);
+        assert_eq!(prefetch_lines(4096 - 8), [None, Some(4096 + 64)]);
     }
 }
