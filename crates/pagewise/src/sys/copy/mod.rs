@@ -302,6 +302,13 @@ pub struct Thresholds {
     /// The copy loop takes eight vectors per iteration from this size up
     /// (then at most one block of four), four below it ([`LoopBlock`]).
     wide_loop_from: AtomicUsize,
+    /// `[from, to, mask, below - 1, mask, below - 1]`: sizes in `[from, to)`
+    /// take `rep movsb` (`rep stosb`) at every placement, and at most two
+    /// guards (`span - 1` and `below - 1`; `0` and `usize::MAX` for none)
+    /// apply to every size there. The kernels look here before they walk
+    /// the table (see [`Thresholds::rep_direct`]); `[0, 0)` when no class is
+    /// `rep` at every placement.
+    rep_direct: [AtomicUsize; 6],
 }
 
 /// The thresholds of the four kinds of call of one copier. `copy` last and
@@ -491,6 +498,7 @@ impl Thresholds {
             avx512_copy: AtomicUsize::new(Avx512Entry::of(Small::MaskedGuarded) as usize),
             fast_avx512: AtomicUsize::new(0),
             wide_loop_from: AtomicUsize::new(LoopBlock::Eight.wide_from()),
+            rep_direct: [ZERO, ZERO, ZERO, UNSET, ZERO, UNSET],
         }
     }
 
@@ -545,6 +553,13 @@ impl Thresholds {
         }
         let first = special.into_iter().min().unwrap_or(usize::MAX);
         self.inline_below.store(first, Ordering::Relaxed);
+        for (slot, value) in self
+            .rep_direct
+            .iter()
+            .zip(rep_direct_window(classes, &self.guards()))
+        {
+            slot.store(value, Ordering::Relaxed);
+        }
     }
 
     /// How AVX-512 copies of at most 32 bytes are done (other instruction
@@ -646,6 +661,29 @@ impl Thresholds {
         decode_opt(code)
     }
 
+    /// Whether `n` bytes from `src` to `dst` take `rep movsb` with no
+    /// table walk: `n` in the first class that is `rep` at every placement
+    /// and no guard against these pointers (a fill passes `dst` as `src`: a
+    /// distance of 0 is never guarded). Six loads from one line and a few
+    /// compares. Why: the walk and the guards' loads and branches just
+    /// before `rep movsb` cost 3-4 ns a call (AVX2 pinned on an Emerald
+    /// Rapids guest, hot aligned copies through `pw_copy` in a C loop: 8 KiB
+    /// 42.8 ns against 39.0 ns for a `rep movsb` straight after the loop's
+    /// size test, plain `rep movsb` 37.6 ns).
+    #[inline(always)]
+    fn rep_direct(&self, dst: *mut u8, src: *const u8, n: usize) -> bool {
+        let w = &self.rep_direct;
+        let (from, to) = (w[0].load(Ordering::Relaxed), w[1].load(Ordering::Relaxed));
+        let (mask0, below0) = (w[2].load(Ordering::Relaxed), w[3].load(Ordering::Relaxed));
+        let (mask1, below1) = (w[4].load(Ordering::Relaxed), w[5].load(Ordering::Relaxed));
+        let ahead = (dst as usize).wrapping_sub(src as usize);
+        // A guard holds off `rep movsb` at distances 1..below: `a - 1` below
+        // `below - 1`; a distance of 0 wraps to the largest value.
+        let free0 = (ahead & mask0).wrapping_sub(1) >= below0;
+        let free1 = (ahead & mask1).wrapping_sub(1) >= below1;
+        n.wrapping_sub(from) < to.wrapping_sub(from) && free0 & free1
+    }
+
     /// Whether a `rep movsb` guard says to avoid it for these pointers and size.
     #[inline(always)]
     fn rep_guarded(&self, dst: *mut u8, src: *const u8, n: usize) -> bool {
@@ -657,6 +695,35 @@ impl Thresholds {
             }
         })
     }
+}
+
+/// The `rep_direct` words of a table (see [`Thresholds::rep_direct`]): the
+/// first class that is `rep` at every placement, cut where a guard stops
+/// applying so that every guard left applies to the whole window; empty
+/// when there is no such class or more than [`MAX_GUARDS`] would apply.
+fn rep_direct_window(classes: &[Class], guards: &[RepGuard]) -> [usize; 6] {
+    const EMPTY: [usize; 6] = [0, 0, 0, usize::MAX, 0, usize::MAX];
+    let Some(i) = classes
+        .iter()
+        .position(|c| c.by_placement.iter().all(|s| *s == Strategy::Rep))
+    else {
+        return EMPTY;
+    };
+    let from = if i == 0 { 0 } else { classes[i].from };
+    let mut to = classes.get(i + 1).map_or(usize::MAX, |c| c.from);
+    let active: Vec<&RepGuard> = guards.iter().filter(|g| g.up_to > from).collect();
+    for g in &active {
+        to = to.min(g.up_to);
+    }
+    let mut out = [from, to, 0, usize::MAX, 0, usize::MAX];
+    if active.len() > MAX_GUARDS || from >= to {
+        return EMPTY;
+    }
+    for (k, g) in active.iter().enumerate() {
+        out[2 + 2 * k] = g.span - 1;
+        out[3 + 2 * k] = g.below.wrapping_sub(1);
+    }
+    out
 }
 
 fn decode_opt(code: u8) -> Option<Strategy> {
@@ -1271,6 +1338,81 @@ mod tests {
 
     fn class(from: usize, by_placement: [Strategy; 3]) -> Class {
         Class { from, by_placement }
+    }
+
+    /// A table in the shape of the Intel AVX-512 defaults: the loop, then
+    /// `rep movsb` everywhere, then non-temporal stores; a guard against
+    /// destinations 1..1024 bytes ahead modulo 1 MiB at every size and one
+    /// modulo 4 KiB up to 512 KiB.
+    fn rep_table() -> Thresholds {
+        let l = Strategy::Loop { isa: Isa::Avx512 };
+        Thresholds::new(
+            &[
+                class(0, [l; 3]),
+                class(24 << 10, [Strategy::Rep; 3]),
+                class(64 << 20, [Strategy::NonTemporal { streams: 8 }; 3]),
+            ],
+            &[
+                RepGuard {
+                    span: 1 << 20,
+                    below: 1024,
+                    up_to: usize::MAX,
+                },
+                RepGuard {
+                    span: 4096,
+                    below: 1024,
+                    up_to: 512 << 10,
+                },
+            ],
+        )
+    }
+
+    #[test]
+    fn the_direct_rep_window_is_cut_where_a_guard_stops() {
+        let t = rep_table();
+        let words: Vec<usize> = t
+            .rep_direct
+            .iter()
+            .map(|w| w.load(Ordering::Relaxed))
+            .collect();
+        assert_eq!(
+            words,
+            [24 << 10, 512 << 10, (1 << 20) - 1, 1023, 4095, 1023],
+            "from the rep class to the 4 KiB guard's end, both guards in it"
+        );
+        // No class that is rep at every placement: an empty window.
+        let l = Strategy::Loop { isa: Isa::Avx2 };
+        let t = Thresholds::new(&[class(0, [l; 3]), class(8192, [l, Strategy::Rep, l])], &[]);
+        let p = Placement::of_copy(0x10000, 0x20000);
+        assert!(!t.rep_direct(0x10000 as *mut u8, 0x20000 as *const u8, 9000));
+        assert_eq!(t.strategy(9000, p), Some(l));
+        // A rep class with no guard: the window runs to the next class.
+        let t = Thresholds::new(&[class(0, [l; 3]), class(8192, [Strategy::Rep; 3])], &[]);
+        assert!(t.rep_direct(0x10001 as *mut u8, 0x20000 as *const u8, 8192));
+        assert!(t.rep_direct(0x10001 as *mut u8, 0x10000 as *const u8, usize::MAX - 1));
+        assert!(!t.rep_direct(0x10001 as *mut u8, 0x20000 as *const u8, 8191));
+    }
+
+    proptest::proptest! {
+        /// The direct way takes `rep movsb` only where the table walk and the
+        /// guards would have taken it too.
+        #[test]
+        fn the_direct_rep_way_agrees_with_the_table_and_the_guards(
+            n in 0usize..(2 << 20),
+            src in 0usize..(4 << 20),
+            dst in 0usize..(4 << 20),
+        ) {
+            let t = rep_table();
+            let (d, s) = (dst as *mut u8, src as *const u8);
+            let by_table = t.strategy(n, Placement::of_copy(dst, src)) == Some(Strategy::Rep)
+                && !t.rep_guarded(d, s, n);
+            let direct = t.rep_direct(d, s, n);
+            proptest::prop_assert!(!direct || by_table, "direct without the table: n {} dst-src {}", n, dst.wrapping_sub(src));
+            // Inside the window, the two agree exactly.
+            if ((24 << 10)..(512 << 10)).contains(&n) {
+                proptest::prop_assert_eq!(direct, by_table);
+            }
+        }
     }
 
     #[test]
