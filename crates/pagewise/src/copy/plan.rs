@@ -543,7 +543,7 @@ fn streams_of(table: &[Class]) -> Option<u8> {
 /// Defaults for a machine nothing was measured on, by [`CpuKind`].
 ///
 /// - **Intel** (and unknown vendors), measured on the Intel VM (Emerald
-///   Rapids): the vector loop below 24 KiB, `rep movsb` from there (ERMS;
+///   Rapids): the vector loop below 12 KiB, `rep movsb` from there (ERMS;
 ///   without AVX-512, from 6 KiB for copies and 8 KiB for fills, see
 ///   [`INTEL_NARROW_COPY_REP_MIN`]),
 ///   avoided when the destination is 1–1023 B ahead of the source modulo
@@ -665,7 +665,7 @@ pub fn default_tables(kind: CpuKind, isa: Isa, erms: bool, llc: Option<u64>) -> 
             if erms {
                 // The 32-byte loop keeps up with `rep` over fewer sizes.
                 let (copy_rep, fill_rep, fill_rep_misaligned) = if isa == Isa::Avx512 {
-                    (COPY_REP_MIN, FILL_REP_MIN, FILL_REP_MIN)
+                    (INTEL_COPY_REP_MIN, FILL_REP_MIN, FILL_REP_MIN)
                 } else {
                     (
                         INTEL_NARROW_COPY_REP_MIN,
@@ -1198,11 +1198,27 @@ fn set_rep(table: &mut Vec<Class>, range: Option<(usize, usize)>, isa: Isa) {
     }
 }
 
-/// Smallest copy that uses `rep movsb` on Intel with ERMS. Measured on the
+/// Smallest copy that uses `rep movsb` on AMD Zen 5 with ERMS (Intel's was
+/// the same until 2026-12-04; see [`INTEL_COPY_REP_MIN`]). Measured on the
 /// Intel VM (hot rows of `bench memcpy`, three runs): the vector loop
 /// ran at 1.02–1.04 of glibc's `rep movsb` at 16 KiB and 20,000 B, 0.93–0.95
 /// at 32 KiB.
 const COPY_REP_MIN: usize = 24 << 10;
+/// Smallest copy that uses `rep movsb` on Intel with ERMS and AVX-512. Once
+/// the cold rows started from flushed lines and `rep movsb` was reached
+/// without the table walk (the direct window), an Emerald Rapids guest
+/// (2026-12-04, `bench memcpy --sizes 9216,12000,16384,20000 --no-fleet
+/// --no-end-to-end --trials 3`, `PAGEWISE_REP_MOVSB` 24K, 9K and 12K in turn,
+/// four processes each, ratios to glibc) gave, with the loop to 24 KiB:
+/// cold 16 KiB and 20,000 B 0.90-0.92 (a full run read 0.895), hot
+/// 0.98-1.19; `rep movsb` from 12 KiB: those cold rows 1.01, hot 16 KiB
+/// and 20,000 B 0.98-1.16 (aligned 1.00 against 1.01-1.02); from 9 KiB:
+/// every cold row 0.98-1.02 but hot 9 KiB and 12,000 B `src+7 dst+1` 0.97
+/// against 1.01-1.03 with the loop. A loop copy reads each destination line
+/// before it stores to it; `rep movsb` writes whole lines. Copies 8-12 KiB
+/// from memory keep the loop (0.91-0.95 of glibc cold) for the hot rows'
+/// sake.
+const INTEL_COPY_REP_MIN: usize = 12 << 10;
 /// Smallest fill that uses `rep stosb` on Intel with ERMS, wherever the
 /// destination starts. With a misaligned destination, measured on an
 /// Emerald Rapids guest (2026-12-01, `bench memset` with the defaults, three
@@ -1412,7 +1428,7 @@ mod tests {
         assert_eq!(p.tables_source, Source::Default);
         assert_eq!(p.copy_nontemporal(), Some(25 << 20));
         assert_eq!(p.fill_nontemporal(), Some(50 << 20));
-        assert_eq!(p.copy_rep(), Some((COPY_REP_MIN, usize::MAX)));
+        assert_eq!(p.copy_rep(), Some((INTEL_COPY_REP_MIN, usize::MAX)));
         assert_eq!(p.fill_rep(), Some((FILL_REP_MIN, usize::MAX)));
         assert_eq!(p.tables.small, Small::Masked);
         assert_eq!(p.cpu_kind, CpuKind::Intel);
@@ -1843,7 +1859,7 @@ mod tests {
     fn json_has_the_summary_fields_and_the_tables() {
         let p = Plan::decide(&inputs("GenuineIntel"));
         let json = serde_json::to_value(&p).unwrap();
-        assert_eq!(json["copy_rep"]["from"], COPY_REP_MIN);
+        assert_eq!(json["copy_rep"]["from"], INTEL_COPY_REP_MIN);
         assert!(json["copy_rep"]["to"].is_null());
         assert_eq!(json["copy_nontemporal"], 25 << 20);
         assert_eq!(json["tables_source"], "default");

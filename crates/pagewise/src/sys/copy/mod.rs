@@ -265,11 +265,19 @@ pub const MAX_GUARDS: usize = 2;
 #[derive(Debug)]
 #[repr(C)]
 pub struct Thresholds {
+    /// `[from, to, mask, below - 1, mask, below - 1]`: sizes in `[from, to)`
+    /// take `rep movsb` (`rep stosb`) at every placement, and at most two
+    /// guards (`span - 1` and `below - 1`; `0` and `usize::MAX` for none)
+    /// apply to every size there. The kernels look here before they walk
+    /// the table (see [`Thresholds::rep_direct`]); `[0, 0)` when no class is
+    /// `rep` at every placement. First: the table ends its page
+    /// ([`ProcessPage`]), so the fields after it keep the page offsets they
+    /// had before it was added (4K aliasing with the copies' own stores).
+    rep_direct: [AtomicUsize; 6],
     /// AVX-512 copies of at most 32 bytes take scalar moves instead of one
     /// masked move when `(dst - src + 64) mod 4096` is below this (see
     /// [`Small`]): 0 never, 128 when the destination is within 64 bytes of
-    /// the source modulo 4 KiB, `usize::MAX` always. First, so that the
-    /// assembly of the AVX-512 leaf reads it at a fixed offset.
+    /// the source modulo 4 KiB, `usize::MAX` always.
     small_scalar_below: AtomicUsize,
     /// The first size whose strategy is not the inline loop, at any placement.
     inline_below: AtomicUsize,
@@ -302,13 +310,6 @@ pub struct Thresholds {
     /// The copy loop takes eight vectors per iteration from this size up
     /// (then at most one block of four), four below it ([`LoopBlock`]).
     wide_loop_from: AtomicUsize,
-    /// `[from, to, mask, below - 1, mask, below - 1]`: sizes in `[from, to)`
-    /// take `rep movsb` (`rep stosb`) at every placement, and at most two
-    /// guards (`span - 1` and `below - 1`; `0` and `usize::MAX` for none)
-    /// apply to every size there. The kernels look here before they walk
-    /// the table (see [`Thresholds::rep_direct`]); `[0, 0)` when no class is
-    /// `rep` at every placement.
-    rep_direct: [AtomicUsize; 6],
 }
 
 /// The thresholds of the four kinds of call of one copier. `copy` last and
