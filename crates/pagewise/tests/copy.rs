@@ -294,7 +294,9 @@ fn every_size_up_to_4096_on_every_kernel() {
 /// Sizes on both sides of every size-class edge of every instruction set.
 fn edge_sizes() -> Vec<usize> {
     let mut sizes = vec![0, 1, 2, 3, 4, 5, 7, 8, 9, 15, 16, 17];
-    for edge in [32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 12288, 16384, 24576] {
+    for edge in [
+        32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 12288, 16384, 24576,
+    ] {
         sizes.extend([edge - 1, edge, edge + 1]);
     }
     sizes.extend([100, 1000, 3000, 5000, 20_000, 65_536 + 13]);

@@ -544,8 +544,8 @@ fn streams_of(table: &[Class]) -> Option<u8> {
 ///
 /// - **Intel** (and unknown vendors), measured on the Intel VM (Emerald
 ///   Rapids): the vector loop below 12 KiB, `rep movsb` from there (ERMS;
-///   without AVX-512, from 6 KiB for copies and 8 KiB for fills, see
-///   [`INTEL_NARROW_COPY_REP_MIN`]),
+///   without AVX-512, from 6 KiB for copies (4 KiB between differently
+///   aligned buffers) and 8 KiB for fills, see [`INTEL_NARROW_COPY_REP_MIN`]),
 ///   avoided when the destination is 1–1023 B ahead of the source modulo
 ///   1 MiB (its slow mode) or, with AVX-512, modulo 4 KiB below 512 KiB;
 ///   non-temporal stores
@@ -699,6 +699,16 @@ pub fn default_tables(kind: CpuKind, isa: Isa, erms: bool, llc: Option<u64>) -> 
                         below: 1024,
                         up_to: 512 << 10,
                     });
+                } else {
+                    for p in [Placement::Near, Placement::Other] {
+                        overlay_placement(
+                            &mut copy,
+                            INTEL_NARROW_COPY_REP_MISALIGNED_MIN,
+                            INTEL_NARROW_COPY_REP_MIN,
+                            p,
+                            Strategy::Rep,
+                        );
+                    }
                 }
             }
             (Small::Masked, copy_nt, fill_nt, 32)
@@ -1248,6 +1258,18 @@ const FILL_REP_MIN: usize = 9 << 10;
 /// aligned fell to 0.84 (0.99 with the loop), and 10–16 KiB went from
 /// 0.76–0.89 to 0.92–0.98 hot.
 const INTEL_NARROW_COPY_REP_MIN: usize = 6 << 10;
+/// Smallest copy between differently aligned buffers (the `near` and
+/// `other` placements) that uses `rep movsb` on Intel without AVX-512.
+/// Measured on an Emerald Rapids guest with AVX2 pinned on both sides
+/// (2026-12-04, `bench memcpy --sizes 2560,3000,4096,5000 --no-fleet
+/// --no-end-to-end --trials 3`, four alternating processes, `rep movsb` from
+/// 2 KiB at every placement against the defaults, once `rep movsb` was
+/// reached without the table walk): hot 4 KiB `src+7 dst+1` 0.82 -> 0.94 of
+/// glibc, `src+1 dst+7` 0.93 -> 0.97, 5,000 B 0.83-0.86 -> 0.96-0.98, cold 4
+/// KiB 0.86 -> 1.01; but co-aligned copies lost (4 KiB 1.01 -> 0.94, 3,000 B
+/// 1.32 -> 0.92) and 2.5 KiB misaligned too (0.92-0.96 -> 0.82-0.84), 3,000
+/// B misaligned level (0.87-0.89).
+const INTEL_NARROW_COPY_REP_MISALIGNED_MIN: usize = 4 << 10;
 /// Smallest fill that uses `rep stosb` on Intel with ERMS but without
 /// AVX-512, whatever the alignment. Measured as
 /// [`INTEL_NARROW_COPY_REP_MIN`]: with `rep stosb` from 6 KiB against the
@@ -1450,8 +1472,9 @@ mod tests {
     }
 
     /// Without AVX-512 the 32-byte loop hands over to `rep` sooner: copies
-    /// from 6 KiB, fills from 8 KiB at every placement; the non-temporal
-    /// thresholds and the 1 MiB guard stay Intel's, the 4 KiB guard goes.
+    /// from 6 KiB (4 KiB between differently aligned buffers), fills from 8
+    /// KiB at every placement; the non-temporal thresholds and the 1 MiB
+    /// guard stay Intel's, the 4 KiB guard goes.
     #[test]
     fn intel_without_avx512_takes_rep_sooner() {
         let t = default_tables(CpuKind::Intel, Isa::Avx2, true, Some(100 << 20));
@@ -1459,7 +1482,13 @@ mod tests {
         for p in Placement::ALL {
             let copy_at = |n| strategy_at(&t.copy, n, p);
             let fill_at = |n| strategy_at(&t.fill, n, p);
-            assert_eq!(copy_at(INTEL_NARROW_COPY_REP_MIN - 1), Some(loop_avx2));
+            let misaligned_from = if p == Placement::Aligned {
+                INTEL_NARROW_COPY_REP_MIN
+            } else {
+                INTEL_NARROW_COPY_REP_MISALIGNED_MIN
+            };
+            assert_eq!(copy_at(misaligned_from - 1), Some(loop_avx2));
+            assert_eq!(copy_at(misaligned_from), Some(Strategy::Rep));
             assert_eq!(copy_at(INTEL_NARROW_COPY_REP_MIN), Some(Strategy::Rep));
             assert_eq!(fill_at(INTEL_NARROW_FILL_REP_MIN - 1), Some(loop_avx2));
             assert_eq!(fill_at(INTEL_NARROW_FILL_REP_MIN), Some(Strategy::Rep));

@@ -265,15 +265,16 @@ pub const MAX_GUARDS: usize = 2;
 #[derive(Debug)]
 #[repr(C)]
 pub struct Thresholds {
-    /// `[from, to, mask, below - 1, mask, below - 1]`: sizes in `[from, to)`
-    /// take `rep movsb` (`rep stosb`) at every placement, and at most two
-    /// guards (`span - 1` and `below - 1`; `0` and `usize::MAX` for none)
-    /// apply to every size there. The kernels look here before they walk
-    /// the table (see [`Thresholds::rep_direct`]); `[0, 0)` when no class is
-    /// `rep` at every placement. First: the table ends its page
+    /// `[from (aligned), from (near), from (other), to, mask, below - 1,
+    /// mask, below - 1]`: sizes in `[from, to)` of their placement take `rep
+    /// movsb` (`rep stosb`), and at most two guards (`span - 1` and `below -
+    /// 1`; `0` and `usize::MAX` for none) apply to every size there. The
+    /// kernels look here before they walk the table (see
+    /// [`Thresholds::rep_direct`]); `to` is 0 when no class is `rep` at
+    /// every placement. First: the table ends its page
     /// ([`ProcessPage`]), so the fields after it keep the page offsets they
     /// had before it was added (4K aliasing with the copies' own stores).
-    rep_direct: [AtomicUsize; 6],
+    rep_direct: [AtomicUsize; 8],
     /// AVX-512 copies of at most 32 bytes take scalar moves instead of one
     /// masked move when `(dst - src + 64) mod 4096` is below this (see
     /// [`Small`]): 0 never, 128 when the destination is within 64 bytes of
@@ -499,7 +500,7 @@ impl Thresholds {
             avx512_copy: AtomicUsize::new(Avx512Entry::of(Small::MaskedGuarded) as usize),
             fast_avx512: AtomicUsize::new(0),
             wide_loop_from: AtomicUsize::new(LoopBlock::Eight.wide_from()),
-            rep_direct: [ZERO, ZERO, ZERO, UNSET, ZERO, UNSET],
+            rep_direct: [ZERO, ZERO, ZERO, ZERO, ZERO, UNSET, ZERO, UNSET],
         }
     }
 
@@ -648,6 +649,12 @@ impl Thresholds {
         self.inline_below.load(Ordering::Relaxed)
     }
 
+    /// The first size whose strategy at placement `p` is not the inline loop.
+    #[inline(always)]
+    fn special_min(&self, p: Placement) -> usize {
+        self.special_min[p as usize].load(Ordering::Relaxed)
+    }
+
     /// The strategy for `n` bytes at placement `p` (a table walk; `None` when
     /// the table is empty).
     #[inline(always)]
@@ -662,27 +669,31 @@ impl Thresholds {
         decode_opt(code)
     }
 
-    /// Whether `n` bytes from `src` to `dst` take `rep movsb` with no
-    /// table walk: `n` in the first class that is `rep` at every placement
-    /// and no guard against these pointers (a fill passes `dst` as `src`: a
-    /// distance of 0 is never guarded). Six loads from one line and a few
-    /// compares. Why: the walk and the guards' loads and branches just
+    /// Whether `n` bytes from `src` to `dst` at placement `p` take `rep
+    /// movsb` with no table walk: `n` in the first class that is `rep` at
+    /// every placement, or in the classes just before it that are `rep` at
+    /// `p`, and no guard against these pointers (a fill passes `dst` as
+    /// `src`: a distance of 0 is never guarded). Seven loads from one or
+    /// two lines and a few compares. Why: the walk and the guards' loads and branches just
     /// before `rep movsb` cost 3-4 ns a call (AVX2 pinned on an Emerald
     /// Rapids guest, hot aligned copies through `pw_copy` in a C loop: 8 KiB
     /// 42.8 ns against 39.0 ns for a `rep movsb` straight after the loop's
     /// size test, plain `rep movsb` 37.6 ns).
     #[inline(always)]
-    fn rep_direct(&self, dst: *mut u8, src: *const u8, n: usize) -> bool {
+    fn rep_direct(&self, dst: *mut u8, src: *const u8, n: usize, p: Placement) -> bool {
         let w = &self.rep_direct;
-        let (from, to) = (w[0].load(Ordering::Relaxed), w[1].load(Ordering::Relaxed));
-        let (mask0, below0) = (w[2].load(Ordering::Relaxed), w[3].load(Ordering::Relaxed));
-        let (mask1, below1) = (w[4].load(Ordering::Relaxed), w[5].load(Ordering::Relaxed));
+        let (from, to) = (
+            w[p as usize].load(Ordering::Relaxed),
+            w[3].load(Ordering::Relaxed),
+        );
+        let (mask0, below0) = (w[4].load(Ordering::Relaxed), w[5].load(Ordering::Relaxed));
+        let (mask1, below1) = (w[6].load(Ordering::Relaxed), w[7].load(Ordering::Relaxed));
         let ahead = (dst as usize).wrapping_sub(src as usize);
         // A guard holds off `rep movsb` at distances 1..below: `a - 1` below
         // `below - 1`; a distance of 0 wraps to the largest value.
         let free0 = (ahead & mask0).wrapping_sub(1) >= below0;
         let free1 = (ahead & mask1).wrapping_sub(1) >= below1;
-        n.wrapping_sub(from) < to.wrapping_sub(from) && free0 & free1
+        n >= from && n < to && free0 & free1
     }
 
     /// Whether a `rep movsb` guard says to avoid it for these pointers and size.
@@ -699,30 +710,42 @@ impl Thresholds {
 }
 
 /// The `rep_direct` words of a table (see [`Thresholds::rep_direct`]): the
-/// first class that is `rep` at every placement, cut where a guard stops
-/// applying so that every guard left applies to the whole window; empty
-/// when there is no such class or more than [`MAX_GUARDS`] would apply.
-fn rep_direct_window(classes: &[Class], guards: &[RepGuard]) -> [usize; 6] {
-    const EMPTY: [usize; 6] = [0, 0, 0, usize::MAX, 0, usize::MAX];
+/// first class that is `rep` at every placement, reaching back at each
+/// placement over the classes before it that are `rep` there, cut where a
+/// guard stops applying so that every guard left applies to the whole
+/// window; empty when there is no such class or more than [`MAX_GUARDS`]
+/// would apply.
+fn rep_direct_window(classes: &[Class], guards: &[RepGuard]) -> [usize; 8] {
+    const EMPTY: [usize; 8] = [0, 0, 0, 0, 0, usize::MAX, 0, usize::MAX];
+    let start = |i: usize| if i == 0 { 0 } else { classes[i].from };
     let Some(i) = classes
         .iter()
         .position(|c| c.by_placement.iter().all(|s| *s == Strategy::Rep))
     else {
         return EMPTY;
     };
-    let from = if i == 0 { 0 } else { classes[i].from };
+    let mut from = [start(i); 3];
+    for (p, f) in from.iter_mut().enumerate() {
+        for j in (0..i).rev() {
+            if classes[j].by_placement[p] != Strategy::Rep {
+                break;
+            }
+            *f = start(j);
+        }
+    }
+    let lowest = from.into_iter().min().unwrap_or(0);
     let mut to = classes.get(i + 1).map_or(usize::MAX, |c| c.from);
-    let active: Vec<&RepGuard> = guards.iter().filter(|g| g.up_to > from).collect();
+    let active: Vec<&RepGuard> = guards.iter().filter(|g| g.up_to > lowest).collect();
     for g in &active {
         to = to.min(g.up_to);
     }
-    let mut out = [from, to, 0, usize::MAX, 0, usize::MAX];
-    if active.len() > MAX_GUARDS || from >= to {
+    if active.len() > MAX_GUARDS || from.iter().any(|&f| f >= to) {
         return EMPTY;
     }
+    let mut out = [from[0], from[1], from[2], to, 0, usize::MAX, 0, usize::MAX];
     for (k, g) in active.iter().enumerate() {
-        out[2 + 2 * k] = g.span - 1;
-        out[3 + 2 * k] = g.below.wrapping_sub(1);
+        out[4 + 2 * k] = g.span - 1;
+        out[5 + 2 * k] = g.below.wrapping_sub(1);
     }
     out
 }
@@ -1378,20 +1401,62 @@ mod tests {
             .collect();
         assert_eq!(
             words,
-            [24 << 10, 512 << 10, (1 << 20) - 1, 1023, 4095, 1023],
+            [
+                24 << 10,
+                24 << 10,
+                24 << 10,
+                512 << 10,
+                (1 << 20) - 1,
+                1023,
+                4095,
+                1023
+            ],
             "from the rep class to the 4 KiB guard's end, both guards in it"
         );
         // No class that is rep at every placement: an empty window.
         let l = Strategy::Loop { isa: Isa::Avx2 };
         let t = Thresholds::new(&[class(0, [l; 3]), class(8192, [l, Strategy::Rep, l])], &[]);
         let p = Placement::of_copy(0x10000, 0x20000);
-        assert!(!t.rep_direct(0x10000 as *mut u8, 0x20000 as *const u8, 9000));
+        assert!(!t.rep_direct(0x10000 as *mut u8, 0x20000 as *const u8, 9000, p));
         assert_eq!(t.strategy(9000, p), Some(l));
         // A rep class with no guard: the window runs to the next class.
         let t = Thresholds::new(&[class(0, [l; 3]), class(8192, [Strategy::Rep; 3])], &[]);
-        assert!(t.rep_direct(0x10001 as *mut u8, 0x20000 as *const u8, 8192));
-        assert!(t.rep_direct(0x10001 as *mut u8, 0x10000 as *const u8, usize::MAX - 1));
-        assert!(!t.rep_direct(0x10001 as *mut u8, 0x20000 as *const u8, 8191));
+        let other = Placement::Other;
+        assert!(t.rep_direct(0x10001 as *mut u8, 0x20000 as *const u8, 8192, other));
+        assert!(t.rep_direct(
+            0x10001 as *mut u8,
+            0x10000 as *const u8,
+            usize::MAX - 1,
+            other
+        ));
+        assert!(!t.rep_direct(0x10001 as *mut u8, 0x20000 as *const u8, 8191, other));
+        // Classes just before it that are rep at one placement: that
+        // placement's window starts there, the others' at the shared class.
+        let r = Strategy::Rep;
+        let t = Thresholds::new(
+            &[
+                class(0, [l; 3]),
+                class(4096, [l, r, r]),
+                class(6144, [r; 3]),
+            ],
+            &[],
+        );
+        let words: Vec<usize> = t
+            .rep_direct
+            .iter()
+            .map(|w| w.load(Ordering::Relaxed))
+            .collect();
+        assert_eq!(
+            words,
+            [6144, 4096, 4096, usize::MAX, 0, usize::MAX, 0, usize::MAX]
+        );
+        assert!(t.rep_direct(0x10001 as *mut u8, 0x20000 as *const u8, 4096, other));
+        assert!(!t.rep_direct(
+            0x10000 as *mut u8,
+            0x20000 as *const u8,
+            4096,
+            Placement::Aligned
+        ));
     }
 
     proptest::proptest! {
@@ -1407,7 +1472,7 @@ mod tests {
             let (d, s) = (dst as *mut u8, src as *const u8);
             let by_table = t.strategy(n, Placement::of_copy(dst, src)) == Some(Strategy::Rep)
                 && !t.rep_guarded(d, s, n);
-            let direct = t.rep_direct(d, s, n);
+            let direct = t.rep_direct(d, s, n, Placement::of_copy(dst, src));
             proptest::prop_assert!(!direct || by_table, "direct without the table: n {} dst-src {}", n, dst.wrapping_sub(src));
             // Inside the window, the two agree exactly.
             if ((24 << 10)..(512 << 10)).contains(&n) {

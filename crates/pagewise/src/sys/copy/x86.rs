@@ -904,6 +904,23 @@ pub(super) mod avx512_leaf {
             "5:",
             "cmp rdx, qword ptr [rcx + {inline_below}]",
             "jb {avx2_loop}",
+            // From the first special class at any placement: this
+            // placement's own decides, as in the AVX-512 leaf (so a class
+            // that is `rep` only between differently aligned buffers does
+            // not send co-aligned copies out of line).
+            "mov eax, edi",
+            "sub eax, esi",
+            "and eax, 4095",
+            "xor r8d, r8d",
+            "test eax, 63",
+            "jz 71f",
+            "mov r8d, 1",
+            "cmp eax, 64",
+            "jb 71f",
+            "mov r8d, 2",
+            "71:",
+            "cmp rdx, qword ptr [rcx + {special_min} + r8 * 8]",
+            "jb {avx2_loop}",
             "jmp {avx2}",
             "3:",
             "cmp eax, {sse2_code}",
@@ -927,6 +944,7 @@ pub(super) mod avx512_leaf {
             avx2 = sym super::avx2::copy_gt16_sysv,
             avx2_loop = sym super::avx2::copy_loop,
             inline_below = const offset_of!(Thresholds, inline_below),
+            special_min = const offset_of!(Thresholds, special_min),
             backward_below = const offset_of!(Thresholds, backward_below),
             sse2 = sym super::sse2::copy_gt16_sysv,
             first = sym super::super::copy_process_first,
@@ -1335,6 +1353,10 @@ macro_rules! vector_kernels {
                     copy_loop(dst, src, n, t);
                     return;
                 }
+                if n < t.special_min(Placement::of_copy(dst as usize, src as usize)) {
+                    copy_loop(dst, src, n, t);
+                    return;
+                }
                 copy_large(dst, src, n, t)
             }
 
@@ -1349,7 +1371,7 @@ macro_rules! vector_kernels {
             #[inline(never)]
             #[cold]
             pub(in crate::sys::copy) unsafe fn copy_large(dst: *mut u8, src: *const u8, n: usize, t: &Thresholds) {
-                if t.rep_direct(dst, src, n) {
+                if t.rep_direct(dst, src, n, Placement::of_copy(dst as usize, src as usize)) {
                     return copy_rep(dst, src, n);
                 }
                 copy_by_table(dst, src, n, t)
@@ -1840,7 +1862,7 @@ macro_rules! vector_kernels {
             #[inline(never)]
             #[cold]
             pub(in crate::sys::copy) unsafe fn fill_large(dst: *mut u8, byte: u8, n: usize, t: &Thresholds) {
-                if t.rep_direct(dst, dst, n) {
+                if t.rep_direct(dst, dst, n, Placement::of_fill(dst as usize)) {
                     return fill_rep(dst, byte, n);
                 }
                 fill_by_table(dst, byte, n, t)
