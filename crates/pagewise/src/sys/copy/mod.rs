@@ -1391,14 +1391,17 @@ mod tests {
         )
     }
 
+    fn direct_words(t: &Thresholds) -> Vec<usize> {
+        t.rep_direct
+            .iter()
+            .map(|w| w.load(Ordering::Relaxed))
+            .collect()
+    }
+
     #[test]
     fn the_direct_rep_window_is_cut_where_a_guard_stops() {
         let t = rep_table();
-        let words: Vec<usize> = t
-            .rep_direct
-            .iter()
-            .map(|w| w.load(Ordering::Relaxed))
-            .collect();
+        let words = direct_words(&t);
         assert_eq!(
             words,
             [
@@ -1441,11 +1444,7 @@ mod tests {
             ],
             &[],
         );
-        let words: Vec<usize> = t
-            .rep_direct
-            .iter()
-            .map(|w| w.load(Ordering::Relaxed))
-            .collect();
+        let words = direct_words(&t);
         assert_eq!(
             words,
             [6144, 4096, 4096, usize::MAX, 0, usize::MAX, 0, usize::MAX]
