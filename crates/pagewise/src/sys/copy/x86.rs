@@ -233,6 +233,28 @@ pub(super) unsafe fn copy_64_128_inline(dst: *mut u8, src: *const u8, n: usize) 
     );
 }
 
+/// The index of a copy's [`Placement`](super::Placement) into `r8` (`rdi` =
+/// dst, `rsi` = src; clobbers `eax` and the flags): 0 when the distance
+/// modulo 4 KiB is a multiple of 64, 1 when it is below 64, 2 otherwise, as
+/// `Placement::of_copy` decides. One text for the two entries that compare
+/// the size with that placement's first special class: the AVX-512 leaf and
+/// the AVX2 process entry.
+macro_rules! placement_index_asm {
+    () => {
+        "mov eax, edi
+         sub eax, esi
+         and eax, 4095
+         xor r8d, r8d
+         test eax, 63
+         jz 73f
+         mov r8d, 1
+         cmp eax, 64
+         jb 73f
+         mov r8d, 2
+         73:"
+    };
+}
+
 /// The copy of 257-512 bytes (`rdi` = dst, `rsi` = src, `rdx` = n): four
 /// vectors from each end, every load before the first store; `eax` = 0 after.
 /// One text in the two places it runs from: [`avx512_leaf::copy_process_large`]
@@ -781,21 +803,9 @@ pub(super) mod avx512_leaf {
             "xor eax, eax",
             "ret",
             // From the first special class at any placement: this
-            // placement's own first special class decides (placement 0 when
-            // the distance is a multiple of 64, 1 when it is below 64, 2
-            // otherwise; see `Placement::of_copy`).
+            // placement's own first special class decides.
             "13:",
-            "mov eax, edi",
-            "sub eax, esi",
-            "and eax, 4095",
-            "xor r8d, r8d",
-            "test eax, 63",
-            "jz 15f",
-            "mov r8d, 1",
-            "cmp eax, 64",
-            "jb 15f",
-            "mov r8d, 2",
-            "15:",
+            placement_index_asm!(),
             "cmp rdx, qword ptr [rcx + {special_min} + r8 * 8]",
             "jb 14b",
             "16:",
@@ -908,17 +918,7 @@ pub(super) mod avx512_leaf {
             // placement's own decides, as in the AVX-512 leaf (so a class
             // that is `rep` only between differently aligned buffers does
             // not send co-aligned copies out of line).
-            "mov eax, edi",
-            "sub eax, esi",
-            "and eax, 4095",
-            "xor r8d, r8d",
-            "test eax, 63",
-            "jz 71f",
-            "mov r8d, 1",
-            "cmp eax, 64",
-            "jb 71f",
-            "mov r8d, 2",
-            "71:",
+            placement_index_asm!(),
             "cmp rdx, qword ptr [rcx + {special_min} + r8 * 8]",
             "jb {avx2_loop}",
             "jmp {avx2}",
