@@ -808,14 +808,22 @@ pub(super) mod avx512_leaf {
             placement_index_asm!(),
             "cmp rdx, qword ptr [rcx + {special_min} + r8 * 8]",
             "jb 14b",
-            "16:",
             "jmp {large}",
+            // An unaligned store would cross a page: the general kernel's
+            // loop, straight (below this placement's first special class,
+            // as every size here is, the table would choose it). Through
+            // `copy_large`, its direct `rep movsb` window and then the
+            // table walk, a hot 4 KiB copy from src+7 to dst+1 took 33 ns
+            // instead of 31 (0.96 of glibc instead of 0.99).
+            "16:",
+            "jmp {loop_crossing_page}",
             inline_below = const offset_of!(Thresholds, inline_below),
             wide_loop_from = const offset_of!(Thresholds, wide_loop_from),
             special_min = const offset_of!(Thresholds, special_min),
             backward_below = const offset_of!(Thresholds, backward_below),
             same_offset_backward_below = const SAME_OFFSET_BACKWARD_BELOW,
             large = sym copy_large,
+            loop_crossing_page = sym super::avx512::copy_loop,
         )
     }
 
