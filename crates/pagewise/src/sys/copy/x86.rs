@@ -1477,8 +1477,25 @@ macro_rules! vector_kernels {
                 // with the loop's last stores whenever the destination sits
                 // a little below the source modulo 4 KiB, and waits for them
                 // (4K aliasing). With AVX2, 257-512 B `src+7 dst+1` ran at
-                // 0.42-0.68 of glibc's so.
-                let last = ld(src.add(n - W));
+                // 0.42-0.68 of glibc's so. Not loaded when the tail goes
+                // in pieces (its unaligned vector would cross a page), as
+                // a 4 KiB copy to `dst+1` does: that load, across the
+                // source's page boundary too, took a hot 4 KiB copy from
+                // src+7 to dst+1 from 30 to 33 ns (0.97 of glibc, 1.07
+                // without; Emerald Rapids guest). A prefetch of the last
+                // line keeps what it did for a cold source (cold 0.90
+                // without it, 0.96 with, 0.97 loaded). AVX-512 only: the
+                // same test in the AVX2 loop, never true at its misaligned
+                // sizes here, put a hot aligned 2 KiB copy at 0.92 instead
+                // of 1.03 (code layout; pinned AVX2 on the same guest).
+                let tail = (dst as usize + n) & (W - 1);
+                let tail_in_pieces = W == 64 && tail != 0 && crosses_page(dst as usize + n - W, W);
+                let last = if tail_in_pieces {
+                    _mm_prefetch::<_MM_HINT_T0>(src.add(n - 1) as *const i8);
+                    None
+                } else {
+                    Some(ld(src.add(n - W)))
+                };
                 // An aligned destination starts the loop at its first byte (the
                 // head store then rewrites the same bytes, and is skipped).
                 let misalign = dst as usize & (W - 1);
@@ -1518,12 +1535,10 @@ macro_rules! vector_kernels {
                 }
                 // Skipped when the destination ends on a vector boundary: the
                 // loop wrote those bytes (one store in 16 fewer at 1 KiB).
-                let tail = (dst as usize + n) & (W - 1);
                 if tail != 0 {
-                    if crosses_page(dst as usize + n - W, W) {
-                        copy_below_w(d, s, tail);
-                    } else {
-                        stu(dst.add(n - W), last);
+                    match last {
+                        Some(last) if !crosses_page(dst as usize + n - W, W) => stu(dst.add(n - W), last),
+                        _ => copy_below_w(d, s, tail),
                     }
                 }
                 0
