@@ -1165,6 +1165,10 @@ pub(super) mod avx512_leaf {
 /// or non-temporal stores) takes over.
 const FILL_LEAF_MAX: usize = 2048;
 
+/// How far ahead of its stores the AVX-512 fill loop prefetches its lines
+/// for writing (two blocks of four vectors).
+const FILL_PREFETCH_AHEAD: usize = 512;
+
 /// Bytes per page-sized stream of the non-temporal copy.
 const PAGE: usize = 4096;
 /// Bytes copied from one page before moving to the next.
@@ -1955,6 +1959,26 @@ macro_rules! vector_kernels {
                 }
                 let mut d = dst.add(skew);
                 let end = dst.add(n - B);
+                // Each block asks for the lines two blocks ahead, for
+                // writing (`prefetchw`), while they lie inside the fill:
+                // a store that misses waits for its line's read in the
+                // store buffer's order, a prefetch starts it at once.
+                // Emerald Rapids guest, `bench memset --sizes 4096,6144,8192`,
+                // six alternating processes: cold fills 0.91-1.03 of glibc's
+                // `rep stosb` before, 1.40-1.52 after; hot ones level.
+                if W == 64 && n > FILL_PREFETCH_AHEAD + B {
+                    let ahead_end = dst.add(n - FILL_PREFETCH_AHEAD - B);
+                    while d < ahead_end {
+                        for line in (0..B).step_by(64) {
+                            _mm_prefetch::<_MM_HINT_ET0>(d.add(FILL_PREFETCH_AHEAD + line) as *const i8);
+                        }
+                        sta(d, v);
+                        sta(d.add(W), v);
+                        sta(d.add(2 * W), v);
+                        sta(d.add(3 * W), v);
+                        d = d.add(B);
+                    }
+                }
                 while d < end {
                     sta(d, v);
                     sta(d.add(W), v);
