@@ -442,6 +442,31 @@ fn the_free_copy_at_every_size_up_to_4096() {
     }
 }
 
+/// The free `copy` at every class edge above 4 KiB, and at every alignment
+/// of the destination against a source 7 bytes in: its process entry takes
+/// `rep movsb` itself in the table's direct window with AVX2 (aligning the
+/// destination first) and hands the rest, guarded distances included, to
+/// the kernel.
+#[test]
+fn the_free_copy_at_large_edge_sizes_and_every_destination_alignment() {
+    let sizes: Vec<usize> = edge_sizes().into_iter().filter(|&n| n >= 4095).collect();
+    let max = *sizes.iter().max().unwrap();
+    let mut bench = Bench::new(max + 128);
+    let copy = |d: &mut [u8], s: &[u8]| copy::copy(d, s).unwrap();
+    for &n in &sizes {
+        for da in 0..64 {
+            bench.check_copy_with(copy, n, Place::Head(7), Place::Head(da), "copy");
+        }
+        for (src_at, dst_at) in [
+            (Place::Head(1), Place::Tail),
+            (Place::Tail, Place::Head(63)),
+            (Place::Tail, Place::Tail),
+        ] {
+            bench.check_copy_with(copy, n, src_at, dst_at, "copy");
+        }
+    }
+}
+
 /// The free `fill` (the fast path of the process-wide plan, which with
 /// AVX2 or SSE2 fills up to 128 bytes in place): every size up to 4 KiB, at
 /// the edges of guarded buffers and misaligned.
