@@ -1268,8 +1268,13 @@ const INTEL_NARROW_COPY_REP_MIN: usize = 6 << 10;
 /// glibc, `src+1 dst+7` 0.93 -> 0.97, 5,000 B 0.83-0.86 -> 0.96-0.98, cold 4
 /// KiB 0.86 -> 1.01; but co-aligned copies lost (4 KiB 1.01 -> 0.94, 3,000 B
 /// 1.32 -> 0.92) and 2.5 KiB misaligned too (0.92-0.96 -> 0.82-0.84), 3,000
-/// B misaligned level (0.87-0.89).
-const INTEL_NARROW_COPY_REP_MISALIGNED_MIN: usize = 4 << 10;
+/// B misaligned level (0.87-0.89). From 2.75 KiB since 2026-12-05, once the
+/// AVX2 process entry ran `rep movsb` itself (same guest and pinning,
+/// `--sizes 2200,2600,3000,3500`, four alternating processes against `rep
+/// movsb` from 2 KiB): misaligned 3,000 B 0.85-0.87 -> 0.96-0.97, 3,500 B
+/// 0.83-0.85 -> 0.97-0.99, 2,600 B level (0.88-0.92 both), 2,200 B the
+/// loop's (1.00-1.06 against 0.85-0.88); cold level.
+const INTEL_NARROW_COPY_REP_MISALIGNED_MIN: usize = 2816;
 /// Smallest fill that uses `rep stosb` on Intel with ERMS but without
 /// AVX-512, whatever the alignment. Measured as
 /// [`INTEL_NARROW_COPY_REP_MIN`]: with `rep stosb` from 6 KiB against the
