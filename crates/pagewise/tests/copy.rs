@@ -443,10 +443,10 @@ fn the_free_copy_at_every_size_up_to_4096() {
 }
 
 /// The free `copy` at every class edge above 4 KiB, and at every alignment
-/// of the destination against a source 7 bytes in: its process entry takes
-/// `rep movsb` itself in the table's direct window with AVX2 (aligning the
-/// destination first) and hands the rest, guarded distances included, to
-/// the kernel.
+/// of the destination against a source 7 bytes in: its process entry (the
+/// AVX-512 leaf or the AVX2 entry) takes `rep movsb` itself in the table's
+/// direct window, aligning the destination first, and hands the rest,
+/// guarded distances included, to the kernel.
 #[test]
 fn the_free_copy_at_large_edge_sizes_and_every_destination_alignment() {
     let sizes: Vec<usize> = edge_sizes().into_iter().filter(|&n| n >= 4095).collect();

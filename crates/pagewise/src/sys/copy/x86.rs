@@ -879,8 +879,8 @@ pub(super) mod avx512_leaf {
             // loop, straight (below this placement's first special class,
             // as every size here is, the table would choose it). Through
             // `copy_large`, its direct `rep movsb` window and then the
-            // table walk, a hot 4 KiB copy from src+7 to dst+1 took 33 ns
-            // instead of 31 (0.96 of glibc instead of 0.99).
+            // table walk, a hot 4 KiB copy from src+7 to dst+1 took 33.7 ns
+            // instead of 32.7 (0.95 of glibc instead of 0.98).
             "16:",
             "jmp {loop_crossing_page}",
             inline_below = const offset_of!(Thresholds, inline_below),
@@ -997,11 +997,8 @@ pub(super) mod avx512_leaf {
             placement_index_asm!(),
             "cmp rdx, qword ptr [rcx + {special_min} + r8 * 8]",
             "jb {avx2_loop}",
-            // `rep movsb` here in the table's direct window, falling
-            // through to 30 outside it. Through the kernel's `copy_large`
-            // (two calls and the checks before it), a hot 3,000 B copy
-            // from src+7 to dst+1 took 31 ns where glibc's `rep movsb`
-            // took 25.
+            // `rep movsb` here in the table's direct window (falling
+            // through to 30 outside it), not in the kernel's `copy_large`.
             rep_direct_asm!(
                 "vmovdqu ymm0, ymmword ptr [rsi]
                  vmovdqu ymm1, ymmword ptr [rsi + 32]",
@@ -2044,9 +2041,10 @@ macro_rules! vector_kernels {
                 // writing (`prefetchw`), while they lie inside the fill:
                 // a store that misses waits for its line's read in the
                 // store buffer's order, a prefetch starts it at once.
-                // Emerald Rapids guest, `bench memset --sizes 4096,6144,8192`,
-                // six alternating processes: cold fills 0.91-1.03 of glibc's
-                // `rep stosb` before, 1.40-1.52 after; hot ones level.
+                // Emerald Rapids guest, `bench memset --sizes
+                // 2100,3000,4096,6144,8192,9000`, six alternating processes:
+                // cold fills 0.88-1.34 of glibc's `rep stosb` before,
+                // 1.24-1.72 after; hot ones level.
                 if W == 64 && n > FILL_PREFETCH_AHEAD + B {
                     let ahead_end = dst.add(n - FILL_PREFETCH_AHEAD - B);
                     while d < ahead_end {
