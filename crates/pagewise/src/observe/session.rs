@@ -9,6 +9,7 @@ use super::report::{Hardware, MappingPages, Skipped};
 use crate::host::proc_maps::MapsEntry;
 use crate::host::smaps::{self, PageSizeTotals};
 use crate::host::tracefs::{self, Tracepoint, Tracepoints};
+use crate::sys::clock;
 use crate::sys::perf::{
     self, Event, EventAttr, EventType, RingBuffer, SAMPLE_ADDR, SAMPLE_CALLCHAIN,
     SAMPLE_IDENTIFIER, SAMPLE_IP, SAMPLE_RAW, SAMPLE_STACK_USER, SAMPLE_TID, SAMPLE_TIME,
@@ -1051,11 +1052,17 @@ fn page_sampler(
             loop {
                 let pids = live.lock().map(|l| l.clone()).unwrap_or_default();
                 let started = Instant::now();
+                let cpu_before = clock::thread_cpu_ns();
                 snapshot(&pids, &mut out);
                 // Reading smaps walks the page tables (about 15 ms for 1 GiB of
                 // 4 KiB pages) and takes the same page-table locks as the
-                // program's faults: back off so that it costs at most 1% of a CPU.
-                let took = started.elapsed();
+                // program's faults: back off so that it costs at most 1% of a
+                // CPU. By this thread's CPU time, not the wall clock: a read
+                // preempted for 5 ms on a busy machine would otherwise put
+                // the next one 0.5 s away, and a program that fills 1 GiB in
+                // 0.5 s got one snapshot, taken before it began (CI,
+                // 2026-12-05).
+                let took = Duration::from_nanos(clock::thread_cpu_ns().saturating_sub(cpu_before));
                 if wait_until(&signal, started + interval.max(took * SMAPS_BACKOFF)) {
                     return out;
                 }
