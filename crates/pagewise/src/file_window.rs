@@ -82,6 +82,7 @@ impl FileWindow {
                 usable_cpus: None,
                 adaptive: false,
             },
+            0,
         )?;
         Ok(FileWindow { window })
     }

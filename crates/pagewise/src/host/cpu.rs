@@ -87,6 +87,16 @@ pub fn largest_cache_bytes() -> Option<u64> {
     caches(&SysRoot::live()).iter().map(|c| c.size_bytes).max()
 }
 
+/// The size of CPU 0's largest data or unified cache at `level` (1, 2,
+/// 3…) on this machine, if sysfs tells it. Costs what [`caches`] costs.
+pub fn level_cache_bytes(level: u32) -> Option<u64> {
+    caches(&SysRoot::live())
+        .iter()
+        .filter(|c| c.level == level && c.kind != "Instruction")
+        .map(|c| c.size_bytes)
+        .max()
+}
+
 /// The processor's `model name`, from `/proc/cpuinfo`.
 pub fn model(root: &SysRoot) -> Option<String> {
     root.read("/proc/cpuinfo").and_then(|t| parse_cpu_model(&t))

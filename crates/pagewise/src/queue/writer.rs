@@ -11,7 +11,7 @@ use super::lock::{self, WriterLock};
 use super::maps::{ChunkMaps, QueuePrepare};
 use super::notify::Waker;
 use super::recovery::{self, Recovery};
-use super::window::{PreTouch, PreTouchMode, PreToucher, Resolved, Window, WindowReport};
+use super::window::{self, PreTouch, PreTouchMode, PreToucher, Resolved, Window, WindowReport};
 use super::Position;
 use crate::copy::Routine;
 use crate::sys::create::{self, NewFile};
@@ -403,7 +403,20 @@ impl Writer {
             populate,
         ));
         let prep = QueuePrepare::new(Arc::clone(&maps), populate);
-        let window = Window::start(HEADER_LEN, piece, end.0, pretouch, Box::new(prep), resolved)?;
+        let cache_lead = if populate {
+            window::machine_cache_lead()
+        } else {
+            0
+        };
+        let window = Window::start(
+            HEADER_LEN,
+            piece,
+            end.0,
+            pretouch,
+            Box::new(prep),
+            resolved,
+            cache_lead,
+        )?;
         let map = maps.take(chunk)?;
         let chunk_base = geometry.chunk_base(chunk).unwrap_or(u64::MAX);
         let waker = Waker::open(&header);
