@@ -611,7 +611,7 @@ pub(crate) struct Window {
     since_unix_ns: u64,
     /// Whether catch-ups build the cache lead: the writer's last catch-ups
     /// were far enough apart for the time they took (see
-    /// [`LEAD_MIN_GAP_PER_BUSY`]).
+    /// [`LEAD_ON_GAP_PER_BUSY`]).
     lead_pays: bool,
     /// When the last catch-up that prepared anything ended.
     last_catch_up_end: Option<Instant>,
