@@ -1839,6 +1839,51 @@ fn auto_pretouch_starts_a_thread_only_with_a_cpu_to_spare() {
     assert_eq!(inspect(&path).unwrap().last_writer_pretouch, Some(expected));
 }
 
+/// A writer whose catch-ups are far apart for what they cost (it waits
+/// between records, as one that awaits replies does) keeps the cache lead
+/// prepared beyond what it needs; its records read back unchanged.
+#[test]
+fn a_writer_that_waits_between_records_keeps_the_cache_lead_prepared() {
+    let d = dir();
+    let path = d.path().join("q");
+    let mut w = Writer::create(
+        &path,
+        Options {
+            pretouch: Some(PreTouch {
+                mode: PreTouchMode::Idle,
+                ..PreTouch::default()
+            }),
+            ..Options::default()
+        },
+    )
+    .unwrap();
+    let lead = w.report().window.cache_lead_bytes;
+    let piece = w.report().window.piece_bytes;
+    let record = [7u8; 56];
+    // 64-byte records: a catch-up every 1024 of them, with waits between.
+    let records = (3 * lead + (1 << 20)) / 64;
+    for i in 0..records {
+        if i % 256 == 0 {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        w.append(&record).unwrap();
+    }
+    let report = w.report().window;
+    assert!(report.cache_lead_active, "{report:?}");
+    let written = records * 64;
+    let prepared = report.pieces_inline * piece;
+    assert!(
+        prepared >= written + lead - (64 << 10),
+        "prepared {prepared} for {written} written and a lead of {lead}: {report:?}"
+    );
+    assert!(prepared <= written + lead + (256 << 10), "{report:?}");
+    drop(w);
+    let mut r = Reader::open(&path).unwrap();
+    let got = read_all(&mut r);
+    assert_eq!(got.len() as u64, records);
+    assert!(got.iter().all(|(_, p)| p[..] == record[..]));
+}
+
 #[test]
 fn an_explicit_pretouch_mode_is_kept_and_reported() {
     use pagewise::queue::PreToucher;
@@ -1863,12 +1908,19 @@ fn an_explicit_pretouch_mode_is_kept_and_reported() {
         let report = w.report().window;
         assert_eq!(report.mode, expect);
         assert!(report.mode_reason.contains("asked for"), "{report:?}");
+        // The cache lead is for the work on the writer's own CPU only.
+        match expect {
+            PreToucher::Thread => assert_eq!(report.cache_lead_bytes, 0, "{report:?}"),
+            _ => assert!(report.cache_lead_bytes >= 64 << 10, "{report:?}"),
+        }
+        assert!(!report.cache_lead_active, "{report:?}");
         // Said to users of the CLI and C too: no Rust names.
         assert!(!report.mode_reason.contains("::"), "{report:?}");
         assert_eq!(inspect(&path).unwrap().last_writer_pretouch, Some(expect));
     }
     let path = d.path().join("q-off");
     let w = Writer::create(&path, small(false)).unwrap();
+    assert_eq!(w.report().window.cache_lead_bytes, 0);
     let reason = w.report().window.mode_reason;
     assert!(
         reason.starts_with("not asked for") && !reason.contains("::"),
