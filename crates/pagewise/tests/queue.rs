@@ -1860,10 +1860,10 @@ fn a_writer_that_waits_between_records_keeps_the_cache_lead_prepared() {
     let lead = w.report().window.cache_lead_bytes;
     let piece = w.report().window.piece_bytes;
     let record = [7u8; 56];
-    // 64-byte records: a catch-up every 1024 of them, with waits between.
+    // 64-byte records: a catch-up every 1024 of them, 8 ms of waits between.
     let records = (3 * lead + (1 << 20)) / 64;
     for i in 0..records {
-        if i % 256 == 0 {
+        if i % 128 == 0 {
             std::thread::sleep(Duration::from_millis(1));
         }
         w.append(&record).unwrap();
@@ -1873,7 +1873,7 @@ fn a_writer_that_waits_between_records_keeps_the_cache_lead_prepared() {
     let written = records * 64;
     let prepared = report.pieces_inline * piece;
     assert!(
-        prepared >= written + lead - (64 << 10),
+        prepared >= written + lead - (128 << 10),
         "prepared {prepared} for {written} written and a lead of {lead}: {report:?}"
     );
     assert!(prepared <= written + lead + (256 << 10), "{report:?}");

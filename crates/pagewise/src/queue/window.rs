@@ -16,7 +16,8 @@
 //! max_window)`, with the rate measured over ~1 ms steps (rising at once,
 //! decaying slowly). A piece is claimed only when it ends inside the window,
 //! so the file never holds more than the written bytes plus the current
-//! window plus one piece in flight.
+//! window plus one piece in flight (plus the cache lead below, without a
+//! thread of normal priority).
 //!
 //! When the writer catches up with the frontier it prepares the pieces it
 //! needs itself: a system call, but not a page fault. Without a thread of
@@ -55,7 +56,8 @@ pub enum PreTouchMode {
     /// No thread: the writer prepares the window itself, one small piece
     /// (4 KiB) per [`Writer::idle_work`](super::Writer::idle_work) call
     /// while it waits between records, and in runs when it catches up. The
-    /// window stays at `window` (no rate adaptation).
+    /// window stays at `window` (no rate adaptation), plus the cache lead
+    /// (see `WindowReport::cache_lead_bytes`).
     Idle,
 }
 
@@ -839,22 +841,31 @@ impl Window {
     /// while the writer's catch-ups are far apart for their cost (see
     /// [`LEAD_ON_GAP_PER_BUSY`]), it also prepares up to two runs past
     /// `need` when the frontier is less than the lead ahead of it (best
-    /// effort: an error there is left for a later call to meet), and tells
-    /// the writer to come back when it is within the lead of the frontier,
-    /// or has written one run: the lead grows by a run per run written, and
-    /// once it is built each catch-up prepares one run, as without a lead.
-    /// Returns where the writer should call again (at least `need`) and
-    /// whether the pre-toucher switched.
+    /// effort: an error there is left for a later call to meet). With a
+    /// lead (active or not) it tells the writer to come back when it is
+    /// within the lead of the frontier or has written one run, whichever
+    /// comes later: the lead grows by a run per run written, and once it is
+    /// built each catch-up prepares one run, as without a lead. Only the
+    /// catch-ups that had to prepare what the writer needed count for the
+    /// pattern watcher. Returns where the writer should call again (at
+    /// least `need`, at most the frontier) and whether the pre-toucher
+    /// switched.
     pub(crate) fn catch_up(&mut self, need: u64) -> Result<(u64, bool), QueueError> {
         let mut inline = false;
         let lead = self.shared.cache_lead;
         let started = (lead > 0).then(Instant::now);
         let mut ready = self.ready(need, &mut inline)?;
+        let mut extended = false;
         if self.lead_pays {
-            inline |= self.extend_lead(need, need.saturating_add(lead));
+            // Whole runs from the origin, so that once the lead is built
+            // each catch-up prepares one run in one call.
+            let s = &*self.shared;
+            let target = need.saturating_add(lead);
+            let target = s.origin + target.saturating_sub(s.origin) / INLINE_RUN * INLINE_RUN;
+            extended = self.extend_lead(need, target);
             ready = self.frontier();
         }
-        if let (Some(started), true) = (started, inline) {
+        if let (Some(started), true) = (started, inline || extended) {
             let ended = Instant::now();
             if let Some(previous) = self.last_catch_up_end {
                 let gap = started.saturating_duration_since(previous);
@@ -871,6 +882,10 @@ impl Window {
             .saturating_sub(lead)
             .max(ready.min(need.saturating_add(INLINE_RUN)))
             .max(need);
+        // The pattern watcher counts the catch-ups that had to prepare what
+        // the writer needed, as without a lead: the lead's runs are work
+        // ahead of time, and counting them would move a writer whose
+        // `idle_work` covers most of what it writes to the thread.
         let mut switched = false;
         if inline {
             let pos = self.shared.writer_pos.load(Ordering::Relaxed);
@@ -1000,7 +1015,9 @@ impl Window {
     /// The work of [`Window::idle_step`].
     fn idle_piece(&self, pos: u64) -> Result<bool, QueueError> {
         let s = &*self.shared;
-        let target = pos.saturating_add(s.config.window + s.cache_lead);
+        let target = pos
+            .saturating_add(s.config.window)
+            .saturating_add(s.cache_lead);
         if s.frontier.load(Ordering::Acquire) >= target {
             return Ok(s.prep.housekeeping_step());
         }
@@ -1117,7 +1134,7 @@ fn run(s: &Shared) {
         let wanted = (bytes_per_s * cfg.lead.as_secs_f64()) as u64;
         let window = wanted.clamp(cfg.window, cfg.max_window);
         s.window_now.store(window, Ordering::Relaxed);
-        let target = pos.saturating_add(window + s.cache_lead);
+        let target = pos.saturating_add(window).saturating_add(s.cache_lead);
         let state = s.lock();
         if stopped() {
             return;
@@ -1288,7 +1305,7 @@ mod tests {
     fn catch_ups_far_apart_for_their_cost_build_the_cache_lead_a_run_at_a_time() {
         let lead = 8 * INLINE_RUN;
         let (seen, report) =
-            write_with_catch_ups(Duration::ZERO, Duration::from_millis(5), lead, 24);
+            write_with_catch_ups(Duration::ZERO, Duration::from_millis(10), lead, 24);
         assert!(report.cache_lead_active);
         assert_eq!(report.cache_lead_bytes, lead);
         assert!(report.mode_description().contains("512 KiB ready ahead"));
@@ -1299,9 +1316,56 @@ mod tests {
         let (need, frontier, runs) = *seen.last().unwrap();
         assert_eq!(runs, 1, "{seen:?}");
         assert!(
-            frontier >= need + lead - INLINE_RUN && frontier <= need + lead + INLINE_RUN,
+            frontier >= need + lead - 2 * INLINE_RUN && frontier <= need + lead,
             "{seen:?}"
         );
+    }
+
+    #[test]
+    fn a_failed_run_of_the_lead_is_not_the_writers_error_and_is_not_counted_ready() {
+        let lead = 8 * INLINE_RUN;
+        let l = log(4 * INLINE_RUN);
+        let mut w = Window::start(
+            0,
+            IDLE_PIECE,
+            0,
+            CFG,
+            Box::new(Arc::clone(&l)),
+            idle(),
+            lead,
+        )
+        .unwrap();
+        let mut come_back = 0;
+        for _ in 0..3 {
+            std::thread::sleep(Duration::from_millis(10));
+            let need = come_back + 8;
+            w.note(need - 8);
+            come_back = w.catch_up(need).unwrap().0;
+            assert!(come_back >= need && come_back <= w.frontier());
+            assert!(w.frontier() <= 4 * INLINE_RUN);
+        }
+        // The lead's runs stopped at the failing piece; the writer meets
+        // the error only when it needs that piece.
+        assert_eq!(w.frontier(), 4 * INLINE_RUN);
+        assert!(w.catch_up(4 * INLINE_RUN + 8).is_err());
+    }
+
+    #[test]
+    fn a_thread_of_normal_priority_keeps_no_cache_lead() {
+        let l = log(u64::MAX);
+        let mut w = Window::start(
+            0,
+            1 << 16,
+            0,
+            CFG,
+            Box::new(Arc::clone(&l)),
+            thread(),
+            1 << 20,
+        )
+        .unwrap();
+        assert_eq!(w.report().cache_lead_bytes, 0);
+        let (ready, _) = w.catch_up(8).unwrap();
+        assert!(ready <= w.frontier());
     }
 
     #[test]
