@@ -1263,6 +1263,18 @@ mod tests {
         }
     }
 
+    /// Waits `gap`, then appends past `come_back` (8 bytes) and catches up,
+    /// checking that the writer is told to come back between what it needs
+    /// and the frontier; returns what it needed and the new `come_back`.
+    fn catch_up_after(w: &mut Window, gap: Duration, come_back: u64) -> (u64, u64) {
+        std::thread::sleep(gap);
+        let need = come_back + 8;
+        w.note(need - 8);
+        let come_back = w.catch_up(need).unwrap().0;
+        assert!(come_back >= need && come_back <= w.frontier());
+        (need, come_back)
+    }
+
     /// A writer that appends up to where each catch-up says to come back,
     /// `gap` apart, `catch_ups` times; returns (need, frontier, runs) after
     /// each catch-up, and the window's report at the end.
@@ -1289,13 +1301,9 @@ mod tests {
         let mut come_back = 0;
         let mut seen = Vec::new();
         for _ in 0..catch_ups {
-            std::thread::sleep(gap);
-            let need = come_back + 8;
-            w.note(need - 8);
             let before = t.runs.load(Ordering::Relaxed);
-            come_back = w.catch_up(need).unwrap().0;
-            assert!(come_back >= need);
-            assert!(come_back <= w.frontier());
+            let need;
+            (need, come_back) = catch_up_after(&mut w, gap, come_back);
             seen.push((need, w.frontier(), t.runs.load(Ordering::Relaxed) - before));
         }
         (seen, w.report())
@@ -1337,11 +1345,7 @@ mod tests {
         .unwrap();
         let mut come_back = 0;
         for _ in 0..3 {
-            std::thread::sleep(Duration::from_millis(10));
-            let need = come_back + 8;
-            w.note(need - 8);
-            come_back = w.catch_up(need).unwrap().0;
-            assert!(come_back >= need && come_back <= w.frontier());
+            come_back = catch_up_after(&mut w, Duration::from_millis(10), come_back).1;
             assert!(w.frontier() <= 4 * INLINE_RUN);
         }
         // The lead's runs stopped at the failing piece; the writer meets
