@@ -845,9 +845,9 @@ impl Window {
     /// lead (active or not) it tells the writer to come back when it is
     /// within the lead of the frontier or has written one run, whichever
     /// comes later: the lead grows by a run per run written, and once it is
-    /// built each catch-up prepares one run, as without a lead. Only the
-    /// catch-ups that had to prepare what the writer needed count for the
-    /// pattern watcher. Returns where the writer should call again (at
+    /// built each catch-up prepares one run, as without a lead. The pattern
+    /// watcher counts the catch-ups that prepared what the writer needed
+    /// or at least half a run of the lead. Returns where the writer should call again (at
     /// least `need`, at most the frontier) and whether the pre-toucher
     /// switched.
     pub(crate) fn catch_up(&mut self, need: u64) -> Result<(u64, bool), QueueError> {
@@ -856,14 +856,17 @@ impl Window {
         let started = (lead > 0).then(Instant::now);
         let mut ready = self.ready(need, &mut inline)?;
         let mut extended = false;
+        let mut lead_run = false;
         if self.lead_pays {
             // Whole runs from the origin, so that once the lead is built
             // each catch-up prepares one run in one call.
             let s = &*self.shared;
             let target = need.saturating_add(lead);
             let target = s.origin + target.saturating_sub(s.origin) / INLINE_RUN * INLINE_RUN;
+            let before = self.frontier();
             extended = self.extend_lead(need, target);
             ready = self.frontier();
+            lead_run = ready.saturating_sub(before) >= INLINE_RUN / 2;
         }
         if let (Some(started), true) = (started, inline || extended) {
             let ended = Instant::now();
@@ -882,12 +885,13 @@ impl Window {
             .saturating_sub(lead)
             .max(ready.min(need.saturating_add(INLINE_RUN)))
             .max(need);
-        // The pattern watcher counts the catch-ups that had to prepare what
-        // the writer needed, as without a lead: the lead's runs are work
-        // ahead of time, and counting them would move a writer whose
-        // `idle_work` covers most of what it writes to the thread.
+        // The pattern watcher counts the catch-ups that prepared what the
+        // writer needed, or half a run or more of the lead: the writer
+        // prepares its file on its append path either way. Not the lead's
+        // smaller top-ups: a writer whose `idle_work` covers most of what it
+        // writes meets one every run, and would be moved to the thread.
         let mut switched = false;
-        if inline {
+        if inline || lead_run {
             let pos = self.shared.writer_pos.load(Ordering::Relaxed);
             if let Some(switch) = self.watch.as_mut().and_then(|w| w.caught_up(pos)) {
                 switched = self.switch(switch, pos);
@@ -1265,14 +1269,15 @@ mod tests {
 
     /// Waits `gap`, then appends past `come_back` (8 bytes) and catches up,
     /// checking that the writer is told to come back between what it needs
-    /// and the frontier; returns what it needed and the new `come_back`.
-    fn catch_up_after(w: &mut Window, gap: Duration, come_back: u64) -> (u64, u64) {
+    /// and the frontier; returns what it needed, the new `come_back` and
+    /// whether the pre-toucher switched.
+    fn catch_up_after(w: &mut Window, gap: Duration, come_back: u64) -> (u64, u64, bool) {
         std::thread::sleep(gap);
         let need = come_back + 8;
         w.note(need - 8);
-        let come_back = w.catch_up(need).unwrap().0;
+        let (come_back, switched) = w.catch_up(need).unwrap();
         assert!(come_back >= need && come_back <= w.frontier());
-        (need, come_back)
+        (need, come_back, switched)
     }
 
     /// A writer that appends up to where each catch-up says to come back,
@@ -1303,7 +1308,7 @@ mod tests {
         for _ in 0..catch_ups {
             let before = t.runs.load(Ordering::Relaxed);
             let need;
-            (need, come_back) = catch_up_after(&mut w, gap, come_back);
+            (need, come_back, _) = catch_up_after(&mut w, gap, come_back);
             seen.push((need, w.frontier(), t.runs.load(Ordering::Relaxed) - before));
         }
         (seen, w.report())
@@ -1330,6 +1335,36 @@ mod tests {
     }
 
     #[test]
+    fn catch_ups_that_build_the_lead_still_count_for_the_pattern() {
+        // A writer with no idle time whose catch-ups are far apart (it
+        // writes slowly): once the lead is built no catch-up has to prepare
+        // what it needs, but each prepares a run on its append path.
+        let l = log(u64::MAX);
+        let mut w = Window::start(
+            0,
+            IDLE_PIECE,
+            0,
+            CFG,
+            Box::new(Arc::clone(&l)),
+            resolved(PreToucher::Idle, true),
+            4 * INLINE_RUN,
+        )
+        .unwrap();
+        let mut come_back = 0;
+        let mut switched_at = None;
+        for k in 1..=24 {
+            let switched;
+            (_, come_back, switched) = catch_up_after(&mut w, Duration::from_millis(5), come_back);
+            if switched {
+                switched_at = Some(k);
+                break;
+            }
+        }
+        assert!(switched_at.is_some(), "{:?}", w.report());
+        assert_eq!(w.report().mode, PreToucher::LowPriorityThread);
+    }
+
+    #[test]
     fn a_failed_run_of_the_lead_is_not_the_writers_error_and_is_not_counted_ready() {
         let lead = 8 * INLINE_RUN;
         let l = log(4 * INLINE_RUN);
@@ -1345,7 +1380,7 @@ mod tests {
         .unwrap();
         let mut come_back = 0;
         for _ in 0..3 {
-            come_back = catch_up_after(&mut w, Duration::from_millis(10), come_back).1;
+            (_, come_back, _) = catch_up_after(&mut w, Duration::from_millis(10), come_back);
             assert!(w.frontier() <= 4 * INLINE_RUN);
         }
         // The lead's runs stopped at the failing piece; the writer meets
